@@ -1,0 +1,266 @@
+//! The control plane: a versioned handshake between subscriber and publisher.
+//!
+//! Transport: a stream socket (TCP). Framing: a 4-byte little-endian length, then that many bytes of JSON,
+//! at most [`MAX_FRAME_BYTES`]. Each frame is an envelope `{"v": <protocol version>, "msg": {...}}`; the version
+//! is read before the message, so a peer speaking another version gets a clear [`Reject`] naming both
+//! versions instead of a parse error.
+//!
+//! The exchange: the subscriber sends [`Subscribe`] (its ring grant and what it wants); the publisher answers
+//! [`Accept`] or [`Reject`]. Either side may send [`ControlMsg::Bye`] before closing.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// The control protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest control frame accepted, in bytes (the length prefix excluded).
+pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
+
+/// Where a subscriber's ring lives and how the publisher may write it: the "grant" of the fabric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fabric", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RingGrant {
+    /// Shared memory on the publisher's host: a file (under /dev/shm) holding header, CQ and slots.
+    Shm {
+        /// Absolute path of the ring file; the publisher maps it read-write.
+        path: String,
+        /// Slots in the ring (power of two).
+        slot_count: u32,
+    },
+    /// RDMA verbs: an RC QP to connect to and the ring MR to write.
+    Verbs {
+        /// The subscriber's QP and port address.
+        endpoint: VerbsEndpoint,
+        /// Virtual address of the first slot in the subscriber's ring MR.
+        ring_addr: u64,
+        /// rkey of the ring MR (REMOTE_WRITE only).
+        ring_rkey: u32,
+        /// Slots in the ring (power of two).
+        slot_count: u32,
+    },
+}
+
+impl RingGrant {
+    /// Slots in the granted ring.
+    pub fn slot_count(&self) -> u32 {
+        match self {
+            RingGrant::Shm { slot_count, .. } | RingGrant::Verbs { slot_count, .. } => *slot_count,
+        }
+    }
+}
+
+/// One side of an RC connection (IB vol. 1, 12.7.x "connection establishment": QPN, PSN, port address).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerbsEndpoint {
+    /// 24-bit QP number.
+    pub qpn: u32,
+    /// 24-bit initial packet sequence number.
+    pub psn: u32,
+    /// The port's GID at the chosen index, 16 bytes as 32 hex digits.
+    pub gid: String,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+}
+
+/// What the publisher hands back on accept, fabric by fabric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fabric", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AcceptFabric {
+    /// Nothing more is needed on shared memory.
+    Shm,
+    /// The publisher's QP, and where the subscriber writes its consumed seq (credits).
+    Verbs {
+        /// The publisher's QP and port address.
+        endpoint: VerbsEndpoint,
+        /// Address of this subscriber's 8-byte credit word in the publisher's credit MR.
+        credit_addr: u64,
+        /// rkey of that MR (REMOTE_WRITE, this subscriber's word only).
+        credit_rkey: u32,
+    },
+}
+
+/// Subscriber -> publisher: "write my ring".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Subscribe {
+    /// Free-form name for logs and counters, at most 64 bytes.
+    pub name: String,
+    /// instrument_ids wanted; `None` = all.
+    pub instruments: Option<Vec<u32>>,
+    /// The ring.
+    pub ring: RingGrant,
+}
+
+/// Publisher -> subscriber: the ring is attached; records start at `first_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accept {
+    /// The publisher's id for this subscriber (its session).
+    pub session_id: u64,
+    /// The seq of the first record this subscriber will receive (1).
+    pub first_seq: u64,
+    /// Fabric-specific reply.
+    pub fabric: AcceptFabric,
+}
+
+/// Publisher -> subscriber: refused, with a reason an operator can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reject {
+    /// Why, in one line.
+    pub reason: String,
+    /// The protocol version the publisher speaks.
+    pub publisher_version: u32,
+}
+
+/// Every control message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ControlMsg {
+    /// See [`Subscribe`].
+    Subscribe(Subscribe),
+    /// See [`Accept`].
+    Accept(Accept),
+    /// See [`Reject`].
+    Reject(Reject),
+    /// Orderly close, with a reason.
+    Bye {
+        /// Why the sender is closing.
+        reason: String,
+    },
+}
+
+/// Why a control frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The socket failed or closed mid-frame.
+    #[error("control frame truncated or socket failed: {0}")]
+    Io(#[from] io::Error),
+    /// The peer closed cleanly before a frame began.
+    #[error("control peer closed the connection")]
+    Closed,
+    /// The length prefix is over [`MAX_FRAME_BYTES`].
+    #[error("control frame length {0} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")]
+    TooLarge(u32),
+    /// The frame is not a JSON envelope `{"v": N, "msg": ...}`.
+    #[error("control frame is malformed: {0}")]
+    Malformed(String),
+    /// The peer speaks another protocol version.
+    #[error("control protocol version {got} is not supported (this build speaks {PROTOCOL_VERSION})")]
+    Version {
+        /// The version the peer sent.
+        got: u64,
+    },
+}
+
+#[derive(Serialize)]
+struct EnvelopeOut<'a> {
+    v: u32,
+    msg: &'a ControlMsg,
+}
+
+/// Encodes one message as a frame (length prefix + envelope).
+pub fn encode(msg: &ControlMsg) -> Vec<u8> {
+    let body = serde_json::to_vec(&EnvelopeOut { v: PROTOCOL_VERSION, msg }).expect("control messages always serialise");
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Decodes one frame body (without its length prefix): version first, then the message.
+///
+/// # Errors
+/// [`ControlError::Malformed`] for anything that is not an envelope of a known message,
+/// [`ControlError::Version`] for another protocol version.
+pub fn decode_body(body: &[u8]) -> Result<ControlMsg, ControlError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| ControlError::Malformed(format!("not JSON: {e}")))?;
+    let obj = value.as_object().ok_or_else(|| ControlError::Malformed("envelope is not an object".into()))?;
+    let v = obj
+        .get("v")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| ControlError::Malformed("envelope field `v` (protocol version) missing or not a number".into()))?;
+    if v != PROTOCOL_VERSION as u64 {
+        return Err(ControlError::Version { got: v });
+    }
+    let msg = obj.get("msg").ok_or_else(|| ControlError::Malformed("envelope field `msg` missing".into()))?;
+    serde_json::from_value(msg.clone()).map_err(|e| ControlError::Malformed(format!("field `msg`: {e}")))
+}
+
+/// Writes one message as a frame.
+pub fn write_msg(w: &mut impl Write, msg: &ControlMsg) -> io::Result<()> {
+    w.write_all(&encode(msg))?;
+    w.flush()
+}
+
+/// Reads one frame and decodes it. Blocks per the reader's own timeout settings.
+///
+/// # Errors
+/// [`ControlError::Closed`] on a clean close before the frame, [`ControlError::Io`] on a close or error inside
+/// it, [`ControlError::TooLarge`] for an absurd length (nothing more is read), and [`decode_body`]'s errors.
+pub fn read_msg(r: &mut impl Read) -> Result<ControlMsg, ControlError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Err(ControlError::Closed),
+            Ok(0) => return Err(ControlError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME_BYTES {
+        return Err(ControlError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    decode_body(&body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscribe() -> ControlMsg {
+        ControlMsg::Subscribe(Subscribe {
+            name: "strat-a".into(),
+            instruments: Some(vec![17077]),
+            ring: RingGrant::Shm { path: "/dev/shm/mdfan-1".into(), slot_count: 131_072 },
+        })
+    }
+
+    #[test]
+    fn messages_round_trip_through_frames() {
+        let msg = subscribe();
+        let frame = encode(&msg);
+        assert_eq!(u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
+        assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
+    }
+
+    #[test]
+    fn another_version_is_refused_by_number() {
+        let body = br#"{"v":0,"msg":{"type":"bye","reason":"x"}}"#;
+        match decode_body(body) {
+            Err(ControlError::Version { got: 0 }) => {}
+            other => panic!("expected a version error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn truncated_absurd_and_garbage_frames_are_errors() {
+        let frame = encode(&subscribe());
+        assert!(matches!(read_msg(&mut &frame[..frame.len() - 3]), Err(ControlError::Io(_))));
+        assert!(matches!(read_msg(&mut &frame[..2]), Err(ControlError::Io(_))));
+        assert!(matches!(read_msg(&mut &[][..]), Err(ControlError::Closed)));
+        let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
+        assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
+        assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":1,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
+    }
+}

@@ -1,0 +1,19 @@
+//! mdfan-wire: everything that crosses a boundary as bytes, and nothing that moves them.
+//!
+//! - [`record`]: [`BookUpdate`], the 64-byte normalised order-book update (one cache line, one RDMA WRITE).
+//! - [`ring`]: the subscriber ring's header and slot layout, and how `imm_data` carries the seq.
+//! - [`control`]: the versioned control-plane handshake (subscribe, accept, reject).
+//! - [`book`]: L3 orders aggregated to L2 levels, per instrument, with Databento's replay rules.
+//! - [`feed`]: decoding exchange captures (DBN MBO) and normalising them into records.
+//!
+//! No sockets, clocks or threads live here: decoders take bytes, the book takes records.
+#![forbid(unsafe_code)]
+
+pub mod book;
+pub mod control;
+pub mod feed;
+pub mod record;
+pub mod ring;
+
+pub use book::{Book, BookError, Books, Level};
+pub use record::{flags, BookUpdate, Kind, Side};

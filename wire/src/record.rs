@@ -1,0 +1,276 @@
+//! The normalised update record: [`BookUpdate`].
+//!
+//! One record is exactly one 64-byte cache line, `#[repr(C, align(64))]`, little-endian on the wire (every
+//! platform mdfan runs on is little-endian; a big-endian build is refused at compile time). It is written by the
+//! publisher straight into a subscriber's ring slot with one RDMA WRITE-with-immediate (or its shared-memory
+//! equivalent) and read in place by the subscriber through [`bytemuck`], without a copy.
+//!
+//! | offset | size | field            | unit / meaning                                                      |
+//! |-------:|-----:|------------------|---------------------------------------------------------------------|
+//! |      0 |    8 | `seq`            | this subscriber stream's sequence, contiguous from 1                |
+//! |      8 |    8 | `ts_event_ns`    | matching-engine time, ns since the UNIX epoch (DBN `ts_event`)      |
+//! |     16 |    8 | `ts_recv_ns`     | capture time, ns since the UNIX epoch (DBN `ts_recv`)               |
+//! |     24 |    8 | `ts_send_ticks`  | publisher TSC at post time (raw `quanta` counter, same-host only)   |
+//! |     32 |    8 | `price_e9`       | price in units of 1e-9 (DBN fixed point); `i64::MAX` = undefined    |
+//! |     40 |    8 | `order_id`       | venue order id (DBN `order_id`)                                     |
+//! |     48 |    4 | `instrument_id`  | venue instrument id (DBN `instrument_id`)                           |
+//! |     52 |    4 | `size`           | quantity (DBN `size`)                                               |
+//! |     56 |    4 | `venue_seq`      | the feed's own sequence number (DBN `sequence`), unchanged          |
+//! |     60 |    1 | `kind`           | [`Kind`]                                                            |
+//! |     61 |    1 | `side`           | [`Side`] as ASCII: `B`, `A`, `N`                                    |
+//! |     62 |    1 | `flags`          | DBN flags, passed through ([`flags::LAST`], [`flags::SNAPSHOT`] ...)|
+//! |     63 |    1 | `_pad`           | zero                                                                |
+//!
+//! Sources: DBN `MboMsg` field definitions (Databento DBN docs, "MBO" schema; `dbn::MboMsg`).
+
+use bytemuck::{Pod, Zeroable};
+
+/// Size of one record on the wire and in a ring slot, in bytes.
+pub const RECORD_SIZE_BYTES: usize = 64;
+
+#[cfg(target_endian = "big")]
+compile_error!("mdfan's wire format is little-endian; big-endian targets are not supported");
+
+/// DBN record flags, passed through unchanged in [`BookUpdate::flags`] (DBN docs, "Flags").
+pub mod flags {
+    /// Last record of one venue event: the book is consistent only after a record carrying it.
+    pub const LAST: u8 = 0x80;
+    /// Top-of-book message (DBN `F_TOB`).
+    pub const TOB: u8 = 0x40;
+    /// Part of a snapshot (DBN `F_SNAPSHOT`), e.g. the start-of-day book replay.
+    pub const SNAPSHOT: u8 = 0x20;
+    /// Aggregated price level, not an individual order (DBN `F_MBP`).
+    pub const MBP: u8 = 0x10;
+    /// `ts_recv` is inaccurate (DBN `F_BAD_TS_RECV`).
+    pub const BAD_TS_RECV: u8 = 0x08;
+    /// The venue reported a gap or a book it could not keep (DBN `F_MAYBE_BAD_BOOK`).
+    pub const MAYBE_BAD_BOOK: u8 = 0x04;
+}
+
+/// What a record does. Stored as one byte at offset 60.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Add an order (DBN action `A`).
+    Add = 1,
+    /// Replace an order's price and size (DBN action `M`).
+    Modify = 2,
+    /// Remove `size` from an order; the order goes when it reaches 0 (DBN action `C`).
+    Cancel = 3,
+    /// A trade with an aggressor not in the book (DBN action `T`); does not change the book.
+    Trade = 4,
+    /// A fill of a resting order (DBN action `F`); does not change the book, a `C`/`M` follows.
+    Fill = 5,
+    /// Empty the instrument's book (DBN action `R`).
+    Clear = 6,
+    /// The records that follow, up to [`Kind::SnapshotEnd`], rebuild the book from empty.
+    SnapshotBegin = 7,
+    /// The snapshot is complete; `venue_seq` is the feed sequence it is consistent with.
+    SnapshotEnd = 8,
+    /// Liveness only: the feed is idle. Carries a seq so the subscriber can prove nothing was missed.
+    Heartbeat = 9,
+    /// The publisher has sent everything it will send on this stream.
+    EndOfStream = 10,
+}
+
+impl Kind {
+    /// Decodes the byte at offset 60; `None` for a value no publisher writes.
+    pub const fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Add,
+            2 => Kind::Modify,
+            3 => Kind::Cancel,
+            4 => Kind::Trade,
+            5 => Kind::Fill,
+            6 => Kind::Clear,
+            7 => Kind::SnapshotBegin,
+            8 => Kind::SnapshotEnd,
+            9 => Kind::Heartbeat,
+            10 => Kind::EndOfStream,
+            _ => return None,
+        })
+    }
+}
+
+/// Order side, stored as DBN's ASCII character at offset 61.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Bid (DBN `B`).
+    Bid = b'B',
+    /// Ask / offer (DBN `A`).
+    Ask = b'A',
+    /// No side (DBN `N`), e.g. a trade whose aggressor is unknown.
+    None = b'N',
+}
+
+impl Side {
+    /// Decodes DBN's side character; `None` for any other byte.
+    pub const fn from_u8(v: u8) -> Option<Side> {
+        match v {
+            b'B' => Some(Side::Bid),
+            b'A' => Some(Side::Ask),
+            b'N' => Some(Side::None),
+            _ => None,
+        }
+    }
+}
+
+/// One normalised order-book update: 64 bytes, align 64, no implicit padding (layout in the module docs).
+///
+/// `Pod`: any 64 bytes are a valid `BookUpdate`, so a slot can be viewed in place with [`bytemuck::from_bytes`];
+/// use [`BookUpdate::kind`] and [`BookUpdate::side`] to decode the enum bytes (they return `None` for garbage).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct BookUpdate {
+    /// This subscriber stream's sequence, contiguous from 1. Offset 0.
+    pub seq: u64,
+    /// Matching-engine time, ns since the UNIX epoch. Offset 8.
+    pub ts_event_ns: u64,
+    /// Capture (feed receive) time, ns since the UNIX epoch. Offset 16.
+    pub ts_recv_ns: u64,
+    /// Publisher TSC ticks when the record was posted (raw `quanta::Clock::raw`). Offset 24.
+    pub ts_send_ticks: u64,
+    /// Price in units of 1e-9 (4810.25 is `4_810_250_000_000`). Offset 32.
+    pub price_e9: i64,
+    /// Venue order id. Offset 40.
+    pub order_id: u64,
+    /// Venue instrument id. Offset 48.
+    pub instrument_id: u32,
+    /// Quantity: for `Cancel` the quantity cancelled, for `Add`/`Modify` the resting quantity. Offset 52.
+    pub size: u32,
+    /// The feed's own sequence number (DBN `sequence`), carried through unchanged. Offset 56.
+    pub venue_seq: u32,
+    /// [`Kind`] as a byte. Offset 60.
+    pub kind: u8,
+    /// [`Side`] as an ASCII byte. Offset 61.
+    pub side: u8,
+    /// DBN flags ([`flags`]). Offset 62.
+    pub flags: u8,
+    /// Zero. Offset 63.
+    pub _pad: u8,
+}
+
+const _: () = assert!(core::mem::size_of::<BookUpdate>() == RECORD_SIZE_BYTES);
+const _: () = assert!(core::mem::align_of::<BookUpdate>() == RECORD_SIZE_BYTES);
+
+impl BookUpdate {
+    /// A zeroed record of the given kind (used for heartbeats, end of stream and snapshot markers).
+    pub const fn control(kind: Kind) -> BookUpdate {
+        BookUpdate {
+            seq: 0,
+            ts_event_ns: 0,
+            ts_recv_ns: 0,
+            ts_send_ticks: 0,
+            price_e9: 0,
+            order_id: 0,
+            instrument_id: 0,
+            size: 0,
+            venue_seq: 0,
+            kind: kind as u8,
+            side: Side::None as u8,
+            flags: 0,
+            _pad: 0,
+        }
+    }
+
+    /// The decoded kind, or `None` if the byte is not a [`Kind`].
+    #[inline]
+    pub const fn kind(&self) -> Option<Kind> {
+        Kind::from_u8(self.kind)
+    }
+
+    /// The decoded side, or `None` if the byte is not `B`, `A` or `N`.
+    #[inline]
+    pub const fn side(&self) -> Option<Side> {
+        Side::from_u8(self.side)
+    }
+
+    /// Whether the record ends a venue event (DBN `F_LAST`).
+    #[inline]
+    pub const fn is_last(&self) -> bool {
+        self.flags & flags::LAST != 0
+    }
+
+    /// The record's 64 bytes, as written to a slot.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8; RECORD_SIZE_BYTES] {
+        bytemuck::cast_ref(self)
+    }
+
+    /// Views 64 bytes as a record, in place. Any bit pattern is accepted; check `kind()`/`side()`.
+    #[inline]
+    pub fn from_bytes(bytes: &[u8; RECORD_SIZE_BYTES]) -> BookUpdate {
+        bytemuck::pod_read_unaligned(bytes)
+    }
+}
+
+/// Formats a 1e-9 fixed-point price with two decimals, as CME quotes ES (`4810.25`).
+pub fn format_price_e9(price_e9: i64) -> String {
+    let sign = if price_e9 < 0 { "-" } else { "" };
+    let abs = price_e9.unsigned_abs();
+    let units = abs / 1_000_000_000;
+    let cents = (abs % 1_000_000_000) / 10_000_000;
+    format!("{sign}{units}.{cents:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn size_alignment_and_offsets_match_the_documented_layout() {
+        assert_eq!(size_of::<BookUpdate>(), 64);
+        assert_eq!(align_of::<BookUpdate>(), 64);
+        assert_eq!(offset_of!(BookUpdate, seq), 0);
+        assert_eq!(offset_of!(BookUpdate, ts_event_ns), 8);
+        assert_eq!(offset_of!(BookUpdate, ts_recv_ns), 16);
+        assert_eq!(offset_of!(BookUpdate, ts_send_ticks), 24);
+        assert_eq!(offset_of!(BookUpdate, price_e9), 32);
+        assert_eq!(offset_of!(BookUpdate, order_id), 40);
+        assert_eq!(offset_of!(BookUpdate, instrument_id), 48);
+        assert_eq!(offset_of!(BookUpdate, size), 52);
+        assert_eq!(offset_of!(BookUpdate, venue_seq), 56);
+        assert_eq!(offset_of!(BookUpdate, kind), 60);
+        assert_eq!(offset_of!(BookUpdate, side), 61);
+        assert_eq!(offset_of!(BookUpdate, flags), 62);
+        assert_eq!(offset_of!(BookUpdate, _pad), 63);
+    }
+
+    #[test]
+    fn bytes_are_little_endian_at_their_offsets() {
+        let mut r = BookUpdate::control(Kind::Cancel);
+        r.seq = 0x0102_0304_0506_0708;
+        r.price_e9 = 4_810_250_000_000;
+        r.instrument_id = 17077;
+        r.side = Side::Ask as u8;
+        r.flags = flags::LAST | flags::SNAPSHOT;
+        let b = r.as_bytes();
+        assert_eq!(&b[0..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&b[32..40], &4_810_250_000_000i64.to_le_bytes());
+        assert_eq!(&b[48..52], &17077u32.to_le_bytes());
+        assert_eq!(b[60], 3);
+        assert_eq!(b[61], b'A');
+        assert_eq!(b[62], 0xA0);
+        assert_eq!(BookUpdate::from_bytes(b), r);
+    }
+
+    #[test]
+    fn enum_bytes_decode_and_garbage_is_refused() {
+        for v in 1..=10u8 {
+            assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
+        }
+        assert_eq!(Kind::from_u8(0), None);
+        assert_eq!(Kind::from_u8(11), None);
+        assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
+        assert_eq!(Side::from_u8(b'X'), None);
+    }
+
+    #[test]
+    fn prices_format_with_two_decimals() {
+        assert_eq!(format_price_e9(4_810_250_000_000), "4810.25");
+        assert_eq!(format_price_e9(4_799_000_000_000), "4799.00");
+        assert_eq!(format_price_e9(-1_500_000_000), "-1.50");
+    }
+}
