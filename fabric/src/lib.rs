@@ -1,1 +1,162 @@
+//! mdfan-fabric: moving 64-byte records into a remote ring with one-sided WRITE-with-immediate.
+//!
+//! The contract every provider keeps (the shared-memory one here, RDMA verbs behind the `verbs` feature):
+//!
+//! - The **receiver** (subscriber) owns its ring: it allocates and registers the ring and CQ memory, and
+//!   grants the sender write access to that ring only ([`wire::control::RingGrant`]).
+//! - The **sender** (publisher) writes a record into a remote slot and delivers a 32-bit immediate
+//!   ([`RemoteRing::write_with_imm`]); the receiver reaps the immediate from its CQ by busy polling
+//!   ([`LocalRing::poll_cq`]) and only then reads the slot ([`LocalRing::slot`]), as with RDMA (IB vol. 1,
+//!   9.4.3 and o9-20: WRITE data is visible once its completion is).
+//! - The receiver publishes how far it has consumed ([`LocalRing::release`]); the sender reads it
+//!   ([`RemoteRing::consumed_seq`]) to know when the ring is full. No sender ever waits on a receiver inside
+//!   these calls: a full ring is the caller's decision (its slow-consumer policy).
+//!
+//! Hot-path calls return small `Copy` errors ([`PostError`]); set-up returns [`FabricError`], which names the
+//! path, device or field that failed.
+//!
+//! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`); everything above is safe Rust.
 
+pub mod shm;
+
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
+pub use mdfan_wire as wire;
+use mdfan_wire::BookUpdate;
+
+/// One reaped completion: the immediate a WRITE-with-immediate delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The 32-bit immediate: the low 32 bits of the record's seq (`wire::ring::imm_from_seq`).
+    pub imm_data: u32,
+}
+
+/// Why the sender closed a ring, as the receiver sees it. Stored as a `u32` in shared memory.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The stream ended normally (an end-of-stream record was sent first).
+    EndOfStream = 1,
+    /// The receiver fell a whole ring behind and was dropped (slow-consumer policy `disconnect`).
+    RingFull = 2,
+    /// The publisher shut down (SIGINT/SIGTERM).
+    Shutdown = 3,
+    /// The publisher dropped this receiver for a fabric error.
+    FabricError = 4,
+}
+
+impl CloseReason {
+    /// Decodes the stored word; `None` for 0 (not closed) or an unknown value.
+    pub fn from_u32(v: u32) -> Option<CloseReason> {
+        Some(match v {
+            1 => CloseReason::EndOfStream,
+            2 => CloseReason::RingFull,
+            3 => CloseReason::Shutdown,
+            4 => CloseReason::FabricError,
+            _ => return None,
+        })
+    }
+
+    /// Lower-case name for logs and summaries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::EndOfStream => "end_of_stream",
+            CloseReason::RingFull => "ring_full",
+            CloseReason::Shutdown => "publisher_shutdown",
+            CloseReason::FabricError => "fabric_error",
+        }
+    }
+}
+
+/// What the receiver knows about its sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// No sender has attached yet.
+    Waiting,
+    /// A sender is attached and may write.
+    Attached,
+    /// The sender closed the ring, with its reason.
+    Closed(CloseReason),
+}
+
+/// Hot-path failure of a post. `Copy`, never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The slot index is outside the ring (a caller bug; nothing was written).
+    #[error("slot index {slot} is outside a ring of {slot_count} slots")]
+    SlotOutOfRange { slot: u32, slot_count: u32 },
+    /// The send queue is full: the caller must poll completions before posting more (verbs).
+    #[error("send queue full")]
+    SendQueueFull,
+    /// The transport reported an error; the ring is unusable (e.g. the QP moved to ERR).
+    #[error("fabric error {code}")]
+    Transport { code: i32 },
+}
+
+/// Set-up / control-path failure. Each variant names what failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricError {
+    /// An OS call on a named path failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The ring memory or grant is not what the protocol allows.
+    #[error("ring {path}: {detail}")]
+    BadRing { path: String, detail: String },
+    /// A grant names a fabric this build or this endpoint does not serve.
+    #[error("fabric {0} is not supported here")]
+    Unsupported(String),
+    /// An RDMA verbs call failed (verbs provider).
+    #[error("{call} failed on {object}: {source}")]
+    Verbs {
+        call: &'static str,
+        object: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No usable RDMA device.
+    #[error("no RDMA device: {0}")]
+    NoDevice(String),
+}
+
+/// The receiver's side of a ring: owned by the subscriber, busy-polled by one thread.
+pub trait LocalRing {
+    /// Slots in the ring (a power of two).
+    fn slot_count(&self) -> u32;
+    /// Reaps at most one completion, without blocking. `None`: nothing new.
+    fn poll_cq(&mut self) -> Option<Completion>;
+    /// The record in slot `index` (`< slot_count`), borrowed in place. Read it only after the completion that
+    /// named it was reaped, and only until its seq is released.
+    fn slot(&self, index: u32) -> &BookUpdate;
+    /// Publishes that every seq up to and including `consumed_seq` has been read: those slots may be reused.
+    fn release(&mut self, consumed_seq: u64);
+    /// What the sender last said about the ring.
+    fn peer_state(&self) -> PeerState;
+}
+
+/// The sender's side of a ring: owned by the publisher's session for one subscriber.
+pub trait RemoteRing {
+    /// Slots in the remote ring (a power of two).
+    fn slot_count(&self) -> u32;
+    /// The highest seq the receiver has released (0 before any). May lag the receiver slightly.
+    fn consumed_seq(&mut self) -> u64;
+    /// Writes `record` into remote slot `slot` and delivers `imm_data` to the receiver's CQ. The caller has
+    /// checked ring space. May be batched until [`RemoteRing::flush`] (one doorbell for several writes).
+    ///
+    /// # Errors
+    /// [`PostError`]; nothing was delivered when it is returned.
+    fn write_with_imm(&mut self, slot: u32, record: &BookUpdate, imm_data: u32) -> Result<(), PostError>;
+    /// Makes every write so far visible to the receiver (rings the doorbell). A no-op on shared memory.
+    ///
+    /// # Errors
+    /// [`PostError::Transport`] when the transport failed.
+    fn flush(&mut self) -> Result<(), PostError>;
+    /// Tells the receiver the ring is closed, and why. Writes after this are not delivered.
+    fn close(&mut self, reason: CloseReason);
+}

@@ -1,0 +1,412 @@
+//! The shared-memory provider: WRITE-with-immediate semantics between processes on one host.
+//!
+//! The subscriber creates one file (under `/dev/shm` by default) per ring and grants the publisher its path;
+//! the publisher maps it read-write. A "write with immediate" is a 64-byte copy into the slot followed by a
+//! release store of a CQ entry; the receiver's acquire load of that CQ entry is what makes the slot visible,
+//! the same contract as an RDMA completion.
+//!
+//! # Segment layout (little-endian, offsets in bytes)
+//!
+//! | offset            | size                  | what                            | written by   |
+//! |------------------:|----------------------:|---------------------------------|--------------|
+//! | 0                 | 64                    | [`RingHeader`]                  | subscriber, once |
+//! | 128               | 8 (line of 128)       | consumed seq (`AtomicU64`)      | subscriber   |
+//! | 256               | 8 (line of 128)       | producer state word (`AtomicU64`: low 32 state, high 32 [`CloseReason`]) | publisher |
+//! | 4096              | `cq_entries * 8`      | CQ entries (`AtomicU64` each)   | publisher    |
+//! | [`slots_offset`]  | `slot_count * 64`     | slots ([`BookUpdate`])          | publisher    |
+//!
+//! Each moving word has a 128-byte line of its own (two 64-byte lines: the adjacent-line prefetcher on x86-64
+//! pulls pairs), so the subscriber's consumed seq never shares a line with what the publisher writes.
+//!
+//! # CQ entries
+//!
+//! Entry `p mod cq_entries` for the `p`-th write (from 0) holds `(lap << 32) | imm_data` with
+//! `lap = p / cq_entries + 1`, so a zeroed entry is never valid and the reader tells a fresh entry from last
+//! lap's by the lap alone: there is no shared head/tail pair to bounce between cores. The writer never laps the
+//! reader, because it writes only while the ring has space and each write is one entry: at most `slot_count`
+//! (= `cq_entries`) completions are ever unreaped.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use memmap2::{MmapMut, MmapOptions};
+use mdfan_wire::control::RingGrant;
+use mdfan_wire::ring::{check_slot_count, RingHeader, RECORD_SIZE_BYTES};
+use mdfan_wire::BookUpdate;
+
+use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, RemoteRing};
+
+/// Where rings are created unless told otherwise.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+/// Every ring file's name starts with this; the publisher maps nothing else.
+pub const FILE_PREFIX: &str = "mdfan-ring-";
+
+const CONSUMER_OFFSET: usize = 128;
+const PRODUCER_OFFSET: usize = 256;
+const CQ_OFFSET: usize = 4096;
+const PAGE_BYTES: usize = 4096;
+
+const STATE_WAITING: u32 = 0;
+const STATE_ATTACHED: u32 = 1;
+const STATE_CLOSED: u32 = 2;
+
+/// Byte offset of slot 0 in a segment whose CQ has `cq_entries` entries.
+pub const fn slots_offset(cq_entries: u32) -> usize {
+    CQ_OFFSET + (cq_entries as usize * 8).div_ceil(PAGE_BYTES) * PAGE_BYTES
+}
+
+/// Total segment size in bytes for `slot_count` slots (and as many CQ entries).
+pub const fn segment_bytes(slot_count: u32) -> usize {
+    slots_offset(slot_count) + slot_count as usize * RECORD_SIZE_BYTES
+}
+
+/// A mapped ring segment, with typed views of its moving words.
+struct Segment {
+    map: MmapMut,
+    path: PathBuf,
+    slot_count: u32,
+}
+
+impl Segment {
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= self.map.len());
+        // SAFETY: the map is page-aligned and `offset` a multiple of 8 inside it (checked against the segment
+        // size when the segment was created or attached), so the pointer is valid and aligned for AtomicU64,
+        // which has u64's layout. The words at these offsets are only ever accessed atomically, by every
+        // process that maps the file, and the reference lives no longer than `self.map`.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    fn consumed(&self) -> &AtomicU64 {
+        self.word(CONSUMER_OFFSET)
+    }
+
+    fn producer(&self) -> &AtomicU64 {
+        self.word(PRODUCER_OFFSET)
+    }
+
+    fn cq_entry(&self, index: u32) -> &AtomicU64 {
+        self.word(CQ_OFFSET + (index & (self.slot_count - 1)) as usize * 8)
+    }
+
+    fn slot_ptr(&self, index: u32) -> *const BookUpdate {
+        let offset = slots_offset(self.slot_count) + (index & (self.slot_count - 1)) as usize * RECORD_SIZE_BYTES;
+        // SAFETY: `offset` is inside the map (index masked to the slot count, size checked at set-up).
+        unsafe { self.map.as_ptr().add(offset) as *const BookUpdate }
+    }
+
+    fn slot_ptr_mut(&mut self, index: u32) -> *mut BookUpdate {
+        let offset = slots_offset(self.slot_count) + (index & (self.slot_count - 1)) as usize * RECORD_SIZE_BYTES;
+        // SAFETY: as in `slot_ptr`.
+        unsafe { self.map.as_mut_ptr().add(offset) as *mut BookUpdate }
+    }
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> FabricError + 'a {
+    move |source| FabricError::Io { op, path: path.display().to_string(), source }
+}
+
+/// The subscriber's ring in shared memory (the receiver side).
+pub struct ShmLocalRing {
+    seg: Segment,
+    /// CQ entries reaped so far.
+    cq_pos: u64,
+    cq_shift: u32,
+    linked: bool,
+}
+
+static RING_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl ShmLocalRing {
+    /// Creates a ring of `slot_count` slots in a new file under `dir`, and the grant to send the publisher.
+    ///
+    /// The file is created with mode 0600 and a unique name (`mdfan-ring-<pid>-<n>`); call
+    /// [`ShmLocalRing::unlink`] once the publisher has mapped it (after its accept), so nothing is left behind if
+    /// either side dies. Memory: [`segment_bytes`] (`slot_count * 72` bytes plus two pages).
+    ///
+    /// # Errors
+    /// [`FabricError::BadRing`] for a slot count that is not a power of two in range; [`FabricError::Io`] when
+    /// the file cannot be created, sized or mapped.
+    pub fn create(dir: &Path, slot_count: u32) -> Result<(ShmLocalRing, RingGrant), FabricError> {
+        let path = dir.join(format!(
+            "{FILE_PREFIX}{}-{}",
+            std::process::id(),
+            RING_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let header = RingHeader::new(slot_count, 1)
+            .map_err(|e| FabricError::BadRing { path: path.display().to_string(), detail: e.to_string() })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("create", &path))?;
+        let len = segment_bytes(slot_count);
+        let mapped = file.set_len(len as u64).map_err(io_err("size", &path)).and_then(|()| {
+            // SAFETY: the file was just created by us with O_EXCL and has exactly `len` bytes; its contents
+            // change under the map only through the atomics and slots of the documented layout.
+            unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err("mmap", &path))
+        });
+        let mut map = match mapped {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        map[..64].copy_from_slice(bytemuck::bytes_of(&header));
+        let grant = RingGrant::Shm { path: path.display().to_string(), slot_count };
+        let ring = ShmLocalRing {
+            seg: Segment { map, path, slot_count },
+            cq_pos: 0,
+            cq_shift: slot_count.trailing_zeros(),
+            linked: true,
+        };
+        Ok((ring, grant))
+    }
+
+    /// Removes the ring's file name; both mappings stay valid. Idempotent.
+    pub fn unlink(&mut self) {
+        if self.linked {
+            self.linked = false;
+            let _ = std::fs::remove_file(&self.seg.path);
+        }
+    }
+
+    /// The ring file's path.
+    pub fn path(&self) -> &Path {
+        &self.seg.path
+    }
+}
+
+impl Drop for ShmLocalRing {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+impl LocalRing for ShmLocalRing {
+    fn slot_count(&self) -> u32 {
+        self.seg.slot_count
+    }
+
+    #[inline]
+    fn poll_cq(&mut self) -> Option<Completion> {
+        let index = self.cq_pos as u32; // masked in cq_entry
+        let lap = ((self.cq_pos >> self.cq_shift) as u32).wrapping_add(1);
+        // SYNC POINT: Acquire pairs with the Release store in `ShmRemoteRing::write_with_imm`; once the entry of
+        // this lap is seen, the 64 bytes the writer copied into the slot before that store are visible too.
+        let entry = self.seg.cq_entry(index).load(Ordering::Acquire);
+        if (entry >> 32) as u32 == lap {
+            self.cq_pos += 1;
+            Some(Completion { imm_data: entry as u32 })
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    fn slot(&self, index: u32) -> &BookUpdate {
+        // SAFETY: the pointer is in bounds and 64-byte aligned (page-aligned map, 64-byte slots). The writer
+        // does not touch this slot again until the seq in it is released (it checks `consumed_seq` first), and
+        // the borrow of `self` ends before the caller can release.
+        unsafe { &*self.seg.slot_ptr(index) }
+    }
+
+    #[inline]
+    fn release(&mut self, consumed_seq: u64) {
+        // SYNC POINT: Release pairs with the Acquire load in `ShmRemoteRing::consumed_seq`: every read of the
+        // released slots happens before the writer may reuse them.
+        self.seg.consumed().store(consumed_seq, Ordering::Release);
+    }
+
+    fn peer_state(&self) -> PeerState {
+        // Acquire pairs with the Release store in `attach`/`close`.
+        let word = self.seg.producer().load(Ordering::Acquire);
+        match word as u32 {
+            STATE_WAITING => PeerState::Waiting,
+            STATE_ATTACHED => PeerState::Attached,
+            _ => PeerState::Closed(CloseReason::from_u32((word >> 32) as u32).unwrap_or(CloseReason::FabricError)),
+        }
+    }
+}
+
+/// The publisher's handle on one subscriber's shared-memory ring (the sender side).
+pub struct ShmRemoteRing {
+    seg: Segment,
+    /// CQ entries written so far.
+    cq_pos: u64,
+    cq_shift: u32,
+    closed: bool,
+}
+
+impl ShmRemoteRing {
+    /// Maps the ring a subscriber granted. Only files named `mdfan-ring-*` directly under `allowed_dir` are
+    /// accepted, and only when their header and size match the grant.
+    ///
+    /// # Errors
+    /// [`FabricError::Unsupported`] for a non-shm grant, [`FabricError::BadRing`] naming the field that does
+    /// not match, [`FabricError::Io`] when the file cannot be opened or mapped.
+    pub fn attach(grant: &RingGrant, allowed_dir: &Path) -> Result<ShmRemoteRing, FabricError> {
+        let RingGrant::Shm { path, slot_count } = grant else {
+            return Err(FabricError::Unsupported("verbs grant on the shm fabric".into()));
+        };
+        let bad = |detail: String| FabricError::BadRing { path: path.clone(), detail };
+        let path_buf = PathBuf::from(path);
+        let name_ok = path_buf.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(FILE_PREFIX));
+        if path_buf.parent() != Some(allowed_dir) || !name_ok {
+            return Err(bad(format!("path must be {}/{FILE_PREFIX}*", allowed_dir.display())));
+        }
+        let slot_count = check_slot_count(*slot_count as u64).map_err(|e| bad(e.to_string()))?;
+        let file: File =
+            OpenOptions::new().read(true).write(true).open(&path_buf).map_err(io_err("open", &path_buf))?;
+        let meta = file.metadata().map_err(io_err("stat", &path_buf))?;
+        if !meta.file_type().is_file() || meta.file_type().is_fifo() {
+            return Err(bad("not a regular file".into()));
+        }
+        let len = segment_bytes(slot_count);
+        if meta.len() != len as u64 {
+            return Err(bad(format!("size {} bytes, expected {len} for {slot_count} slots", meta.len())));
+        }
+        // SAFETY: the file has the exact size of the layout; its contents change under the map only through
+        // the atomics and slots of the documented layout (the owner is the subscriber process).
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err("mmap", &path_buf))?;
+        let header: RingHeader = bytemuck::pod_read_unaligned(&map[..64]);
+        header.validate().map_err(|e| bad(format!("header: {e}")))?;
+        if header.slot_count != slot_count {
+            return Err(bad(format!("header slot_count {} differs from the grant's {slot_count}", header.slot_count)));
+        }
+        let ring = ShmRemoteRing {
+            seg: Segment { map, path: path_buf, slot_count },
+            cq_pos: 0,
+            cq_shift: slot_count.trailing_zeros(),
+            closed: false,
+        };
+        // Release: the subscriber that sees ATTACHED also sees nothing else yet (no writes happened).
+        ring.seg.producer().store(STATE_ATTACHED as u64, Ordering::Release);
+        Ok(ring)
+    }
+}
+
+impl RemoteRing for ShmRemoteRing {
+    fn slot_count(&self) -> u32 {
+        self.seg.slot_count
+    }
+
+    #[inline]
+    fn consumed_seq(&mut self) -> u64 {
+        // SYNC POINT: Acquire pairs with the subscriber's Release in `ShmLocalRing::release`: its reads of the
+        // slots up to this seq are finished before we overwrite them.
+        self.seg.consumed().load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn write_with_imm(&mut self, slot: u32, record: &BookUpdate, imm_data: u32) -> Result<(), PostError> {
+        if slot >= self.seg.slot_count || self.closed {
+            return Err(PostError::SlotOutOfRange { slot, slot_count: self.seg.slot_count });
+        }
+        let dst = self.seg.slot_ptr_mut(slot);
+        // SAFETY: `dst` is in bounds and 64-byte aligned; the subscriber reads this slot only after reaping the
+        // CQ entry stored below, and the caller checked (through `consumed_seq`) that it released the slot's
+        // previous record. Volatile: the bytes are observed by another process.
+        unsafe { std::ptr::write_volatile(dst, *record) };
+        let lap = ((self.cq_pos >> self.cq_shift) as u32).wrapping_add(1);
+        // SYNC POINT: Release publishes the slot bytes written above to the reader's Acquire in `poll_cq`.
+        // Relaxed would let the entry become visible before the record.
+        self.seg.cq_entry(self.cq_pos as u32).store(((lap as u64) << 32) | imm_data as u64, Ordering::Release);
+        self.cq_pos += 1;
+        Ok(())
+    }
+
+    #[inline]
+    fn flush(&mut self) -> Result<(), PostError> {
+        Ok(())
+    }
+
+    fn close(&mut self, reason: CloseReason) {
+        self.closed = true;
+        // Release: everything written before the close is visible to a reader that sees it.
+        self.seg.producer().store(STATE_CLOSED as u64 | ((reason as u64) << 32), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::ring::{imm_from_seq, seq_from_imm, slot_index};
+    use mdfan_wire::Kind;
+
+    fn rec(seq: u64) -> BookUpdate {
+        BookUpdate { seq, order_id: seq * 10, ..BookUpdate::control(Kind::Add) }
+    }
+
+    fn pair(slots: u32) -> (ShmLocalRing, ShmRemoteRing) {
+        let dir = Path::new(DEFAULT_DIR);
+        let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
+        let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+        (local, remote)
+    }
+
+    #[test]
+    fn a_write_is_seen_only_through_its_completion_and_wraps_the_ring() {
+        let (mut local, mut remote) = pair(64);
+        assert_eq!(local.peer_state(), PeerState::Attached);
+        assert_eq!(local.poll_cq(), None);
+        let mut expected = 1u64;
+        // three laps of the ring and the CQ
+        for seq in 1..=200u64 {
+            assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 64));
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+            let c = local.poll_cq().expect("one completion per write");
+            let got = seq_from_imm(c.imm_data, expected);
+            assert_eq!(got, seq);
+            assert_eq!(*local.slot(slot_index(got, 64)), rec(seq));
+            assert_eq!(local.poll_cq(), None);
+            local.release(got);
+            expected += 1;
+        }
+        remote.close(CloseReason::EndOfStream);
+        assert_eq!(local.peer_state(), PeerState::Closed(CloseReason::EndOfStream));
+    }
+
+    #[test]
+    fn the_writer_sees_a_full_ring_through_the_consumed_seq() {
+        let (mut local, mut remote) = pair(64);
+        for seq in 1..=64u64 {
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+        }
+        assert!(!mdfan_wire::ring::has_space(65, remote.consumed_seq(), 64));
+        for _ in 0..10 {
+            local.poll_cq().unwrap();
+        }
+        local.release(10);
+        assert_eq!(remote.consumed_seq(), 10);
+        assert!(mdfan_wire::ring::has_space(74, remote.consumed_seq(), 64));
+        assert!(!mdfan_wire::ring::has_space(75, remote.consumed_seq(), 64));
+    }
+
+    #[test]
+    fn attach_refuses_paths_outside_the_dir_wrong_sizes_and_bad_headers() {
+        let dir = Path::new(DEFAULT_DIR);
+        let outside = RingGrant::Shm { path: "/etc/passwd".into(), slot_count: 64 };
+        let e = ShmRemoteRing::attach(&outside, dir).err().unwrap().to_string();
+        assert!(e.contains("/etc/passwd") && e.contains("path must be"), "{e}");
+        let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
+        let RingGrant::Shm { path, .. } = &grant else { unreachable!() };
+        let wrong = RingGrant::Shm { path: path.clone(), slot_count: 128 };
+        let e = ShmRemoteRing::attach(&wrong, dir).err().unwrap().to_string();
+        assert!(e.contains("size"), "{e}");
+        // a file of the right size with a zeroed header
+        let fake = dir.join(format!("{FILE_PREFIX}test-{}", std::process::id()));
+        std::fs::write(&fake, vec![0u8; segment_bytes(64)]).unwrap();
+        let g = RingGrant::Shm { path: fake.display().to_string(), slot_count: 64 };
+        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        std::fs::remove_file(&fake).unwrap();
+        assert!(e.contains("magic"), "{e}");
+        drop(local);
+        assert!(!Path::new(path).exists(), "dropping the local ring unlinks its file");
+    }
+}
