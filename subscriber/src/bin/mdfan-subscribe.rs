@@ -1,1 +1,202 @@
-fn main(){}
+//! `mdfan-subscribe --connect HOST:PORT`: subscribe, rebuild the books, print summaries and latency.
+//!
+//! Exit status: 0 after end of stream; 1 when the subscription cannot be set up (one line on stderr naming
+//! the endpoint); 3 when the publisher dropped this subscriber; 4 when the publisher went away without ending
+//! the stream; 130 on SIGINT/SIGTERM.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use mdfan_fabric::CloseReason;
+use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
+use mdfan_subscriber::{Event, Subscriber, SubscriberConfig};
+use mdfan_wire::record::format_price_e9;
+use mdfan_wire::{Books, Kind};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Idle {
+    /// Busy-poll with a PAUSE per empty poll (lowest latency; burns the core).
+    Spin,
+    /// Yield the core after an empty poll (for shared cores, e.g. tests).
+    Yield,
+}
+
+/// Subscribe to an mdfan publisher, rebuild its order books, print summaries and latency percentiles.
+#[derive(Parser)]
+#[command(name = "mdfan-subscribe", version)]
+struct Args {
+    /// Publisher control endpoint.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    connect: String,
+    /// Name shown by the publisher.
+    #[arg(long, default_value = "mdfan-subscribe")]
+    name: String,
+    /// Ring size in slots (power of two; 64 B each).
+    #[arg(long, default_value_t = 131_072)]
+    ring_slots: u32,
+    /// Folder for the ring file (the publisher's fabric.shm_dir).
+    #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
+    shm_dir: std::path::PathBuf,
+    /// Only these instrument_ids (repeatable); default all.
+    #[arg(long = "instrument")]
+    instruments: Vec<u32>,
+    /// Print the BBO each time it changes (after records with F_LAST).
+    #[arg(long)]
+    bbo: bool,
+    /// Also print the summary after this many records (repeatable).
+    #[arg(long = "checkpoint")]
+    checkpoints: Vec<u64>,
+    /// Levels per side printed at the end.
+    #[arg(long, default_value_t = 10)]
+    levels: usize,
+    /// Pin the polling thread to this core.
+    #[arg(long)]
+    core: Option<usize>,
+    /// What to do when the CQ is empty.
+    #[arg(long, value_enum, default_value_t = Idle::Spin)]
+    idle: Idle,
+}
+
+fn main() {
+    let args = Args::parse();
+    let code = match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mdfan-subscribe: error: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).expect("signal handlers install");
+    }
+    if let Some(core) = args.core {
+        if let Err(e) = mdfan_tuning::pin_current_thread(core) {
+            eprintln!("mdfan-subscribe: warning: {e}");
+        }
+    }
+    let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
+    cfg.ring_slots = args.ring_slots;
+    cfg.shm_dir = args.shm_dir.clone();
+    cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
+    let mut sub = Subscriber::connect(&cfg)?.with_latency();
+    println!("subscribed endpoint={} session={} ring_slots={}", sub.endpoint(), sub.session_id(), cfg.ring_slots);
+
+    let mut books = Books::new();
+    let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
+    let mut book_records = 0u64;
+    let mut book_errors = 0u64;
+    let mut last_bbo = None;
+    let mut end: Option<&'static str> = None;
+    let mut closed: Option<CloseReason> = None;
+    let clock = quanta::Clock::new();
+    let mut last_check = clock.now();
+    let mut out = Vec::<String>::new();
+    let mut control_gone = false;
+    while end.is_none() {
+        let n = sub.poll(256, |event| match event {
+            Event::Record(r) => match r.kind() {
+                Some(Kind::EndOfStream) => end = Some("end_of_stream"),
+                Some(Kind::Heartbeat | Kind::SnapshotBegin | Kind::SnapshotEnd) => {}
+                _ => {
+                    book_records += 1;
+                    if let Err(e) = books.apply(r) {
+                        book_errors += 1;
+                        if book_errors <= 10 {
+                            out.push(format!("book_error seq={} {e}", r.seq));
+                        }
+                    }
+                    if checkpoints.contains(&book_records) {
+                        for (id, book) in books.iter_sorted() {
+                            out.push(format!("checkpoint after={book_records} {}", summary_line(id, book, 0)));
+                        }
+                    }
+                    if args.bbo && r.is_last() {
+                        if let Some(book) = books.get(r.instrument_id) {
+                            let bbo = book.bbo();
+                            if last_bbo != Some((r.instrument_id, bbo)) {
+                                last_bbo = Some((r.instrument_id, bbo));
+                                let fmt = |l: Option<mdfan_wire::Level>| {
+                                    l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
+                                };
+                                out.push(format!(
+                                    "bbo instrument={} seq={} {}/{}",
+                                    r.instrument_id,
+                                    r.seq,
+                                    fmt(bbo.0),
+                                    fmt(bbo.1)
+                                ));
+                            }
+                        }
+                    }
+                }
+            },
+            Event::Gap { expected, got } => out.push(format!("gap expected_seq={expected} got_seq={got}")),
+            Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
+            Event::Closed(reason) => closed = Some(reason),
+        });
+        if !out.is_empty() {
+            for line in out.drain(..) {
+                println!("{line}");
+            }
+        }
+        if let Some(reason) = closed {
+            if end.is_none() {
+                end = Some(reason.as_str());
+            }
+        }
+        if n == 0 {
+            if control_gone {
+                // The control connection closed before this (empty) poll: everything the publisher wrote
+                // before it went is visible by now, and nothing more will come.
+                end = Some("publisher_gone");
+            }
+            match args.idle {
+                Idle::Spin => std::hint::spin_loop(),
+                Idle::Yield => std::thread::yield_now(),
+            }
+            let now = clock.now();
+            if now - last_check > Duration::from_millis(10) {
+                last_check = now;
+                if stop.load(Ordering::Relaxed) {
+                    end = Some("interrupted");
+                } else if !sub.check_control() {
+                    control_gone = true;
+                }
+            }
+        }
+    }
+
+    let stats = sub.stats();
+    for (id, book) in books.iter_sorted() {
+        println!("{}", summary_line(id, book, stats.gaps));
+        for line in level_lines(id, book, args.levels) {
+            println!("{line}");
+        }
+    }
+    println!(
+        "stream records={} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} end={}",
+        stats.records,
+        stats.gaps,
+        stats.missed,
+        stats.corrupt,
+        stats.next_seq,
+        end.unwrap_or("unknown")
+    );
+    if let Some(l) = sub.latency() {
+        println!("{}", latency_line(l));
+    }
+    Ok(match end {
+        Some("end_of_stream") => 0,
+        Some("interrupted") => 130,
+        Some("publisher_gone") => 4,
+        _ => 3,
+    })
+}

@@ -1,0 +1,313 @@
+//! The publisher's TOML config: typed, validated once at start, every key with its unit and default.
+//!
+//! ```toml
+//! [publisher]
+//! listen = "127.0.0.1:7700"    # control endpoint (TCP). Default 127.0.0.1:7700.
+//! hot_core = 1                 # core the hot loop is pinned to. Default: not pinned.
+//! control_core = 0             # core of the control thread. Default: not pinned.
+//! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
+//! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
+//! lock_memory = false          # mlockall at start. Default false.
+//!
+//! [feed]
+//! format = "dbn"               # only DBN MBO for now
+//! path = "data/....mbo.dbn.zst" # relative paths are taken from the config file's folder
+//! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
+//! max_gap_ms = 1000            # realtime pacing shortens idle gaps to this many ms. Default 1000.
+//!
+//! [fabric]
+//! provider = "shm"             # "shm" (same host); "verbs" with the verbs feature
+//! shm_dir = "/dev/shm"         # where subscribers' ring files must be. Default /dev/shm.
+//! ring_slots_min = 64          # smallest ring a subscriber may offer, in slots. Default 64.
+//! ring_slots_max = 16777216    # largest, in slots (64 B each). Default 2^24.
+//! ```
+//!
+//! Unknown keys are errors naming the key and its line.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// A config that could not be used: one line naming the file, the line and the key.
+#[derive(Debug, thiserror::Error)]
+#[error("config {path}: {detail}")]
+pub struct ConfigError {
+    /// The config file.
+    pub path: String,
+    /// What is wrong, and where.
+    pub detail: String,
+}
+
+/// The whole config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[publisher]`.
+    #[serde(default)]
+    pub publisher: PublisherSection,
+    /// `[feed]`.
+    pub feed: FeedSection,
+    /// `[fabric]`.
+    #[serde(default)]
+    pub fabric: FabricSection,
+}
+
+/// `[publisher]`: threads, endpoint, start condition.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PublisherSection {
+    /// Control endpoint, `host:port`. Port 0 picks a free port.
+    pub listen: String,
+    /// Core the hot loop is pinned to; `None`: not pinned.
+    pub hot_core: Option<usize>,
+    /// Core the control thread is pinned to; `None`: not pinned.
+    pub control_core: Option<usize>,
+    /// Subscribers to wait for before the replay starts.
+    pub wait_for_subscribers: usize,
+    /// Sessions the hot loop can hold at once (preallocated).
+    pub max_subscribers: usize,
+    /// `mlockall(MCL_CURRENT | MCL_FUTURE)` at start.
+    pub lock_memory: bool,
+}
+
+impl Default for PublisherSection {
+    fn default() -> Self {
+        PublisherSection {
+            listen: "127.0.0.1:7700".into(),
+            hot_core: None,
+            control_core: None,
+            wait_for_subscribers: 1,
+            max_subscribers: 64,
+            lock_memory: false,
+        }
+    }
+}
+
+/// Feed formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedFormat {
+    /// Databento DBN, MBO schema, plain or zstd.
+    Dbn,
+}
+
+/// How fast the replay goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    /// As fast as the hot loop can post.
+    Max,
+    /// At the capture's own pace (ts_recv deltas).
+    Realtime,
+    /// The capture's pace sped up by this factor (> 0).
+    Factor(f64),
+}
+
+impl<'de> Deserialize<'de> for Pace {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Pace, D::Error> {
+        struct PaceVisitor;
+        impl Visitor<'_> for PaceVisitor {
+            type Value = Pace;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"max\", \"realtime\" or a speed-up factor > 0")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Pace, E> {
+                match v {
+                    "max" => Ok(Pace::Max),
+                    "realtime" => Ok(Pace::Realtime),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Pace, E> {
+                if v.is_finite() && v > 0.0 {
+                    Ok(Pace::Factor(v))
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Float(v), &self))
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Pace, E> {
+                if v > 0 {
+                    Ok(Pace::Factor(v as f64))
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Signed(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(PaceVisitor)
+    }
+}
+
+/// `[feed]`: what to replay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedSection {
+    /// File format.
+    pub format: FeedFormat,
+    /// File path; relative paths are resolved against the config file's folder.
+    pub path: PathBuf,
+    /// Replay pace.
+    #[serde(default = "default_pace")]
+    pub pace: Pace,
+    /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
+    #[serde(default = "default_max_gap_ms")]
+    pub max_gap_ms: u64,
+}
+
+fn default_pace() -> Pace {
+    Pace::Max
+}
+fn default_max_gap_ms() -> u64 {
+    1000
+}
+
+/// Fabric providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// Shared memory on this host.
+    Shm,
+    /// RDMA verbs (RoCE / InfiniBand); needs the `verbs` feature.
+    Verbs,
+}
+
+/// `[fabric]`: how records reach subscribers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FabricSection {
+    /// The provider.
+    pub provider: Provider,
+    /// Folder that shm ring files must be in.
+    pub shm_dir: PathBuf,
+    /// Smallest ring a subscriber may offer, in slots (power of two).
+    pub ring_slots_min: u32,
+    /// Largest ring a subscriber may offer, in slots (power of two).
+    pub ring_slots_max: u32,
+}
+
+impl Default for FabricSection {
+    fn default() -> Self {
+        FabricSection {
+            provider: Provider::Shm,
+            shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
+            ring_slots_min: mdfan_wire::ring::MIN_SLOTS,
+            ring_slots_max: mdfan_wire::ring::MAX_SLOTS,
+        }
+    }
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+impl Config {
+    /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the line and key: TOML syntax, an unknown or mistyped key, a bad value.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let err = |detail: String| ConfigError { path: path.display().to_string(), detail };
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|s| format!("line {}: ", line_of(text, s.start))).unwrap_or_default();
+            err(format!("{at}{}", e.message().trim()))
+        })?;
+        if cfg.feed.path.is_relative() {
+            let base = path.parent().unwrap_or(Path::new("."));
+            cfg.feed.path = base.join(&cfg.feed.path);
+        }
+        let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
+        for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
+            mdfan_wire::ring::check_slot_count(v as u64).map_err(|e| err(format!("{key}: {e}")))?;
+        }
+        if lo > hi {
+            return Err(err(format!("fabric.ring_slots_min {lo} is above fabric.ring_slots_max {hi}")));
+        }
+        if cfg.publisher.max_subscribers == 0 {
+            return Err(err("publisher.max_subscribers must be at least 1".into()));
+        }
+        if cfg.publisher.wait_for_subscribers > cfg.publisher.max_subscribers {
+            return Err(err(format!(
+                "publisher.wait_for_subscribers {} is above publisher.max_subscribers {}",
+                cfg.publisher.wait_for_subscribers, cfg.publisher.max_subscribers
+            )));
+        }
+        if cfg.fabric.provider == Provider::Verbs && !cfg!(feature = "verbs") {
+            return Err(err("fabric.provider = \"verbs\" needs a build with `--features verbs`".into()));
+        }
+        Ok(cfg)
+    }
+
+    /// Reads and parses a config file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the file cannot be read, and as [`Config::parse`].
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError { path: path.display().to_string(), detail: format!("cannot read: {e}") })?;
+        Config::parse(&text, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[publisher]
+listen = "127.0.0.1:0"
+hot_core = 1
+wait_for_subscribers = 2
+
+[feed]
+format = "dbn"
+path = "feed.dbn.zst"
+pace = 10
+
+[fabric]
+provider = "shm"
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/mdfan/publisher.toml"))
+    }
+
+    #[test]
+    fn a_good_config_parses_with_defaults_and_a_resolved_path() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.publisher.hot_core, Some(1));
+        assert_eq!(c.publisher.wait_for_subscribers, 2);
+        assert_eq!(c.publisher.max_subscribers, 64);
+        assert_eq!(c.feed.pace, Pace::Factor(10.0));
+        assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
+        assert_eq!(c.feed.max_gap_ms, 1000);
+        assert_eq!(c.fabric.provider, Provider::Shm);
+        assert_eq!(c.fabric.ring_slots_max, 1 << 24);
+        let c = parse(&GOOD.replace("pace = 10", "pace = \"realtime\"")).unwrap();
+        assert_eq!(c.feed.pace, Pace::Realtime);
+    }
+
+    #[test]
+    fn a_mistyped_key_is_named_with_its_line() {
+        let e = parse(&GOOD.replace("pace = 10", "paec = 10")).unwrap_err().to_string();
+        assert!(e.starts_with("config /etc/mdfan/publisher.toml: line 10: unknown field `paec`"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = parse(&GOOD.replace("pace = 10", "pace = \"fast\"")).unwrap_err().to_string();
+        assert!(e.contains("line 10") && e.contains("\"max\", \"realtime\" or a speed-up factor"), "{e}");
+        let e = parse(&GOOD.replace("pace = 10", "pace = -2")).unwrap_err().to_string();
+        assert!(e.contains("line 10"), "{e}");
+        let e = parse(&GOOD.replace("\"dbn\"", "\"csv\"")).unwrap_err().to_string();
+        assert!(e.contains("line 8") && e.contains("unknown variant `csv`"), "{e}");
+        let e = parse(&GOOD.replace("provider = \"shm\"", "provider = \"shm\"\nring_slots_max = 1000"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fabric.ring_slots_max") && e.contains("1000"), "{e}");
+        let e = parse(&GOOD.replace("hot_core = 1", "hot_core = \"one\"")).unwrap_err().to_string();
+        assert!(e.contains("line 4"), "{e}");
+        let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
+        assert!(e.contains("missing field `path`"), "{e}");
+    }
+}
