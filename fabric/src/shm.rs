@@ -31,10 +31,10 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use memmap2::{MmapMut, MmapOptions};
 use mdfan_wire::control::RingGrant;
 use mdfan_wire::ring::{check_slot_count, RingHeader, RECORD_SIZE_BYTES};
 use mdfan_wire::BookUpdate;
+use memmap2::{MmapMut, MmapOptions};
 
 use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, RemoteRing};
 
@@ -71,7 +71,7 @@ struct Segment {
 
 impl Segment {
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= self.map.len());
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
         // SAFETY: the map is page-aligned and `offset` a multiple of 8 inside it (checked against the segment
         // size when the segment was created or attached), so the pointer is valid and aligned for AtomicU64,
         // which has u64's layout. The words at these offsets are only ever accessed atomically, by every
@@ -130,11 +130,8 @@ impl ShmLocalRing {
     /// [`FabricError::BadRing`] for a slot count that is not a power of two in range; [`FabricError::Io`] when
     /// the file cannot be created, sized or mapped.
     pub fn create(dir: &Path, slot_count: u32) -> Result<(ShmLocalRing, RingGrant), FabricError> {
-        let path = dir.join(format!(
-            "{FILE_PREFIX}{}-{}",
-            std::process::id(),
-            RING_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path =
+            dir.join(format!("{FILE_PREFIX}{}-{}", std::process::id(), RING_COUNTER.fetch_add(1, Ordering::Relaxed)));
         let header = RingHeader::new(slot_count, 1)
             .map_err(|e| FabricError::BadRing { path: path.display().to_string(), detail: e.to_string() })?;
         let file = OpenOptions::new()
@@ -355,18 +352,18 @@ mod tests {
         let (mut local, mut remote) = pair(64);
         assert_eq!(local.peer_state(), PeerState::Attached);
         assert_eq!(local.poll_cq(), None);
-        let mut expected = 1u64;
+        let mut last = 0u64;
         // three laps of the ring and the CQ
         for seq in 1..=200u64 {
             assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 64));
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
             let c = local.poll_cq().expect("one completion per write");
-            let got = seq_from_imm(c.imm_data, expected);
+            let got = seq_from_imm(c.imm_data, last + 1);
             assert_eq!(got, seq);
             assert_eq!(*local.slot(slot_index(got, 64)), rec(seq));
             assert_eq!(local.poll_cq(), None);
             local.release(got);
-            expected += 1;
+            last = got;
         }
         remote.close(CloseReason::EndOfStream);
         assert_eq!(local.peer_state(), PeerState::Closed(CloseReason::EndOfStream));

@@ -4,7 +4,7 @@
 //! shutdown flag, wait for the record's pacing time (busy spin), normalise the next DBN record into a
 //! [`BookUpdate`] on the stack, offer it to every session in turn (rotating the start so no subscriber is
 //! always first), flush, retire sessions that must go. Nothing here allocates, makes a syscall, locks or logs:
-//! sessions arrive boxed and leave boxed through the queues, counters are atomics the conductor reads.
+//! sessions move in and out by value through the queues into preallocated storage, counters are atomics the conductor reads.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::session::{Offer, Session};
 /// Conductor -> hot loop.
 pub enum Command {
     /// A new attached session.
-    Add(Box<Session>),
+    Add(Session),
     /// End a session (its control connection closed).
     Remove {
         /// Session id.
@@ -38,7 +38,7 @@ pub enum Event {
     /// A session left the hot loop; the conductor frees it.
     Retired {
         /// The session, closed.
-        session: Box<Session>,
+        session: Session,
         /// Why.
         reason: CloseReason,
     },
@@ -63,7 +63,7 @@ pub struct AgentReport {
     /// TSC ticks from the first record to the end-of-stream records.
     pub replay_ticks: u64,
     /// Sessions still attached at the end (closed with end of stream or shutdown).
-    pub sessions: Vec<Box<Session>>,
+    pub sessions: Vec<Session>,
     /// Why the replay ended.
     pub end: CloseReason,
 }
@@ -73,7 +73,7 @@ pub struct FanoutAgent {
     pub(crate) records: Arc<[DbnMboMsg]>,
     /// Per record, ns after the first at which it may be sent (`None`: pace `max`).
     pub(crate) schedule_ns: Option<Arc<[u64]>>,
-    pub(crate) sessions: Vec<Box<Session>>,
+    pub(crate) sessions: Vec<Session>,
     pub(crate) commands: rtrb::Consumer<Command>,
     pub(crate) events: rtrb::Producer<Event>,
     pub(crate) shutdown: Arc<AtomicBool>,
@@ -81,7 +81,7 @@ pub struct FanoutAgent {
     pub(crate) clock: quanta::Clock,
     pub(crate) counters: Arc<AgentCounters>,
     /// Sessions retired while the event queue was full; drained first on every cycle.
-    pub(crate) retire_backlog: Vec<(Box<Session>, CloseReason)>,
+    pub(crate) retire_backlog: Vec<(Session, CloseReason)>,
     pub(crate) rotate: usize,
 }
 
@@ -108,7 +108,7 @@ impl FanoutAgent {
         }
     }
 
-    fn retire(&mut self, session: Box<Session>, reason: CloseReason) {
+    fn retire(&mut self, session: Session, reason: CloseReason) {
         if let Err(rtrb::PushError::Full(Event::Retired { session, reason })) =
             self.events.push(Event::Retired { session, reason })
         {

@@ -375,7 +375,7 @@ impl Conductor<'_> {
             return;
         }
         self.next_id += 1;
-        let session = Box::new(Session::new(id, sub.name.clone(), ring, sub.instruments.clone()));
+        let session = Session::new(id, sub.name.clone(), ring, sub.instruments.clone());
         if self.cmd_tx.push(Command::Add(session)).is_err() {
             tracing::error!(%peer, "hot loop command queue full; subscriber dropped");
             return;

@@ -81,7 +81,8 @@ impl HugeBuffer {
         if let Ok(map) = MmapOptions::new().len(huge_len).huge(Some(21)).map_anon() {
             return Ok(HugeBuffer { map, huge: true });
         }
-        let map = MmapOptions::new().len(bytes.max(1)).map_anon().map_err(|source| TuningError::Map { bytes, source })?;
+        let map =
+            MmapOptions::new().len(bytes.max(1)).map_anon().map_err(|source| TuningError::Map { bytes, source })?;
         Ok(HugeBuffer { map, huge: false })
     }
 
@@ -120,15 +121,13 @@ impl TuningReport {
     /// Reads /proc/cmdline and /proc/meminfo; missing files leave fields empty.
     pub fn read() -> TuningReport {
         let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-        let arg = |key: &str| {
-            cmdline.split_whitespace().find_map(|w| w.strip_prefix(key).map(str::to_owned))
-        };
+        let arg = |key: &str| cmdline.split_whitespace().find_map(|w| w.strip_prefix(key).map(str::to_owned));
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let mem = |key: &str| {
             meminfo
                 .lines()
                 .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
                 .unwrap_or(0)
         };
         TuningReport {

@@ -163,7 +163,8 @@ struct EnvelopeOut<'a> {
 
 /// Encodes one message as a frame (length prefix + envelope).
 pub fn encode(msg: &ControlMsg) -> Vec<u8> {
-    let body = serde_json::to_vec(&EnvelopeOut { v: PROTOCOL_VERSION, msg }).expect("control messages always serialise");
+    let body =
+        serde_json::to_vec(&EnvelopeOut { v: PROTOCOL_VERSION, msg }).expect("control messages always serialise");
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(&body);
@@ -179,10 +180,9 @@ pub fn decode_body(body: &[u8]) -> Result<ControlMsg, ControlError> {
     let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| ControlError::Malformed(format!("not JSON: {e}")))?;
     let obj = value.as_object().ok_or_else(|| ControlError::Malformed("envelope is not an object".into()))?;
-    let v = obj
-        .get("v")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| ControlError::Malformed("envelope field `v` (protocol version) missing or not a number".into()))?;
+    let v = obj.get("v").and_then(|v| v.as_u64()).ok_or_else(|| {
+        ControlError::Malformed("envelope field `v` (protocol version) missing or not a number".into())
+    })?;
     if v != PROTOCOL_VERSION as u64 {
         return Err(ControlError::Version { got: v });
     }

@@ -29,22 +29,78 @@ pub struct Checkpoint {
 }
 
 pub const CHECKPOINTS: [Checkpoint; 5] = [
-    Checkpoint { after_record: 8_725, venue_seq: 691, orders: 8_725, levels_bid: 892, levels_ask: 559, best_bid: (px(479_900), 16, 4), best_ask: (px(479_950), 23, 4) },
-    Checkpoint { after_record: 20_000, venue_seq: 16_270, orders: 9_796, levels_bid: 917, levels_ask: 567, best_bid: (px(480_675), 11, 6), best_ask: (px(480_700), 7, 6) },
-    Checkpoint { after_record: 40_000, venue_seq: 34_356, orders: 10_629, levels_bid: 923, levels_ask: 563, best_bid: (px(480_950), 10, 7), best_ask: (px(480_975), 104, 9) },
-    Checkpoint { after_record: 60_000, venue_seq: 51_721, orders: 11_203, levels_bid: 920, levels_ask: 568, best_bid: (px(480_975), 25, 21), best_ask: (px(481_000), 36, 17) },
-    Checkpoint { after_record: 68_792, venue_seq: 59_585, orders: 11_217, levels_bid: 922, levels_ask: 565, best_bid: (px(481_000), 22, 22), best_ask: (px(481_025), 28, 18) },
+    Checkpoint {
+        after_record: 8_725,
+        venue_seq: 691,
+        orders: 8_725,
+        levels_bid: 892,
+        levels_ask: 559,
+        best_bid: (px(479_900), 16, 4),
+        best_ask: (px(479_950), 23, 4),
+    },
+    Checkpoint {
+        after_record: 20_000,
+        venue_seq: 16_270,
+        orders: 9_796,
+        levels_bid: 917,
+        levels_ask: 567,
+        best_bid: (px(480_675), 11, 6),
+        best_ask: (px(480_700), 7, 6),
+    },
+    Checkpoint {
+        after_record: 40_000,
+        venue_seq: 34_356,
+        orders: 10_629,
+        levels_bid: 923,
+        levels_ask: 563,
+        best_bid: (px(480_950), 10, 7),
+        best_ask: (px(480_975), 104, 9),
+    },
+    Checkpoint {
+        after_record: 60_000,
+        venue_seq: 51_721,
+        orders: 11_203,
+        levels_bid: 920,
+        levels_ask: 568,
+        best_bid: (px(480_975), 25, 21),
+        best_ask: (px(481_000), 36, 17),
+    },
+    Checkpoint {
+        after_record: 68_792,
+        venue_seq: 59_585,
+        orders: 11_217,
+        levels_bid: 922,
+        levels_ask: 565,
+        best_bid: (px(481_000), 22, 22),
+        best_ask: (px(481_025), 28, 18),
+    },
 ];
 
 /// Final top 10 bids, (price_e9, size, orders).
 pub const TOP_BIDS: [(i64, u64, u32); 10] = [
-    (px(481_000), 22, 22), (px(480_975), 47, 22), (px(480_950), 50, 23), (px(480_925), 60, 30), (px(480_900), 85, 33),
-    (px(480_875), 56, 26), (px(480_850), 57, 28), (px(480_825), 61, 28), (px(480_800), 91, 32), (px(480_775), 50, 23),
+    (px(481_000), 22, 22),
+    (px(480_975), 47, 22),
+    (px(480_950), 50, 23),
+    (px(480_925), 60, 30),
+    (px(480_900), 85, 33),
+    (px(480_875), 56, 26),
+    (px(480_850), 57, 28),
+    (px(480_825), 61, 28),
+    (px(480_800), 91, 32),
+    (px(480_775), 50, 23),
 ];
 /// Final top 10 asks, (price_e9, size, orders).
 pub const TOP_ASKS: [(i64, u64, u32); 10] = [
-    (px(481_025), 28, 18), (px(481_050), 40, 27), (px(481_075), 41, 24), (px(481_100), 60, 29), (px(481_125), 65, 36),
-    (px(481_150), 67, 37), (px(481_175), 69, 30), (px(481_200), 75, 28), (px(481_225), 47, 23), (px(481_250), 55, 24),
+    (px(481_025), 28, 18),
+    (px(481_050), 40, 27),
+    (px(481_075), 41, 24),
+    (px(481_100), 60, 29),
+    (px(481_125), 65, 36),
+    (px(481_150), 67, 37),
+    (px(481_175), 69, 30),
+    (px(481_200), 75, 28),
+    (px(481_225), 47, 23),
+    (px(481_250), 55, 24),
 ];
 pub const LAST_TS_RECV_NS: u64 = 1_703_548_799_446_821_072;
 pub const LAST_TS_EVENT_NS: u64 = 1_703_548_799_446_724_905;

@@ -95,7 +95,7 @@ fn a_truncated_file_is_refused_not_replayed_short() {
     let z = std::fs::read(esh4::snapshot_file()).unwrap();
     let p = tmp("truncated.dbn.zst", &z[..z.len() / 2]);
     let err = load_err(&p);
-    assert!(matches!(err, FeedError::Decode { .. }), "{err}");
+    assert!(matches!(err, FeedError::Read { .. }), "{err}");
 }
 
 #[test]

@@ -41,6 +41,9 @@ pub enum FeedError {
     /// A record could not be decoded (corrupt or truncated file). `record` is 1-based.
     #[error("feed {path}: record {record}: {detail}")]
     Decode { path: PathBuf, record: u64, detail: String },
+    /// The (zstd) stream could not be read to its end: truncated or corrupt compressed data.
+    #[error("feed {path}: stream unreadable after {bytes_read} decompressed bytes (truncated or corrupt): {detail}")]
+    Read { path: PathBuf, bytes_read: usize, detail: String },
     /// A record decoded but one of its fields is not valid for MBO. `record` is 1-based.
     #[error("feed {path}: record {record}: field {field}: {detail}")]
     Field { path: PathBuf, record: u64, field: &'static str, detail: String },
@@ -132,10 +135,10 @@ pub fn load_mbo_file(path: &Path) -> Result<MboFile, FeedError> {
     DynReader::from_file(path)
         .map_err(|e| open_err(e.to_string()))?
         .read_to_end(&mut raw)
-        .map_err(|e| FeedError::Decode { path: path.to_owned(), record: 0, detail: format!("reading: {e}") })?;
+        .map_err(|e| FeedError::Read { path: path.to_owned(), bytes_read: raw.len(), detail: e.to_string() })?;
     check_framing(path, &raw)?;
-    let mut decoder = DbnDecoder::with_upgrade_policy(&raw[..], VersionUpgradePolicy::AsIs)
-        .map_err(|e| open_err(e.to_string()))?;
+    let mut decoder =
+        DbnDecoder::with_upgrade_policy(&raw[..], VersionUpgradePolicy::AsIs).map_err(|e| open_err(e.to_string()))?;
     let metadata = decoder.metadata().clone();
     if metadata.schema != Some(Schema::Mbo) {
         return Err(FeedError::Schema {
@@ -194,10 +197,7 @@ fn check_framing(path: &Path, raw: &[u8]) -> Result<(), FeedError> {
             return Err(FeedError::Decode {
                 path: path.to_owned(),
                 record,
-                detail: format!(
-                    "truncated: record needs {len_bytes} bytes, {} left at end of file",
-                    raw.len() - pos
-                ),
+                detail: format!("truncated: record needs {len_bytes} bytes, {} left at end of file", raw.len() - pos),
             });
         }
         pos += len_bytes;

@@ -1,0 +1,106 @@
+//! `mdfan-publisher` on bad input: each case is one line on stderr naming the file, line, key or endpoint,
+//! a non-zero exit, and no panic.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/cme-glbx-mdp3-es-mbo-dbn").join(name)
+}
+
+fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mdfan-publisher-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn config(dir: &std::path::Path, name: &str, feed: &std::path::Path, extra: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        format!(
+            "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n{extra}\n",
+            feed.display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Runs the publisher and returns (exit code, stderr).
+fn run(config: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
+        .args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn assert_one_line_error(code: Option<i32>, stderr: &str, needles: &[&str]) {
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "`{n}` not in: {stderr}");
+    }
+}
+
+#[test]
+fn a_missing_feed_file_is_named() {
+    let dir = scratch();
+    let cfg = config(&dir, "missing.toml", &dir.join("nope.dbn.zst"), "");
+    let (code, err) = run(&cfg);
+    assert_one_line_error(code, &err, &["mdfan-publisher: error: feed", "nope.dbn.zst"]);
+}
+
+#[test]
+fn a_truncated_feed_file_is_named() {
+    let dir = scratch();
+    let z = std::fs::read(data("esh4-glbx-mdp3-20231224.mbo.dbn.zst")).unwrap();
+    let feed = dir.join("truncated.dbn.zst");
+    std::fs::write(&feed, &z[..z.len() * 2 / 3]).unwrap();
+    let (code, err) = run(&config(&dir, "truncated.toml", &feed, ""));
+    assert_one_line_error(code, &err, &["truncated.dbn.zst", "truncated or corrupt"]);
+}
+
+#[test]
+fn a_corrupt_feed_file_is_named() {
+    let dir = scratch();
+    let feed = dir.join("corrupt.dbn");
+    std::fs::write(&feed, b"DBN\x01\xff\xff\xff\x7fnot really").unwrap();
+    let (code, err) = run(&config(&dir, "corrupt.toml", &feed, ""));
+    assert_one_line_error(code, &err, &["corrupt.dbn"]);
+}
+
+#[test]
+fn a_config_typo_is_named_with_key_and_line() {
+    let dir = scratch();
+    let cfg = config(&dir, "typo.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "pase = \"max\"");
+    let (code, err) = run(&cfg);
+    assert_one_line_error(code, &err, &["typo.toml", "line 7", "unknown field `pase`"]);
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let (code, err) = run(std::path::Path::new("/nonexistent/mdfan.toml"));
+    assert_one_line_error(code, &err, &["/nonexistent/mdfan.toml", "cannot read"]);
+}
+
+#[test]
+fn an_endpoint_in_use_is_named() {
+    let dir = scratch();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let p = dir.join("busy.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[publisher]\nlisten = \"{addr}\"\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n",
+            data("esh4-glbx-mdp3-20231224.mbo.dbn.zst").display()
+        ),
+    )
+    .unwrap();
+    let (code, err) = run(&p);
+    assert_one_line_error(code, &err, &[&format!("control endpoint {addr}"), "cannot listen"]);
+}

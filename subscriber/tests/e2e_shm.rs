@@ -1,0 +1,112 @@
+//! End to end on shared memory: the publisher replays the bundled ESH4 capture to two `mdfan-subscribe`
+//! processes; each must receive every record in order with no gap and end with the reference book.
+
+mod common;
+#[path = "../../wire/tests/esh4.rs"]
+mod esh4;
+
+use common::*;
+use mdfan_fabric::CloseReason;
+use mdfan_wire::record::format_price_e9;
+
+fn expected_summary(cp: &esh4::Checkpoint) -> String {
+    format!(
+        "instrument={} records={} gaps=0 last_seq={} orders={} levels_bid={} levels_ask={} bbo={}x{}/{}x{}",
+        esh4::INSTRUMENT_ID,
+        cp.after_record,
+        cp.venue_seq,
+        cp.orders,
+        cp.levels_bid,
+        cp.levels_ask,
+        format_price_e9(cp.best_bid.0),
+        cp.best_bid.1,
+        format_price_e9(cp.best_ask.0),
+        cp.best_ask.1
+    )
+}
+
+fn expected_levels() -> Vec<String> {
+    let mut v = Vec::new();
+    for (side, levels) in [("bid", esh4::TOP_BIDS), ("ask", esh4::TOP_ASKS)] {
+        for (i, (px, size, orders)) in levels.iter().enumerate() {
+            v.push(format!(
+                "instrument={} side={side} level={} price={} size={size} orders={orders}",
+                esh4::INSTRUMENT_ID,
+                i + 1,
+                format_price_e9(*px)
+            ));
+        }
+    }
+    v
+}
+
+#[test]
+fn two_subscriber_processes_rebuild_the_reference_book_exactly() {
+    let publisher = start_publisher(&esh4::main_file(), 2, "pace = \"max\"");
+    let a = spawn_subscriber(publisher.addr, "e2e-a", &["--checkpoint", "8725", "--checkpoint", "40000"]);
+    let b = spawn_subscriber(publisher.addr, "e2e-b", &["--checkpoint", "8725", "--checkpoint", "40000"]);
+    let outs = [wait_with_watchdog(a), wait_with_watchdog(b)];
+    let report = publisher.handle.join().expect("publisher thread").expect("publisher run");
+
+    assert_eq!(report.records, esh4::RECORDS);
+    assert_eq!(report.end, CloseReason::EndOfStream);
+    assert_eq!(report.sessions.len(), 2);
+    for s in &report.sessions {
+        assert_eq!(s.sent, esh4::RECORDS + 1, "{}: every record plus end of stream", s.name);
+        assert_eq!(s.last_seq, esh4::RECORDS + 1);
+        assert_eq!(s.end, CloseReason::EndOfStream);
+    }
+
+    let final_cp = &esh4::CHECKPOINTS[4];
+    for out in &outs {
+        let lines = stdout_lines(out);
+        let text = lines.join("\n");
+        assert_eq!(out.status.code(), Some(0), "subscriber failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        // every record, in order, nothing missing: seq ran 1..=68,793 (end of stream included) with no jump
+        let stream = lines.iter().find(|l| l.starts_with("stream ")).expect("stream line");
+        assert_eq!(
+            stream,
+            &format!(
+                "stream records={} book_records={} gaps=0 missed=0 corrupt=0 book_errors=0 next_seq={} end=end_of_stream",
+                esh4::RECORDS + 1,
+                esh4::RECORDS,
+                esh4::RECORDS + 2
+            )
+        );
+        assert!(!text.contains("\ngap "), "no gap events:\n{text}");
+        // the final book
+        assert!(lines.contains(&expected_summary(final_cp)), "final summary missing:\n{text}");
+        let levels: Vec<String> = lines.iter().filter(|l| l.contains(" side=")).cloned().collect();
+        assert_eq!(levels, expected_levels());
+        // the checkpoints: end of snapshot and record 40,000
+        for cp in [&esh4::CHECKPOINTS[0], &esh4::CHECKPOINTS[2]] {
+            let want = format!("checkpoint after={} {}", cp.after_record, expected_summary(cp));
+            assert!(lines.contains(&want), "missing `{want}`:\n{text}");
+        }
+        let latency = lines.iter().find(|l| l.starts_with("latency ")).expect("latency line");
+        assert!(latency.starts_with(&format!("latency clock=tsc count={} p50_ns=", esh4::RECORDS + 1)), "{latency}");
+    }
+}
+
+#[test]
+fn a_filtered_subscriber_gets_only_its_instrument_with_contiguous_seqs() {
+    // One subscriber for ESH4, one for an instrument the file does not have: the second sees only the end of
+    // stream, as seq 1, and no gap.
+    let publisher = start_publisher(&esh4::snapshot_file(), 2, "");
+    let a = spawn_subscriber(publisher.addr, "es", &["--instrument", "17077"]);
+    let b = spawn_subscriber(publisher.addr, "other", &["--instrument", "42"]);
+    let (a, b) = (wait_with_watchdog(a), wait_with_watchdog(b));
+    let report = publisher.handle.join().unwrap().unwrap();
+    let a = stdout_lines(&a);
+    let b = stdout_lines(&b);
+    assert!(a.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725 levels_bid=892 levels_ask=559 bbo=4799.00x16/4799.50x23")), "{a:?}");
+    assert!(
+        b.contains(
+            &"stream records=1 book_records=0 gaps=0 missed=0 corrupt=0 book_errors=0 next_seq=2 end=end_of_stream"
+                .to_owned()
+        ),
+        "{b:?}"
+    );
+    let other = report.sessions.iter().find(|s| s.name == "other").unwrap();
+    assert_eq!((other.sent, other.filtered), (1, esh4::SNAPSHOT_RECORDS));
+}
