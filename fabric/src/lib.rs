@@ -44,6 +44,10 @@ pub enum CloseReason {
     Shutdown = 3,
     /// The publisher dropped this receiver for a fabric error.
     FabricError = 4,
+    /// The receiver released nothing for longer than the publisher's stall timeout while its ring was full.
+    Stalled = 5,
+    /// The receiver's control connection closed (it died or left).
+    PeerGone = 6,
 }
 
 impl CloseReason {
@@ -54,6 +58,8 @@ impl CloseReason {
             2 => CloseReason::RingFull,
             3 => CloseReason::Shutdown,
             4 => CloseReason::FabricError,
+            5 => CloseReason::Stalled,
+            6 => CloseReason::PeerGone,
             _ => return None,
         })
     }
@@ -65,6 +71,8 @@ impl CloseReason {
             CloseReason::RingFull => "ring_full",
             CloseReason::Shutdown => "publisher_shutdown",
             CloseReason::FabricError => "fabric_error",
+            CloseReason::Stalled => "stalled",
+            CloseReason::PeerGone => "peer_gone",
         }
     }
 }

@@ -1,19 +1,30 @@
 //! The fan-out agent: the hot loop, pinned to its core.
 //!
-//! One duty cycle: drain control commands (new sessions, removals) from the conductor's rtrb queue, check the
-//! shutdown flag, wait for the record's pacing time (busy spin), normalise the next DBN record into a
-//! [`BookUpdate`] on the stack, offer it to every session in turn (rotating the start so no subscriber is
-//! always first), flush, retire sessions that must go. Nothing here allocates, makes a syscall, locks or logs:
-//! sessions move in and out by value through the queues into preallocated storage, counters are atomics the conductor reads.
+//! One duty cycle: drain control commands from the conductor's rtrb queue (new sessions, removals, snapshots),
+//! check the shutdown flag, serve sessions that are sending a snapshot or catching up (a bounded number of
+//! records each), wait for the next record's pacing time (serving catch-ups and heartbeats meanwhile),
+//! normalise the record into a [`BookUpdate`] on the stack, offer it to every live session (rotating the
+//! start so no subscriber is always first) under that session's slow-consumer policy, flush, retire sessions
+//! that must go.
+//!
+//! Nothing here allocates, frees, makes a syscall, locks or logs: sessions and snapshot buffers move in and
+//! out by value through the rtrb queues into preallocated storage; counters are atomics the conductor reads.
+//! The only waits are the pacing spin, and the spin on a full ring of a `block` subscriber (bounded by the
+//! stall timeout, and counted).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::CloseReason;
+use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::{BookUpdate, Kind};
 
-use crate::session::{Offer, Session};
+use crate::cycles::CycleHistogram;
+use crate::session::{add, bump, Post, Session};
+
+/// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
+pub const CATCHUP_BUDGET: usize = 256;
 
 /// Conductor -> hot loop.
 pub enum Command {
@@ -25,6 +36,15 @@ pub enum Command {
         id: u64,
         /// Reported to the subscriber.
         reason: CloseReason,
+    },
+    /// Send these snapshot records to a session, then the feed from `position` on.
+    Snapshot {
+        /// Session id.
+        id: u64,
+        /// `SnapshotBegin`, per instrument `Clear` + `Add`s, `SnapshotEnd` (wire::Books::snapshot).
+        records: Vec<BookUpdate>,
+        /// Feed records the snapshot includes; catch-up starts at this index.
+        position: u64,
     },
 }
 
@@ -42,25 +62,44 @@ pub enum Event {
         /// Why.
         reason: CloseReason,
     },
+    /// A snapshot buffer the hot loop is done with (sent, replaced, or for a session that is gone): freed by
+    /// the conductor.
+    SnapshotDone {
+        /// Session id.
+        id: u64,
+        /// Whether it was delivered whole.
+        delivered: bool,
+        /// The buffer.
+        records: Vec<BookUpdate>,
+    },
 }
 
 /// Hot-loop counters, read by the conductor.
-#[derive(Debug, Default)]
+#[derive(Default)]
 #[repr(align(128))]
 pub struct AgentCounters {
-    /// Feed records normalised and offered.
+    /// Feed records fanned out: every live session has been offered records `0..records`.
     pub records: AtomicU64,
     /// Feed records that failed to normalise (skipped; none for a file that loaded).
     pub feed_errors: AtomicU64,
-    /// Longest duty cycle seen since the replay started, in TSC ticks.
-    pub max_cycle_ticks: AtomicU64,
+    /// Duty-cycle times in TSC ticks.
+    pub cycles: CycleHistogram,
+}
+
+/// Timing knobs, in TSC ticks (converted once by the conductor).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTiming {
+    /// Send a heartbeat to live sessions when nothing was sent for this long.
+    pub heartbeat_ticks: u64,
+    /// A full ring that releases nothing for this long ends the session (`stalled`).
+    pub stall_ticks: u64,
 }
 
 /// What the hot loop did, returned when it ends.
 pub struct AgentReport {
     /// Records replayed.
     pub records: u64,
-    /// TSC ticks from the first record to the end-of-stream records.
+    /// TSC ticks from the first record to the last one fanned out.
     pub replay_ticks: u64,
     /// Sessions still attached at the end (closed with end of stream or shutdown).
     pub sessions: Vec<Session>,
@@ -79,13 +118,35 @@ pub struct FanoutAgent {
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) wait_for: usize,
     pub(crate) clock: quanta::Clock,
+    pub(crate) timing: AgentTiming,
     pub(crate) counters: Arc<AgentCounters>,
-    /// Sessions retired while the event queue was full; drained first on every cycle.
-    pub(crate) retire_backlog: Vec<(Session, CloseReason)>,
+    /// Events that did not fit in the event queue; drained first on every cycle (capacity preallocated for
+    /// four events per session; it grows only if the conductor stops draining).
+    pub(crate) backlog: std::collections::VecDeque<Event>,
     pub(crate) rotate: usize,
+    pub(crate) last_send: u64,
 }
 
 impl FanoutAgent {
+    fn emit(&mut self, event: Event) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(event);
+            return;
+        }
+        if let Err(rtrb::PushError::Full(event)) = self.events.push(event) {
+            self.backlog.push_back(event);
+        }
+    }
+
+    fn drain_backlog(&mut self) {
+        while let Some(event) = self.backlog.pop_front() {
+            if let Err(rtrb::PushError::Full(event)) = self.events.push(event) {
+                self.backlog.push_front(event);
+                return;
+            }
+        }
+    }
+
     fn drain_commands(&mut self) {
         while let Ok(cmd) = self.commands.pop() {
             match cmd {
@@ -93,79 +154,32 @@ impl FanoutAgent {
                     if self.sessions.len() < self.sessions.capacity() {
                         self.sessions.push(s);
                     } else {
-                        // The conductor never sends more than max_subscribers; refuse rather than allocate.
-                        self.retire(s, CloseReason::FabricError);
+                        // The conductor never admits more than max_subscribers; refuse rather than grow.
+                        let mut s = s;
+                        s.close(CloseReason::FabricError);
+                        self.emit(Event::Retired { session: s, reason: CloseReason::FabricError });
                     }
                 }
                 Command::Remove { id, reason } => {
-                    if let Some(i) = self.sessions.iter().position(|s| s.id == id) {
-                        let mut s = self.sessions.swap_remove(i);
-                        s.close(reason);
-                        self.retire(s, reason);
+                    if let Some(s) = self.sessions.iter_mut().find(|s| s.id == id) {
+                        s.dead = Some(reason);
+                    }
+                    self.reap_dead();
+                }
+                Command::Snapshot { id, records, position } => {
+                    match self.sessions.iter_mut().find(|s| s.id == id && s.dead.is_none()) {
+                        Some(s) => {
+                            let old = s.snapshot.replace((records, 0));
+                            s.feed_pos = position;
+                            s.owes_resync = false;
+                            if let Some((records, _)) = old {
+                                self.emit(Event::SnapshotDone { id, delivered: false, records });
+                            }
+                        }
+                        None => self.emit(Event::SnapshotDone { id, delivered: false, records }),
                     }
                 }
             }
-        }
-    }
-
-    fn retire(&mut self, session: Session, reason: CloseReason) {
-        if let Err(rtrb::PushError::Full(Event::Retired { session, reason })) =
-            self.events.push(Event::Retired { session, reason })
-        {
-            if self.retire_backlog.len() < self.retire_backlog.capacity() {
-                self.retire_backlog.push((session, reason));
-            } else {
-                // Cannot happen (backlog capacity = max sessions); dropping here would unmap on the hot path.
-                drop(session);
-            }
-        }
-    }
-
-    fn drain_backlog(&mut self) {
-        while let Some((session, reason)) = self.retire_backlog.pop() {
-            match self.events.push(Event::Retired { session, reason }) {
-                Ok(()) => {}
-                Err(rtrb::PushError::Full(Event::Retired { session, reason })) => {
-                    self.retire_backlog.push((session, reason));
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// Offers one record to every session, starting at a rotating index so no subscriber is always first,
-    /// then flushes every ring (one doorbell per session per record batch) and retires sessions that failed.
-    #[inline]
-    fn fan_out(&mut self, record: &BookUpdate, all: bool) {
-        let n = self.sessions.len();
-        if n == 0 {
-            return;
-        }
-        self.rotate = if self.rotate + 1 >= n { 0 } else { self.rotate + 1 };
-        let mut any_dead = false;
-        let mut k = self.rotate;
-        for _ in 0..n {
-            let s = &mut self.sessions[k];
-            if s.dead.is_none() {
-                let mut r = *record;
-                let now = self.clock.raw();
-                let outcome = if all { s.post(&mut r, now) } else { s.offer(&mut r, now) };
-                if let Offer::Drop(reason) = outcome {
-                    s.dead = Some(reason);
-                    any_dead = true;
-                }
-            }
-            k = if k + 1 == n { 0 } else { k + 1 };
-        }
-        for s in self.sessions.iter_mut() {
-            if s.dead.is_none() && s.flush().is_err() {
-                s.dead = Some(CloseReason::FabricError);
-                any_dead = true;
-            }
-        }
-        if any_dead {
-            self.reap_dead();
         }
     }
 
@@ -177,80 +191,300 @@ impl FanoutAgent {
             if let Some(reason) = self.sessions[k].dead {
                 let mut s = self.sessions.swap_remove(k);
                 s.close(reason);
-                self.retire(s, reason);
+                self.emit(Event::Retired { session: s, reason });
             }
         }
+    }
+
+    fn flush_all(&mut self) {
+        let mut any_dead = false;
+        for s in self.sessions.iter_mut() {
+            if s.dead.is_none() && s.flush().is_err() {
+                s.dead = Some(CloseReason::FabricError);
+                any_dead = true;
+            }
+        }
+        if any_dead {
+            self.reap_dead();
+        }
+    }
+
+    /// Offers live record `pos` to every session that is live at `pos`, rotating the start.
+    #[inline]
+    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64) {
+        let n = self.sessions.len();
+        if n == 0 {
+            return;
+        }
+        self.rotate = if self.rotate + 1 >= n { 0 } else { self.rotate + 1 };
+        let stall = self.timing.stall_ticks;
+        let mut k = self.rotate;
+        for _ in 0..n {
+            let now = self.clock.raw();
+            let s = &mut self.sessions[k];
+            k = if k + 1 == n { 0 } else { k + 1 };
+            if s.dead.is_some() || !s.is_live_at(pos) {
+                continue;
+            }
+            s.feed_pos = pos + 1; // handled one way or another below
+            if !s.wants(record.instrument_id) {
+                bump(&s.counters.filtered);
+                continue;
+            }
+            let mut r = *record;
+            match s.try_post(&mut r, now) {
+                Post::Sent => {}
+                Post::Failed(reason) => s.dead = Some(reason),
+                Post::Full => {
+                    bump(&s.counters.ring_full);
+                    match s.policy {
+                        SlowConsumerPolicy::Disconnect => s.dead = Some(CloseReason::RingFull),
+                        SlowConsumerPolicy::Resync => {
+                            if s.stalled_too_long(now, stall) {
+                                s.dead = Some(CloseReason::Stalled);
+                            } else {
+                                s.skip();
+                            }
+                        }
+                        SlowConsumerPolicy::Block => {
+                            let start = now;
+                            loop {
+                                std::hint::spin_loop();
+                                let now = self.clock.raw();
+                                match s.try_post(&mut r, now) {
+                                    Post::Sent => break,
+                                    Post::Failed(reason) => {
+                                        s.dead = Some(reason);
+                                        break;
+                                    }
+                                    Post::Full => {
+                                        if now.wrapping_sub(start) > stall || self.shutdown.load(Ordering::Relaxed) {
+                                            s.dead = Some(CloseReason::Stalled);
+                                            break;
+                                        }
+                                    }
+                                }
+                            }
+                            add(&s.counters.blocked_ticks, self.clock.raw().wrapping_sub(start));
+                        }
+                    }
+                }
+            }
+        }
+        self.last_send = self.clock.raw();
+    }
+
+    /// Sends snapshot and catch-up records to the sessions behind `pos`, at most [`CATCHUP_BUDGET`] each.
+    /// Returns whether any session is still behind.
+    fn serve_catchup(&mut self, pos: u64) -> bool {
+        let mut behind = false;
+        let stall = self.timing.stall_ticks;
+        for k in 0..self.sessions.len() {
+            let s = &mut self.sessions[k];
+            if s.dead.is_some() || s.is_live_at(pos) {
+                continue;
+            }
+            let mut budget = CATCHUP_BUDGET;
+            let mut done_snapshot = None;
+            while budget > 0 {
+                let now = self.clock.raw();
+                let next_snap = s.snapshot.as_ref().map(|(snap, idx)| snap.get(*idx).copied());
+                let post = if let Some(next) = next_snap {
+                    let Some(mut r) = next else {
+                        done_snapshot = s.snapshot.take().map(|(v, _)| v);
+                        bump(&s.counters.snapshots);
+                        continue;
+                    };
+                    let p = s.try_post(&mut r, now);
+                    if p == Post::Sent {
+                        if let Some((_, idx)) = &mut s.snapshot {
+                            *idx += 1;
+                        }
+                    }
+                    p
+                } else if s.feed_pos < pos {
+                    let Ok(mut r) = normalize_mbo(&self.records[s.feed_pos as usize]) else {
+                        s.feed_pos += 1;
+                        continue;
+                    };
+                    if !s.wants(r.instrument_id) {
+                        s.feed_pos += 1;
+                        budget -= 1;
+                        continue;
+                    }
+                    let p = s.try_post(&mut r, now);
+                    if p == Post::Sent {
+                        s.feed_pos += 1;
+                        bump(&s.counters.catchup);
+                    }
+                    p
+                } else {
+                    break;
+                };
+                match post {
+                    Post::Sent => budget -= 1,
+                    Post::Failed(reason) => {
+                        s.dead = Some(reason);
+                        break;
+                    }
+                    Post::Full => {
+                        if s.stalled_too_long(now, stall) {
+                            s.dead = Some(CloseReason::Stalled);
+                        }
+                        break;
+                    }
+                }
+            }
+            let id = s.id;
+            if !s.is_live_at(pos) && s.dead.is_none() {
+                behind = true;
+            }
+            if let Some(records) = done_snapshot {
+                self.emit(Event::SnapshotDone { id, delivered: true, records });
+            }
+        }
+        behind
+    }
+
+    /// Sends a heartbeat to every live session when nothing was sent for the heartbeat interval. A full
+    /// ring gets none (it has records to read) and no seq is used up for it.
+    fn heartbeat_if_due(&mut self, pos: u64) {
+        let now = self.clock.raw();
+        if now.wrapping_sub(self.last_send) < self.timing.heartbeat_ticks {
+            return;
+        }
+        self.last_send = now;
+        for s in self.sessions.iter_mut() {
+            if s.dead.is_none() && s.is_live_at(pos) {
+                let mut hb = BookUpdate::control(Kind::Heartbeat);
+                if s.try_post(&mut hb, now) == Post::Sent {
+                    bump(&s.counters.heartbeats);
+                }
+            }
+        }
+        self.flush_all();
+    }
+
+    /// One pass of housekeeping: commands, backlog, catch-up, dead sessions.
+    #[inline]
+    fn housekeeping(&mut self, pos: u64) -> bool {
+        self.drain_commands();
+        if !self.backlog.is_empty() {
+            self.drain_backlog();
+        }
+        let behind = self.serve_catchup(pos);
+        self.reap_dead();
+        behind
     }
 
     /// Runs the replay to its end or to shutdown. Blocks the calling (pinned) thread.
     pub fn run(mut self) -> AgentReport {
         // Wait for the first subscribers. Nothing is live yet, so a short sleep is fine here.
+        self.last_send = self.clock.raw();
         while self.sessions.len() < self.wait_for {
-            self.drain_commands();
-            self.drain_backlog();
+            self.housekeeping(0);
             if self.shutdown.load(Ordering::Relaxed) {
                 return self.finish(CloseReason::Shutdown, 0, 0);
             }
+            self.heartbeat_if_due(0);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        let _ = self.events.push(Event::Started { sessions: self.sessions.len() });
+        self.emit(Event::Started { sessions: self.sessions.len() });
         let records = Arc::clone(&self.records);
         let schedule = self.schedule_ns.clone();
         let start = self.clock.raw();
         let start_instant = self.clock.now();
         let mut end = CloseReason::EndOfStream;
-        let mut max_cycle = 0u64;
         let mut cycle_start = start;
-        for (i, msg) in records.iter().enumerate() {
-            self.drain_commands();
-            if !self.retire_backlog.is_empty() {
-                self.drain_backlog();
-            }
+        let mut replay_ticks = 0;
+        let total = records.len() as u64;
+        let mut pos = 0u64;
+        loop {
+            let behind = self.housekeeping(pos);
             if self.shutdown.load(Ordering::Relaxed) {
                 end = CloseReason::Shutdown;
                 break;
             }
+            if pos == total {
+                if replay_ticks == 0 {
+                    replay_ticks = self.clock.raw().wrapping_sub(start);
+                }
+                // The feed is done; wait (bounded) for sessions that are catching up or owe a resync request.
+                let owed = self.sessions.iter().any(|s| s.dead.is_none() && s.owes_resync);
+                if !behind && !owed {
+                    break;
+                }
+                if self.clock.raw().wrapping_sub(start + replay_ticks) > self.timing.stall_ticks {
+                    break;
+                }
+                self.flush_all();
+                self.heartbeat_if_due(pos);
+                std::hint::spin_loop();
+                continue;
+            }
             if let Some(schedule) = &schedule {
-                let due = schedule[i];
-                while (self.clock.now() - start_instant).as_nanos() < due as u128 {
+                let due = schedule[pos as usize] as u128;
+                while (self.clock.now() - start_instant).as_nanos() < due {
                     if self.shutdown.load(Ordering::Relaxed) {
                         break;
                     }
+                    if self.housekeeping(pos) {
+                        self.flush_all();
+                    }
+                    self.heartbeat_if_due(pos);
                     std::hint::spin_loop();
                 }
                 cycle_start = self.clock.raw();
             }
-            match normalize_mbo(msg) {
-                Ok(record) => self.fan_out(&record, false),
+            match normalize_mbo(&records[pos as usize]) {
+                Ok(record) => self.fan_out_live(&record, pos),
                 Err(_) => bump(&self.counters.feed_errors),
             }
-            self.counters.records.store(i as u64 + 1, Ordering::Relaxed);
+            self.flush_all();
+            pos += 1;
+            self.counters.records.store(pos, Ordering::Relaxed);
             let now = self.clock.raw();
-            let cycle = now.wrapping_sub(cycle_start);
-            if cycle > max_cycle {
-                max_cycle = cycle;
-                self.counters.max_cycle_ticks.store(cycle, Ordering::Relaxed);
-            }
+            self.counters.cycles.record(now.wrapping_sub(cycle_start));
             cycle_start = now;
         }
-        let replayed = self.counters.records.load(Ordering::Relaxed);
-        let ticks = self.clock.raw().wrapping_sub(start);
-        self.finish(end, replayed, ticks)
+        if replay_ticks == 0 {
+            replay_ticks = self.clock.raw().wrapping_sub(start);
+        }
+        self.finish(end, pos, replay_ticks)
     }
 
+    /// Sends end of stream to every session (waiting, bounded by the stall timeout, for a full ring), closes
+    /// each with `end`, and hands them back.
     fn finish(mut self, end: CloseReason, records: u64, replay_ticks: u64) -> AgentReport {
         self.drain_commands();
-        let eos = BookUpdate::control(Kind::EndOfStream);
-        self.fan_out(&eos, true);
+        let start = self.clock.raw();
+        for s in self.sessions.iter_mut() {
+            if s.dead.is_some() {
+                continue;
+            }
+            let mut eos = BookUpdate::control(Kind::EndOfStream);
+            loop {
+                let now = self.clock.raw();
+                match s.try_post(&mut eos, now) {
+                    Post::Sent => break,
+                    Post::Failed(reason) => {
+                        s.dead = Some(reason);
+                        break;
+                    }
+                    Post::Full if now.wrapping_sub(start) > self.timing.stall_ticks => {
+                        s.dead = Some(CloseReason::Stalled);
+                        break;
+                    }
+                    Post::Full => std::hint::spin_loop(),
+                }
+            }
+        }
+        self.flush_all();
+        self.reap_dead();
         for s in self.sessions.iter_mut() {
             s.close(end);
         }
         self.drain_backlog();
         AgentReport { records, replay_ticks, sessions: std::mem::take(&mut self.sessions), end }
     }
-}
-
-#[inline]
-fn bump(c: &AtomicU64) {
-    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }

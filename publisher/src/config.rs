@@ -8,6 +8,9 @@
 //! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
 //! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
 //! lock_memory = false          # mlockall at start. Default false.
+//! heartbeat_interval_ms = 10   # heartbeat records when nothing was sent this long. Default 10.
+//! stall_timeout_ms = 5000      # a full ring that releases nothing this long ends the session. Default 5000.
+//! policies = ["disconnect", "resync"]  # slow-consumer policies subscribers may choose; add "block" to allow it.
 //!
 //! [feed]
 //! format = "dbn"               # only DBN MBO for now
@@ -26,6 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
+use mdfan_wire::control::SlowConsumerPolicy;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -69,6 +73,12 @@ pub struct PublisherSection {
     pub max_subscribers: usize,
     /// `mlockall(MCL_CURRENT | MCL_FUTURE)` at start.
     pub lock_memory: bool,
+    /// Heartbeat records go to live subscribers when nothing was sent for this long, in ms (>= 1).
+    pub heartbeat_interval_ms: u64,
+    /// A subscriber whose ring stays full without releasing anything this long is dropped (`stalled`), in ms.
+    pub stall_timeout_ms: u64,
+    /// Slow-consumer policies subscribers may choose. `block` slows everyone: allow it only for recorders.
+    pub policies: Vec<SlowConsumerPolicy>,
 }
 
 impl Default for PublisherSection {
@@ -80,6 +90,9 @@ impl Default for PublisherSection {
             wait_for_subscribers: 1,
             max_subscribers: 64,
             lock_memory: false,
+            heartbeat_interval_ms: 10,
+            stall_timeout_ms: 5000,
+            policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
         }
     }
 }
@@ -221,6 +234,12 @@ impl Config {
         }
         if lo > hi {
             return Err(err(format!("fabric.ring_slots_min {lo} is above fabric.ring_slots_max {hi}")));
+        }
+        if cfg.publisher.heartbeat_interval_ms == 0 {
+            return Err(err("publisher.heartbeat_interval_ms must be at least 1".into()));
+        }
+        if cfg.publisher.stall_timeout_ms == 0 {
+            return Err(err("publisher.stall_timeout_ms must be at least 1".into()));
         }
         if cfg.publisher.max_subscribers == 0 {
             return Err(err("publisher.max_subscribers must be at least 1".into()));

@@ -13,6 +13,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod cycles;
 pub mod session;
 
 use std::io::{ErrorKind, Read};
@@ -24,11 +25,13 @@ use std::time::Duration;
 use mdfan_fabric::shm::ShmRemoteRing;
 use mdfan_fabric::CloseReason;
 use mdfan_wire::control::{self, Accept, AcceptFabric, ControlError, ControlMsg, Reject, RingGrant, Subscribe};
-use mdfan_wire::feed::dbn::{load_mbo_file, FeedError, MboFile};
+use mdfan_wire::feed::dbn::{load_mbo_file, normalize_mbo, DbnMboMsg, FeedError, MboFile};
+use mdfan_wire::Books;
 
-use crate::agent::{AgentCounters, AgentReport, Command, Event, FanoutAgent};
+use crate::agent::{AgentCounters, AgentReport, AgentTiming, Command, Event, FanoutAgent};
 use crate::config::{Config, Pace, Provider};
-use crate::session::{Session, SessionRing};
+use crate::session::{Session, SessionCounters, SessionRing};
+use mdfan_wire::control::SlowConsumerPolicy;
 
 pub use config::ConfigError;
 
@@ -58,21 +61,93 @@ pub enum PublisherError {
     Thread(&'static str, std::io::Error),
 }
 
-/// One subscriber's line in the final report.
+/// One subscriber's line in the final report (and in counter dumps).
 #[derive(Debug, Clone)]
 pub struct SessionReport {
     /// Session id.
     pub id: u64,
     /// Subscriber name.
     pub name: String,
-    /// Records posted (end of stream included).
+    /// Its slow-consumer policy.
+    pub policy: SlowConsumerPolicy,
+    /// Records written (live, snapshot, catch-up, heartbeats, end of stream).
     pub sent: u64,
-    /// Records filtered out.
+    /// Live records filtered out.
     pub filtered: u64,
-    /// Last seq posted.
+    /// Live records skipped on a full ring (policy resync).
+    pub skipped: u64,
+    /// Snapshots delivered.
+    pub snapshots: u64,
+    /// Feed records re-sent after snapshots.
+    pub catchup: u64,
+    /// Heartbeats sent.
+    pub heartbeats: u64,
+    /// Posts that found the ring full.
+    pub ring_full: u64,
+    /// Time the hot loop waited for it (policy block), in ns.
+    pub blocked_ns: u64,
+    /// Last seq written.
     pub last_seq: u64,
-    /// How the session ended.
-    pub end: CloseReason,
+    /// Records written but not yet released by the subscriber (as last seen).
+    pub lag: u64,
+    /// How the session ended (`None` while it runs).
+    pub end: Option<CloseReason>,
+}
+
+impl SessionReport {
+    fn new(id: u64, name: String, policy: SlowConsumerPolicy) -> SessionReport {
+        SessionReport {
+            id,
+            name,
+            policy,
+            sent: 0,
+            filtered: 0,
+            skipped: 0,
+            snapshots: 0,
+            catchup: 0,
+            heartbeats: 0,
+            ring_full: 0,
+            blocked_ns: 0,
+            last_seq: 0,
+            lag: 0,
+            end: None,
+        }
+    }
+
+    fn update(&mut self, c: &SessionCounters, clock: &quanta::Clock) {
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        self.sent = ld(&c.sent);
+        self.filtered = ld(&c.filtered);
+        self.skipped = ld(&c.skipped);
+        self.snapshots = ld(&c.snapshots);
+        self.catchup = ld(&c.catchup);
+        self.heartbeats = ld(&c.heartbeats);
+        self.ring_full = ld(&c.ring_full);
+        self.blocked_ns = clock.delta_as_nanos(0, ld(&c.blocked_ticks));
+        self.last_seq = ld(&c.last_seq);
+        self.lag = self.last_seq.saturating_sub(ld(&c.consumed_seq));
+    }
+
+    /// `subscriber id=1 name=a policy=resync sent=.. ... end=end_of_stream`.
+    pub fn line(&self) -> String {
+        format!(
+            "subscriber id={} name={} policy={} sent={} filtered={} skipped={} snapshots={} catchup={} heartbeats={} ring_full={} blocked_ns={} last_seq={} lag={} end={}",
+            self.id,
+            self.name,
+            self.policy.as_str(),
+            self.sent,
+            self.filtered,
+            self.skipped,
+            self.snapshots,
+            self.catchup,
+            self.heartbeats,
+            self.ring_full,
+            self.blocked_ns,
+            self.last_seq,
+            self.lag,
+            self.end.map_or("running", |e| e.as_str())
+        )
+    }
 }
 
 /// What a run did.
@@ -80,12 +155,16 @@ pub struct SessionReport {
 pub struct RunReport {
     /// Feed records replayed.
     pub records: u64,
-    /// Wall time of the replay in ns (first record to end of stream).
+    /// Wall time of the replay in ns (first record to the last one fanned out).
     pub replay_ns: u64,
     /// Every session that attached, in attach order.
     pub sessions: Vec<SessionReport>,
-    /// Longest hot-loop duty cycle, in ns.
-    pub max_cycle_ns: u64,
+    /// Hot-loop duty cycle: p50, p99.9 and max, in ns (upper bounds within 25%).
+    pub cycle_p50_ns: u64,
+    /// See `cycle_p50_ns`.
+    pub cycle_p999_ns: u64,
+    /// See `cycle_p50_ns`.
+    pub cycle_max_ns: u64,
     /// Why the run ended.
     pub end: CloseReason,
 }
@@ -99,6 +178,11 @@ impl RunReport {
             self.records as f64 * 1e9 / self.replay_ns as f64
         }
     }
+
+    /// The session report of `name`.
+    pub fn session(&self, name: &str) -> Option<&SessionReport> {
+        self.sessions.iter().find(|s| s.name == name)
+    }
 }
 
 /// A bound, loaded publisher, ready to run.
@@ -106,6 +190,7 @@ pub struct Publisher {
     cfg: Config,
     listener: TcpListener,
     feed: MboFile,
+    dump: Arc<AtomicBool>,
 }
 
 impl Publisher {
@@ -115,12 +200,10 @@ impl Publisher {
     /// [`PublisherError::Feed`] naming the file and record; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
         let feed = load_mbo_file(&cfg.feed.path)?;
-        let listener = TcpListener::bind(&cfg.publisher.listen)
-            .map_err(|source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source })?;
-        Ok(Publisher { cfg, listener, feed })
+        let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
+        let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
+        listener.set_nonblocking(true).map_err(listen_err)?;
+        Ok(Publisher { cfg, listener, feed, dump: Arc::new(AtomicBool::new(false)) })
     }
 
     /// The bound control endpoint.
@@ -133,34 +216,43 @@ impl Publisher {
         &self.feed
     }
 
+    /// Set this flag (e.g. from SIGUSR1) to have the conductor print every counter once.
+    pub fn dump_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.dump)
+    }
+
     /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor.
     ///
     /// # Errors
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
-        let Publisher { cfg, listener, feed } = self;
+        let Publisher { cfg, listener, feed, dump } = self;
         let max = cfg.publisher.max_subscribers;
-        let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 2);
-        let (evt_tx, mut evt_rx) = rtrb::RingBuffer::<Event>::new(max * 2);
+        let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
+        let (evt_tx, mut evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
         let counters = Arc::new(AgentCounters::default());
         let clock = quanta::Clock::new();
-        let records: Arc<[_]> = feed.records.into();
-        let schedule_ns = schedule(&records, cfg.feed.pace, cfg.feed.max_gap_ms);
+        let ticks_per_ms = ticks_per_ms(&clock);
+        let records: Arc<[DbnMboMsg]> = feed.records.into();
         let agent = FanoutAgent {
             records: Arc::clone(&records),
-            schedule_ns,
+            schedule_ns: schedule(&records, cfg.feed.pace, cfg.feed.max_gap_ms),
             sessions: Vec::with_capacity(max),
             commands: cmd_rx,
             events: evt_tx,
             shutdown: Arc::clone(&shutdown),
             wait_for: cfg.publisher.wait_for_subscribers,
             clock: clock.clone(),
+            timing: AgentTiming {
+                heartbeat_ticks: cfg.publisher.heartbeat_interval_ms * ticks_per_ms,
+                stall_ticks: cfg.publisher.stall_timeout_ms * ticks_per_ms,
+            },
             counters: Arc::clone(&counters),
-            retire_backlog: Vec::with_capacity(max),
+            backlog: std::collections::VecDeque::with_capacity(max * 4),
             rotate: 0,
+            last_send: 0,
         };
         let hot_core = cfg.publisher.hot_core;
-        let lock = cfg.publisher.lock_memory;
         let hot = std::thread::Builder::new()
             .name("mdfan-hot".into())
             .spawn(move || {
@@ -178,7 +270,7 @@ impl Publisher {
                 tracing::warn!(cause = %e, "control thread not pinned");
             }
         }
-        if lock {
+        if cfg.publisher.lock_memory {
             if let Err(e) = mdfan_tuning::lock_memory() {
                 tracing::warn!(cause = %e, "memory not locked");
             }
@@ -196,9 +288,14 @@ impl Publisher {
             cmd_tx,
             next_id: 1,
             conns: Vec::new(),
-            attached: Vec::new(),
+            reports: Vec::new(),
+            live: Vec::new(),
             handshakes: mpsc::channel(),
-            live_sessions: 0,
+            records: Arc::clone(&records),
+            counters: Arc::clone(&counters),
+            books: Books::new(),
+            applied: 0,
+            clock: clock.clone(),
         };
         let agent_report: AgentReport = loop {
             conductor.accept(&listener);
@@ -206,6 +303,9 @@ impl Publisher {
             conductor.watch_connections();
             while let Ok(event) = evt_rx.pop() {
                 conductor.on_event(event);
+            }
+            if dump.swap(false, Ordering::Relaxed) {
+                conductor.dump();
             }
             if hot.is_finished() {
                 break hot.join().expect("the hot loop does not panic");
@@ -219,20 +319,32 @@ impl Publisher {
             conductor.record_end(s, agent_report.end);
         }
         conductor.say_bye(agent_report.end);
-        let ticks_to_ns = |t: u64| clock.delta_as_nanos(0, t);
+        let to_ns = |t: u64| clock.delta_as_nanos(0, t);
+        let cycles = &counters.cycles;
         Ok(RunReport {
             records: agent_report.records,
-            replay_ns: ticks_to_ns(agent_report.replay_ticks),
-            sessions: conductor.attached,
-            max_cycle_ns: ticks_to_ns(counters.max_cycle_ticks.load(Ordering::Relaxed)),
+            replay_ns: to_ns(agent_report.replay_ticks),
+            sessions: conductor.reports,
+            cycle_p50_ns: to_ns(cycles.quantile(0.5)),
+            cycle_p999_ns: to_ns(cycles.quantile(0.999)),
+            cycle_max_ns: to_ns(cycles.max()),
             end: agent_report.end,
         })
     }
 }
 
+/// TSC ticks per millisecond, measured against quanta's calibrated conversion.
+fn ticks_per_ms(clock: &quanta::Clock) -> u64 {
+    let t0 = clock.raw();
+    std::thread::sleep(Duration::from_millis(5));
+    let t1 = clock.raw();
+    let ns = clock.delta_as_nanos(t0, t1).max(1);
+    ((t1.wrapping_sub(t0)) as u128 * 1_000_000 / ns as u128).max(1) as u64
+}
+
 /// Per-record send times for paced replay: ns after the first record, from ts_recv deltas shortened to
 /// `max_gap_ms` and divided by the speed-up factor. `None` for pace `max`.
-pub fn schedule(records: &[mdfan_wire::feed::dbn::DbnMboMsg], pace: Pace, max_gap_ms: u64) -> Option<Arc<[u64]>> {
+pub fn schedule(records: &[DbnMboMsg], pace: Pace, max_gap_ms: u64) -> Option<Arc<[u64]>> {
     let factor = match pace {
         Pace::Max => return None,
         Pace::Realtime => 1.0,
@@ -254,10 +366,20 @@ pub fn schedule(records: &[mdfan_wire::feed::dbn::DbnMboMsg], pace: Pace, max_ga
     )
 }
 
+/// A subscriber's control connection, read without blocking.
 struct Conn {
     session_id: u64,
     stream: TcpStream,
     name: String,
+    filter: Option<Vec<u32>>,
+    /// Bytes read but not yet a whole frame.
+    buf: Vec<u8>,
+}
+
+/// A live session's counters, for dumps.
+struct Live {
+    id: u64,
+    counters: Arc<SessionCounters>,
 }
 
 type Handshake = (TcpStream, SocketAddr, Result<ControlMsg, ControlError>);
@@ -267,9 +389,41 @@ struct Conductor<'a> {
     cmd_tx: rtrb::Producer<Command>,
     next_id: u64,
     conns: Vec<Conn>,
-    attached: Vec<SessionReport>,
+    reports: Vec<SessionReport>,
+    live: Vec<Live>,
     handshakes: (mpsc::Sender<Handshake>, mpsc::Receiver<Handshake>),
-    live_sessions: usize,
+    records: Arc<[DbnMboMsg]>,
+    counters: Arc<AgentCounters>,
+    /// The publisher's books, brought up to the hot loop's position when a snapshot is needed.
+    books: Books,
+    /// Feed records applied to `books`.
+    applied: u64,
+    clock: quanta::Clock,
+}
+
+enum Frame {
+    Msg(ControlMsg),
+    Bad(String),
+    Incomplete,
+}
+
+/// Takes one whole frame off the front of `buf`, if there is one.
+fn take_frame(buf: &mut Vec<u8>) -> Frame {
+    if buf.len() < 4 {
+        return Frame::Incomplete;
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if len > control::MAX_FRAME_BYTES {
+        return Frame::Bad(ControlError::TooLarge(len).to_string());
+    }
+    if buf.len() < 4 + len as usize {
+        return Frame::Incomplete;
+    }
+    let body: Vec<u8> = buf.drain(..4 + len as usize).skip(4).collect();
+    match control::decode_body(&body) {
+        Ok(msg) => Frame::Msg(msg),
+        Err(e) => Frame::Bad(e.to_string()),
+    }
 }
 
 impl Conductor<'_> {
@@ -343,8 +497,16 @@ impl Conductor<'_> {
         if sub.name.len() > 64 {
             return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
         }
-        if self.live_sessions >= self.cfg.publisher.max_subscribers {
+        if self.live.len() >= self.cfg.publisher.max_subscribers {
             return Err(format!("publisher is full: {} subscribers", self.cfg.publisher.max_subscribers));
+        }
+        if !self.cfg.publisher.policies.contains(&sub.policy) {
+            let allowed: Vec<&str> = self.cfg.publisher.policies.iter().map(|p| p.as_str()).collect();
+            return Err(format!(
+                "field policy: {} is not allowed by this publisher (allowed: {})",
+                sub.policy.as_str(),
+                allowed.join(", ")
+            ));
         }
         let slots = sub.ring.slot_count();
         let (lo, hi) = (self.cfg.fabric.ring_slots_min, self.cfg.fabric.ring_slots_max);
@@ -367,48 +529,140 @@ impl Conductor<'_> {
         }
     }
 
+    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
+    /// Returns the records and the position (feed records included).
+    fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
+        let position = self.counters.records.load(Ordering::Relaxed);
+        while self.applied < position {
+            if let Ok(r) = normalize_mbo(&self.records[self.applied as usize]) {
+                if let Err(e) = self.books.apply(&r) {
+                    tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
+                }
+            }
+            self.applied += 1;
+        }
+        (self.books.snapshot(filter, position), position)
+    }
+
     fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, sub: Subscribe, ring: SessionRing) {
         let id = self.next_id;
-        let accept = ControlMsg::Accept(Accept { session_id: id, first_seq: 1, fabric: AcceptFabric::Shm });
+        let accept = ControlMsg::Accept(Accept {
+            session_id: id,
+            first_seq: 1,
+            fabric: AcceptFabric::Shm,
+            policy: sub.policy,
+            heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
+        });
         if let Err(e) = control::write_msg(&mut stream, &accept) {
             tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");
             return;
         }
         self.next_id += 1;
-        let session = Session::new(id, sub.name.clone(), ring, sub.instruments.clone());
+        // Mid-stream joiners start from a snapshot at the hot loop's position; the hot loop then sends them
+        // the feed from that position on, and they go live once caught up. Before the replay starts the
+        // position is 0 and the snapshot empty.
+        let started = self.counters.records.load(Ordering::Relaxed) > 0;
+        let (snapshot, position) = if started && sub.snapshot {
+            let (records, position) = self.snapshot(sub.instruments.as_deref());
+            (Some(records), position)
+        } else {
+            (None, self.counters.records.load(Ordering::Relaxed))
+        };
+        let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
+        let session =
+            Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
+        let counters = Arc::clone(&session.counters);
         if self.cmd_tx.push(Command::Add(session)).is_err() {
             tracing::error!(%peer, "hot loop command queue full; subscriber dropped");
             return;
         }
-        tracing::info!(%peer, session = id, name = %sub.name, slots = sub.ring.slot_count(), "subscriber attached");
+        tracing::info!(
+            %peer,
+            session = id,
+            name = %sub.name,
+            slots = sub.ring.slot_count(),
+            policy = sub.policy.as_str(),
+            from_record = position,
+            snapshot_records,
+            "subscriber attached"
+        );
         let _ = stream.set_nonblocking(true);
-        self.conns.push(Conn { session_id: id, stream, name: sub.name.clone() });
-        self.attached.push(SessionReport {
-            id,
-            name: sub.name,
-            sent: 0,
-            filtered: 0,
-            last_seq: 0,
-            end: CloseReason::EndOfStream,
+        self.conns.push(Conn {
+            session_id: id,
+            stream,
+            name: sub.name.clone(),
+            filter: sub.instruments.clone(),
+            buf: Vec::new(),
         });
-        self.live_sessions += 1;
+        self.reports.push(SessionReport::new(id, sub.name, sub.policy));
+        self.live.push(Live { id, counters });
     }
 
-    /// A closed control connection means a dead subscriber: its session is removed from the hot loop.
+    /// Reads every control connection: snapshot requests are served; a closed connection means a dead
+    /// subscriber, whose session is removed from the hot loop; garbage closes the connection with a reason.
     fn watch_connections(&mut self) {
-        let mut buf = [0u8; 256];
+        let mut buf = [0u8; 4096];
         let mut k = 0;
         while k < self.conns.len() {
-            let closed = match self.conns[k].stream.read(&mut buf) {
-                Ok(0) => true,
-                Ok(_) => false, // a subscriber has nothing to say after subscribe; ignore
-                Err(e) if e.kind() == ErrorKind::WouldBlock => false,
-                Err(_) => true,
-            };
-            if closed {
-                let conn = self.conns.swap_remove(k);
-                tracing::info!(session = conn.session_id, name = %conn.name, "control connection closed");
-                let _ = self.cmd_tx.push(Command::Remove { id: conn.session_id, reason: CloseReason::FabricError });
+            let mut closed = None;
+            loop {
+                match self.conns[k].stream.read(&mut buf) {
+                    Ok(0) => {
+                        closed = Some("control connection closed".to_owned());
+                        break;
+                    }
+                    Ok(n) => self.conns[k].buf.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        closed = Some(format!("control connection failed: {e}"));
+                        break;
+                    }
+                }
+            }
+            loop {
+                match take_frame(&mut self.conns[k].buf) {
+                    Frame::Incomplete => break,
+                    Frame::Bad(reason) => {
+                        closed = Some(format!("bad control message: {reason}"));
+                        self.conns[k].buf.clear();
+                        break;
+                    }
+                    Frame::Msg(ControlMsg::SnapshotRequest(req)) => {
+                        let id = self.conns[k].session_id;
+                        let filter = self.conns[k].filter.clone();
+                        let (records, position) = self.snapshot(filter.as_deref());
+                        tracing::info!(
+                            session = id,
+                            name = %self.conns[k].name,
+                            gap_from_seq = req.gap_from_seq,
+                            records = records.len(),
+                            position,
+                            "snapshot requested"
+                        );
+                        if let Err(rtrb::PushError::Full(_)) =
+                            self.cmd_tx.push(Command::Snapshot { id, records, position })
+                        {
+                            tracing::error!(session = id, "hot loop command queue full; snapshot not sent");
+                        }
+                    }
+                    Frame::Msg(ControlMsg::Bye { reason }) => {
+                        closed = Some(format!("subscriber said bye: {reason}"));
+                        break;
+                    }
+                    Frame::Msg(other) => {
+                        let kind = format!("{other:?}");
+                        let kind = kind.split(['(', ' ', '{']).next().unwrap_or("?").to_owned();
+                        closed = Some(format!("unexpected control message {kind}"));
+                        break;
+                    }
+                }
+            }
+            if let Some(why) = closed {
+                let mut conn = self.conns.swap_remove(k);
+                tracing::info!(session = conn.session_id, name = %conn.name, %why, "subscriber leaving");
+                let _ = conn.stream.set_nonblocking(false);
+                let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye { reason: why });
+                let _ = self.cmd_tx.push(Command::Remove { id: conn.session_id, reason: CloseReason::PeerGone });
             } else {
                 k += 1;
             }
@@ -416,22 +670,43 @@ impl Conductor<'_> {
     }
 
     fn record_end(&mut self, s: &Session, end: CloseReason) {
-        if let Some(r) = self.attached.iter_mut().find(|r| r.id == s.id) {
-            r.sent = s.counters.sent.load(Ordering::Relaxed);
-            r.filtered = s.counters.filtered.load(Ordering::Relaxed);
-            r.last_seq = s.counters.last_seq.load(Ordering::Relaxed);
-            r.end = end;
+        if let Some(r) = self.reports.iter_mut().find(|r| r.id == s.id) {
+            r.update(&s.counters, &self.clock);
+            r.end = Some(end);
         }
+        self.live.retain(|l| l.id != s.id);
+    }
+
+    fn dump(&mut self) {
+        for l in &self.live {
+            if let Some(r) = self.reports.iter_mut().find(|r| r.id == l.id) {
+                r.update(&l.counters, &self.clock);
+            }
+        }
+        for r in &self.reports {
+            println!("{}", r.line());
+        }
+        let c = &self.counters.cycles;
+        let to_ns = |t| self.clock.delta_as_nanos(0, t);
+        println!(
+            "hot_loop records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={}",
+            self.counters.records.load(Ordering::Relaxed),
+            to_ns(c.quantile(0.5)),
+            to_ns(c.quantile(0.999)),
+            to_ns(c.max())
+        );
     }
 
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
+            Event::SnapshotDone { id, delivered, records } => {
+                tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
+                drop(records); // freed here, off the hot path
+            }
             Event::Retired { session, reason } => {
                 self.record_end(&session, reason);
-                self.live_sessions = self.live_sessions.saturating_sub(1);
-                let level_warn = reason != CloseReason::EndOfStream;
-                if level_warn {
+                if reason != CloseReason::EndOfStream {
                     tracing::warn!(
                         session = session.id,
                         name = %session.name,

@@ -1,10 +1,12 @@
-//! Per-subscriber state on the publisher: the remote ring, the stream's seq, flow control and counters.
+//! Per-subscriber state on the publisher: the remote ring, the stream's seq, flow control, the slow-consumer
+//! policy, snapshot and catch-up progress, and counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::shm::ShmRemoteRing;
 use mdfan_fabric::{CloseReason, PostError, RemoteRing};
+use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::ring::{has_space, imm_from_seq, slot_index};
 use mdfan_wire::BookUpdate;
 
@@ -24,37 +26,52 @@ impl SessionRing {
 }
 
 /// Counters of one session, written by the hot loop (single writer, Relaxed stores) and read by the
-/// conductor. One 128-byte line so two sessions' counters never share a line.
+/// conductor. Aligned to 128 bytes so two sessions' counters never share a line pair.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct SessionCounters {
-    /// Records posted to the ring (the end-of-stream record included).
+    /// Records written to the ring (live, snapshot, catch-up, heartbeats, end of stream).
     pub sent: AtomicU64,
-    /// Records not sent because the session was filtered out of them (instrument filter).
+    /// Live records not for this subscriber (instrument filter).
     pub filtered: AtomicU64,
-    /// Times the ring was found full (each ends the session in this version: policy `disconnect`).
+    /// Live records skipped because the ring was full (policy `resync`); each left a gap in seq.
+    pub skipped: AtomicU64,
+    /// Snapshots fully delivered.
+    pub snapshots: AtomicU64,
+    /// Records re-sent from the feed after a snapshot (catch-up).
+    pub catchup: AtomicU64,
+    /// Heartbeat records sent.
+    pub heartbeats: AtomicU64,
+    /// Times a post found the ring full.
     pub ring_full: AtomicU64,
-    /// Posts that failed in the fabric.
-    pub post_errors: AtomicU64,
-    /// The last seq posted.
+    /// TSC ticks the hot loop spent waiting for this subscriber (policy `block`).
+    pub blocked_ticks: AtomicU64,
+    /// The last seq written.
     pub last_seq: AtomicU64,
+    /// The subscriber's consumed seq, as last read by the hot loop (lag = last_seq - consumed_seq).
+    pub consumed_seq: AtomicU64,
 }
 
 #[inline]
-fn bump(c: &AtomicU64) {
-    // Single writer (the hot loop): a load + store is enough and avoids a locked RMW.
-    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+pub(crate) fn bump(c: &AtomicU64) {
+    add(c, 1);
 }
 
-/// Result of offering one record to a session.
+#[inline]
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    // Single writer (the hot loop): a load + store is enough and avoids a locked RMW.
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// Result of one post attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    /// Written.
+pub enum Post {
+    /// Written with the next seq.
     Sent,
-    /// Not for this subscriber.
-    Filtered,
-    /// The session must end, for this reason.
-    Drop(CloseReason),
+    /// The ring has no free slot; nothing written, seq unchanged.
+    Full,
+    /// The fabric failed; the session must end.
+    Failed(CloseReason),
 }
 
 /// The publisher's state for one subscriber.
@@ -63,6 +80,8 @@ pub struct Session {
     pub id: u64,
     /// The subscriber's name.
     pub name: String,
+    /// What happens when its ring is full.
+    pub policy: SlowConsumerPolicy,
     ring: SessionRing,
     slot_count: u32,
     /// The seq the next record will carry (starts at 1).
@@ -75,11 +94,27 @@ pub struct Session {
     pub counters: Arc<SessionCounters>,
     /// Set by the hot loop when the session must end; it is retired at the end of the cycle.
     pub(crate) dead: Option<CloseReason>,
+    /// The next feed record (index) this session needs; it is live when this equals the hot loop's position.
+    pub(crate) feed_pos: u64,
+    /// Snapshot records still to send (and the index of the next), before catching up from `feed_pos`.
+    pub(crate) snapshot: Option<(Vec<BookUpdate>, usize)>,
+    /// Records were skipped since the last snapshot (policy `resync`): the subscriber owes us a request.
+    pub(crate) owes_resync: bool,
+    /// TSC when the ring was first found full in the current stall; 0 when not stalled.
+    pub(crate) stalled_since: u64,
 }
 
 impl Session {
-    /// A session over an attached ring.
-    pub fn new(id: u64, name: String, ring: SessionRing, filter: Option<Vec<u32>>) -> Session {
+    /// A session over an attached ring that needs feed records from `feed_pos` on, after `snapshot` if any.
+    pub fn new(
+        id: u64,
+        name: String,
+        ring: SessionRing,
+        policy: SlowConsumerPolicy,
+        filter: Option<Vec<u32>>,
+        feed_pos: u64,
+        snapshot: Option<Vec<BookUpdate>>,
+    ) -> Session {
         let mut ring = ring;
         let slot_count = ring.ring().slot_count();
         let filter = filter.map(|mut f| {
@@ -90,6 +125,7 @@ impl Session {
         Session {
             id,
             name,
+            policy,
             ring,
             slot_count,
             next_seq: 1,
@@ -97,50 +133,78 @@ impl Session {
             filter,
             counters: Arc::new(SessionCounters::default()),
             dead: None,
+            feed_pos,
+            snapshot: snapshot.map(|s| (s, 0)),
+            owes_resync: false,
+            stalled_since: 0,
         }
     }
 
-    /// Offers one record: filter, flow control, post. `record.seq` and `ts_send_ticks` are set here.
-    /// Allocation-free, no syscalls.
+    /// Whether this subscriber wants records of `instrument_id`.
     #[inline]
-    pub fn offer(&mut self, record: &mut BookUpdate, ts_send_ticks: u64) -> Offer {
-        if let Some(f) = &self.filter {
-            if f.binary_search(&record.instrument_id).is_err() {
-                bump(&self.counters.filtered);
-                return Offer::Filtered;
-            }
+    pub fn wants(&self, instrument_id: u32) -> bool {
+        match &self.filter {
+            Some(f) => f.binary_search(&instrument_id).is_ok(),
+            None => true,
         }
-        self.post(record, ts_send_ticks)
     }
 
-    /// Posts a record to this session regardless of the filter (end of stream, heartbeats).
+    /// The instrument filter, sorted (`None` = all).
+    pub fn filter(&self) -> Option<&[u32]> {
+        self.filter.as_deref()
+    }
+
+    /// Whether the ring has a free slot for the next seq (refreshing the cached consumed seq if needed).
     #[inline]
-    pub fn post(&mut self, record: &mut BookUpdate, ts_send_ticks: u64) -> Offer {
+    pub fn has_space(&mut self) -> bool {
+        if has_space(self.next_seq, self.cached_consumed, self.slot_count) {
+            return true;
+        }
+        self.cached_consumed = self.ring.ring().consumed_seq();
+        self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
+        has_space(self.next_seq, self.cached_consumed, self.slot_count)
+    }
+
+    /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
+    /// syscalls (on shm; on verbs, the doorbell is in `flush`).
+    #[inline]
+    pub fn try_post(&mut self, record: &mut BookUpdate, ts_send_ticks: u64) -> Post {
+        if !self.has_space() {
+            return Post::Full;
+        }
         let seq = self.next_seq;
-        if !has_space(seq, self.cached_consumed, self.slot_count) {
-            self.cached_consumed = self.ring.ring().consumed_seq();
-            if !has_space(seq, self.cached_consumed, self.slot_count) {
-                bump(&self.counters.ring_full);
-                return Offer::Drop(CloseReason::RingFull);
-            }
-        }
         record.seq = seq;
         record.ts_send_ticks = ts_send_ticks;
         match self.ring.ring().write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
             Ok(()) => {
                 self.next_seq = seq + 1;
+                self.stalled_since = 0;
                 bump(&self.counters.sent);
                 self.counters.last_seq.store(seq, Ordering::Relaxed);
-                Offer::Sent
+                Post::Sent
             }
-            Err(PostError::SendQueueFull) => {
-                bump(&self.counters.ring_full);
-                Offer::Drop(CloseReason::RingFull)
-            }
-            Err(_) => {
-                bump(&self.counters.post_errors);
-                Offer::Drop(CloseReason::FabricError)
-            }
+            Err(PostError::SendQueueFull) => Post::Full,
+            Err(_) => Post::Failed(CloseReason::FabricError),
+        }
+    }
+
+    /// Gives up a live record under policy `resync`: its seq is consumed, so the subscriber sees the gap.
+    #[inline]
+    pub fn skip(&mut self) {
+        self.next_seq += 1;
+        self.owes_resync = true;
+        bump(&self.counters.skipped);
+    }
+
+    /// Notes that the ring was full at `now`; returns true once it has been full for more than
+    /// `timeout_ticks` without the subscriber releasing anything.
+    #[inline]
+    pub fn stalled_too_long(&mut self, now: u64, timeout_ticks: u64) -> bool {
+        if self.stalled_since == 0 {
+            self.stalled_since = now;
+            false
+        } else {
+            now.wrapping_sub(self.stalled_since) > timeout_ticks
         }
     }
 
@@ -158,5 +222,11 @@ impl Session {
     /// The seq the next record would carry.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// Whether the session is following the live feed (not sending a snapshot or catching up at `pos`).
+    #[inline]
+    pub fn is_live_at(&self, pos: u64) -> bool {
+        self.snapshot.is_none() && self.feed_pos == pos
     }
 }

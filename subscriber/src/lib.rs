@@ -18,7 +18,22 @@
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
 //! seq is reported as [`Event::Gap`] before the record that follows it, never skipped silently. `poll` makes no
-//! syscall and allocates nothing; [`Subscriber::check_control`] (a socket read) is for idle time.
+//! syscall and allocates nothing; [`Subscriber::maintain`] (control socket, snapshot requests, liveness) is
+//! for idle time, or every few thousand records.
+//!
+//! # What a strategy sees
+//!
+//! - Normal: `Record`s with seq 1, 2, 3, ... (heartbeats included when the feed is idle), then the
+//!   `EndOfStream` record and `Closed(EndOfStream)`.
+//! - Policy `resync`, after falling a ring behind: `Gap { expected, got }`, then live records (the book is
+//!   stale from here); [`Subscriber::maintain`] asks for a snapshot; then `SnapshotBegin` (empty every book),
+//!   per instrument a `Clear` and its resting orders as `Add`s, `SnapshotEnd`, the feed records since the
+//!   snapshot, and the live stream: the book is exact again from `SnapshotEnd` on.
+//! - Policy `disconnect`: what was written before the drop, then `Closed(RingFull)`.
+//! - Policy `block`: never a gap; the publisher waits (up to its stall timeout) for this subscriber.
+//! - A dead or silent publisher: [`Subscriber::maintain`] returns [`Health::Silent`] after the silence
+//!   timeout and [`Health::Gone`] once the control connection is closed; [`Subscriber::reconnect`] then makes a
+//!   new session (seq restarts at 1; drop your books: a snapshot or the replay from the start follows).
 #![forbid(unsafe_code)]
 
 pub mod latency;
@@ -31,7 +46,7 @@ use std::time::Duration;
 
 use mdfan_fabric::shm::ShmLocalRing;
 use mdfan_fabric::{CloseReason, LocalRing, PeerState};
-use mdfan_wire::control::{self, ControlMsg, Subscribe};
+use mdfan_wire::control::{self, ControlMsg, SlowConsumerPolicy, SnapshotRequest, Subscribe};
 use mdfan_wire::ring::{seq_from_imm, slot_index};
 use mdfan_wire::BookUpdate;
 
@@ -52,6 +67,13 @@ pub struct SubscriberConfig {
     pub instruments: Option<Vec<u32>>,
     /// Time allowed for connecting and for the publisher's answer. Default 2 s.
     pub timeout: Duration,
+    /// What the publisher does when this ring is full. Default `resync`.
+    pub policy: SlowConsumerPolicy,
+    /// Start with a snapshot of the current books when joining mid-stream. Default true.
+    pub snapshot: bool,
+    /// No record (heartbeats included) for this long makes [`Subscriber::maintain`] report
+    /// [`Health::Silent`]. Default 50 ms.
+    pub silence_timeout: Duration,
 }
 
 impl SubscriberConfig {
@@ -64,6 +86,9 @@ impl SubscriberConfig {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             instruments: None,
             timeout: Duration::from_secs(2),
+            policy: SlowConsumerPolicy::Resync,
+            snapshot: true,
+            silence_timeout: Duration::from_millis(50),
         }
     }
 }
@@ -137,18 +162,44 @@ pub struct StreamStats {
     pub corrupt: u64,
     /// The seq due next.
     pub next_seq: u64,
+    /// Snapshots requested (after gaps).
+    pub snapshots_requested: u64,
+    /// Snapshots received whole (`SnapshotEnd` seen).
+    pub snapshots_received: u64,
+    /// Reconnections made.
+    pub reconnects: u64,
+}
+
+/// What [`Subscriber::maintain`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Records or heartbeats are arriving.
+    Ok,
+    /// Nothing arrived for longer than the silence timeout (the publisher may be hung or stopped).
+    Silent(Duration),
+    /// The publisher's control connection is closed and nothing more is in the ring: it is gone.
+    Gone,
 }
 
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
 pub struct Subscriber {
+    cfg: SubscriberConfig,
     ring: ShmLocalRing,
     control: TcpStream,
     endpoint: String,
     session_id: u64,
+    policy: SlowConsumerPolicy,
     stats: StreamStats,
     latency: Option<Latency>,
     closed: Option<CloseReason>,
     control_closed: bool,
+    clock: quanta::Clock,
+    /// TSC of the last non-empty poll.
+    last_rx: u64,
+    /// First seq of an unrepaired gap, when a snapshot is owed (policy resync).
+    resync_from: Option<u64>,
+    /// A snapshot was requested and has not ended yet.
+    resync_requested: bool,
 }
 
 impl Subscriber {
@@ -157,6 +208,28 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
+        let (ring, control, session_id, policy) = Self::open(cfg)?;
+        let clock = quanta::Clock::new();
+        let last_rx = clock.raw();
+        Ok(Subscriber {
+            cfg: cfg.clone(),
+            ring,
+            control,
+            endpoint: cfg.endpoint.clone(),
+            session_id,
+            policy,
+            stats: StreamStats { next_seq: 1, ..StreamStats::default() },
+            latency: None,
+            closed: None,
+            control_closed: false,
+            clock,
+            last_rx,
+            resync_from: None,
+            resync_requested: false,
+        })
+    }
+
+    fn open(cfg: &SubscriberConfig) -> Result<(ShmLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
         let endpoint = cfg.endpoint.clone();
         let connect_err = |source| SubscribeError::Connect { endpoint: endpoint.clone(), source };
         let addr = cfg
@@ -174,27 +247,42 @@ impl Subscriber {
             name: cfg.name.clone(),
             instruments: cfg.instruments.clone(),
             ring: grant,
+            policy: cfg.policy,
+            snapshot: cfg.snapshot,
         });
         let ctl_err = |source| SubscribeError::Control { endpoint: endpoint.clone(), source };
         control::write_msg(&mut stream, &sub).map_err(|e| ctl_err(e.into()))?;
         let answer = control::read_msg(&mut stream).map_err(ctl_err)?;
         ring.unlink();
-        let session_id = match answer {
-            ControlMsg::Accept(a) => a.session_id,
+        let (session_id, policy) = match answer {
+            ControlMsg::Accept(a) => (a.session_id, a.policy),
             ControlMsg::Reject(r) => return Err(SubscribeError::Rejected { endpoint, reason: r.reason }),
             other => return Err(SubscribeError::Unexpected { endpoint, answer: format!("{other:?}") }),
         };
         stream.set_nonblocking(true).map_err(connect_err)?;
-        Ok(Subscriber {
-            ring,
-            control: stream,
-            endpoint,
-            session_id,
-            stats: StreamStats { next_seq: 1, ..StreamStats::default() },
-            latency: None,
-            closed: None,
-            control_closed: false,
-        })
+        Ok((ring, stream, session_id, policy))
+    }
+
+    /// Makes a new session with the same config (after [`Health::Gone`]). The stream restarts at seq 1; the
+    /// caller must drop its books: a snapshot (when the publisher is mid-stream) or the replay from its start
+    /// follows.
+    ///
+    /// # Errors
+    /// As [`Subscriber::connect`]; the old session is gone either way.
+    pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
+        let (ring, control, session_id, policy) = Self::open(&self.cfg)?;
+        self.ring = ring;
+        self.control = control;
+        self.session_id = session_id;
+        self.policy = policy;
+        self.stats.next_seq = 1;
+        self.stats.reconnects += 1;
+        self.closed = None;
+        self.control_closed = false;
+        self.resync_from = None;
+        self.resync_requested = false;
+        self.last_rx = self.clock.raw();
+        Ok(())
     }
 
     /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram.
@@ -224,7 +312,14 @@ impl Subscriber {
             if seq != expected {
                 self.stats.gaps += 1;
                 self.stats.missed += seq.wrapping_sub(expected);
+                if self.resync_from.is_none() {
+                    self.resync_from = Some(expected);
+                }
                 f(Event::Gap { expected, got: seq });
+            }
+            if record.kind == mdfan_wire::Kind::SnapshotEnd as u8 {
+                self.stats.snapshots_received += 1;
+                self.resync_requested = false;
             }
             if let Some(l) = &mut self.latency {
                 l.record(record.ts_send_ticks);
@@ -235,6 +330,7 @@ impl Subscriber {
         }
         if n > 0 {
             self.ring.release(self.stats.next_seq - 1);
+            self.last_rx = self.clock.raw();
         } else if self.closed.is_none() {
             if let PeerState::Closed(reason) = self.ring.peer_state() {
                 self.closed = Some(reason);
@@ -244,20 +340,49 @@ impl Subscriber {
         n
     }
 
-    /// Reads the control connection without blocking (a syscall: call it when idle). Returns `false` once the
-    /// publisher's control connection is gone (closed or errored), `true` while it is up.
-    pub fn check_control(&mut self) -> bool {
+    /// Housekeeping for idle time (it makes syscalls): reads the control connection, sends the snapshot
+    /// request a gap made owed (policy resync), and checks liveness.
+    pub fn maintain(&mut self) -> Health {
+        if !self.control_closed {
+            let mut buf = [0u8; 512];
+            match self.control.read(&mut buf) {
+                Ok(0) => self.control_closed = true,
+                Ok(_) => {} // Bye and notices; the ring's peer state carries the reason
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => self.control_closed = true,
+            }
+        }
+        if let Some(gap_from_seq) = self.resync_from {
+            if self.policy == SlowConsumerPolicy::Resync && !self.resync_requested && !self.control_closed {
+                let req = ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq });
+                let _ = self.control.set_nonblocking(false);
+                if control::write_msg(&mut self.control, &req).is_ok() {
+                    self.resync_requested = true;
+                    self.stats.snapshots_requested += 1;
+                    self.resync_from = None;
+                }
+                let _ = self.control.set_nonblocking(true);
+            }
+        }
         if self.control_closed {
-            return false;
+            return Health::Gone;
         }
-        let mut buf = [0u8; 512];
-        match self.control.read(&mut buf) {
-            Ok(0) => self.control_closed = true,
-            Ok(_) => {} // Bye or other notices; the ring's peer state carries the reason
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(_) => self.control_closed = true,
+        let quiet_ns = self.clock.delta_as_nanos(self.last_rx, self.clock.raw());
+        if quiet_ns > self.cfg.silence_timeout.as_nanos() as u64 {
+            Health::Silent(Duration::from_nanos(quiet_ns))
+        } else {
+            Health::Ok
         }
-        !self.control_closed
+    }
+
+    /// Whether a gap is not yet repaired by a snapshot (the books are stale).
+    pub fn is_stale(&self) -> bool {
+        self.resync_from.is_some() || self.resync_requested
+    }
+
+    /// The policy the publisher applies to this subscriber.
+    pub fn policy(&self) -> SlowConsumerPolicy {
+        self.policy
     }
 
     /// Stream counters.

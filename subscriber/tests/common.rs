@@ -72,3 +72,8 @@ pub fn wait_with_watchdog(mut child: Child) -> Output {
 pub fn stdout_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
+
+/// The key=value fields of one output line.
+pub fn fields(line: &str) -> std::collections::HashMap<&str, &str> {
+    line.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()
+}

@@ -32,6 +32,8 @@ struct Order {
     side: Side,
     price_e9: i64,
     size: u32,
+    /// Arrival order in this book (an add or a modify takes a new one): queue priority within a level.
+    priority: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,6 +76,7 @@ pub struct Book {
     pub last_ts_event_ns: u64,
     /// Records applied (including trades and fills, which leave the levels alone).
     pub records: u64,
+    next_priority: u64,
 }
 
 impl Book {
@@ -132,7 +135,8 @@ impl Book {
                         venue_seq: r.venue_seq,
                     });
                 }
-                self.orders.insert(r.order_id, Order { side, price_e9: r.price_e9, size: r.size });
+                let priority = self.take_priority();
+                self.orders.insert(r.order_id, Order { side, price_e9: r.price_e9, size: r.size, priority });
                 self.level_add(side, r.price_e9, r.size);
             }
             Kind::Cancel => {
@@ -165,7 +169,8 @@ impl Book {
                 if let Some(old) = self.orders.remove(&r.order_id) {
                     self.level_sub(old.side, old.price_e9, old.size, true);
                 }
-                self.orders.insert(r.order_id, Order { side, price_e9: r.price_e9, size: r.size });
+                let priority = self.take_priority();
+                self.orders.insert(r.order_id, Order { side, price_e9: r.price_e9, size: r.size, priority });
                 self.level_add(side, r.price_e9, r.size);
             }
             Kind::Clear => {
@@ -181,6 +186,44 @@ impl Book {
         self.last_ts_event_ns = r.ts_event_ns;
         self.records += 1;
         Ok(())
+    }
+
+    fn take_priority(&mut self) -> u64 {
+        self.next_priority += 1;
+        self.next_priority
+    }
+
+    /// Appends this book as snapshot records: a `Clear`, then one `Add` per resting order (bids then asks,
+    /// best price first, queue priority within a level), every one flagged `SNAPSHOT`, the last one also
+    /// `LAST`. Each carries the book's last venue_seq, ts_recv_ns and ts_event_ns.
+    pub fn snapshot_into(&self, instrument_id: u32, out: &mut Vec<BookUpdate>) {
+        let base = BookUpdate {
+            instrument_id,
+            venue_seq: self.last_venue_seq,
+            ts_recv_ns: self.last_ts_recv_ns,
+            ts_event_ns: self.last_ts_event_ns,
+            flags: crate::flags::SNAPSHOT,
+            ..BookUpdate::control(Kind::Clear)
+        };
+        out.push(base);
+        let mut orders: Vec<(&u64, &Order)> = self.orders.iter().collect();
+        orders.sort_by_key(|(_, o)| {
+            let px = if o.side == Side::Bid { -o.price_e9 } else { o.price_e9 };
+            (o.side != Side::Bid, px, o.priority)
+        });
+        for (id, o) in orders {
+            out.push(BookUpdate {
+                kind: Kind::Add as u8,
+                side: o.side as u8,
+                order_id: *id,
+                price_e9: o.price_e9,
+                size: o.size,
+                ..base
+            });
+        }
+        if let Some(last) = out.last_mut() {
+            last.flags |= crate::flags::LAST;
+        }
     }
 
     /// Resting orders.
@@ -226,14 +269,19 @@ impl Books {
         Books::default()
     }
 
-    /// Applies a record to its instrument's book, creating the book on first sight. Markers, heartbeats and
-    /// end of stream are ignored.
+    /// Applies a record to its instrument's book, creating the book on first sight. `SnapshotBegin` empties
+    /// every book (the snapshot that follows holds every instrument of the stream); snapshot end, heartbeats
+    /// and end of stream are ignored.
     ///
     /// # Errors
     /// As [`Book::apply`].
     pub fn apply(&mut self, r: &BookUpdate) -> Result<(), BookError> {
         match r.kind() {
-            Some(Kind::SnapshotBegin | Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
+            Some(Kind::SnapshotBegin) => {
+                self.books.clear();
+                Ok(())
+            }
+            Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
             _ => self.books.entry(r.instrument_id).or_default().apply(r),
         }
     }
@@ -241,6 +289,31 @@ impl Books {
     /// One instrument's book.
     pub fn get(&self, instrument_id: u32) -> Option<&Book> {
         self.books.get(&instrument_id)
+    }
+
+    /// A full snapshot of the books in `filter` (all when `None`), sorted by instrument_id: `SnapshotBegin`,
+    /// each book as [`Book::snapshot_into`] writes it, `SnapshotEnd`. The markers carry, in `order_id`, the
+    /// number of feed records the snapshot includes (`position`) and, in `size`, the number of instruments.
+    pub fn snapshot(&self, filter: Option<&[u32]>, position: u64) -> Vec<BookUpdate> {
+        let books: Vec<(u32, &Book)> = self
+            .iter_sorted()
+            .into_iter()
+            .filter(|(id, _)| filter.is_none_or(|f| f.contains(id)))
+            .collect();
+        let instruments = books.len() as u32;
+        let marker = |kind| BookUpdate {
+            order_id: position,
+            size: instruments,
+            flags: crate::flags::SNAPSHOT,
+            ..BookUpdate::control(kind)
+        };
+        let mut out = Vec::with_capacity(2 + books.iter().map(|(_, b)| b.order_count() + 1).sum::<usize>());
+        out.push(marker(Kind::SnapshotBegin));
+        for (id, book) in books {
+            book.snapshot_into(id, &mut out);
+        }
+        out.push(marker(Kind::SnapshotEnd));
+        out
     }
 
     /// All books, sorted by instrument_id.
@@ -327,6 +400,45 @@ mod tests {
         assert_eq!((b.order_count(), b.level_count(Side::Bid), b.level_count(Side::Ask)), (0, 0, 0));
         assert_eq!(b.bbo(), (None, None));
         assert_eq!(b.records, 5);
+    }
+
+    #[test]
+    fn a_snapshot_rebuilds_an_equal_book_in_priority_order() {
+        let mut books = Books::new();
+        for r in [
+            rec(Kind::Add, Side::Bid, 1, 100, 5),
+            rec(Kind::Add, Side::Bid, 2, 100, 3),
+            rec(Kind::Add, Side::Bid, 3, 101, 1),
+            rec(Kind::Add, Side::Ask, 4, 103, 2),
+            rec(Kind::Add, Side::Ask, 5, 102, 6),
+            rec(Kind::Modify, Side::Bid, 1, 100, 4), // loses priority to order 2
+        ] {
+            books.apply(&r).unwrap();
+        }
+        let snap = books.snapshot(None, 6);
+        let kinds: Vec<_> = snap.iter().map(|r| r.kind().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [Kind::SnapshotBegin, Kind::Clear, Kind::Add, Kind::Add, Kind::Add, Kind::Add, Kind::Add, Kind::SnapshotEnd]
+        );
+        let ids: Vec<u64> = snap[2..7].iter().map(|r| r.order_id).collect();
+        assert_eq!(ids, [3, 2, 1, 5, 4], "bids best first then asks best first, queue priority within a level");
+        assert!(snap[1..7].iter().all(|r| r.flags & crate::flags::SNAPSHOT != 0));
+        assert!(snap[6].is_last() && !snap[5].is_last());
+        assert_eq!((snap[0].order_id, snap[0].size), (6, 1));
+        // applied to books holding other state, the snapshot gives the same levels, and only its instruments
+        let mut other = Books::new();
+        other.apply(&rec(Kind::Add, Side::Ask, 99, 50, 1)).unwrap();
+        other.apply(&BookUpdate { instrument_id: 8, ..rec(Kind::Add, Side::Ask, 98, 50, 1) }).unwrap();
+        for r in &snap {
+            other.apply(r).unwrap();
+        }
+        let (a, b) = (books.get(7).unwrap(), other.get(7).unwrap());
+        assert_eq!(a.top(Side::Bid, 10), b.top(Side::Bid, 10));
+        assert_eq!(a.top(Side::Ask, 10), b.top(Side::Ask, 10));
+        assert_eq!(a.order_count(), b.order_count());
+        assert!(other.get(8).is_none(), "instruments not in the snapshot are gone");
+        assert!(books.snapshot(Some(&[8]), 6)[1].kind() == Some(Kind::SnapshotEnd));
     }
 
     #[test]

@@ -91,6 +91,48 @@ pub struct Subscribe {
     pub instruments: Option<Vec<u32>>,
     /// The ring.
     pub ring: RingGrant,
+    /// What the publisher does when this subscriber's ring is full. Default `disconnect`.
+    #[serde(default)]
+    pub policy: SlowConsumerPolicy,
+    /// Whether to start with a snapshot of the current books when joining mid-stream. Default true.
+    #[serde(default = "yes")]
+    pub snapshot: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the publisher does when a subscriber's ring is full (README, "Slow subscribers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlowConsumerPolicy {
+    /// Drop the subscriber and say why (`ring_full`).
+    #[default]
+    Disconnect,
+    /// Skip records for it while its ring is full; it sees the gap through seq, asks for a snapshot, rebuilds.
+    Resync,
+    /// Wait for it (lossless; slows the publisher for every subscriber). Only where the publisher allows it.
+    Block,
+}
+
+impl SlowConsumerPolicy {
+    /// The config / wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlowConsumerPolicy::Disconnect => "disconnect",
+            SlowConsumerPolicy::Resync => "resync",
+            SlowConsumerPolicy::Block => "block",
+        }
+    }
+}
+
+/// Subscriber -> publisher: send me the current books (after a gap), then the live stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// The seq of the first record the subscriber missed (for the publisher's log).
+    pub gap_from_seq: u64,
 }
 
 /// Publisher -> subscriber: the ring is attached; records start at `first_seq`.
@@ -103,6 +145,10 @@ pub struct Accept {
     pub first_seq: u64,
     /// Fabric-specific reply.
     pub fabric: AcceptFabric,
+    /// The policy the publisher applies to this subscriber.
+    pub policy: SlowConsumerPolicy,
+    /// The publisher sends a heartbeat record when the feed is idle this long, in ms.
+    pub heartbeat_interval_ms: u64,
 }
 
 /// Publisher -> subscriber: refused, with a reason an operator can act on.
@@ -125,6 +171,8 @@ pub enum ControlMsg {
     Accept(Accept),
     /// See [`Reject`].
     Reject(Reject),
+    /// See [`SnapshotRequest`].
+    SnapshotRequest(SnapshotRequest),
     /// Orderly close, with a reason.
     Bye {
         /// Why the sender is closing.
@@ -231,6 +279,8 @@ mod tests {
             name: "strat-a".into(),
             instruments: Some(vec![17077]),
             ring: RingGrant::Shm { path: "/dev/shm/mdfan-1".into(), slot_count: 131_072 },
+            policy: SlowConsumerPolicy::Resync,
+            snapshot: true,
         })
     }
 

@@ -1,7 +1,7 @@
 //! `mdfan-publisher --config FILE`: replay a feed and fan it out to subscribers.
 //!
 //! Exit status: 0 after a complete replay, 1 on a config/feed/endpoint error (one line on stderr naming the
-//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM.
+//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM. SIGUSR1 prints every counter.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -45,26 +45,21 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         signal_hook::flag::register(sig, Arc::clone(&shutdown)).expect("signal handlers install");
     }
     let publisher = Publisher::bind(cfg)?;
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
     println!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
     let report = publisher.run(shutdown)?;
     for s in &report.sessions {
-        println!(
-            "subscriber id={} name={} sent={} filtered={} last_seq={} end={}",
-            s.id,
-            s.name,
-            s.sent,
-            s.filtered,
-            s.last_seq,
-            s.end.as_str()
-        );
+        println!("{}", s.line());
     }
     println!(
-        "replay records={} elapsed_ms={:.1} rate_per_s={:.0} subscribers={} max_cycle_ns={} end={}",
+        "replay records={} elapsed_ms={:.1} rate_per_s={:.0} subscribers={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end={}",
         report.records,
         report.replay_ns as f64 / 1e6,
         report.rate_per_s(),
         report.sessions.len(),
-        report.max_cycle_ns,
+        report.cycle_p50_ns,
+        report.cycle_p999_ns,
+        report.cycle_max_ns,
         report.end.as_str()
     );
     Ok(if report.end == CloseReason::Shutdown { 130 } else { 0 })

@@ -2,7 +2,7 @@
 //!
 //! Exit status: 0 after end of stream; 1 when the subscription cannot be set up (one line on stderr naming
 //! the endpoint); 3 when the publisher dropped this subscriber; 4 when the publisher went away without ending
-//! the stream; 130 on SIGINT/SIGTERM.
+//! the stream (and reconnecting was off or failed); 130 on SIGINT/SIGTERM.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +12,20 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use mdfan_fabric::CloseReason;
 use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
-use mdfan_subscriber::{Event, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{Event, Health, Subscriber, SubscriberConfig};
+use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::record::format_price_e9;
 use mdfan_wire::{Books, Kind};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Policy {
+    /// Be dropped when the ring is full.
+    Disconnect,
+    /// Be skipped while the ring is full, then rebuild from a snapshot.
+    Resync,
+    /// Make the publisher wait (only where it allows it).
+    Block,
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Idle {
@@ -58,6 +69,18 @@ struct Args {
     /// What to do when the CQ is empty.
     #[arg(long, value_enum, default_value_t = Idle::Spin)]
     idle: Idle,
+    /// What the publisher does when this subscriber's ring is full.
+    #[arg(long, value_enum, default_value_t = Policy::Resync)]
+    policy: Policy,
+    /// Do not ask for a snapshot when joining mid-stream.
+    #[arg(long)]
+    no_snapshot: bool,
+    /// Report the publisher silent after this many ms without a record or heartbeat.
+    #[arg(long, default_value_t = 50)]
+    silence_timeout_ms: u64,
+    /// When the publisher goes away without ending the stream, reconnect (and resync) for up to this many ms.
+    #[arg(long)]
+    reconnect_ms: Option<u64>,
 }
 
 fn main() {
@@ -86,13 +109,30 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
     cfg.ring_slots = args.ring_slots;
     cfg.shm_dir = args.shm_dir.clone();
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
+    cfg.policy = match args.policy {
+        Policy::Disconnect => SlowConsumerPolicy::Disconnect,
+        Policy::Resync => SlowConsumerPolicy::Resync,
+        Policy::Block => SlowConsumerPolicy::Block,
+    };
+    cfg.snapshot = !args.no_snapshot;
+    cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     let mut sub = Subscriber::connect(&cfg)?.with_latency();
-    println!("subscribed endpoint={} session={} ring_slots={}", sub.endpoint(), sub.session_id(), cfg.ring_slots);
+    println!(
+        "subscribed endpoint={} session={} ring_slots={} policy={}",
+        sub.endpoint(),
+        sub.session_id(),
+        cfg.ring_slots,
+        sub.policy().as_str()
+    );
 
     let mut books = Books::new();
     let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
     let mut book_records = 0u64;
     let mut book_errors = 0u64;
+    let mut stale_book_errors = 0u64;
+    let mut heartbeats = 0u64;
+    let mut silent_reported = false;
+    let mut since_maintain = 0usize;
     let mut last_bbo = None;
     let mut end: Option<&'static str> = None;
     let mut closed: Option<CloseReason> = None;
@@ -101,16 +141,28 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
     let mut out = Vec::<String>::new();
     let mut control_gone = false;
     while end.is_none() {
+        let stale = sub.is_stale();
         let n = sub.poll(256, |event| match event {
             Event::Record(r) => match r.kind() {
                 Some(Kind::EndOfStream) => end = Some("end_of_stream"),
-                Some(Kind::Heartbeat | Kind::SnapshotBegin | Kind::SnapshotEnd) => {}
+                Some(Kind::Heartbeat) => heartbeats += 1,
+                Some(Kind::SnapshotBegin) => {
+                    let _ = books.apply(r); // empties every book
+                    out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
+                }
+                Some(Kind::SnapshotEnd) => {
+                    out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
+                }
                 _ => {
                     book_records += 1;
                     if let Err(e) = books.apply(r) {
-                        book_errors += 1;
-                        if book_errors <= 10 {
-                            out.push(format!("book_error seq={} {e}", r.seq));
+                        if stale {
+                            stale_book_errors += 1; // expected between a gap and its snapshot
+                        } else {
+                            book_errors += 1;
+                            if book_errors <= 10 {
+                                out.push(format!("book_error seq={} {e}", r.seq));
+                            }
                         }
                     }
                     if checkpoints.contains(&book_records) {
@@ -152,24 +204,45 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
                 end = Some(reason.as_str());
             }
         }
+        since_maintain += n;
         if n == 0 {
             if control_gone {
                 // The control connection closed before this (empty) poll: everything the publisher wrote
                 // before it went is visible by now, and nothing more will come.
-                end = Some("publisher_gone");
+                control_gone = false;
+                match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
+                    Some(Ok(())) => {
+                        books = Books::new();
+                        println!("reconnected session={}", sub.session_id());
+                    }
+                    Some(Err(e)) => {
+                        println!("reconnect_failed {e}");
+                        end = Some("publisher_gone");
+                    }
+                    None => end = Some("publisher_gone"),
+                }
             }
             match args.idle {
                 Idle::Spin => std::hint::spin_loop(),
                 Idle::Yield => std::thread::yield_now(),
             }
-            let now = clock.now();
-            if now - last_check > Duration::from_millis(10) {
-                last_check = now;
-                if stop.load(Ordering::Relaxed) {
-                    end = Some("interrupted");
-                } else if !sub.check_control() {
-                    control_gone = true;
+        }
+        let now = clock.now();
+        if (n == 0 && now - last_check > Duration::from_millis(1)) || since_maintain >= 4096 {
+            last_check = now;
+            since_maintain = 0;
+            if stop.load(Ordering::Relaxed) {
+                end = Some("interrupted");
+            }
+            match sub.maintain() {
+                Health::Ok => silent_reported = false,
+                Health::Silent(d) => {
+                    if !silent_reported {
+                        silent_reported = true;
+                        println!("publisher_silent ms={}", d.as_millis());
+                    }
                 }
+                Health::Gone => control_gone = true,
             }
         }
     }
@@ -182,12 +255,14 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
         }
     }
     println!(
-        "stream records={} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} end={}",
+        "stream records={} heartbeats={heartbeats} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} snapshots={} reconnects={} stale_book_errors={stale_book_errors} end={}",
         stats.records,
         stats.gaps,
         stats.missed,
         stats.corrupt,
         stats.next_seq,
+        stats.snapshots_received,
+        stats.reconnects,
         end.unwrap_or("unknown")
     );
     if let Some(l) = sub.latency() {
@@ -199,4 +274,16 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
         Some("publisher_gone") => 4,
         _ => 3,
     })
+}
+
+/// Tries to reconnect every 100 ms until `budget` runs out.
+fn reconnect(sub: &mut Subscriber, budget: Duration, stop: &AtomicBool) -> Result<(), mdfan_subscriber::SubscribeError> {
+    let start = std::time::Instant::now();
+    loop {
+        match sub.reconnect() {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() >= budget || stop.load(Ordering::Relaxed) => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }
