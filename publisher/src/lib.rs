@@ -569,8 +569,7 @@ impl Conductor<'_> {
             (None, self.counters.records.load(Ordering::Relaxed))
         };
         let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
-        let session =
-            Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
+        let session = Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
         let counters = Arc::clone(&session.counters);
         if self.cmd_tx.push(Command::Add(session)).is_err() {
             tracing::error!(%peer, "hot loop command queue full; subscriber dropped");

@@ -88,6 +88,8 @@ pub struct Session {
     next_seq: u64,
     /// The consumed seq last read from the subscriber; refreshed only when the ring looks full.
     cached_consumed: u64,
+    /// The last seq actually written (skipped seqs are never written).
+    last_written: u64,
     /// Sorted instrument_ids wanted; `None` = all.
     filter: Option<Box<[u32]>>,
     /// Counters the conductor reads.
@@ -130,6 +132,7 @@ impl Session {
             slot_count,
             next_seq: 1,
             cached_consumed: 0,
+            last_written: 0,
             filter,
             counters: Arc::new(SessionCounters::default()),
             dead: None,
@@ -154,15 +157,19 @@ impl Session {
         self.filter.as_deref()
     }
 
-    /// Whether the ring has a free slot for the next seq (refreshing the cached consumed seq if needed).
+    /// Whether the slot of the next seq is free (refreshing the cached consumed seq if needed): either every
+    /// seq from the consumed one to the next is within one ring, or everything written has been consumed
+    /// (after skipped seqs under `resync`, the next seq can be more than a ring ahead of an empty ring).
     #[inline]
     pub fn has_space(&mut self) -> bool {
-        if has_space(self.next_seq, self.cached_consumed, self.slot_count) {
+        let free =
+            |s: &Session| has_space(s.next_seq, s.cached_consumed, s.slot_count) || s.last_written <= s.cached_consumed;
+        if free(self) {
             return true;
         }
         self.cached_consumed = self.ring.ring().consumed_seq();
         self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
-        has_space(self.next_seq, self.cached_consumed, self.slot_count)
+        free(self)
     }
 
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
@@ -178,6 +185,7 @@ impl Session {
         match self.ring.ring().write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
             Ok(()) => {
                 self.next_seq = seq + 1;
+                self.last_written = seq;
                 self.stalled_since = 0;
                 bump(&self.counters.sent);
                 self.counters.last_seq.store(seq, Ordering::Relaxed);

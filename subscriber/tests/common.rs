@@ -22,13 +22,24 @@ pub struct RunningPublisher {
     pub handle: JoinHandle<Result<RunReport, PublisherError>>,
 }
 
-/// Starts a publisher on 127.0.0.1:0 replaying `feed`, waiting for `wait_for` subscribers. `extra` is appended
-/// to the `[feed]` section (e.g. `pace = 100`).
-pub fn start_publisher(feed: &Path, wait_for: usize, extra_feed: &str) -> RunningPublisher {
-    let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = {wait_for}\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
+/// A publisher config text for `feed` on `listen`. `extra_publisher` goes in `[publisher]`, `extra_feed` in
+/// `[feed]` (e.g. `pace = 100`).
+pub fn config_text(listen: &str, feed: &Path, wait_for: usize, extra_publisher: &str, extra_feed: &str) -> String {
+    format!(
+        "[publisher]\nlisten = \"{listen}\"\nwait_for_subscribers = {wait_for}\n{extra_publisher}\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
         feed.display()
-    );
+    )
+}
+
+/// Starts a publisher on 127.0.0.1:0 replaying `feed`, waiting for `wait_for` subscribers. `extra_feed` is
+/// appended to the `[feed]` section (e.g. `pace = 100`).
+pub fn start_publisher(feed: &Path, wait_for: usize, extra_feed: &str) -> RunningPublisher {
+    start_publisher_with(feed, wait_for, "", extra_feed)
+}
+
+/// As [`start_publisher`], with extra `[publisher]` keys too.
+pub fn start_publisher_with(feed: &Path, wait_for: usize, extra_publisher: &str, extra_feed: &str) -> RunningPublisher {
+    let text = config_text("127.0.0.1:0", feed, wait_for, extra_publisher, extra_feed);
     let cfg = Config::parse(&text, Path::new("test.toml")).expect("test config parses");
     let publisher = Publisher::bind(cfg).expect("publisher binds");
     let addr = publisher.local_addr();
@@ -76,4 +87,29 @@ pub fn stdout_lines(out: &Output) -> Vec<String> {
 /// The key=value fields of one output line.
 pub fn fields(line: &str) -> std::collections::HashMap<&str, &str> {
     line.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()
+}
+
+/// The `mdfan-publisher` binary next to `mdfan-subscribe`, built first if this test run did not build it.
+pub fn publisher_bin() -> std::path::PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).with_file_name("mdfan-publisher");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "mdfan-publisher", "--bin", "mdfan-publisher"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building mdfan-publisher failed");
+    }
+    bin
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; std sets SO_REUSEADDR, so a publisher can reuse it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
+    assert!(status.success(), "kill -{sig} {}", child.id());
 }

@@ -71,7 +71,8 @@ fn two_subscriber_processes_rebuild_the_reference_book_exactly() {
         assert_eq!(records - heartbeats, esh4::RECORDS + 1, "{stream}");
         assert_eq!(f["next_seq"], (records + 1).to_string(), "{stream}");
         assert_eq!(f["book_records"], esh4::RECORDS.to_string(), "{stream}");
-        for (k, v) in [("gaps", "0"), ("missed", "0"), ("corrupt", "0"), ("book_errors", "0"), ("end", "end_of_stream")] {
+        for (k, v) in [("gaps", "0"), ("missed", "0"), ("corrupt", "0"), ("book_errors", "0"), ("end", "end_of_stream")]
+        {
             assert_eq!(f[k], v, "{k} in {stream}");
         }
         assert!(!text.contains("\ngap "), "no gap events:\n{text}");

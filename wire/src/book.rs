@@ -295,11 +295,8 @@ impl Books {
     /// each book as [`Book::snapshot_into`] writes it, `SnapshotEnd`. The markers carry, in `order_id`, the
     /// number of feed records the snapshot includes (`position`) and, in `size`, the number of instruments.
     pub fn snapshot(&self, filter: Option<&[u32]>, position: u64) -> Vec<BookUpdate> {
-        let books: Vec<(u32, &Book)> = self
-            .iter_sorted()
-            .into_iter()
-            .filter(|(id, _)| filter.is_none_or(|f| f.contains(id)))
-            .collect();
+        let books: Vec<(u32, &Book)> =
+            self.iter_sorted().into_iter().filter(|(id, _)| filter.is_none_or(|f| f.contains(id))).collect();
         let instruments = books.len() as u32;
         let marker = |kind| BookUpdate {
             order_id: position,
@@ -419,7 +416,16 @@ mod tests {
         let kinds: Vec<_> = snap.iter().map(|r| r.kind().unwrap()).collect();
         assert_eq!(
             kinds,
-            [Kind::SnapshotBegin, Kind::Clear, Kind::Add, Kind::Add, Kind::Add, Kind::Add, Kind::Add, Kind::SnapshotEnd]
+            [
+                Kind::SnapshotBegin,
+                Kind::Clear,
+                Kind::Add,
+                Kind::Add,
+                Kind::Add,
+                Kind::Add,
+                Kind::Add,
+                Kind::SnapshotEnd
+            ]
         );
         let ids: Vec<u64> = snap[2..7].iter().map(|r| r.order_id).collect();
         assert_eq!(ids, [3, 2, 1, 5, 4], "bids best first then asks best first, queue priority within a level");

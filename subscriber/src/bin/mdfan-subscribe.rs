@@ -277,7 +277,11 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
 }
 
 /// Tries to reconnect every 100 ms until `budget` runs out.
-fn reconnect(sub: &mut Subscriber, budget: Duration, stop: &AtomicBool) -> Result<(), mdfan_subscriber::SubscribeError> {
+fn reconnect(
+    sub: &mut Subscriber,
+    budget: Duration,
+    stop: &AtomicBool,
+) -> Result<(), mdfan_subscriber::SubscribeError> {
     let start = std::time::Instant::now();
     loop {
         match sub.reconnect() {
