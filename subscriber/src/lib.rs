@@ -8,7 +8,7 @@
 //!     sub.poll(256, |event| match event {
 //!         Event::Record(r) => { let _ = books.apply(r); }      // borrowed in place from the ring
 //!         Event::Gap { expected, got } => eprintln!("gap: expected seq {expected}, got {got}"),
-//!         Event::Corrupt { .. } | Event::Closed(_) => {}
+//!         Event::Stale { .. } | Event::Corrupt { .. } | Event::Closed(_) => {}
 //!     });
 //! #   break;
 //! }
@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod latency;
+pub mod receiver;
 pub mod report;
 
 use std::io::{ErrorKind, Read};
@@ -45,12 +46,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mdfan_fabric::shm::ShmLocalRing;
-use mdfan_fabric::{CloseReason, LocalRing, PeerState};
+use mdfan_fabric::CloseReason;
 use mdfan_wire::control::{self, ControlMsg, SlowConsumerPolicy, SnapshotRequest, Subscribe};
-use mdfan_wire::ring::{seq_from_imm, slot_index};
-use mdfan_wire::BookUpdate;
 
 pub use latency::{ClockSource, Latency};
+pub use receiver::{Event, Receiver, StreamStats};
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
@@ -125,51 +125,6 @@ pub enum SubscribeError {
     Unexpected { endpoint: String, answer: String },
 }
 
-/// What [`Subscriber::poll`] hands the callback.
-#[derive(Debug)]
-pub enum Event<'a> {
-    /// The next record, borrowed from the ring. Valid only inside the callback.
-    Record(&'a BookUpdate),
-    /// seq jumped: records `expected..got` are missing. Reported before record `got`.
-    Gap {
-        /// The seq that was due.
-        expected: u64,
-        /// The seq that arrived.
-        got: u64,
-    },
-    /// A completion named a slot whose record carries another seq (torn or stale slot); the record is not
-    /// delivered and the stream goes on.
-    Corrupt {
-        /// The seq rebuilt from the immediate.
-        seq: u64,
-        /// The seq found in the slot.
-        slot_seq: u64,
-    },
-    /// The publisher closed the ring (after everything it wrote was delivered).
-    Closed(CloseReason),
-}
-
-/// Stream counters, updated by `poll`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamStats {
-    /// Records delivered (control records such as end of stream included).
-    pub records: u64,
-    /// Jumps in seq.
-    pub gaps: u64,
-    /// Records missing in those jumps.
-    pub missed: u64,
-    /// Completions whose slot did not carry the expected seq.
-    pub corrupt: u64,
-    /// The seq due next.
-    pub next_seq: u64,
-    /// Snapshots requested (after gaps).
-    pub snapshots_requested: u64,
-    /// Snapshots received whole (`SnapshotEnd` seen).
-    pub snapshots_received: u64,
-    /// Reconnections made.
-    pub reconnects: u64,
-}
-
 /// What [`Subscriber::maintain`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -184,22 +139,21 @@ pub enum Health {
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
 pub struct Subscriber {
     cfg: SubscriberConfig,
-    ring: ShmLocalRing,
+    rx: Receiver<ShmLocalRing>,
     control: TcpStream,
     endpoint: String,
     session_id: u64,
     policy: SlowConsumerPolicy,
-    stats: StreamStats,
-    latency: Option<Latency>,
-    closed: Option<CloseReason>,
     control_closed: bool,
     clock: quanta::Clock,
     /// TSC of the last non-empty poll.
     last_rx: u64,
-    /// First seq of an unrepaired gap, when a snapshot is owed (policy resync).
-    resync_from: Option<u64>,
     /// A snapshot was requested and has not ended yet.
     resync_requested: bool,
+    snapshots_requested: u64,
+    /// Snapshots received when the last one was requested.
+    snapshots_at_request: u64,
+    reconnects: u64,
 }
 
 impl Subscriber {
@@ -213,19 +167,18 @@ impl Subscriber {
         let last_rx = clock.raw();
         Ok(Subscriber {
             cfg: cfg.clone(),
-            ring,
+            rx: Receiver::new(ring),
             control,
             endpoint: cfg.endpoint.clone(),
             session_id,
             policy,
-            stats: StreamStats { next_seq: 1, ..StreamStats::default() },
-            latency: None,
-            closed: None,
             control_closed: false,
             clock,
             last_rx,
-            resync_from: None,
             resync_requested: false,
+            snapshots_requested: 0,
+            snapshots_at_request: 0,
+            reconnects: 0,
         })
     }
 
@@ -271,15 +224,12 @@ impl Subscriber {
     /// As [`Subscriber::connect`]; the old session is gone either way.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
         let (ring, control, session_id, policy) = Self::open(&self.cfg)?;
-        self.ring = ring;
+        self.rx.restart(ring);
         self.control = control;
         self.session_id = session_id;
         self.policy = policy;
-        self.stats.next_seq = 1;
-        self.stats.reconnects += 1;
-        self.closed = None;
+        self.reconnects += 1;
         self.control_closed = false;
-        self.resync_from = None;
         self.resync_requested = false;
         self.last_rx = self.clock.raw();
         Ok(())
@@ -287,7 +237,7 @@ impl Subscriber {
 
     /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram.
     pub fn with_latency(mut self) -> Subscriber {
-        self.latency = Some(Latency::new());
+        self.rx.enable_latency();
         self
     }
 
@@ -295,47 +245,10 @@ impl Subscriber {
     /// of completions reaped; 0 means the CQ was empty. When the CQ is empty and the publisher has closed the
     /// ring, `f` gets [`Event::Closed`] once.
     #[inline]
-    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
-        let mut n = 0;
-        let slot_count = self.ring.slot_count();
-        while n < max {
-            let Some(c) = self.ring.poll_cq() else { break };
-            n += 1;
-            let expected = self.stats.next_seq;
-            let seq = seq_from_imm(c.imm_data, expected);
-            let record = self.ring.slot(slot_index(seq, slot_count));
-            if record.seq != seq {
-                self.stats.corrupt += 1;
-                f(Event::Corrupt { seq, slot_seq: record.seq });
-                continue;
-            }
-            if seq != expected {
-                self.stats.gaps += 1;
-                self.stats.missed += seq.wrapping_sub(expected);
-                if self.resync_from.is_none() {
-                    self.resync_from = Some(expected);
-                }
-                f(Event::Gap { expected, got: seq });
-            }
-            if record.kind == mdfan_wire::Kind::SnapshotEnd as u8 {
-                self.stats.snapshots_received += 1;
-                self.resync_requested = false;
-            }
-            if let Some(l) = &mut self.latency {
-                l.record(record.ts_send_ticks);
-            }
-            self.stats.records += 1;
-            self.stats.next_seq = seq + 1;
-            f(Event::Record(record));
-        }
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
+        let n = self.rx.poll(max, f);
         if n > 0 {
-            self.ring.release(self.stats.next_seq - 1);
             self.last_rx = self.clock.raw();
-        } else if self.closed.is_none() {
-            if let PeerState::Closed(reason) = self.ring.peer_state() {
-                self.closed = Some(reason);
-                f(Event::Closed(reason));
-            }
         }
         n
     }
@@ -352,14 +265,18 @@ impl Subscriber {
                 Err(_) => self.control_closed = true,
             }
         }
-        if let Some(gap_from_seq) = self.resync_from {
+        if self.resync_requested && self.rx.stats().snapshots_received > self.snapshots_at_request {
+            self.resync_requested = false;
+        }
+        if let Some(gap_from_seq) = self.rx.unrepaired_gap() {
             if self.policy == SlowConsumerPolicy::Resync && !self.resync_requested && !self.control_closed {
                 let req = ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq });
                 let _ = self.control.set_nonblocking(false);
                 if control::write_msg(&mut self.control, &req).is_ok() {
                     self.resync_requested = true;
-                    self.stats.snapshots_requested += 1;
-                    self.resync_from = None;
+                    self.snapshots_at_request = self.rx.stats().snapshots_received;
+                    self.snapshots_requested += 1;
+                    self.rx.take_gap();
                 }
                 let _ = self.control.set_nonblocking(true);
             }
@@ -377,7 +294,7 @@ impl Subscriber {
 
     /// Whether a gap is not yet repaired by a snapshot (the books are stale).
     pub fn is_stale(&self) -> bool {
-        self.resync_from.is_some() || self.resync_requested
+        self.rx.unrepaired_gap().is_some() || self.resync_requested
     }
 
     /// The policy the publisher applies to this subscriber.
@@ -387,12 +304,12 @@ impl Subscriber {
 
     /// Stream counters.
     pub fn stats(&self) -> StreamStats {
-        self.stats
+        StreamStats { snapshots_requested: self.snapshots_requested, reconnects: self.reconnects, ..self.rx.stats() }
     }
 
     /// The latency histogram, if enabled.
     pub fn latency(&self) -> Option<&Latency> {
-        self.latency.as_ref()
+        self.rx.latency()
     }
 
     /// The publisher's session id for this subscriber.
@@ -407,6 +324,6 @@ impl Subscriber {
 
     /// Why the publisher closed the ring, once it has.
     pub fn closed(&self) -> Option<CloseReason> {
-        self.closed
+        self.rx.closed()
     }
 }

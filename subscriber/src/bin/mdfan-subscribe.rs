@@ -192,6 +192,7 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
             },
             Event::Gap { expected, got } => out.push(format!("gap expected_seq={expected} got_seq={got}")),
             Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
+            Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
             Event::Closed(reason) => closed = Some(reason),
         });
         if !out.is_empty() {

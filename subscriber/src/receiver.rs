@@ -1,0 +1,175 @@
+//! The receive side of one stream, without any I/O of its own: reap completions, check seq, report gaps,
+//! hand records over in place. [`crate::Subscriber`] wraps it with the control connection; tests drive it
+//! directly over any [`LocalRing`].
+
+use mdfan_fabric::{CloseReason, LocalRing, PeerState};
+use mdfan_wire::ring::{seq_from_imm, slot_index};
+use mdfan_wire::{BookUpdate, Kind};
+
+use crate::latency::Latency;
+
+/// What [`Receiver::poll`] hands the callback.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The next record, borrowed from the ring. Valid only inside the callback.
+    Record(&'a BookUpdate),
+    /// seq jumped: records `expected..got` are missing. Reported before record `got`.
+    Gap {
+        /// The seq that was due.
+        expected: u64,
+        /// The seq that arrived.
+        got: u64,
+    },
+    /// A completion named a seq at or below one already delivered (a duplicate or a reordering); the record
+    /// is not delivered again.
+    Stale {
+        /// The seq rebuilt from the immediate.
+        seq: u64,
+        /// The seq that was due.
+        expected: u64,
+    },
+    /// A completion named a slot whose record carries another seq (torn or overwritten slot); the record is
+    /// not delivered and the stream goes on.
+    Corrupt {
+        /// The seq rebuilt from the immediate.
+        seq: u64,
+        /// The seq found in the slot.
+        slot_seq: u64,
+    },
+    /// The publisher closed the ring (after everything it wrote was delivered).
+    Closed(CloseReason),
+}
+
+/// Stream counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Records delivered (control records such as heartbeats and end of stream included).
+    pub records: u64,
+    /// Jumps in seq.
+    pub gaps: u64,
+    /// Records missing in those jumps.
+    pub missed: u64,
+    /// Completions whose slot did not carry the seq they named.
+    pub corrupt: u64,
+    /// Completions for a seq already passed.
+    pub stale: u64,
+    /// The seq due next.
+    pub next_seq: u64,
+    /// Snapshots requested (after gaps).
+    pub snapshots_requested: u64,
+    /// Snapshots received whole (`SnapshotEnd` seen).
+    pub snapshots_received: u64,
+    /// Reconnections made.
+    pub reconnects: u64,
+}
+
+/// See the module docs.
+pub struct Receiver<R: LocalRing> {
+    ring: R,
+    stats: StreamStats,
+    latency: Option<Latency>,
+    closed: Option<CloseReason>,
+    /// First seq of a gap not yet repaired by a snapshot.
+    gap_from: Option<u64>,
+}
+
+impl<R: LocalRing> Receiver<R> {
+    /// A receiver expecting seq 1 first.
+    pub fn new(ring: R) -> Receiver<R> {
+        Receiver {
+            ring,
+            stats: StreamStats { next_seq: 1, ..StreamStats::default() },
+            latency: None,
+            closed: None,
+            gap_from: None,
+        }
+    }
+
+    /// Starts a new stream on a new ring (after a reconnect): seq 1 is due next; counters carry on.
+    pub fn restart(&mut self, ring: R) {
+        self.ring = ring;
+        self.stats.next_seq = 1;
+        self.closed = None;
+        self.gap_from = None;
+    }
+
+    /// Records one-way latency of every record from now on.
+    pub fn enable_latency(&mut self) {
+        self.latency = Some(Latency::new());
+    }
+
+    /// Reaps up to `max` completions; see [`crate::Subscriber::poll`]. No syscall, no allocation.
+    #[inline]
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
+        let mut n = 0;
+        let slot_count = self.ring.slot_count();
+        while n < max {
+            let Some(c) = self.ring.poll_cq() else { break };
+            n += 1;
+            let expected = self.stats.next_seq;
+            let seq = seq_from_imm(c.imm_data, expected);
+            if seq < expected {
+                self.stats.stale += 1;
+                f(Event::Stale { seq, expected });
+                continue;
+            }
+            let record = self.ring.slot(slot_index(seq, slot_count));
+            if record.seq != seq {
+                self.stats.corrupt += 1;
+                f(Event::Corrupt { seq, slot_seq: record.seq });
+                continue;
+            }
+            if seq != expected {
+                self.stats.gaps += 1;
+                self.stats.missed += seq - expected;
+                if self.gap_from.is_none() {
+                    self.gap_from = Some(expected);
+                }
+                f(Event::Gap { expected, got: seq });
+            }
+            if record.kind == Kind::SnapshotEnd as u8 {
+                self.stats.snapshots_received += 1;
+            }
+            if let Some(l) = &mut self.latency {
+                l.record(record.ts_send_ticks);
+            }
+            self.stats.records += 1;
+            self.stats.next_seq = seq + 1;
+            f(Event::Record(record));
+        }
+        if n > 0 {
+            self.ring.release(self.stats.next_seq - 1);
+        } else if self.closed.is_none() {
+            if let PeerState::Closed(reason) = self.ring.peer_state() {
+                self.closed = Some(reason);
+                f(Event::Closed(reason));
+            }
+        }
+        n
+    }
+
+    /// Stream counters.
+    pub fn stats(&self) -> StreamStats {
+        self.stats
+    }
+
+    /// The first seq of a gap no snapshot has been asked for yet.
+    pub fn unrepaired_gap(&self) -> Option<u64> {
+        self.gap_from
+    }
+
+    /// Marks the gap as being repaired (a snapshot was requested).
+    pub fn take_gap(&mut self) -> Option<u64> {
+        self.gap_from.take()
+    }
+
+    /// The latency histogram, if enabled.
+    pub fn latency(&self) -> Option<&Latency> {
+        self.latency.as_ref()
+    }
+
+    /// Why the publisher closed the ring, once it has.
+    pub fn closed(&self) -> Option<CloseReason> {
+        self.closed
+    }
+}
