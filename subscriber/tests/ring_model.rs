@@ -44,7 +44,7 @@ fn run(ops: &[Op], slots: u32) -> (BTreeMap<u64, u64>, u64, Vec<Seen>) {
     let mut written = BTreeMap::new(); // seq -> order_id of every record actually written
     let mut feed = 0u64;
     let mut seen = Vec::new();
-    let mut poll = |rx: &mut Receiver<ShmLocalRing>, max: usize, seen: &mut Vec<Seen>| {
+    let poll = |rx: &mut Receiver<ShmLocalRing>, max: usize, seen: &mut Vec<Seen>| {
         rx.poll(max, |e| {
             seen.push(match e {
                 Event::Record(r) => Seen::Record { seq: r.seq, order_id: r.order_id },

@@ -186,10 +186,16 @@ impl VerbsConfig {
             return bad("send_queue_depth 0: at least one send WR is needed".into());
         }
         if !(1..=self.send_queue_depth).contains(&self.signal_every) {
-            return bad(format!("signal_every {} must be 1..=send_queue_depth ({})", self.signal_every, self.send_queue_depth));
+            return bad(format!(
+                "signal_every {} must be 1..=send_queue_depth ({})",
+                self.signal_every, self.send_queue_depth
+            ));
         }
         if !(1..=self.send_queue_depth).contains(&self.post_batch) {
-            return bad(format!("post_batch {} must be 1..=send_queue_depth ({})", self.post_batch, self.send_queue_depth));
+            return bad(format!(
+                "post_batch {} must be 1..=send_queue_depth ({})",
+                self.post_batch, self.send_queue_depth
+            ));
         }
         if !(1..=MAX_RECV_QUEUE_DEPTH).contains(&self.recv_queue_depth) {
             return bad(format!("recv_queue_depth {} must be 1..={MAX_RECV_QUEUE_DEPTH}", self.recv_queue_depth));

@@ -14,8 +14,18 @@
 //! `ibv_post_send(3)`, rdma-core `Documentation/libibverbs.md`), so the handles are `Send + Sync`. The WR lists
 //! hold raw pointers into their own boxed storage and are `Send` only.
 //!
-//! References: the man pages of each call (linked per function), RDMAmojo (<https://www.rdmamojo.com/>), and the
+//! References: the man pages of each call (named per function), RDMAmojo (<https://www.rdmamojo.com/>), and the
 //! InfiniBand Architecture Specification vol. 1 (IB vol. 1), chapters 9-11.
+//!
+//! # rdma-sys 0.3 and rdma-core 44 gaps handled here
+//!
+//! - rdma-sys's `verbs_get_ctx` compares `abi_compat` with `u32::MAX` instead of `UINTPTR_MAX`, so its inline
+//!   `ibv_query_device_ex`, `ibv_create_cq_ex` and `___ibv_query_port` never reach the provider's extended ops on
+//!   64-bit (no timestamp clock, EOPNOTSUPP). Ours go through `verbs_ctx_op!`, written as `verbs.h` has it.
+//! - `IBV_LINK_LAYER_*` (an anonymous enum) is not bound: declared here.
+//! - `ibv_query_gid_ex` is not bound: the GID type is read from sysfs ([`super::gid`]).
+//! - rxe in rdma-core 44 advances its CQ twice when `ibv_next_poll` runs dry and `ibv_end_poll` follows (as the
+//!   man page requires): the extended poll never calls `ibv_next_poll` (see [`CompletionQueue::poll`]).
 
 use std::ffi::CStr;
 use std::io;
@@ -25,8 +35,8 @@ use std::ptr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use memmap2::MmapMut;
 use mdfan_wire::BookUpdate;
+use memmap2::MmapMut;
 use rdma_sys as sys;
 
 use crate::FabricError;
@@ -63,6 +73,34 @@ pub(crate) fn verbs_error(call: &'static str, object: impl Into<String>, errno: 
         return FabricError::Unsupported(format!("{call} on {object} (EOPNOTSUPP)"));
     }
     FabricError::Verbs { call, object, source: io::Error::from_raw_os_error(errno) }
+}
+
+/// The extended-context op `$op` of context `$ctx`, as `verbs.h`'s `verbs_get_ctx_op` finds it: `None` when the
+/// context is not extended, the provider's `verbs_context` is too old to have the op, or the op is NULL.
+///
+/// rdma-sys 0.3 has this wrong: its `verbs_get_ctx` compares `abi_compat` with `u32::MAX`, while `verbs.h`'s
+/// `__VERBS_ABI_IS_EXTENDED` is `(void *)UINTPTR_MAX`, so on 64-bit every extended op looks missing and its
+/// `ibv_query_device_ex` silently degrades to `ibv_query_device` (no timestamp clock), its `ibv_create_cq_ex`
+/// fails with EOPNOTSUPP, and its `___ibv_query_port` falls back to the compat call. Hence our own.
+///
+/// Must be used inside an `unsafe` block: `$ctx` must be an open `*mut ibv_context`.
+macro_rules! verbs_ctx_op {
+    ($ctx:expr, $op:ident) => {{
+        let ctx: *mut sys::ibv_context = $ctx;
+        if (*ctx).abi_compat as usize != usize::MAX {
+            None
+        } else {
+            // container_of(ctx, struct verbs_context, context), as verbs_get_ctx open-codes it.
+            let vctx =
+                ctx.cast::<u8>().sub(std::mem::offset_of!(sys::verbs_context, context)).cast::<sys::verbs_context>();
+            let needed = std::mem::size_of::<sys::verbs_context>() - std::mem::offset_of!(sys::verbs_context, $op);
+            if (*vctx).sz < needed {
+                None
+            } else {
+                (*vctx).$op
+            }
+        }
+    }};
 }
 
 /// What `ibv_query_device_ex(3)` says about a device, reduced to what the provider uses.
@@ -181,7 +219,8 @@ impl Context {
         let index = match device {
             None if names.is_empty() => {
                 return Err(FabricError::NoDevice(
-                    "ibv_get_device_list found 0 devices (for Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)".into(),
+                    "ibv_get_device_list found 0 devices (for Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)"
+                        .into(),
                 ))
             }
             None => 0,
@@ -214,13 +253,25 @@ impl Context {
         Ok(Arc::new(ctx))
     }
 
-    /// `ibv_query_device_ex(3)` (rdma-sys falls back to `ibv_query_device` when the provider lacks the
-    /// extended query, leaving the extended fields at the zero we start from).
+    /// `ibv_query_device_ex(3)`, as the `verbs.h` inline does it: the provider's extended query when it has one
+    /// (and does not answer EOPNOTSUPP), else `ibv_query_device(3)`, leaving the extended fields at zero.
     fn query_device_ex(&self) -> Result<DeviceCaps, FabricError> {
         let mut attr = MaybeUninit::<sys::ibv_device_attr_ex>::zeroed();
-        // SAFETY: `raw` is an open context; `attr` is writable and zeroed (every field is an integer, array or
-        // struct of integers, so zero is valid); a NULL input means "no input options".
-        let rc = unsafe { sys::ibv_query_device_ex(self.raw, ptr::null(), attr.as_mut_ptr()) };
+        // SAFETY: `raw` is an open context (so `verbs_ctx_op!` may read it and its verbs_context); `attr` is
+        // writable and zeroed (every field is an integer, array or struct of integers, so zero is valid) and its
+        // size is passed; a NULL input means "no input options".
+        let mut rc = unsafe {
+            match verbs_ctx_op!(self.raw, query_device_ex) {
+                Some(query) => {
+                    query(self.raw, ptr::null(), attr.as_mut_ptr(), std::mem::size_of::<sys::ibv_device_attr_ex>())
+                }
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        if rc == libc::EOPNOTSUPP {
+            // SAFETY: as above; `orig_attr` is the first field, a writable `ibv_device_attr`.
+            rc = unsafe { sys::ibv_query_device(self.raw, ptr::addr_of_mut!((*attr.as_mut_ptr()).orig_attr)) };
+        }
         if rc != 0 {
             return Err(verbs_error("ibv_query_device_ex", &self.name, rc));
         }
@@ -250,14 +301,21 @@ impl Context {
         self.raw
     }
 
-    /// `ibv_query_port(3)` (the `___ibv_query_port` inline that the `ibv_query_port` macro expands to).
+    /// `ibv_query_port(3)`, as the `verbs.h` inline `___ibv_query_port` does it: the provider's extended
+    /// `query_port` op with the struct size, else the exported compat call (which fills a prefix of the struct).
     ///
     /// # Errors
     /// [`FabricError::Verbs`] with the errno (EINVAL for a port that does not exist, ENOMEM).
     pub fn query_port(&self, port_num: u8) -> Result<PortAttr, FabricError> {
         let mut attr = MaybeUninit::<sys::ibv_port_attr>::zeroed();
-        // SAFETY: `raw` is an open context; `attr` is a writable, zeroed `ibv_port_attr` (all integers).
-        let rc = unsafe { sys::___ibv_query_port(self.raw, port_num, attr.as_mut_ptr()) };
+        // SAFETY: `raw` is an open context; `attr` is a writable, zeroed `ibv_port_attr` (all integers) of the
+        // size passed; the compat struct the fallback fills is a prefix of it (verbs.h `_compat_ibv_port_attr`).
+        let rc = unsafe {
+            match verbs_ctx_op!(self.raw, query_port) {
+                Some(query) => query(self.raw, port_num, attr.as_mut_ptr(), std::mem::size_of::<sys::ibv_port_attr>()),
+                None => sys::ibv_query_port(self.raw, port_num, attr.as_mut_ptr().cast()),
+            }
+        };
         if rc != 0 {
             return Err(verbs_error("ibv_query_port", format!("{} port {port_num}", self.name), rc));
         }
@@ -398,8 +456,11 @@ impl MemoryRegion {
         if len == 0 {
             return Err(verbs_error("ibv_reg_mr", object(), libc::EINVAL));
         }
-        let mut map = MmapMut::map_anon(len)
-            .map_err(|source| FabricError::Io { op: "mmap anonymous", path: object(), source })?;
+        let mut map = MmapMut::map_anon(len).map_err(|source| FabricError::Io {
+            op: "mmap anonymous",
+            path: object(),
+            source,
+        })?;
         // SAFETY: `map` is a live, writable mapping of at least `len` bytes that this struct keeps until after
         // `ibv_dereg_mr`; `pd` is an allocated PD.
         let raw = unsafe { sys::ibv_reg_mr(pd.raw, map.as_mut_ptr().cast(), len, access.0 as c_int) };
@@ -452,14 +513,15 @@ impl MemoryRegion {
     /// # Panics
     /// If `offset` is misaligned or out of range.
     pub fn word(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.len, "word offset {offset} outside {} bytes", self.len);
+        assert!(offset & 7 == 0 && offset + 8 <= self.len, "word offset {offset} outside {} bytes", self.len);
         // SAFETY: in bounds and 8-byte aligned (the map is page-aligned); AtomicU64 has u64's layout; the NIC's
         // DMA writes and our atomic loads are the only accesses, and the reference lives no longer than `self`
         // (which keeps the mapping and registration).
         unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
     }
 
-    /// Record `index` of a region laid out as 64-byte records, borrowed in place.
+    /// Record `index` of a region laid out as 64-byte records, borrowed in place. Crate-only: its soundness
+    /// rests on the ring protocol, which only the ring types enforce.
     ///
     /// The ring protocol makes this sound for a ring MR that peers write: the reader borrows slot `index` only
     /// after the completion that delivered it was reaped (the NIC has finished writing it, IB vol. 1 o9-20), and
@@ -469,7 +531,7 @@ impl MemoryRegion {
     /// # Panics
     /// If the record is outside the region.
     #[inline]
-    pub fn record(&self, index: usize) -> &BookUpdate {
+    pub(crate) fn record(&self, index: usize) -> &BookUpdate {
         let off = index * core::mem::size_of::<BookUpdate>();
         assert!(off + core::mem::size_of::<BookUpdate>() <= self.len, "record {index} outside {} bytes", self.len);
         // SAFETY: in bounds (checked) and 64-byte aligned (page-aligned map, 64-byte records); `BookUpdate` is
@@ -502,7 +564,7 @@ impl Drop for MemoryRegion {
 pub enum CqKind {
     /// `ibv_create_cq(3)`, polled with `ibv_poll_cq(3)`.
     Classic,
-    /// `ibv_create_cq_ex(3)`, polled with `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`; `timestamps` when
+    /// `ibv_create_cq_ex(3)`, polled with `ibv_start_poll`/`ibv_end_poll`; `timestamps` when
     /// created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
     Extended {
         /// Each WC carries the NIC's raw completion timestamp.
@@ -593,13 +655,16 @@ impl CompletionQueue {
             parent_domain: ptr::null_mut(),
         };
         // SAFETY: `ctx` is open; `attr` is a fully initialised attribute struct that outlives the call; comp_mask
-        // 0 means the fields after wc_flags are ignored.
-        let raw = unsafe { sys::ibv_create_cq_ex(ctx.raw, &mut attr) };
-        let raw = match raw {
-            Some(p) if !p.is_null() => p,
-            // rdma-sys returns None (errno EOPNOTSUPP) when the provider has no create_cq_ex op.
-            _ => return Err(verbs_error("ibv_create_cq_ex", object(), last_errno())),
+        // 0 means the fields after wc_flags are ignored (so the verbs.h check on comp_mask is moot).
+        let raw = unsafe {
+            match verbs_ctx_op!(ctx.raw, create_cq_ex) {
+                Some(create) => create(ctx.raw, &mut attr),
+                None => return Err(verbs_error("ibv_create_cq_ex", object(), libc::EOPNOTSUPP)),
+            }
         };
+        if raw.is_null() {
+            return Err(verbs_error("ibv_create_cq_ex", object(), last_errno()));
+        }
         Ok(Arc::new(CompletionQueue {
             raw: RawCq::Extended(raw),
             kind: CqKind::Extended { timestamps },
@@ -628,12 +693,12 @@ impl CompletionQueue {
     }
 
     /// Reaps up to `min(out.len(), POLL_BATCH)` completions into `out`, without blocking; returns how many.
-    /// Classic: `ibv_poll_cq(3)`. Extended: `ibv_start_poll(3)`, `ibv_next_poll`, `ibv_end_poll`.
+    /// Classic: `ibv_poll_cq(3)`. Extended: `ibv_start_poll(3)` + `ibv_end_poll` per WC (see the rxe note inside).
     ///
     /// No allocation, lock (beyond the provider's own) or syscall.
     ///
     /// # Errors
-    /// A negative code: `ibv_poll_cq`'s negative return, or minus the errno of `ibv_start_poll`/`ibv_next_poll`
+    /// A negative code: `ibv_poll_cq`'s negative return, or minus the errno of `ibv_start_poll`
     /// (anything but ENOENT, which means "empty"). The CQ is then unusable (overrun or device failure).
     #[inline]
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize, i32> {
@@ -672,38 +737,33 @@ impl CompletionQueue {
                 Ok(got)
             }
             RawCq::Extended(cq) => {
+                // One WC per start/end batch, never `ibv_next_poll`: rxe in rdma-core 44 (Debian 12) advances the
+                // consumer index and unlocks in `next_poll` when it returns ENOENT, and again in `end_poll`, which
+                // the man page says must still be called, so a batch that runs dry skips a CQE and double-unlocks
+                // (fixed upstream: linux-rdma/rdma-core PRs #1512 and #1617). start -> read -> end is correct on
+                // every provider, at the cost of a start/end pair per WC.
                 let timestamps = matches!(self.kind, CqKind::Extended { timestamps: true });
-                let mut attr = sys::ibv_poll_cq_attr { comp_mask: 0 };
-                // SAFETY: `cq` is a live extended CQ, `attr` a valid attribute; a 0 return starts a poll batch
-                // that must be ended with `ibv_end_poll` (done below on every path), ENOENT starts none.
-                let rc = unsafe { sys::ibv_start_poll(cq, &mut attr) };
-                if rc == libc::ENOENT {
-                    return Ok(0);
-                }
-                if rc != 0 {
-                    return Err(-rc.abs());
-                }
                 let mut n = 0;
-                let result = loop {
-                    // SAFETY: inside a poll batch the current WC's fields may be read with these accessors; the
-                    // fields read here were requested at creation (byte_len, imm, qp_num, timestamp).
-                    out[n] = unsafe { read_current_ex(cq, timestamps) };
-                    n += 1;
-                    if n == max {
-                        break Ok(n);
-                    }
-                    // SAFETY: within the batch started above.
-                    let rc = unsafe { sys::ibv_next_poll(cq) };
+                while n < max {
+                    let mut attr = sys::ibv_poll_cq_attr { comp_mask: 0 };
+                    // SAFETY: `cq` is a live extended CQ, `attr` a valid attribute; a 0 return starts a poll batch
+                    // that is ended with `ibv_end_poll` below; ENOENT or an error starts none.
+                    let rc = unsafe { sys::ibv_start_poll(cq, &mut attr) };
                     if rc == libc::ENOENT {
-                        break Ok(n);
+                        break;
                     }
                     if rc != 0 {
-                        break Err(-rc.abs());
+                        return Err(-rc.abs());
                     }
-                };
-                // SAFETY: ends the batch `ibv_start_poll` began.
-                unsafe { sys::ibv_end_poll(cq) };
-                result
+                    // SAFETY: inside the batch just started, the current WC's fields may be read with these
+                    // accessors (the ones requested at creation); then the batch is ended exactly once.
+                    unsafe {
+                        out[n] = read_current_ex(cq, timestamps);
+                        sys::ibv_end_poll(cq);
+                    }
+                    n += 1;
+                }
+                Ok(n)
             }
         }
     }
@@ -712,7 +772,7 @@ impl CompletionQueue {
 /// Copies the current WC of an extended CQ's poll batch.
 ///
 /// # Safety
-/// `cq` is a live extended CQ inside a poll batch (`ibv_start_poll` or `ibv_next_poll` returned 0), created with
+/// `cq` is a live extended CQ inside a poll batch (`ibv_start_poll` returned 0), created with
 /// byte_len, imm and qp_num, and with the completion timestamp when `timestamps`.
 unsafe fn read_current_ex(cq: *mut sys::ibv_cq_ex, timestamps: bool) -> Wc {
     // SAFETY: per the function's contract, `wr_id` and `status` are the current WC's and the read_* accessors are
@@ -1261,6 +1321,39 @@ mod tests {
         if !has_rdma {
             let msg = Context::open(Some("mlx5_7")).err().unwrap().to_string();
             assert!(msg.starts_with("no RDMA device: ") && msg.contains("ibv_get_device_list"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn extended_ops_are_found_where_verbs_h_finds_them() {
+        unsafe extern "C" fn fake_query(
+            _: *mut sys::ibv_context,
+            _: *const sys::ibv_query_device_ex_input,
+            _: *mut sys::ibv_device_attr_ex,
+            _: usize,
+        ) -> c_int {
+            42
+        }
+        let mut v: Box<MaybeUninit<sys::verbs_context>> = Box::new(MaybeUninit::zeroed());
+        let vp = v.as_mut_ptr();
+        let full = std::mem::size_of::<sys::verbs_context>();
+        let need = full - std::mem::offset_of!(sys::verbs_context, query_device_ex);
+        // SAFETY: a zeroed verbs_context is a valid value (NULL pointers, `None` ops, zero integers); `ctx` points
+        // at its embedded ibv_context, as a provider's would; the fake op ignores its arguments.
+        unsafe {
+            (*vp).sz = full;
+            (*vp).query_device_ex = Some(fake_query);
+            let ctx = ptr::addr_of_mut!((*vp).context);
+            (*ctx).abi_compat = usize::MAX as *mut libc::c_void; // __VERBS_ABI_IS_EXTENDED
+            let op = verbs_ctx_op!(ctx, query_device_ex);
+            assert_eq!(op.map(|f| f(ctx, ptr::null(), ptr::null_mut(), 0)), Some(42));
+            assert!(verbs_ctx_op!(ctx, create_cq_ex).is_none(), "a NULL op is missing");
+            (*vp).sz = need - 1;
+            assert!(verbs_ctx_op!(ctx, query_device_ex).is_none(), "a verbs_context too old for the op");
+            (*vp).sz = need;
+            assert!(verbs_ctx_op!(ctx, query_device_ex).is_some());
+            (*ctx).abi_compat = u32::MAX as usize as *mut libc::c_void; // what rdma-sys 0.3 compares with
+            assert!(verbs_ctx_op!(ctx, query_device_ex).is_none(), "not an extended context");
         }
     }
 

@@ -161,7 +161,12 @@ pub fn choose_gid(table: &[GidEntry], configured: Option<u32>) -> Result<(GidEnt
             table
                 .iter()
                 .map(|e| {
-                    format!("{}={} ({})", e.index, gid_to_hex(&e.gid), e.kind.as_ref().map_or("type unknown".into(), |k| k.to_string()))
+                    format!(
+                        "{}={} ({})",
+                        e.index,
+                        gid_to_hex(&e.gid),
+                        e.kind.as_ref().map_or("type unknown".into(), |k| k.to_string())
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
