@@ -1,8 +1,9 @@
 //! Bad peers: a subscriber pointed at a dead endpoint, and garbage on the publisher's control endpoint. The
 //! publisher refuses each bad message with a reason and goes on serving the good subscriber.
 
+#[path = "support/mod.rs"]
 mod common;
-#[path = "../../wire/tests/esh4.rs"]
+#[path = "../../wire/tests/support/esh4.rs"]
 mod esh4;
 
 use std::io::Write;

@@ -1,8 +1,9 @@
 //! End to end on shared memory: the publisher replays the bundled ESH4 capture to two `mdfan-subscribe`
 //! processes; each must receive every record in order with no gap and end with the reference book.
 
+#[path = "support/mod.rs"]
 mod common;
-#[path = "../../wire/tests/esh4.rs"]
+#[path = "../../wire/tests/support/esh4.rs"]
 mod esh4;
 
 use common::*;

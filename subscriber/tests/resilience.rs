@@ -5,8 +5,9 @@
 //! The replays are paced (500x: the capture plays in about 6.5 s) so there is a "mid-stream" to act in; the
 //! sleeps below place events inside it. Nothing here asserts a duration.
 
+#[path = "support/mod.rs"]
 mod common;
-#[path = "../../wire/tests/esh4.rs"]
+#[path = "../../wire/tests/support/esh4.rs"]
 mod esh4;
 
 use std::process::{Command, Stdio};

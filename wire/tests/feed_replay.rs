@@ -1,7 +1,7 @@
 //! The bundled ESH4 capture, decoded, normalised and replayed into a book: every reference value of
 //! data/README.md, and the errors for missing, truncated and corrupt files.
 
-#[path = "esh4.rs"]
+#[path = "support/esh4.rs"]
 mod esh4;
 
 use mdfan_wire::feed::dbn::{load_mbo_file, normalize_mbo, FeedError};
