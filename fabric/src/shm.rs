@@ -258,8 +258,13 @@ impl ShmRemoteRing {
             return Err(bad(format!("path must be {}/{FILE_PREFIX}*", allowed_dir.display())));
         }
         let slot_count = check_slot_count(*slot_count as u64).map_err(|e| bad(e.to_string()))?;
-        let file: File =
-            OpenOptions::new().read(true).write(true).open(&path_buf).map_err(io_err("open", &path_buf))?;
+        // O_NOFOLLOW: the name checked above must be the file itself, not a symlink to somewhere else.
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path_buf)
+            .map_err(io_err("open", &path_buf))?;
         let meta = file.metadata().map_err(io_err("stat", &path_buf))?;
         if !meta.file_type().is_file() || meta.file_type().is_fifo() {
             return Err(bad("not a regular file".into()));
@@ -403,6 +408,13 @@ mod tests {
         let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
         std::fs::remove_file(&fake).unwrap();
         assert!(e.contains("magic"), "{e}");
+        // a symlink with an accepted name, pointing at a valid ring, is refused
+        let link = dir.join(format!("{FILE_PREFIX}link-{}", std::process::id()));
+        std::os::unix::fs::symlink(path, &link).unwrap();
+        let g = RingGrant::Shm { path: link.display().to_string(), slot_count: 64 };
+        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        std::fs::remove_file(&link).unwrap();
+        assert!(e.starts_with("open ") && e.contains("link"), "{e}");
         drop(local);
         assert!(!Path::new(path).exists(), "dropping the local ring unlinks its file");
     }

@@ -462,7 +462,9 @@ impl FanoutAgent {
             if s.dead.is_some() {
                 continue;
             }
-            let mut eos = BookUpdate::control(Kind::EndOfStream);
+            // `size` carries why the stream ended (a CloseReason), so the subscriber can tell a complete replay
+            // from a publisher shutdown.
+            let mut eos = BookUpdate { size: end as u32, ..BookUpdate::control(Kind::EndOfStream) };
             loop {
                 let now = self.clock.raw();
                 match s.try_post(&mut eos, now) {

@@ -16,7 +16,7 @@
 //! format = "dbn"               # only DBN MBO for now
 //! path = "data/....mbo.dbn.zst" # relative paths are taken from the config file's folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
-//! max_gap_ms = 1000            # realtime pacing shortens idle gaps to this many ms. Default 1000.
+//! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
 //!
 //! [fabric]
 //! provider = "shm"             # "shm" (same host); "verbs" with the verbs feature

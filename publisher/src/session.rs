@@ -16,12 +16,34 @@ pub enum SessionRing {
     Shm(ShmRemoteRing),
 }
 
+/// Dispatches a `RemoteRing` call to the provider by `match` (no vtable on the hot path).
+macro_rules! dispatch {
+    ($ring:expr, $r:ident => $call:expr) => {
+        match $ring {
+            SessionRing::Shm($r) => $call,
+        }
+    };
+}
+
 impl SessionRing {
     #[inline]
-    fn ring(&mut self) -> &mut dyn RemoteRing {
-        match self {
-            SessionRing::Shm(r) => r,
-        }
+    fn slot_count(&mut self) -> u32 {
+        dispatch!(self, r => r.slot_count())
+    }
+    #[inline]
+    fn consumed_seq(&mut self) -> u64 {
+        dispatch!(self, r => r.consumed_seq())
+    }
+    #[inline]
+    fn write_with_imm(&mut self, slot: u32, record: &BookUpdate, imm: u32) -> Result<(), PostError> {
+        dispatch!(self, r => r.write_with_imm(slot, record, imm))
+    }
+    #[inline]
+    fn flush(&mut self) -> Result<(), PostError> {
+        dispatch!(self, r => r.flush())
+    }
+    fn close(&mut self, reason: CloseReason) {
+        dispatch!(self, r => r.close(reason))
     }
 }
 
@@ -118,7 +140,7 @@ impl Session {
         snapshot: Option<Vec<BookUpdate>>,
     ) -> Session {
         let mut ring = ring;
-        let slot_count = ring.ring().slot_count();
+        let slot_count = ring.slot_count();
         let filter = filter.map(|mut f| {
             f.sort_unstable();
             f.dedup();
@@ -167,7 +189,7 @@ impl Session {
         if free(self) {
             return true;
         }
-        self.cached_consumed = self.ring.ring().consumed_seq();
+        self.cached_consumed = self.ring.consumed_seq();
         self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
         free(self)
     }
@@ -182,7 +204,7 @@ impl Session {
         let seq = self.next_seq;
         record.seq = seq;
         record.ts_send_ticks = ts_send_ticks;
-        match self.ring.ring().write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
+        match self.ring.write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
             Ok(()) => {
                 self.next_seq = seq + 1;
                 self.last_written = seq;
@@ -219,12 +241,12 @@ impl Session {
     /// Rings the doorbell for the writes posted so far.
     #[inline]
     pub fn flush(&mut self) -> Result<(), PostError> {
-        self.ring.ring().flush()
+        self.ring.flush()
     }
 
     /// Tells the subscriber the ring is closed.
     pub fn close(&mut self, reason: CloseReason) {
-        self.ring.ring().close(reason);
+        self.ring.close(reason);
     }
 
     /// The seq the next record would carry.

@@ -69,7 +69,8 @@ pub enum Kind {
     SnapshotEnd = 8,
     /// Liveness only: the feed is idle. Carries a seq so the subscriber can prove nothing was missed.
     Heartbeat = 9,
-    /// The publisher has sent everything it will send on this stream.
+    /// The publisher has sent everything it will send on this stream; `size` holds why (the fabric's
+    /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown).
     EndOfStream = 10,
 }
 

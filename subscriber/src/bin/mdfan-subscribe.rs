@@ -141,16 +141,19 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
     let mut out = Vec::<String>::new();
     let mut control_gone = false;
     while end.is_none() {
-        let stale = sub.is_stale();
+        let mut stale = sub.is_stale();
         let n = sub.poll(256, |event| match event {
             Event::Record(r) => match r.kind() {
-                Some(Kind::EndOfStream) => end = Some("end_of_stream"),
+                Some(Kind::EndOfStream) => {
+                    end = Some(CloseReason::from_u32(r.size).map_or("end_of_stream", CloseReason::as_str))
+                }
                 Some(Kind::Heartbeat) => heartbeats += 1,
                 Some(Kind::SnapshotBegin) => {
                     let _ = books.apply(r); // empties every book
                     out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
                 }
                 Some(Kind::SnapshotEnd) => {
+                    stale = false;
                     out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
                 }
                 _ => {
@@ -179,9 +182,10 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
                                     l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
                                 };
                                 out.push(format!(
-                                    "bbo instrument={} seq={} {}/{}",
+                                    "bbo instrument={} seq={} venue_seq={} {}/{}",
                                     r.instrument_id,
                                     r.seq,
+                                    r.venue_seq,
                                     fmt(bbo.0),
                                     fmt(bbo.1)
                                 ));
@@ -190,7 +194,10 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
                     }
                 }
             },
-            Event::Gap { expected, got } => out.push(format!("gap expected_seq={expected} got_seq={got}")),
+            Event::Gap { expected, got } => {
+                stale = true; // the books are stale until the snapshot this gap asks for has arrived
+                out.push(format!("gap expected_seq={expected} got_seq={got}"));
+            }
             Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
             Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
             Event::Closed(reason) => closed = Some(reason),
@@ -270,7 +277,7 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
         println!("{}", latency_line(l));
     }
     Ok(match end {
-        Some("end_of_stream") => 0,
+        Some("end_of_stream" | "publisher_shutdown") => 0,
         Some("interrupted") => 130,
         Some("publisher_gone") => 4,
         _ => 3,
