@@ -23,6 +23,10 @@
 //! shm_dir = "/dev/shm"         # where subscribers' ring files must be. Default /dev/shm.
 //! ring_slots_min = 64          # smallest ring a subscriber may offer, in slots. Default 64.
 //! ring_slots_max = 16777216    # largest, in slots (64 B each). Default 2^24.
+//!
+//! [fabric.verbs]               # provider "verbs" only; every key: fabric/src/verbs/config.rs
+//! device = "mlx5_0"            # default: the only device
+//! gid_index = 3                # default: the first RoCE v2 GID with an IPv4-mapped address
 //! ```
 //!
 //! Unknown keys are errors naming the key and its line.
@@ -195,6 +199,13 @@ pub struct FabricSection {
     pub ring_slots_min: u32,
     /// Largest ring a subscriber may offer, in slots (power of two).
     pub ring_slots_max: u32,
+    /// `[fabric.verbs]`: the verbs provider's settings (device, GID index, QP attributes), checked when
+    /// `provider = "verbs"`.
+    pub verbs: Option<toml::Table>,
+    /// `[fabric.verbs]`, parsed.
+    #[cfg(feature = "verbs")]
+    #[serde(skip)]
+    pub verbs_config: mdfan_fabric::verbs::VerbsConfig,
 }
 
 impl Default for FabricSection {
@@ -204,6 +215,9 @@ impl Default for FabricSection {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             ring_slots_min: mdfan_wire::ring::MIN_SLOTS,
             ring_slots_max: mdfan_wire::ring::MAX_SLOTS,
+            verbs: None,
+            #[cfg(feature = "verbs")]
+            verbs_config: Default::default(),
         }
     }
 }
@@ -252,6 +266,13 @@ impl Config {
         }
         if cfg.fabric.provider == Provider::Verbs && !cfg!(feature = "verbs") {
             return Err(err("fabric.provider = \"verbs\" needs a build with `--features verbs`".into()));
+        }
+        #[cfg(feature = "verbs")]
+        {
+            let table = cfg.fabric.verbs.clone().unwrap_or_default();
+            cfg.fabric.verbs_config = mdfan_fabric::verbs::VerbsConfig::deserialize(table)
+                .map_err(|e| err(format!("fabric.verbs: {}", e.message().trim())))?;
+            cfg.fabric.verbs_config.validate().map_err(|e| err(format!("fabric.verbs: {e}")))?;
         }
         Ok(cfg)
     }

@@ -39,6 +39,10 @@ pub use config::ConfigError;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The conductor's idle sleep between passes (it is off the hot path).
 const CONDUCTOR_TICK: Duration = Duration::from_millis(1);
+/// How long an accepted subscriber's side has to come up (verbs: its QP to RTS and first credit).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a retiring ring may take to complete what was posted to it.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Why the publisher could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,13 @@ pub enum PublisherError {
     /// A thread could not be started.
     #[error("cannot start the {0} thread: {1}")]
     Thread(&'static str, std::io::Error),
+    /// The fabric could not be opened (e.g. no RDMA device).
+    #[error("fabric {provider}: {source}")]
+    Fabric {
+        provider: &'static str,
+        #[source]
+        source: mdfan_fabric::FabricError,
+    },
 }
 
 /// One subscriber's line in the final report (and in counter dumps).
@@ -191,6 +202,8 @@ pub struct Publisher {
     listener: TcpListener,
     feed: MboFile,
     dump: Arc<AtomicBool>,
+    #[cfg(feature = "verbs")]
+    verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
 }
 
 impl Publisher {
@@ -200,10 +213,25 @@ impl Publisher {
     /// [`PublisherError::Feed`] naming the file and record; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
         let feed = load_mbo_file(&cfg.feed.path)?;
+        #[cfg(feature = "verbs")]
+        let verbs = match cfg.fabric.provider {
+            Provider::Verbs => Some(
+                mdfan_fabric::verbs::VerbsPublisher::open(&cfg.fabric.verbs_config)
+                    .map_err(|source| PublisherError::Fabric { provider: "verbs", source })?,
+            ),
+            Provider::Shm => None,
+        };
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
         let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
-        Ok(Publisher { cfg, listener, feed, dump: Arc::new(AtomicBool::new(false)) })
+        Ok(Publisher {
+            cfg,
+            listener,
+            feed,
+            dump: Arc::new(AtomicBool::new(false)),
+            #[cfg(feature = "verbs")]
+            verbs,
+        })
     }
 
     /// The bound control endpoint.
@@ -226,6 +254,9 @@ impl Publisher {
     /// # Errors
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
+        #[cfg(feature = "verbs")]
+        let Publisher { cfg, listener, feed, dump, verbs } = self;
+        #[cfg(not(feature = "verbs"))]
         let Publisher { cfg, listener, feed, dump } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
@@ -296,10 +327,14 @@ impl Publisher {
             books: Books::new(),
             applied: 0,
             clock: clock.clone(),
+            pending: Vec::new(),
+            #[cfg(feature = "verbs")]
+            verbs,
         };
         let agent_report: AgentReport = loop {
             conductor.accept(&listener);
             conductor.finish_handshakes();
+            conductor.admit_ready();
             conductor.watch_connections();
             while let Ok(event) = evt_rx.pop() {
                 conductor.on_event(event);
@@ -315,9 +350,12 @@ impl Publisher {
         while let Ok(event) = evt_rx.pop() {
             conductor.on_event(event);
         }
-        for s in &agent_report.sessions {
+        let mut sessions = agent_report.sessions;
+        for s in sessions.iter_mut() {
+            s.ring_mut().drain(DRAIN_TIMEOUT);
             conductor.record_end(s, agent_report.end);
         }
+        drop(sessions);
         conductor.say_bye(agent_report.end);
         let to_ns = |t: u64| clock.delta_as_nanos(0, t);
         let cycles = &counters.cycles;
@@ -399,6 +437,10 @@ struct Conductor<'a> {
     /// Feed records applied to `books`.
     applied: u64,
     clock: quanta::Clock,
+    /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
+    pending: Vec<(Session, std::time::Instant)>,
+    #[cfg(feature = "verbs")]
+    verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
 }
 
 enum Frame {
@@ -487,13 +529,13 @@ impl Conductor<'_> {
                 }
             };
             match self.attach(&sub) {
-                Ok(ring) => self.admit(stream, peer, sub, ring),
+                Ok((ring, fabric)) => self.admit(stream, peer, sub, ring, fabric),
                 Err(reason) => Self::reject(&mut stream, peer, reason),
             }
         }
     }
 
-    fn attach(&self, sub: &Subscribe) -> Result<SessionRing, String> {
+    fn attach(&self, sub: &Subscribe) -> Result<(SessionRing, AcceptFabric), String> {
         if sub.name.len() > 64 {
             return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
         }
@@ -520,12 +562,23 @@ impl Conductor<'_> {
         }
         match (&sub.ring, self.cfg.fabric.provider) {
             (RingGrant::Shm { .. }, Provider::Shm) => ShmRemoteRing::attach(&sub.ring, &self.cfg.fabric.shm_dir)
-                .map(SessionRing::Shm)
+                .map(|r| (SessionRing::Shm(r), AcceptFabric::Shm))
                 .map_err(|e| e.to_string()),
             (RingGrant::Verbs { .. }, Provider::Shm) => {
-                Err("this publisher serves fabric shm; the subscriber offered a verbs ring".into())
+                Err("field ring: this publisher serves fabric shm; the subscriber offered a verbs ring".into())
             }
-            (_, Provider::Verbs) => Err("fabric verbs is not available in this publisher build".into()),
+            (RingGrant::Shm { .. }, Provider::Verbs) => {
+                Err("field ring: this publisher serves fabric verbs; the subscriber offered an shm ring".into())
+            }
+            #[cfg(feature = "verbs")]
+            (RingGrant::Verbs { .. }, Provider::Verbs) => match &self.verbs {
+                Some(v) => v.attach(&sub.ring).map(|(r, a)| (SessionRing::Verbs(r), a)).map_err(|e| e.to_string()),
+                None => Err("fabric verbs is not open in this publisher".into()),
+            },
+            #[cfg(not(feature = "verbs"))]
+            (RingGrant::Verbs { .. }, Provider::Verbs) => {
+                Err("fabric verbs is not available in this publisher build".into())
+            }
         }
     }
 
@@ -544,12 +597,19 @@ impl Conductor<'_> {
         (self.books.snapshot(filter, position), position)
     }
 
-    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, sub: Subscribe, ring: SessionRing) {
+    fn admit(
+        &mut self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        sub: Subscribe,
+        ring: SessionRing,
+        fabric: AcceptFabric,
+    ) {
         let id = self.next_id;
         let accept = ControlMsg::Accept(Accept {
             session_id: id,
             first_seq: 1,
-            fabric: AcceptFabric::Shm,
+            fabric,
             policy: sub.policy,
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
         });
@@ -571,10 +631,8 @@ impl Conductor<'_> {
         let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
         let session = Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
         let counters = Arc::clone(&session.counters);
-        if self.cmd_tx.push(Command::Add(session)).is_err() {
-            tracing::error!(%peer, "hot loop command queue full; subscriber dropped");
-            return;
-        }
+        // The hot loop gets the session once the subscriber's side is connected (at once on shm).
+        self.pending.push((session, std::time::Instant::now() + CONNECT_TIMEOUT));
         tracing::info!(
             %peer,
             session = id,
@@ -595,6 +653,36 @@ impl Conductor<'_> {
         });
         self.reports.push(SessionReport::new(id, sub.name, sub.policy));
         self.live.push(Live { id, counters });
+    }
+
+    /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
+    fn admit_ready(&mut self) {
+        let mut k = 0;
+        while k < self.pending.len() {
+            let (session, deadline) = &mut self.pending[k];
+            if session.ring_mut().ready() {
+                let (session, _) = self.pending.swap_remove(k);
+                let id = session.id;
+                if let Err(rtrb::PushError::Full(Command::Add(mut session))) = self.cmd_tx.push(Command::Add(session)) {
+                    tracing::error!(session = id, "hot loop command queue full; subscriber dropped");
+                    session.close(CloseReason::FabricError);
+                    self.record_end(&session, CloseReason::FabricError);
+                }
+            } else if std::time::Instant::now() > *deadline {
+                let (mut session, _) = self.pending.swap_remove(k);
+                tracing::warn!(session = session.id, name = %session.name, "subscriber's side never connected; dropped");
+                session.close(CloseReason::FabricError);
+                self.record_end(&session, CloseReason::FabricError);
+                if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
+                    let mut conn = self.conns.swap_remove(i);
+                    let _ = conn.stream.set_nonblocking(false);
+                    let bye = ControlMsg::Bye { reason: "fabric_error: the subscriber's QP never connected".into() };
+                    let _ = control::write_msg(&mut conn.stream, &bye);
+                }
+            } else {
+                k += 1;
+            }
+        }
     }
 
     /// Reads every control connection: snapshot requests are served; a closed connection means a dead
@@ -703,13 +791,16 @@ impl Conductor<'_> {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
                 drop(records); // freed here, off the hot path
             }
-            Event::Retired { session, reason } => {
+            Event::Retired { mut session, reason } => {
+                session.ring_mut().drain(DRAIN_TIMEOUT);
                 self.record_end(&session, reason);
                 if reason != CloseReason::EndOfStream {
+                    let detail = session.ring_mut().failure().unwrap_or_default();
                     tracing::warn!(
                         session = session.id,
                         name = %session.name,
                         reason = reason.as_str(),
+                        %detail,
                         sent = session.counters.sent.load(Ordering::Relaxed),
                         "subscriber dropped"
                     );

@@ -14,6 +14,9 @@ use mdfan_wire::BookUpdate;
 pub enum SessionRing {
     /// Same-host shared memory.
     Shm(ShmRemoteRing),
+    /// RDMA verbs (RC QP, WRITE_WITH_IMM).
+    #[cfg(feature = "verbs")]
+    Verbs(mdfan_fabric::verbs::VerbsRemoteRing),
 }
 
 /// Dispatches a `RemoteRing` call to the provider by `match` (no vtable on the hot path).
@@ -21,6 +24,8 @@ macro_rules! dispatch {
     ($ring:expr, $r:ident => $call:expr) => {
         match $ring {
             SessionRing::Shm($r) => $call,
+            #[cfg(feature = "verbs")]
+            SessionRing::Verbs($r) => $call,
         }
     };
 }
@@ -44,6 +49,37 @@ impl SessionRing {
     }
     fn close(&mut self, reason: CloseReason) {
         dispatch!(self, r => r.close(reason))
+    }
+
+    /// Whether the subscriber's side is connected (always on shm; on verbs, once its first credit landed).
+    pub fn ready(&self) -> bool {
+        match self {
+            SessionRing::Shm(_) => true,
+            #[cfg(feature = "verbs")]
+            SessionRing::Verbs(r) => r.peer_connected(),
+        }
+    }
+
+    /// Waits (bounded) until everything posted has completed, so the last record (end of stream) reached the
+    /// subscriber before the ring is torn down. Off the hot path. A no-op on shm.
+    pub fn drain(&mut self, timeout: std::time::Duration) {
+        match self {
+            SessionRing::Shm(_) => {}
+            #[cfg(feature = "verbs")]
+            SessionRing::Verbs(r) => {
+                let _ = r.drain(timeout);
+            }
+        }
+        let _ = timeout;
+    }
+
+    /// What broke the ring, named (verbs: the `ibv_wc_status` or errno), if anything did.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            SessionRing::Shm(_) => None,
+            #[cfg(feature = "verbs")]
+            SessionRing::Verbs(r) => r.failure().map(|c| mdfan_fabric::verbs::wc_status_name(c).to_owned()),
+        }
     }
 }
 
@@ -242,6 +278,11 @@ impl Session {
     #[inline]
     pub fn flush(&mut self) -> Result<(), PostError> {
         self.ring.flush()
+    }
+
+    /// The ring (for readiness, drain and failure details, off the hot path).
+    pub fn ring_mut(&mut self) -> &mut SessionRing {
+        &mut self.ring
     }
 
     /// Tells the subscriber the ring is closed.

@@ -39,18 +39,19 @@
 pub mod latency;
 pub mod receiver;
 pub mod report;
+pub mod ring;
 
 use std::io::{ErrorKind, Read};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mdfan_fabric::shm::ShmLocalRing;
 use mdfan_fabric::CloseReason;
 use mdfan_wire::control::{self, ControlMsg, SlowConsumerPolicy, SnapshotRequest, Subscribe};
 
 pub use latency::{ClockSource, Latency};
 pub use receiver::{Event, Receiver, StreamStats};
+pub use ring::{AnyLocalRing, Fabric};
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
@@ -61,6 +62,8 @@ pub struct SubscriberConfig {
     pub name: String,
     /// Ring size in slots (power of two, 64 B each). Default 131,072 (8 MiB): holds the whole bundled replay.
     pub ring_slots: u32,
+    /// Which fabric to offer the publisher. Default shared memory.
+    pub fabric: Fabric,
     /// Folder for the shared-memory ring file; must be the publisher's `fabric.shm_dir`. Default /dev/shm.
     pub shm_dir: PathBuf,
     /// instrument_ids wanted; `None` (default) = all.
@@ -83,6 +86,7 @@ impl SubscriberConfig {
             endpoint: endpoint.to_owned(),
             name: name.to_owned(),
             ring_slots: 131_072,
+            fabric: Fabric::Shm,
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             instruments: None,
             timeout: Duration::from_secs(2),
@@ -139,7 +143,11 @@ pub enum Health {
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
 pub struct Subscriber {
     cfg: SubscriberConfig,
-    rx: Receiver<ShmLocalRing>,
+    rx: Receiver<AnyLocalRing>,
+    /// The publisher's `Bye` reason, once it said one.
+    bye: Option<String>,
+    /// Bytes of an incomplete control frame.
+    control_buf: Vec<u8>,
     control: TcpStream,
     endpoint: String,
     session_id: u64,
@@ -168,6 +176,8 @@ impl Subscriber {
         Ok(Subscriber {
             cfg: cfg.clone(),
             rx: Receiver::new(ring),
+            bye: None,
+            control_buf: Vec::new(),
             control,
             endpoint: cfg.endpoint.clone(),
             session_id,
@@ -182,7 +192,7 @@ impl Subscriber {
         })
     }
 
-    fn open(cfg: &SubscriberConfig) -> Result<(ShmLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
+    fn open(cfg: &SubscriberConfig) -> Result<(AnyLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
         let endpoint = cfg.endpoint.clone();
         let connect_err = |source| SubscribeError::Connect { endpoint: endpoint.clone(), source };
         let addr = cfg
@@ -194,8 +204,8 @@ impl Subscriber {
         let mut stream = TcpStream::connect_timeout(&addr, cfg.timeout).map_err(connect_err)?;
         stream.set_nodelay(true).map_err(connect_err)?;
         stream.set_read_timeout(Some(cfg.timeout)).map_err(connect_err)?;
-        let (mut ring, grant) = ShmLocalRing::create(&cfg.shm_dir, cfg.ring_slots)
-            .map_err(|source| SubscribeError::Ring { endpoint: endpoint.clone(), source })?;
+        let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
+        let (mut ring, grant) = ring::PreparedRing::create(cfg).map_err(ring_err)?;
         let sub = ControlMsg::Subscribe(Subscribe {
             name: cfg.name.clone(),
             instruments: cfg.instruments.clone(),
@@ -207,13 +217,14 @@ impl Subscriber {
         control::write_msg(&mut stream, &sub).map_err(|e| ctl_err(e.into()))?;
         let answer = control::read_msg(&mut stream).map_err(ctl_err)?;
         ring.unlink();
-        let (session_id, policy) = match answer {
-            ControlMsg::Accept(a) => (a.session_id, a.policy),
+        let accept = match answer {
+            ControlMsg::Accept(a) => a,
             ControlMsg::Reject(r) => return Err(SubscribeError::Rejected { endpoint, reason: r.reason }),
             other => return Err(SubscribeError::Unexpected { endpoint, answer: format!("{other:?}") }),
         };
+        let ring = ring.connect(&accept.fabric).map_err(ring_err)?;
         stream.set_nonblocking(true).map_err(connect_err)?;
-        Ok((ring, stream, session_id, policy))
+        Ok((ring, stream, accept.session_id, accept.policy))
     }
 
     /// Makes a new session with the same config (after [`Health::Gone`]). The stream restarts at seq 1; the
@@ -230,6 +241,8 @@ impl Subscriber {
         self.policy = policy;
         self.reconnects += 1;
         self.control_closed = false;
+        self.bye = None;
+        self.control_buf.clear();
         self.resync_requested = false;
         self.last_rx = self.clock.raw();
         Ok(())
@@ -258,11 +271,39 @@ impl Subscriber {
     pub fn maintain(&mut self) -> Health {
         if !self.control_closed {
             let mut buf = [0u8; 512];
-            match self.control.read(&mut buf) {
-                Ok(0) => self.control_closed = true,
-                Ok(_) => {} // Bye and notices; the ring's peer state carries the reason
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => self.control_closed = true,
+            loop {
+                match self.control.read(&mut buf) {
+                    Ok(0) => {
+                        self.control_closed = true;
+                        break;
+                    }
+                    Ok(n) => self.control_buf.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        self.control_closed = true;
+                        break;
+                    }
+                }
+            }
+            // The publisher says why it ends a session in a Bye (on verbs, the ring cannot carry it).
+            while self.control_buf.len() >= 4 {
+                let len = u32::from_le_bytes([
+                    self.control_buf[0],
+                    self.control_buf[1],
+                    self.control_buf[2],
+                    self.control_buf[3],
+                ]) as usize;
+                if len > control::MAX_FRAME_BYTES as usize {
+                    self.control_buf.clear();
+                    break;
+                }
+                if self.control_buf.len() < 4 + len {
+                    break;
+                }
+                let body: Vec<u8> = self.control_buf.drain(..4 + len).skip(4).collect();
+                if let Ok(ControlMsg::Bye { reason }) = control::decode_body(&body) {
+                    self.bye = Some(reason);
+                }
             }
         }
         if self.resync_requested && self.rx.stats().snapshots_received > self.snapshots_at_request {
@@ -290,6 +331,11 @@ impl Subscriber {
         } else {
             Health::Ok
         }
+    }
+
+    /// The reason the publisher gave when it ended this session (`Bye`), once it has.
+    pub fn bye_reason(&self) -> Option<&str> {
+        self.bye.as_deref()
     }
 
     /// Whether a gap is not yet repaired by a snapshot (the books are stale).

@@ -18,6 +18,14 @@ use mdfan_wire::record::format_price_e9;
 use mdfan_wire::{Books, Kind};
 
 #[derive(Clone, Copy, ValueEnum)]
+enum FabricArg {
+    /// Shared memory on the publisher's host.
+    Shm,
+    /// RDMA verbs (RoCE / InfiniBand); needs a build with `--features verbs`.
+    Verbs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Policy {
     /// Be dropped when the ring is full.
     Disconnect,
@@ -48,6 +56,15 @@ struct Args {
     /// Ring size in slots (power of two; 64 B each).
     #[arg(long, default_value_t = 131_072)]
     ring_slots: u32,
+    /// Fabric to offer the publisher (it must serve the same one).
+    #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
+    fabric: FabricArg,
+    /// verbs: RDMA device name (default: the only one).
+    #[arg(long)]
+    device: Option<String>,
+    /// verbs: GID index (default: the first RoCE v2 GID with an IPv4-mapped address).
+    #[arg(long)]
+    gid_index: Option<u32>,
     /// Folder for the ring file (the publisher's fabric.shm_dir).
     #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
     shm_dir: std::path::PathBuf,
@@ -95,7 +112,40 @@ fn main() {
     std::process::exit(code);
 }
 
-fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Subscribe(#[from] mdfan_subscriber::SubscribeError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+#[cfg(feature = "verbs")]
+fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
+    Ok(match args.fabric {
+        FabricArg::Shm if args.device.is_some() || args.gid_index.is_some() => {
+            return Err(CliError::Usage("--device and --gid-index need --fabric verbs".into()))
+        }
+        FabricArg::Shm => mdfan_subscriber::Fabric::Shm,
+        FabricArg::Verbs => {
+            let mut vc = mdfan_fabric::verbs::VerbsConfig::default();
+            vc.device = args.device.clone();
+            vc.gid_index = args.gid_index;
+            mdfan_subscriber::Fabric::Verbs(vc)
+        }
+    })
+}
+
+#[cfg(not(feature = "verbs"))]
+fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
+    match args.fabric {
+        FabricArg::Shm if args.device.is_none() && args.gid_index.is_none() => Ok(mdfan_subscriber::Fabric::Shm),
+        FabricArg::Shm => Err(CliError::Usage("--device and --gid-index need --fabric verbs".into())),
+        FabricArg::Verbs => Err(CliError::Usage("--fabric verbs needs a build with `--features verbs`".into())),
+    }
+}
+
+fn run(args: &Args) -> Result<i32, CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).expect("signal handlers install");
@@ -107,6 +157,7 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
     }
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     cfg.ring_slots = args.ring_slots;
+    cfg.fabric = fabric(args)?;
     cfg.shm_dir = args.shm_dir.clone();
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
     cfg.policy = match args.policy {
@@ -140,6 +191,8 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
     let mut last_check = clock.now();
     let mut out = Vec::<String>::new();
     let mut control_gone = false;
+    let mut closed_by_bye: Option<String> = None;
+    let mut end_owned: Option<String> = None;
     while end.is_none() {
         let mut stale = sub.is_stale();
         let n = sub.poll(256, |event| match event {
@@ -218,6 +271,10 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
                 // The control connection closed before this (empty) poll: everything the publisher wrote
                 // before it went is visible by now, and nothing more will come.
                 control_gone = false;
+                if let Some(reason) = closed_by_bye.take() {
+                    end_owned = Some(reason);
+                    break;
+                }
                 match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
                     Some(Ok(())) => {
                         books = Books::new();
@@ -250,11 +307,19 @@ fn run(args: &Args) -> Result<i32, mdfan_subscriber::SubscribeError> {
                         println!("publisher_silent ms={}", d.as_millis());
                     }
                 }
-                Health::Gone => control_gone = true,
+                Health::Gone => {
+                    if let Some(reason) = sub.bye_reason() {
+                        // The publisher ended this session and said why (on verbs this is the only way); the
+                        // next empty poll ends the loop with it.
+                        closed_by_bye = Some(reason.split(':').next().unwrap_or(reason).to_owned());
+                    }
+                    control_gone = true;
+                }
             }
         }
     }
 
+    let end: Option<&str> = end_owned.as_deref().or(end);
     let stats = sub.stats();
     for (id, book) in books.iter_sorted() {
         println!("{}", summary_line(id, book, stats.gaps));
