@@ -572,7 +572,9 @@ impl Conductor<'_> {
             }
             #[cfg(feature = "verbs")]
             (RingGrant::Verbs { .. }, Provider::Verbs) => match &self.verbs {
-                Some(v) => v.attach(&sub.ring).map(|(r, a)| (SessionRing::Verbs(r), a)).map_err(|e| e.to_string()),
+                Some(v) => {
+                    v.attach(&sub.ring).map(|(r, a)| (SessionRing::Verbs(Box::new(r)), a)).map_err(|e| e.to_string())
+                }
                 None => Err("fabric verbs is not open in this publisher".into()),
             },
             #[cfg(not(feature = "verbs"))]

@@ -14,9 +14,10 @@ use mdfan_wire::BookUpdate;
 pub enum SessionRing {
     /// Same-host shared memory.
     Shm(ShmRemoteRing),
-    /// RDMA verbs (RC QP, WRITE_WITH_IMM).
+    /// RDMA verbs (RC QP, WRITE_WITH_IMM); boxed (allocated and freed by the conductor) so sessions stay small
+    /// to move through the queues.
     #[cfg(feature = "verbs")]
-    Verbs(mdfan_fabric::verbs::VerbsRemoteRing),
+    Verbs(Box<mdfan_fabric::verbs::VerbsRemoteRing>),
 }
 
 /// Dispatches a `RemoteRing` call to the provider by `match` (no vtable on the hot path).

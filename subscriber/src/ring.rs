@@ -19,6 +19,9 @@ pub enum Fabric {
 }
 
 /// A ring on any fabric.
+// One per subscriber, created once and never moved on the hot path; boxing the larger variant would add a
+// pointer chase to every poll.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyLocalRing {
     /// Shared memory.
     Shm(ShmLocalRing),
@@ -28,6 +31,7 @@ pub enum AnyLocalRing {
 }
 
 /// A ring created and granted, waiting for the publisher's accept.
+#[allow(clippy::large_enum_variant)] // lives for one handshake
 pub(crate) enum PreparedRing {
     Shm(ShmLocalRing),
     #[cfg(feature = "verbs")]
