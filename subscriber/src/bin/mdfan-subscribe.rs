@@ -127,12 +127,11 @@ fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
             return Err(CliError::Usage("--device and --gid-index need --fabric verbs".into()))
         }
         FabricArg::Shm => mdfan_subscriber::Fabric::Shm,
-        FabricArg::Verbs => {
-            let mut vc = mdfan_fabric::verbs::VerbsConfig::default();
-            vc.device = args.device.clone();
-            vc.gid_index = args.gid_index;
-            mdfan_subscriber::Fabric::Verbs(vc)
-        }
+        FabricArg::Verbs => mdfan_subscriber::Fabric::Verbs(mdfan_fabric::verbs::VerbsConfig {
+            device: args.device.clone(),
+            gid_index: args.gid_index,
+            ..Default::default()
+        }),
     })
 }
 
