@@ -207,9 +207,11 @@ impl Book {
         };
         out.push(base);
         let mut orders: Vec<(&u64, &Order)> = self.orders.iter().collect();
+        // Bids best (highest) first, then asks best (lowest) first; `Reverse` rather than negation, which
+        // overflows at i64::MIN.
         orders.sort_by_key(|(_, o)| {
-            let px = if o.side == Side::Bid { -o.price_e9 } else { o.price_e9 };
-            (o.side != Side::Bid, px, o.priority)
+            let bid_px = if o.side == Side::Bid { Some(std::cmp::Reverse(o.price_e9)) } else { None };
+            (o.side != Side::Bid, bid_px, o.price_e9, o.priority)
         });
         for (id, o) in orders {
             out.push(BookUpdate {
@@ -282,7 +284,16 @@ impl Books {
                 Ok(())
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
-            _ => self.books.entry(r.instrument_id).or_default().apply(r),
+            _ => match self.books.get_mut(&r.instrument_id) {
+                Some(book) => book.apply(r),
+                None => {
+                    // A refused record leaves nothing behind, not even an empty book.
+                    let mut book = Book::new();
+                    book.apply(r)?;
+                    self.books.insert(r.instrument_id, book);
+                    Ok(())
+                }
+            },
         }
     }
 
@@ -448,6 +459,19 @@ mod tests {
     }
 
     #[test]
+    fn extreme_prices_sort_without_overflow() {
+        let mut books = Books::new();
+        let at = |id, side, price_e9| BookUpdate { price_e9, ..rec(Kind::Add, side, id, 0, 1) };
+        for r in
+            [at(1, Side::Bid, i64::MIN), at(2, Side::Bid, 0), at(3, Side::Ask, i64::MAX), at(4, Side::Ask, i64::MIN)]
+        {
+            books.apply(&r).unwrap();
+        }
+        let ids: Vec<u64> = books.snapshot(None, 4)[2..6].iter().map(|r| r.order_id).collect();
+        assert_eq!(ids, [2, 1, 4, 3]);
+    }
+
+    #[test]
     fn contradicting_records_are_refused_and_leave_the_book_alone() {
         let mut b = Book::new();
         b.apply(&rec(Kind::Add, Side::Bid, 1, 100, 5)).unwrap();
@@ -464,6 +488,10 @@ mod tests {
             Err(BookError::DuplicateOrder { instrument_id: 7, order_id: 1, venue_seq: 0 })
         );
         assert!(matches!(b.apply(&rec(Kind::Add, Side::None, 3, 100, 1)), Err(BookError::BadSide { .. })));
+        // Books: a refused first record of an instrument creates no book
+        let mut books = Books::new();
+        assert!(books.apply(&rec(Kind::Cancel, Side::Bid, 9, 100, 1)).is_err());
+        assert!(books.get(7).is_none() && books.iter_sorted().is_empty());
         assert_eq!(b.top(Side::Bid, 10), vec![lvl(100, 5, 1)]);
         assert_eq!(b.records, 1);
     }

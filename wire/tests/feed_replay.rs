@@ -128,3 +128,19 @@ fn first_record_offset(raw: &[u8]) -> usize {
     assert_eq!(&raw[..3], b"DBN");
     8 + u32::from_le_bytes(raw[4..8].try_into().unwrap()) as usize
 }
+
+#[test]
+fn records_of_the_wrong_length_are_refused_not_misread() {
+    // Found by fuzzing (fuzz/fuzz_targets/dbn_mbo.rs): a short MBO record, or one whose length would leave the
+    // next record misaligned, made the dbn decoder panic.
+    let raw = zstd_decompress(&std::fs::read(esh4::snapshot_file()).unwrap());
+    let first = first_record_offset(&raw);
+    for (words, want) in [(13u8, "MBO record length 52 bytes, expected 56"), (15, "MBO record length 60 bytes")] {
+        let mut bad = raw.clone();
+        bad[first + 56] = words; // record 2's length, in 4-byte words
+        let p = tmp(&format!("len-{words}.dbn"), &bad);
+        let err = load_err(&p);
+        assert!(matches!(err, FeedError::Decode { record: 2, .. }), "{err}");
+        assert!(err.to_string().contains(want), "{err}");
+    }
+}

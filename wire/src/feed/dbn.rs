@@ -136,9 +136,18 @@ pub fn load_mbo_file(path: &Path) -> Result<MboFile, FeedError> {
         .map_err(|e| open_err(e.to_string()))?
         .read_to_end(&mut raw)
         .map_err(|e| FeedError::Read { path: path.to_owned(), bytes_read: raw.len(), detail: e.to_string() })?;
-    check_framing(path, &raw)?;
+    decode_mbo_bytes(path, &raw)
+}
+
+/// Decodes and checks a decompressed DBN MBO stream already in memory; `path` only names it in errors.
+///
+/// # Errors
+/// As [`load_mbo_file`], except opening and decompressing.
+pub fn decode_mbo_bytes(path: &Path, raw: &[u8]) -> Result<MboFile, FeedError> {
+    let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
+    check_framing(path, raw)?;
     let mut decoder =
-        DbnDecoder::with_upgrade_policy(&raw[..], VersionUpgradePolicy::AsIs).map_err(|e| open_err(e.to_string()))?;
+        DbnDecoder::with_upgrade_policy(raw, VersionUpgradePolicy::AsIs).map_err(|e| open_err(e.to_string()))?;
     let metadata = decoder.metadata().clone();
     if metadata.schema != Some(Schema::Mbo) {
         return Err(FeedError::Schema {
@@ -169,6 +178,11 @@ pub fn load_mbo_file(path: &Path) -> Result<MboFile, FeedError> {
     Ok(MboFile { path: path.to_owned(), dataset: metadata.dataset, records })
 }
 
+/// DBN rtype of `MboMsg`.
+const MBO_RTYPE: u8 = 0xa0;
+/// Size of `MboMsg` in bytes.
+const MBO_BYTES: usize = std::mem::size_of::<MboMsg>();
+
 /// Walks the record framing of a decompressed DBN stream: `b"DBN"`, a version byte, a u32 LE metadata length,
 /// the metadata, then records whose first header byte is their length in 4-byte words (DBN docs, "Record
 /// header"). The records must end exactly at the end of the stream.
@@ -186,11 +200,21 @@ fn check_framing(path: &Path, raw: &[u8]) -> Result<(), FeedError> {
     while pos < raw.len() {
         record += 1;
         let len_bytes = raw[pos] as usize * 4;
-        if len_bytes < 16 {
+        let rtype = raw.get(pos + 1).copied().unwrap_or(0);
+        // Every record here must be a whole MboMsg: the decoder below assumes 8-byte aligned records of the
+        // size their rtype implies, and a shorter one would make it panic.
+        if rtype == MBO_RTYPE && len_bytes != MBO_BYTES {
             return Err(FeedError::Decode {
                 path: path.to_owned(),
                 record,
-                detail: format!("record header length {len_bytes} bytes is below the 16-byte header"),
+                detail: format!("MBO record length {len_bytes} bytes, expected {MBO_BYTES}"),
+            });
+        }
+        if len_bytes < 16 || !len_bytes.is_multiple_of(8) {
+            return Err(FeedError::Decode {
+                path: path.to_owned(),
+                record,
+                detail: format!("record length {len_bytes} bytes is not a whole number of 8-byte words of at least 16"),
             });
         }
         if pos + len_bytes > raw.len() {

@@ -105,9 +105,13 @@ pub const TOP_ASKS: [(i64, u64, u32); 10] = [
 pub const LAST_TS_RECV_NS: u64 = 1_703_548_799_446_821_072;
 pub const LAST_TS_EVENT_NS: u64 = 1_703_548_799_446_724_905;
 
-/// The repository's data folder, found from this crate's manifest dir (every crate sits one below the root).
+/// The repository's data folder, found from this crate's manifest dir (every crate sits one below the root),
+/// or `$MDFAN_DATA_DIR` when set (test binaries run inside the Soft-RoCE VM).
 pub fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/cme-glbx-mdp3-es-mbo-dbn")
+    match std::env::var_os("MDFAN_DATA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/cme-glbx-mdp3-es-mbo-dbn"),
+    }
 }
 pub fn main_file() -> PathBuf {
     data_dir().join("esh4-glbx-mdp3-20231225.mbo.dbn.zst")
