@@ -1,4 +1,4 @@
-//! End to end on shared memory: the publisher replays the bundled ESH4 capture to two `mdfan-subscribe`
+//! End to end (shared memory, or verbs with MDFAN_TEST_FABRIC=verbs): the publisher replays the bundled ESH4 capture to two `mdfan-subscribe`
 //! processes; each must receive every record in order with no gap and end with the reference book.
 
 #[path = "support/mod.rs"]

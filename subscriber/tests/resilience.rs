@@ -62,7 +62,7 @@ fn assert_clean(lines: &[String], who: &str) {
 fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
     let publisher = start_publisher(&esh4::main_file(), 2, PACE);
     let a = spawn_subscriber(publisher.addr, "steady", &[]);
-    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "resync", "--ring-slots", "4096"]);
+    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "resync", "--ring-slots", "1024"]);
     sleep(Duration::from_millis(1500));
     signal(&b, "STOP");
     sleep(Duration::from_secs(2));
@@ -90,7 +90,7 @@ fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
 fn a_stalled_disconnect_subscriber_is_dropped_with_a_reason_and_the_other_is_exact() {
     let publisher = start_publisher(&esh4::main_file(), 2, PACE);
     let a = spawn_subscriber(publisher.addr, "steady", &[]);
-    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "disconnect", "--ring-slots", "4096"]);
+    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "disconnect", "--ring-slots", "1024"]);
     sleep(Duration::from_millis(1500));
     signal(&b, "STOP");
     sleep(Duration::from_secs(2));

@@ -259,9 +259,14 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 println!("{line}");
             }
         }
-        if let Some(reason) = closed {
+        if let Some(reason) = closed.take() {
             if end.is_none() {
-                end = Some(reason.as_str());
+                if reason == CloseReason::FabricError && args.reconnect_ms.is_some() {
+                    // The transport broke (on verbs: the publisher's QP is gone): like a vanished publisher.
+                    control_gone = true;
+                } else {
+                    end = Some(reason.as_str());
+                }
             }
         }
         since_maintain += n;

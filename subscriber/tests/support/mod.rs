@@ -1,5 +1,10 @@
 //! Helpers shared by the subscriber crate's end-to-end tests: an in-process publisher on a free port, and
 //! `mdfan-subscribe` child processes with a watchdog.
+//!
+//! The same tests run on either fabric: shared memory by default, RDMA verbs when `MDFAN_TEST_FABRIC=verbs`
+//! (built with `--features mdfan-subscriber/verbs,mdfan-publisher/verbs`; device `MDFAN_TEST_DEVICE`, default
+//! rxe0, GID index `MDFAN_TEST_GID_INDEX`, default 1), which is how ops/softroce/run-e2e runs them inside the
+//! Soft-RoCE VM. There, `MDFAN_TEST_BIN_DIR` names the folder holding the binaries and `MDFAN_DATA_DIR` the data.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -13,8 +18,46 @@ use std::time::{Duration, Instant};
 use mdfan_publisher::config::Config;
 use mdfan_publisher::{Publisher, PublisherError, RunReport};
 
-/// Longest any child may run before the test kills it and fails (a watchdog, not a timing assertion).
-pub const WATCHDOG: Duration = Duration::from_secs(120);
+/// Longest any child may run before the test kills it and fails (a watchdog, not a timing assertion):
+/// 120 s, or `MDFAN_TEST_WATCHDOG_S` (the VM runs under software emulation).
+pub fn watchdog() -> Duration {
+    let s = std::env::var("MDFAN_TEST_WATCHDOG_S").ok().and_then(|v| v.parse().ok()).unwrap_or(120);
+    Duration::from_secs(s)
+}
+
+/// Whether these tests run on verbs (`MDFAN_TEST_FABRIC=verbs`).
+pub fn on_verbs() -> bool {
+    std::env::var("MDFAN_TEST_FABRIC").is_ok_and(|f| f == "verbs")
+}
+
+fn verbs_device() -> String {
+    std::env::var("MDFAN_TEST_DEVICE").unwrap_or_else(|_| "rxe0".into())
+}
+
+fn verbs_gid_index() -> String {
+    std::env::var("MDFAN_TEST_GID_INDEX").unwrap_or_else(|_| "1".into())
+}
+
+/// The `[fabric]` section for the fabric under test.
+fn fabric_section() -> String {
+    if on_verbs() {
+        format!(
+            "[fabric]\nprovider = \"verbs\"\n\n[fabric.verbs]\ndevice = \"{}\"\ngid_index = {}\nsend_queue_depth = 4096\nsignal_every = 64\n",
+            verbs_device(),
+            verbs_gid_index()
+        )
+    } else {
+        "[fabric]\nprovider = \"shm\"\n".into()
+    }
+}
+
+/// A binary of this workspace: next to the test's own build, or in `$MDFAN_TEST_BIN_DIR`.
+pub fn bin(name: &str) -> std::path::PathBuf {
+    match std::env::var_os("MDFAN_TEST_BIN_DIR") {
+        Some(dir) => Path::new(&dir).join(name),
+        None => Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).with_file_name(name),
+    }
+}
 
 pub struct RunningPublisher {
     pub addr: SocketAddr,
@@ -26,8 +69,9 @@ pub struct RunningPublisher {
 /// `[feed]` (e.g. `pace = 100`).
 pub fn config_text(listen: &str, feed: &Path, wait_for: usize, extra_publisher: &str, extra_feed: &str) -> String {
     format!(
-        "[publisher]\nlisten = \"{listen}\"\nwait_for_subscribers = {wait_for}\n{extra_publisher}\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
-        feed.display()
+        "[publisher]\nlisten = \"{listen}\"\nwait_for_subscribers = {wait_for}\n{extra_publisher}\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n{extra_feed}\n\n{}",
+        feed.display(),
+        fabric_section()
     )
 }
 
@@ -51,13 +95,12 @@ pub fn start_publisher_with(feed: &Path, wait_for: usize, extra_publisher: &str,
 
 /// Spawns `mdfan-subscribe` against `addr` with extra arguments; stdout and stderr are captured.
 pub fn spawn_subscriber(addr: SocketAddr, name: &str, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe"))
-        .args(["--connect", &addr.to_string(), "--name", name, "--idle", "yield"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mdfan-subscribe starts")
+    let mut cmd = Command::new(bin("mdfan-subscribe"));
+    cmd.args(["--connect", &addr.to_string(), "--name", name, "--idle", "yield"]);
+    if on_verbs() {
+        cmd.args(["--fabric", "verbs", "--device", &verbs_device(), "--gid-index", &verbs_gid_index()]);
+    }
+    cmd.args(extra).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mdfan-subscribe starts")
 }
 
 /// Waits for a child with the watchdog; kills it and panics if it overstays.
@@ -67,11 +110,12 @@ pub fn wait_with_watchdog(mut child: Child) -> Output {
         if child.try_wait().expect("try_wait").is_some() {
             return child.wait_with_output().expect("output");
         }
-        if start.elapsed() > WATCHDOG {
+        if start.elapsed() > watchdog() {
             let _ = child.kill();
             let out = child.wait_with_output().expect("output");
             panic!(
-                "watchdog: child ran over {WATCHDOG:?}\nstdout:\n{}\nstderr:\n{}",
+                "watchdog: child ran over {:?}\nstdout:\n{}\nstderr:\n{}",
+                watchdog(),
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
@@ -91,8 +135,8 @@ pub fn fields(line: &str) -> std::collections::HashMap<&str, &str> {
 
 /// The `mdfan-publisher` binary next to `mdfan-subscribe`, built first if this test run did not build it.
 pub fn publisher_bin() -> std::path::PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).with_file_name("mdfan-publisher");
-    if !bin.exists() {
+    let bin = bin("mdfan-publisher");
+    if !bin.exists() && std::env::var_os("MDFAN_TEST_BIN_DIR").is_none() {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-q", "-p", "mdfan-publisher", "--bin", "mdfan-publisher"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
