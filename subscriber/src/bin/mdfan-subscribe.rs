@@ -95,7 +95,8 @@ struct Args {
     /// Report the publisher silent after this many ms without a record or heartbeat.
     #[arg(long, default_value_t = 50)]
     silence_timeout_ms: u64,
-    /// When the publisher goes away without ending the stream, reconnect (and resync) for up to this many ms.
+    /// When the publisher goes away without ending the stream (or is not up yet), reconnect for up to this
+    /// many ms; the books are rebuilt from its snapshot or replay.
     #[arg(long)]
     reconnect_ms: Option<u64>,
 }
@@ -166,7 +167,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     };
     cfg.snapshot = !args.no_snapshot;
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
-    let mut sub = Subscriber::connect(&cfg)?.with_latency();
+    let mut sub = connect(&cfg, args.reconnect_ms.map(Duration::from_millis), &stop)?.with_latency();
     println!(
         "subscribed endpoint={} session={} ring_slots={} policy={}",
         sub.endpoint(),
@@ -365,6 +366,25 @@ fn reconnect(
             Ok(()) => return Ok(()),
             Err(e) if start.elapsed() >= budget || stop.load(Ordering::Relaxed) => return Err(e),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Connects; with a reconnect budget, keeps trying every 100 ms while nobody listens yet.
+fn connect(
+    cfg: &SubscriberConfig,
+    budget: Option<Duration>,
+    stop: &AtomicBool,
+) -> Result<Subscriber, mdfan_subscriber::SubscribeError> {
+    let start = std::time::Instant::now();
+    loop {
+        match Subscriber::connect(cfg) {
+            Err(mdfan_subscriber::SubscribeError::Connect { .. })
+                if budget.is_some_and(|b| start.elapsed() < b) && !stop.load(Ordering::Relaxed) =>
+            {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            other => return other,
         }
     }
 }
