@@ -58,17 +58,23 @@ fn assert_clean(lines: &[String], who: &str) {
     assert_eq!(stream["book_records"], esh4::RECORDS.to_string(), "{who}");
 }
 
-#[test]
-fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
+/// Replays to a steady subscriber and one with a small ring under `policy`, which is SIGSTOPped for 2 s
+/// mid-stream; returns both outputs and the publisher's report.
+fn stall_one(policy: &str) -> (std::process::Output, std::process::Output, mdfan_publisher::RunReport) {
     let publisher = start_publisher(&esh4::main_file(), 2, PACE);
     let a = spawn_subscriber(publisher.addr, "steady", &[]);
-    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "resync", "--ring-slots", "1024"]);
+    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", policy, "--ring-slots", "1024"]);
     sleep(Duration::from_millis(1500));
     signal(&b, "STOP");
     sleep(Duration::from_secs(2));
     signal(&b, "CONT");
     let (a, b) = (wait_with_watchdog(a), wait_with_watchdog(b));
-    let report = publisher.handle.join().unwrap().unwrap();
+    (a, b, publisher.handle.join().unwrap().unwrap())
+}
+
+#[test]
+fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
+    let (a, b, report) = stall_one("resync");
     let (a, b) = (stdout_lines(&a), stdout_lines(&b));
 
     assert_clean(&a, "steady");
@@ -88,15 +94,7 @@ fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
 
 #[test]
 fn a_stalled_disconnect_subscriber_is_dropped_with_a_reason_and_the_other_is_exact() {
-    let publisher = start_publisher(&esh4::main_file(), 2, PACE);
-    let a = spawn_subscriber(publisher.addr, "steady", &[]);
-    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", "disconnect", "--ring-slots", "1024"]);
-    sleep(Duration::from_millis(1500));
-    signal(&b, "STOP");
-    sleep(Duration::from_secs(2));
-    signal(&b, "CONT");
-    let (a, b) = (wait_with_watchdog(a), wait_with_watchdog(b));
-    let report = publisher.handle.join().unwrap().unwrap();
+    let (a, b, report) = stall_one("disconnect");
     assert_clean(&stdout_lines(&a), "steady");
     assert_eq!(b.status.code(), Some(3), "dropped subscribers exit 3");
     let b = stdout_lines(&b);
