@@ -192,7 +192,10 @@ fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_
         assert_exact(&lines, who);
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
         assert_eq!((stream["reconnects"], stream["end"]), ("1", "end_of_stream"), "{who}: {lines:?}");
-        assert!(lines.iter().any(|l| l.starts_with("reconnected session=")), "{who}: {lines:?}");
+        let gone =
+            lines.iter().position(|l| l.starts_with("publisher_gone after_seq=")).expect("the death is reported");
+        let back = lines.iter().position(|l| l.starts_with("reconnected session=")).expect("and the reconnection");
+        assert!(gone < back, "{who}: {lines:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

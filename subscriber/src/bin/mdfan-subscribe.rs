@@ -280,6 +280,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     end_owned = Some(reason);
                     break;
                 }
+                println!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
                 match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
                     Some(Ok(())) => {
                         books = Books::new();
