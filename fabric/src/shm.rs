@@ -108,6 +108,26 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| FabricError::Io { op, path: path.display().to_string(), source }
 }
 
+/// Removes ring files left in `dir` by processes that no longer exist (a subscriber killed between creating its
+/// ring and the publisher's accept). Names are `mdfan-ring-<pid>-<n>`; a pid with no /proc entry is gone.
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FILE_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// The subscriber's ring in shared memory (the receiver side).
 pub struct ShmLocalRing {
     seg: Segment,
@@ -130,6 +150,7 @@ impl ShmLocalRing {
     /// [`FabricError::BadRing`] for a slot count that is not a power of two in range; [`FabricError::Io`] when
     /// the file cannot be created, sized or mapped.
     pub fn create(dir: &Path, slot_count: u32) -> Result<(ShmLocalRing, RingGrant), FabricError> {
+        sweep_stale(dir);
         let path =
             dir.join(format!("{FILE_PREFIX}{}-{}", std::process::id(), RING_COUNTER.fetch_add(1, Ordering::Relaxed)));
         let header = RingHeader::new(slot_count, 1)
@@ -269,6 +290,12 @@ impl ShmRemoteRing {
         if !meta.file_type().is_file() || meta.file_type().is_fifo() {
             return Err(bad("not a regular file".into()));
         }
+        // A ring has exactly one name (its owner's) until the owner unlinks it after the accept: a second
+        // link is someone trying to have the publisher write into another subscriber's ring.
+        let links = std::os::unix::fs::MetadataExt::nlink(&meta);
+        if links != 1 {
+            return Err(bad(format!("has {links} links, expected 1")));
+        }
         let len = segment_bytes(slot_count);
         if meta.len() != len as u64 {
             return Err(bad(format!("size {} bytes, expected {len} for {slot_count} slots", meta.len())));
@@ -287,8 +314,17 @@ impl ShmRemoteRing {
             cq_shift: slot_count.trailing_zeros(),
             closed: false,
         };
-        // Release: the subscriber that sees ATTACHED also sees nothing else yet (no writes happened).
-        ring.seg.producer().store(STATE_ATTACHED as u64, Ordering::Release);
+        // Only a fresh ring may be attached, and only once: WAITING -> ATTACHED, atomically (a second attach of
+        // the same ring, by this or another publisher session, fails here). Release: the subscriber that sees
+        // ATTACHED also sees nothing else yet (no writes happened).
+        if let Err(word) = ring.seg.producer().compare_exchange(
+            STATE_WAITING as u64,
+            STATE_ATTACHED as u64,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            return Err(bad(format!("already attached (producer state word {word:#x})")));
+        }
         Ok(ring)
     }
 }
@@ -408,6 +444,16 @@ mod tests {
         let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
         std::fs::remove_file(&fake).unwrap();
         assert!(e.contains("magic"), "{e}");
+        // a second attach of an attached ring, and a hard link to it, are refused
+        let _first = ShmRemoteRing::attach(&grant, dir).unwrap();
+        let e = ShmRemoteRing::attach(&grant, dir).err().unwrap().to_string();
+        assert!(e.contains("already attached"), "{e}");
+        let hard = dir.join(format!("{FILE_PREFIX}hard-{}", std::process::id()));
+        std::fs::hard_link(path, &hard).unwrap();
+        let g = RingGrant::Shm { path: hard.display().to_string(), slot_count: 64 };
+        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        std::fs::remove_file(&hard).unwrap();
+        assert!(e.contains("has 2 links"), "{e}");
         // a symlink with an accepted name, pointing at a valid ring, is refused
         let link = dir.join(format!("{FILE_PREFIX}link-{}", std::process::id()));
         std::os::unix::fs::symlink(path, &link).unwrap();
