@@ -195,6 +195,9 @@ pub enum ControlError {
     /// The frame is not a JSON envelope `{"v": N, "msg": ...}`.
     #[error("control frame is malformed: {0}")]
     Malformed(String),
+    /// No whole frame arrived within the time allowed.
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
     /// The peer speaks another protocol version.
     #[error("control protocol version {got} is not supported (this build speaks {PROTOCOL_VERSION})")]
     Version {
@@ -242,6 +245,38 @@ pub fn decode_body(body: &[u8]) -> Result<ControlMsg, ControlError> {
 pub fn write_msg(w: &mut impl Write, msg: &ControlMsg) -> io::Result<()> {
     w.write_all(&encode(msg))?;
     w.flush()
+}
+
+/// Reads one frame from a socket within `timeout` in all (not per read: a peer that drips one byte at a time
+/// cannot hold the reader longer). The socket's read timeout is changed while it reads.
+///
+/// # Errors
+/// [`ControlError::Timeout`] when the frame is not complete in time, and as [`read_msg`].
+pub fn read_msg_within(
+    stream: &mut std::net::TcpStream,
+    timeout: std::time::Duration,
+) -> Result<ControlMsg, ControlError> {
+    struct Deadline<'a> {
+        stream: &'a mut std::net::TcpStream,
+        deadline: std::time::Instant,
+    }
+    impl Read for Deadline<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            self.stream.read(buf)
+        }
+    }
+    let mut r = Deadline { stream, deadline: std::time::Instant::now() + timeout };
+    match read_msg(&mut r) {
+        Err(ControlError::Io(e)) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(ControlError::Timeout(timeout))
+        }
+        other => other,
+    }
 }
 
 /// Reads one frame and decodes it. Blocks per the reader's own timeout settings.

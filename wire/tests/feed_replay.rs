@@ -76,6 +76,15 @@ fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
 }
 
 #[test]
+fn devices_and_directories_are_not_read() {
+    for p in ["/dev/zero", "/tmp"] {
+        let err = load_err(std::path::Path::new(p));
+        assert!(matches!(err, FeedError::NotAFile { .. }), "{p}: {err}");
+        assert_eq!(err.to_string(), format!("feed {p}: not a regular file"));
+    }
+}
+
+#[test]
 fn a_missing_file_names_the_path() {
     let err = load_err(std::path::Path::new("/nonexistent/feed.dbn.zst"));
     assert!(matches!(err, FeedError::Open { .. }));

@@ -47,6 +47,12 @@ pub enum FeedError {
     /// A record decoded but one of its fields is not valid for MBO. `record` is 1-based.
     #[error("feed {path}: record {record}: field {field}: {detail}")]
     Field { path: PathBuf, record: u64, field: &'static str, detail: String },
+    /// The file is not a regular file (a directory, a device, a FIFO).
+    #[error("feed {path}: not a regular file")]
+    NotAFile { path: PathBuf },
+    /// The decompressed stream is larger than [`MAX_FEED_BYTES`].
+    #[error("feed {path}: more than {MAX_FEED_BYTES} bytes once decompressed")]
+    TooLarge { path: PathBuf },
     /// The file holds no records at all.
     #[error("feed {path}: no MBO records")]
     Empty { path: PathBuf },
@@ -129,15 +135,27 @@ pub struct MboFile {
 /// truncated, a field is invalid, or it holds no records.
 pub fn load_mbo_file(path: &Path) -> Result<MboFile, FeedError> {
     let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(FeedError::NotAFile { path: path.to_owned() }),
+        Err(e) => return Err(open_err(format!("opening file to decode at path '{}': {e}", path.display()))),
+    }
     // Decompress (when zstd) into memory first: the `dbn` decoder stops quietly at a partial record, so the
     // record framing is checked here before decoding, and a truncated file is an error, not a short replay.
     let mut raw = Vec::new();
     DynReader::from_file(path)
         .map_err(|e| open_err(e.to_string()))?
+        .take(MAX_FEED_BYTES + 1)
         .read_to_end(&mut raw)
         .map_err(|e| FeedError::Read { path: path.to_owned(), bytes_read: raw.len(), detail: e.to_string() })?;
+    if raw.len() as u64 > MAX_FEED_BYTES {
+        return Err(FeedError::TooLarge { path: path.to_owned() });
+    }
     decode_mbo_bytes(path, &raw)
 }
+
+/// The largest decompressed feed file loaded into memory: 4 GiB (about 76 million MBO records).
+pub const MAX_FEED_BYTES: u64 = 4 << 30;
 
 /// Decodes and checks a decompressed DBN MBO stream already in memory; `path` only names it in errors.
 ///
