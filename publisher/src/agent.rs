@@ -355,6 +355,7 @@ impl FanoutAgent {
         }
         self.last_send = now;
         for s in self.sessions.iter_mut() {
+            s.refresh_consumed();
             if s.dead.is_none() && s.is_live_at(pos) {
                 let mut hb = BookUpdate::control(Kind::Heartbeat);
                 if s.try_post(&mut hb, now) == Post::Sent {
@@ -484,6 +485,7 @@ impl FanoutAgent {
         self.flush_all();
         self.reap_dead();
         for s in self.sessions.iter_mut() {
+            s.refresh_consumed();
             s.close(end);
         }
         self.drain_backlog();

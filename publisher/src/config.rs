@@ -222,6 +222,13 @@ impl Default for FabricSection {
     }
 }
 
+/// Most sessions a publisher holds (preallocated in the hot loop).
+pub const MAX_SUBSCRIBERS: usize = 4096;
+/// Slowest speed-up factor: 1000x slower than the capture.
+pub const MIN_PACE: f64 = 1e-3;
+/// Fastest speed-up factor.
+pub const MAX_PACE: f64 = 1e9;
+
 /// 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
@@ -249,14 +256,34 @@ impl Config {
         if lo > hi {
             return Err(err(format!("fabric.ring_slots_min {lo} is above fabric.ring_slots_max {hi}")));
         }
-        if cfg.publisher.heartbeat_interval_ms == 0 {
-            return Err(err("publisher.heartbeat_interval_ms must be at least 1".into()));
+        const HOUR_MS: u64 = 3_600_000;
+        for (key, v) in [
+            ("publisher.heartbeat_interval_ms", cfg.publisher.heartbeat_interval_ms),
+            ("publisher.stall_timeout_ms", cfg.publisher.stall_timeout_ms),
+            ("feed.max_gap_ms", cfg.feed.max_gap_ms.max(1)),
+        ] {
+            if !(1..=HOUR_MS).contains(&v) {
+                return Err(err(format!("{key} = {v}: must be between 1 and {HOUR_MS} (one hour)")));
+            }
         }
-        if cfg.publisher.stall_timeout_ms == 0 {
-            return Err(err("publisher.stall_timeout_ms must be at least 1".into()));
+        if !(1..=MAX_SUBSCRIBERS).contains(&cfg.publisher.max_subscribers) {
+            return Err(err(format!(
+                "publisher.max_subscribers = {}: must be between 1 and {MAX_SUBSCRIBERS}",
+                cfg.publisher.max_subscribers
+            )));
         }
-        if cfg.publisher.max_subscribers == 0 {
-            return Err(err("publisher.max_subscribers must be at least 1".into()));
+        if let Pace::Factor(f) = cfg.feed.pace {
+            if !(MIN_PACE..=MAX_PACE).contains(&f) {
+                return Err(err(format!(
+                    "feed.pace = {f}: a speed-up factor must be between {MIN_PACE} and {MAX_PACE}"
+                )));
+            }
+        }
+        if cfg.publisher.policies.is_empty() {
+            return Err(err("publisher.policies is empty: no subscriber could ever be accepted".into()));
+        }
+        if cfg.fabric.provider == Provider::Shm && !cfg.fabric.shm_dir.is_dir() {
+            return Err(err(format!("fabric.shm_dir {}: not a directory", cfg.fabric.shm_dir.display())));
         }
         if cfg.publisher.wait_for_subscribers > cfg.publisher.max_subscribers {
             return Err(err(format!(
@@ -349,5 +376,17 @@ provider = "shm"
         assert!(e.contains("line 4"), "{e}");
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
         assert!(e.contains("missing field `path`"), "{e}");
+        let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();
+        assert!(e.contains("publisher.max_subscribers = 4611686018427387904: must be between 1 and 4096"), "{e}");
+        let e = parse(&GOOD.replace("pace = 10", "pace = 1e-300")).unwrap_err().to_string();
+        assert!(e.contains("feed.pace") && e.contains("between 0.001"), "{e}");
+        let e = parse(&GOOD.replace("hot_core = 1", "policies = []")).unwrap_err().to_string();
+        assert!(e.contains("publisher.policies is empty"), "{e}");
+        let e = parse(&GOOD.replace("hot_core = 1", "stall_timeout_ms = 9223372036854775807")).unwrap_err().to_string();
+        assert!(e.contains("publisher.stall_timeout_ms"), "{e}");
+        let e = parse(&GOOD.replace("provider = \"shm\"", "provider = \"shm\"\nshm_dir = \"/nonexistent\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fabric.shm_dir /nonexistent: not a directory"), "{e}");
     }
 }

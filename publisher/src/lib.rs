@@ -41,6 +41,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 const CONDUCTOR_TICK: Duration = Duration::from_millis(1);
 /// How long an accepted subscriber's side has to come up (verbs: its QP to RTS and first credit).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Control frames read from one connection per conductor pass.
+const FRAMES_PER_PASS: usize = 8;
 /// How long a retiring ring may take to complete what was posted to it.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -328,10 +330,12 @@ impl Publisher {
             applied: 0,
             clock: clock.clone(),
             pending: Vec::new(),
+            backlog: std::collections::VecDeque::new(),
             #[cfg(feature = "verbs")]
             verbs,
         };
         let agent_report: AgentReport = loop {
+            conductor.flush_backlog();
             conductor.accept(&listener);
             conductor.finish_handshakes();
             conductor.admit_ready();
@@ -412,6 +416,8 @@ struct Conn {
     filter: Option<Vec<u32>>,
     /// Bytes read but not yet a whole frame.
     buf: Vec<u8>,
+    /// A snapshot for this session is being built or sent: further requests are coalesced into it.
+    snapshot_pending: bool,
 }
 
 /// A live session's counters, for dumps.
@@ -439,6 +445,8 @@ struct Conductor<'a> {
     clock: quanta::Clock,
     /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
     pending: Vec<(Session, std::time::Instant)>,
+    /// Commands the hot loop's queue had no room for yet; sent first, in order, on the next pass.
+    backlog: std::collections::VecDeque<Command>,
     #[cfg(feature = "verbs")]
     verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
 }
@@ -479,8 +487,7 @@ impl Conductor<'_> {
                     let spawned = std::thread::Builder::new().name("mdfan-handshake".into()).spawn(move || {
                         let mut stream = stream;
                         let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-                        let msg = control::read_msg(&mut stream);
+                        let msg = control::read_msg_within(&mut stream, HANDSHAKE_TIMEOUT);
                         let _ = tx.send((stream, peer, msg));
                     });
                     if let Err(e) = spawned {
@@ -652,9 +659,30 @@ impl Conductor<'_> {
             name: sub.name.clone(),
             filter: sub.instruments.clone(),
             buf: Vec::new(),
+            snapshot_pending: false,
         });
         self.reports.push(SessionReport::new(id, sub.name, sub.policy));
         self.live.push(Live { id, counters });
+    }
+
+    /// Sends a command to the hot loop, or keeps it (in order) until the queue has room: nothing is dropped.
+    fn send(&mut self, cmd: Command) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(cmd);
+            return;
+        }
+        if let Err(rtrb::PushError::Full(cmd)) = self.cmd_tx.push(cmd) {
+            self.backlog.push_back(cmd);
+        }
+    }
+
+    fn flush_backlog(&mut self) {
+        while let Some(cmd) = self.backlog.pop_front() {
+            if let Err(rtrb::PushError::Full(cmd)) = self.cmd_tx.push(cmd) {
+                self.backlog.push_front(cmd);
+                return;
+            }
+        }
     }
 
     /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
@@ -665,11 +693,8 @@ impl Conductor<'_> {
             if session.ring_mut().ready() {
                 let (session, _) = self.pending.swap_remove(k);
                 let id = session.id;
-                if let Err(rtrb::PushError::Full(Command::Add(mut session))) = self.cmd_tx.push(Command::Add(session)) {
-                    tracing::error!(session = id, "hot loop command queue full; subscriber dropped");
-                    session.close(CloseReason::FabricError);
-                    self.record_end(&session, CloseReason::FabricError);
-                }
+                tracing::debug!(session = id, "subscriber connected; handed to the hot loop");
+                self.send(Command::Add(session));
             } else if std::time::Instant::now() > *deadline {
                 let (mut session, _) = self.pending.swap_remove(k);
                 tracing::warn!(session = session.id, name = %session.name, "subscriber's side never connected; dropped");
@@ -708,7 +733,8 @@ impl Conductor<'_> {
                     }
                 }
             }
-            loop {
+            // At most a few frames per connection per pass, so one chatty peer cannot hold up the others.
+            for _ in 0..FRAMES_PER_PASS {
                 match take_frame(&mut self.conns[k].buf) {
                     Frame::Incomplete => break,
                     Frame::Bad(reason) => {
@@ -716,7 +742,11 @@ impl Conductor<'_> {
                         self.conns[k].buf.clear();
                         break;
                     }
+                    Frame::Msg(ControlMsg::SnapshotRequest(_)) if self.conns[k].snapshot_pending => {
+                        // one snapshot at a time per session: a request while one is under way is served by it
+                    }
                     Frame::Msg(ControlMsg::SnapshotRequest(req)) => {
+                        self.conns[k].snapshot_pending = true;
                         let id = self.conns[k].session_id;
                         let filter = self.conns[k].filter.clone();
                         let (records, position) = self.snapshot(filter.as_deref());
@@ -728,11 +758,7 @@ impl Conductor<'_> {
                             position,
                             "snapshot requested"
                         );
-                        if let Err(rtrb::PushError::Full(_)) =
-                            self.cmd_tx.push(Command::Snapshot { id, records, position })
-                        {
-                            tracing::error!(session = id, "hot loop command queue full; snapshot not sent");
-                        }
+                        self.send(Command::Snapshot { id, records, position });
                     }
                     Frame::Msg(ControlMsg::Bye { reason }) => {
                         closed = Some(format!("subscriber said bye: {reason}"));
@@ -751,7 +777,7 @@ impl Conductor<'_> {
                 tracing::info!(session = conn.session_id, name = %conn.name, %why, "subscriber leaving");
                 let _ = conn.stream.set_nonblocking(false);
                 let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye { reason: why });
-                let _ = self.cmd_tx.push(Command::Remove { id: conn.session_id, reason: CloseReason::PeerGone });
+                self.send(Command::Remove { id: conn.session_id, reason: CloseReason::PeerGone });
             } else {
                 k += 1;
             }
@@ -791,6 +817,9 @@ impl Conductor<'_> {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
             Event::SnapshotDone { id, delivered, records } => {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
+                if let Some(c) = self.conns.iter_mut().find(|c| c.session_id == id) {
+                    c.snapshot_pending = false;
+                }
                 drop(records); // freed here, off the hot path
             }
             Event::Retired { mut session, reason } => {

@@ -231,6 +231,12 @@ impl Session {
         free(self)
     }
 
+    /// Reads the subscriber's consumed seq now (for the lag counter; off the per-record path).
+    pub fn refresh_consumed(&mut self) {
+        self.cached_consumed = self.ring.consumed_seq();
+        self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
+    }
+
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
     /// syscalls (on shm; on verbs, the doorbell is in `flush`).
     #[inline]
