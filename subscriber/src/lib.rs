@@ -215,7 +215,7 @@ impl Subscriber {
         });
         let ctl_err = |source| SubscribeError::Control { endpoint: endpoint.clone(), source };
         control::write_msg(&mut stream, &sub).map_err(|e| ctl_err(e.into()))?;
-        let answer = control::read_msg(&mut stream).map_err(ctl_err)?;
+        let answer = control::read_msg_within(&mut stream, cfg.timeout).map_err(ctl_err)?;
         ring.unlink();
         let accept = match answer {
             ControlMsg::Accept(a) => a,

@@ -86,3 +86,73 @@ fn bad_control_messages_are_refused_with_a_reason_and_the_publisher_goes_on() {
     assert_eq!(report.sessions.len(), 1);
     assert_eq!(report.sessions[0].sent - report.sessions[0].heartbeats, esh4::SNAPSHOT_RECORDS + 1);
 }
+
+#[test]
+fn a_bad_ring_size_is_a_usage_error_before_connecting() {
+    let out = Command::new(bin("mdfan-subscribe"))
+        .args(["--connect", "127.0.0.1:1", "--ring-slots", "100"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--ring-slots: ring slot_count 100 must be a power of two"), "{err}");
+}
+
+#[test]
+fn a_peer_that_drips_bytes_cannot_hold_the_handshake() {
+    // Accepts, promises a 4 KiB frame, then sends one byte every 300 ms: each read succeeds, the frame never
+    // completes. The subscriber gives up after its handshake timeout (2 s) in all.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dripper = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.write_all(&4096u32.to_le_bytes());
+        for _ in 0..30 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            if s.write_all(b"x").is_err() {
+                break;
+            }
+        }
+    });
+    let out = Command::new(bin("mdfan-subscribe")).args(["--connect", &addr.to_string()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("publisher {addr}: control: no answer within 2s")), "{err}");
+    dripper.join().unwrap();
+}
+
+#[test]
+fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
+    use mdfan_fabric::shm::{ShmLocalRing, DEFAULT_DIR};
+    use mdfan_wire::control::{SlowConsumerPolicy, SnapshotRequest, Subscribe};
+    let publisher = start_publisher(&esh4::snapshot_file(), 2, "");
+    let addr = publisher.addr;
+    // a client with a real ring of its own, that floods snapshot requests
+    let (local, grant) = ShmLocalRing::create(std::path::Path::new(DEFAULT_DIR), 64).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let sub = ControlMsg::Subscribe(Subscribe {
+        name: "flood".into(),
+        instruments: None,
+        ring: grant,
+        policy: SlowConsumerPolicy::Resync,
+        snapshot: true,
+    });
+    control::write_msg(&mut s, &sub).unwrap();
+    assert!(matches!(control::read_msg(&mut s), Ok(ControlMsg::Accept(_))));
+    let req = control::encode(&ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq: 1 }));
+    let flood: Vec<u8> = req.iter().copied().cycle().take(req.len() * 5000).collect();
+    s.write_all(&flood).unwrap();
+    // the second subscriber starts the replay and must still get everything
+    let good = wait_with_watchdog(spawn_subscriber(addr, "good", &[]));
+    let lines = stdout_lines(&good);
+    assert_eq!(good.status.code(), Some(0), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725")),
+        "{lines:?}"
+    );
+    drop(s);
+    drop(local);
+    let report = publisher.handle.join().unwrap().unwrap();
+    let flood = report.session("flood").unwrap();
+    assert!(flood.end.is_some(), "the flooding session has an end in the report: {}", flood.line());
+}

@@ -107,7 +107,11 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             eprintln!("mdfan-subscribe: error: {e}");
-            1
+            if matches!(e, CliError::Usage(_)) {
+                2
+            } else {
+                1
+            }
         }
     };
     std::process::exit(code);
@@ -156,6 +160,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
         }
     }
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
+    mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
+        .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
     cfg.shm_dir = args.shm_dir.clone();
