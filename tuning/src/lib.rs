@@ -33,15 +33,22 @@ pub enum TuningError {
 /// # Errors
 /// [`TuningError::Pin`] when the core is not one of this process's allowed CPUs or the call fails.
 pub fn pin_current_thread(core: usize) -> Result<(), TuningError> {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    let Some(id) = ids.iter().find(|c| c.id == core).copied() else {
-        let allowed: Vec<usize> = ids.iter().map(|c| c.id).collect();
-        return Err(TuningError::Pin { core, detail: format!("not an allowed core (allowed: {allowed:?})") });
-    };
-    if core_affinity::set_for_current(id) {
+    // A cpu_set_t holds CPU_SETSIZE (1024) cores; a larger id would index past it.
+    if core >= libc::CPU_SETSIZE as usize {
+        return Err(TuningError::Pin {
+            core,
+            detail: format!("beyond the {} cores a CPU set holds", libc::CPU_SETSIZE),
+        });
+    }
+    // Ask the kernel directly: core_affinity's list is the *calling thread's* current mask, so a thread spawned
+    // by an already pinned thread would see only its parent's core.
+    if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         Ok(())
     } else {
-        Err(TuningError::Pin { core, detail: "sched_setaffinity refused".into() })
+        Err(TuningError::Pin {
+            core,
+            detail: format!("sched_setaffinity refused (this thread may use {:?})", allowed_cores()),
+        })
     }
 }
 
@@ -165,6 +172,12 @@ mod tests {
         pin_current_thread(cores[0]).unwrap();
         let err = pin_current_thread(100_000).unwrap_err().to_string();
         assert!(err.contains("core 100000"), "{err}");
+        // a thread spawned by a pinned thread can still be pinned to another allowed core
+        if cores.len() >= 2 {
+            let other = cores[1];
+            let moved = std::thread::spawn(move || pin_current_thread(other).is_ok()).join().unwrap();
+            assert!(moved, "pinning to core {other} from a thread spawned by a thread pinned to {}", cores[0]);
+        }
     }
 
     #[test]

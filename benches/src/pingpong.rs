@@ -1,0 +1,57 @@
+//! The physical limit: a cache-line ping-pong between two pinned threads. One-way latency = round trip / 2.
+//!
+//! Each side owns one 128-byte-aligned line (two 64-byte lines: the adjacent-line prefetcher pulls pairs) and
+//! writes a counter into it; the other side spins (with PAUSE) until it sees the value it waits for. Nothing
+//! else is shared, so the round trip is two cache-line transfers between the cores.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+
+use hdrhistogram::Histogram;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Line(AtomicU64);
+
+/// Runs `warmup + count` round trips between `ping_core` and `pong_core`; returns the one-way histogram (ns).
+pub fn run(ping_core: Option<usize>, pong_core: Option<usize>, warmup: u64, count: u64) -> Histogram<u64> {
+    let ping = Arc::new(Line::default());
+    let pong = Arc::new(Line::default());
+    let start = Arc::new(Barrier::new(2));
+    let total = warmup + count;
+    let responder = {
+        let (ping, pong, start) = (Arc::clone(&ping), Arc::clone(&pong), Arc::clone(&start));
+        std::thread::spawn(move || {
+            if let Some(c) = pong_core {
+                let _ = mdfan_tuning::pin_current_thread(c);
+            }
+            start.wait();
+            for i in 1..=total {
+                // Acquire/Release: the value is the message; nothing else is published.
+                while ping.0.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                pong.0.store(i, Ordering::Release);
+            }
+        })
+    };
+    if let Some(c) = ping_core {
+        let _ = mdfan_tuning::pin_current_thread(c);
+    }
+    let clock = quanta::Clock::new();
+    let mut hist = crate::new_histogram();
+    start.wait();
+    for i in 1..=total {
+        let t0 = clock.raw();
+        ping.0.store(i, Ordering::Release);
+        while pong.0.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+        let rtt = clock.delta_as_nanos(t0, clock.raw());
+        if i > warmup {
+            hist.saturating_record((rtt / 2).max(1));
+        }
+    }
+    responder.join().expect("pong thread");
+    hist
+}
