@@ -21,6 +21,7 @@ use mdfan_wire::feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::{BookUpdate, Kind};
 
 use crate::cycles::CycleHistogram;
+use crate::queue::Outbox;
 use crate::session::{add, bump, Post, Session};
 
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
@@ -114,37 +115,23 @@ pub struct FanoutAgent {
     pub(crate) schedule_ns: Option<Arc<[u64]>>,
     pub(crate) sessions: Vec<Session>,
     pub(crate) commands: rtrb::Consumer<Command>,
-    pub(crate) events: rtrb::Producer<Event>,
+    pub(crate) events: Outbox<Event>,
     pub(crate) shutdown: Arc<AtomicBool>,
     pub(crate) wait_for: usize,
     pub(crate) clock: quanta::Clock,
     pub(crate) timing: AgentTiming,
     pub(crate) counters: Arc<AgentCounters>,
-    /// Events that did not fit in the event queue; drained first on every cycle (capacity preallocated for
-    /// four events per session; it grows only if the conductor stops draining).
-    pub(crate) backlog: std::collections::VecDeque<Event>,
     pub(crate) rotate: usize,
     pub(crate) last_send: u64,
 }
 
 impl FanoutAgent {
     fn emit(&mut self, event: Event) {
-        if !self.backlog.is_empty() {
-            self.backlog.push_back(event);
-            return;
-        }
-        if let Err(rtrb::PushError::Full(event)) = self.events.push(event) {
-            self.backlog.push_back(event);
-        }
+        self.events.send(event);
     }
 
     fn drain_backlog(&mut self) {
-        while let Some(event) = self.backlog.pop_front() {
-            if let Err(rtrb::PushError::Full(event)) = self.events.push(event) {
-                self.backlog.push_front(event);
-                return;
-            }
-        }
+        self.events.flush();
     }
 
     fn drain_commands(&mut self) {
@@ -370,7 +357,7 @@ impl FanoutAgent {
     #[inline]
     fn housekeeping(&mut self, pos: u64) -> bool {
         self.drain_commands();
-        if !self.backlog.is_empty() {
+        if self.events.has_waiting() {
             self.drain_backlog();
         }
         let behind = self.serve_catchup(pos);

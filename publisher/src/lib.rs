@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod config;
 pub mod cycles;
+pub mod queue;
 pub mod session;
 
 use std::io::{ErrorKind, Read};
@@ -272,7 +273,7 @@ impl Publisher {
             schedule_ns: schedule(&records, cfg.feed.pace, cfg.feed.max_gap_ms),
             sessions: Vec::with_capacity(max),
             commands: cmd_rx,
-            events: evt_tx,
+            events: queue::Outbox::new(evt_tx, max * 4),
             shutdown: Arc::clone(&shutdown),
             wait_for: cfg.publisher.wait_for_subscribers,
             clock: clock.clone(),
@@ -281,7 +282,6 @@ impl Publisher {
                 stall_ticks: cfg.publisher.stall_timeout_ms * ticks_per_ms,
             },
             counters: Arc::clone(&counters),
-            backlog: std::collections::VecDeque::with_capacity(max * 4),
             rotate: 0,
             last_send: 0,
         };
@@ -318,7 +318,7 @@ impl Publisher {
 
         let mut conductor = Conductor {
             cfg: &cfg,
-            cmd_tx,
+            cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
             next_id: 1,
             conns: Vec::new(),
             reports: Vec::new(),
@@ -330,7 +330,6 @@ impl Publisher {
             applied: 0,
             clock: clock.clone(),
             pending: Vec::new(),
-            backlog: std::collections::VecDeque::new(),
             #[cfg(feature = "verbs")]
             verbs,
         };
@@ -430,7 +429,8 @@ type Handshake = (TcpStream, SocketAddr, Result<ControlMsg, ControlError>);
 
 struct Conductor<'a> {
     cfg: &'a Config,
-    cmd_tx: rtrb::Producer<Command>,
+    /// To the hot loop; what does not fit waits, in order, for the next pass.
+    cmd_tx: queue::Outbox<Command>,
     next_id: u64,
     conns: Vec<Conn>,
     reports: Vec<SessionReport>,
@@ -445,8 +445,6 @@ struct Conductor<'a> {
     clock: quanta::Clock,
     /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
     pending: Vec<(Session, std::time::Instant)>,
-    /// Commands the hot loop's queue had no room for yet; sent first, in order, on the next pass.
-    backlog: std::collections::VecDeque<Command>,
     #[cfg(feature = "verbs")]
     verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
 }
@@ -667,22 +665,11 @@ impl Conductor<'_> {
 
     /// Sends a command to the hot loop, or keeps it (in order) until the queue has room: nothing is dropped.
     fn send(&mut self, cmd: Command) {
-        if !self.backlog.is_empty() {
-            self.backlog.push_back(cmd);
-            return;
-        }
-        if let Err(rtrb::PushError::Full(cmd)) = self.cmd_tx.push(cmd) {
-            self.backlog.push_back(cmd);
-        }
+        self.cmd_tx.send(cmd);
     }
 
     fn flush_backlog(&mut self) {
-        while let Some(cmd) = self.backlog.pop_front() {
-            if let Err(rtrb::PushError::Full(cmd)) = self.cmd_tx.push(cmd) {
-                self.backlog.push_front(cmd);
-                return;
-            }
-        }
+        self.cmd_tx.flush();
     }
 
     /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
