@@ -75,13 +75,7 @@ fn bad_control_messages_are_refused_with_a_reason_and_the_publisher_goes_on() {
     }
 
     // the publisher still serves a real subscriber to the end
-    let good = wait_with_watchdog(spawn_subscriber(addr, "good", &[]));
-    let lines = stdout_lines(&good);
-    assert_eq!(good.status.code(), Some(0), "{lines:?}");
-    assert!(
-        lines.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725")),
-        "{lines:?}"
-    );
+    assert_serves_the_snapshot_book(addr);
     let report = publisher.handle.join().unwrap().unwrap();
     assert_eq!(report.sessions.len(), 1);
     assert_eq!(report.sessions[0].sent - report.sessions[0].heartbeats, esh4::SNAPSHOT_RECORDS + 1);
@@ -143,6 +137,17 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
     let flood: Vec<u8> = req.iter().copied().cycle().take(req.len() * 5000).collect();
     s.write_all(&flood).unwrap();
     // the second subscriber starts the replay and must still get everything
+    assert_serves_the_snapshot_book(addr);
+    drop(s);
+    drop(local);
+    let report = publisher.handle.join().unwrap().unwrap();
+    let flood = report.session("flood").unwrap();
+    assert!(flood.end.is_some(), "the flooding session has an end in the report: {}", flood.line());
+}
+
+/// Runs one `mdfan-subscribe` against `addr` (replaying the snapshot file) and checks it ends with the
+/// start-of-day book.
+fn assert_serves_the_snapshot_book(addr: std::net::SocketAddr) {
     let good = wait_with_watchdog(spawn_subscriber(addr, "good", &[]));
     let lines = stdout_lines(&good);
     assert_eq!(good.status.code(), Some(0), "{lines:?}");
@@ -150,9 +155,4 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
         lines.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725")),
         "{lines:?}"
     );
-    drop(s);
-    drop(local);
-    let report = publisher.handle.join().unwrap().unwrap();
-    let flood = report.session("flood").unwrap();
-    assert!(flood.end.is_some(), "the flooding session has an end in the report: {}", flood.line());
 }
