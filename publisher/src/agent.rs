@@ -24,6 +24,10 @@ use crate::cycles::CycleHistogram;
 use crate::queue::Outbox;
 use crate::session::{add, bump, Post, Session};
 
+/// Every this many feed records (a power of two) the hot loop reads each subscriber's consumed seq, for the lag
+/// counter.
+const LAG_REFRESH_RECORDS: u64 = 1024;
+
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
 pub const CATCHUP_BUDGET: usize = 256;
 
@@ -212,6 +216,9 @@ impl FanoutAgent {
             k = if k + 1 == n { 0 } else { k + 1 };
             if s.dead.is_some() || !s.is_live_at(pos) {
                 continue;
+            }
+            if pos & (LAG_REFRESH_RECORDS - 1) == 0 {
+                s.refresh_consumed(); // one read of the subscriber's line, for the lag counter
             }
             s.feed_pos = pos + 1; // handled one way or another below
             if !s.wants(record.instrument_id) {

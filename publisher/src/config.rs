@@ -279,6 +279,16 @@ impl Config {
                 )));
             }
         }
+        let allowed = mdfan_tuning::allowed_cores();
+        for (key, core) in
+            [("publisher.hot_core", cfg.publisher.hot_core), ("publisher.control_core", cfg.publisher.control_core)]
+        {
+            if let Some(core) = core {
+                if !allowed.is_empty() && !allowed.contains(&core) {
+                    return Err(err(format!("{key} = {core}: not one of the cores this process may use {allowed:?}")));
+                }
+            }
+        }
         if cfg.publisher.policies.is_empty() {
             return Err(err("publisher.policies is empty: no subscriber could ever be accepted".into()));
         }

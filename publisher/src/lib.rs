@@ -415,8 +415,13 @@ struct Conn {
     filter: Option<Vec<u32>>,
     /// Bytes read but not yet a whole frame.
     buf: Vec<u8>,
-    /// A snapshot for this session is being built or sent: further requests are coalesced into it.
+    /// A snapshot for this session is on its way to the hot loop or being sent.
     snapshot_pending: bool,
+    /// The gap seq of the last request served.
+    served_gap: u64,
+    /// A request for a later gap that came while a snapshot was pending: served when that one is done. Any
+    /// number of requests in between collapse into this one, so a flood costs one snapshot per delivery.
+    rerequest: Option<u64>,
 }
 
 /// A live session's counters, for dumps.
@@ -658,6 +663,8 @@ impl Conductor<'_> {
             filter: sub.instruments.clone(),
             buf: Vec::new(),
             snapshot_pending: false,
+            served_gap: 0,
+            rerequest: None,
         });
         self.reports.push(SessionReport::new(id, sub.name, sub.policy));
         self.live.push(Live { id, counters });
@@ -670,6 +677,25 @@ impl Conductor<'_> {
 
     fn flush_backlog(&mut self) {
         self.cmd_tx.flush();
+    }
+
+    /// Builds a snapshot for the session of connection `k` (asked for after the gap at `gap_from_seq`) and sends
+    /// it to the hot loop.
+    fn serve_snapshot(&mut self, k: usize, gap_from_seq: u64) {
+        self.conns[k].snapshot_pending = true;
+        self.conns[k].served_gap = gap_from_seq;
+        let id = self.conns[k].session_id;
+        let filter = self.conns[k].filter.clone();
+        let (records, position) = self.snapshot(filter.as_deref());
+        tracing::info!(
+            session = id,
+            name = %self.conns[k].name,
+            gap_from_seq,
+            records = records.len(),
+            position,
+            "snapshot requested"
+        );
+        self.send(Command::Snapshot { id, records, position });
     }
 
     /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
@@ -729,23 +755,14 @@ impl Conductor<'_> {
                         self.conns[k].buf.clear();
                         break;
                     }
-                    Frame::Msg(ControlMsg::SnapshotRequest(_)) if self.conns[k].snapshot_pending => {
-                        // one snapshot at a time per session: a request while one is under way is served by it
-                    }
                     Frame::Msg(ControlMsg::SnapshotRequest(req)) => {
-                        self.conns[k].snapshot_pending = true;
-                        let id = self.conns[k].session_id;
-                        let filter = self.conns[k].filter.clone();
-                        let (records, position) = self.snapshot(filter.as_deref());
-                        tracing::info!(
-                            session = id,
-                            name = %self.conns[k].name,
-                            gap_from_seq = req.gap_from_seq,
-                            records = records.len(),
-                            position,
-                            "snapshot requested"
-                        );
-                        self.send(Command::Snapshot { id, records, position });
+                        let c = &mut self.conns[k];
+                        if !c.snapshot_pending {
+                            self.serve_snapshot(k, req.gap_from_seq);
+                        } else if req.gap_from_seq > c.served_gap {
+                            // one snapshot at a time per session; a later gap is served when this one is done
+                            c.rerequest = Some(c.rerequest.unwrap_or(0).max(req.gap_from_seq));
+                        }
                     }
                     Frame::Msg(ControlMsg::Bye { reason }) => {
                         closed = Some(format!("subscriber said bye: {reason}"));
@@ -804,8 +821,11 @@ impl Conductor<'_> {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
             Event::SnapshotDone { id, delivered, records } => {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
-                if let Some(c) = self.conns.iter_mut().find(|c| c.session_id == id) {
-                    c.snapshot_pending = false;
+                if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
+                    self.conns[k].snapshot_pending = false;
+                    if let Some(gap) = self.conns[k].rerequest.take() {
+                        self.serve_snapshot(k, gap);
+                    }
                 }
                 drop(records); // freed here, off the hot path
             }

@@ -59,12 +59,15 @@ struct Args {
     /// Fabric to offer the publisher (it must serve the same one).
     #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
     fabric: FabricArg,
-    /// verbs: RDMA device name (default: the only one).
+    /// verbs: RDMA device name (default: the first device listed).
     #[arg(long)]
     device: Option<String>,
     /// verbs: GID index (default: the first RoCE v2 GID with an IPv4-mapped address).
     #[arg(long)]
     gid_index: Option<u32>,
+    /// verbs: IP traffic class of RoCE v2 packets (DSCP << 2), e.g. 104 for DSCP 26.
+    #[arg(long)]
+    traffic_class: Option<u8>,
     /// Folder for the ring file (the publisher's fabric.shm_dir).
     #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
     shm_dir: std::path::PathBuf,
@@ -128,23 +131,29 @@ enum CliError {
 #[cfg(feature = "verbs")]
 fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
     Ok(match args.fabric {
-        FabricArg::Shm if args.device.is_some() || args.gid_index.is_some() => {
-            return Err(CliError::Usage("--device and --gid-index need --fabric verbs".into()))
+        FabricArg::Shm if args.device.is_some() || args.gid_index.is_some() || args.traffic_class.is_some() => {
+            return Err(CliError::Usage("--device, --gid-index and --traffic-class need --fabric verbs".into()))
         }
         FabricArg::Shm => mdfan_subscriber::Fabric::Shm,
-        FabricArg::Verbs => mdfan_subscriber::Fabric::Verbs(mdfan_fabric::verbs::VerbsConfig {
-            device: args.device.clone(),
-            gid_index: args.gid_index,
-            ..Default::default()
-        }),
+        FabricArg::Verbs => {
+            let defaults = mdfan_fabric::verbs::VerbsConfig::default();
+            mdfan_subscriber::Fabric::Verbs(mdfan_fabric::verbs::VerbsConfig {
+                device: args.device.clone(),
+                gid_index: args.gid_index,
+                traffic_class: args.traffic_class.unwrap_or(defaults.traffic_class),
+                ..defaults
+            })
+        }
     })
 }
 
 #[cfg(not(feature = "verbs"))]
 fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
     match args.fabric {
-        FabricArg::Shm if args.device.is_none() && args.gid_index.is_none() => Ok(mdfan_subscriber::Fabric::Shm),
-        FabricArg::Shm => Err(CliError::Usage("--device and --gid-index need --fabric verbs".into())),
+        FabricArg::Shm if args.device.is_none() && args.gid_index.is_none() && args.traffic_class.is_none() => {
+            Ok(mdfan_subscriber::Fabric::Shm)
+        }
+        FabricArg::Shm => Err(CliError::Usage("--device, --gid-index and --traffic-class need --fabric verbs".into())),
         FabricArg::Verbs => Err(CliError::Usage("--fabric verbs needs a build with `--features verbs`".into())),
     }
 }
