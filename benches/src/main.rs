@@ -29,6 +29,16 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 
+/// Pins the calling thread to `core`, if given; a failure is reported (the figures would mean less) but the
+/// run goes on.
+pub(crate) fn pin(core: Option<usize>) {
+    if let Some(c) = core {
+        if let Err(e) = mdfan_tuning::pin_current_thread(c) {
+            eprintln!("mdfan-bench: warning: {e}");
+        }
+    }
+}
+
 /// 1 ns .. 10 s, 3 significant digits.
 pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("static bounds are valid")

@@ -22,9 +22,7 @@ pub fn run(ping_core: Option<usize>, pong_core: Option<usize>, warmup: u64, coun
     let responder = {
         let (ping, pong, start) = (Arc::clone(&ping), Arc::clone(&pong), Arc::clone(&start));
         std::thread::spawn(move || {
-            if let Some(c) = pong_core {
-                let _ = mdfan_tuning::pin_current_thread(c);
-            }
+            crate::pin(pong_core);
             start.wait();
             for i in 1..=total {
                 // Acquire/Release: the value is the message; nothing else is published.
@@ -35,9 +33,7 @@ pub fn run(ping_core: Option<usize>, pong_core: Option<usize>, warmup: u64, coun
             }
         })
     };
-    if let Some(c) = ping_core {
-        let _ = mdfan_tuning::pin_current_thread(c);
-    }
+    crate::pin(ping_core);
     let clock = quanta::Clock::new();
     let mut hist = crate::new_histogram();
     start.wait();

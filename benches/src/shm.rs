@@ -62,9 +62,7 @@ pub fn pingpong(
     let responder = {
         let start = Arc::clone(&start);
         std::thread::spawn(move || {
-            if let Some(c) = b_core {
-                let _ = mdfan_tuning::pin_current_thread(c);
-            }
+            crate::pin(b_core);
             start.wait();
             for _ in 1..=total {
                 let r = reap(&mut b_local);
@@ -72,9 +70,7 @@ pub fn pingpong(
             }
         })
     };
-    if let Some(c) = a_core {
-        let _ = mdfan_tuning::pin_current_thread(c);
-    }
+    crate::pin(a_core);
     let clock = quanta::Clock::new();
     let mut hist = crate::new_histogram();
     start.wait();
@@ -117,9 +113,7 @@ pub fn open_loop(
     let receiver = {
         let start = Arc::clone(&start);
         std::thread::spawn(move || {
-            if let Some(c) = rx_core {
-                let _ = mdfan_tuning::pin_current_thread(c);
-            }
+            crate::pin(rx_core);
             let clock = quanta::Clock::new();
             let (mut post, mut e2e) = (crate::new_histogram(), crate::new_histogram());
             start.wait();
@@ -134,9 +128,7 @@ pub fn open_loop(
             (post, e2e)
         })
     };
-    if let Some(c) = tx_core {
-        let _ = mdfan_tuning::pin_current_thread(c);
-    }
+    crate::pin(tx_core);
     let clock = quanta::Clock::new();
     let ticks_per_s = {
         let t0 = clock.raw();

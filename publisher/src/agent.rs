@@ -241,25 +241,8 @@ impl FanoutAgent {
                             }
                         }
                         SlowConsumerPolicy::Block => {
-                            let start = now;
-                            loop {
-                                std::hint::spin_loop();
-                                let now = self.clock.raw();
-                                match s.try_post(&mut r, now) {
-                                    Post::Sent => break,
-                                    Post::Failed(reason) => {
-                                        s.dead = Some(reason);
-                                        break;
-                                    }
-                                    Post::Full => {
-                                        if now.wrapping_sub(start) > stall || self.shutdown.load(Ordering::Relaxed) {
-                                            s.dead = Some(CloseReason::Stalled);
-                                            break;
-                                        }
-                                    }
-                                }
-                            }
-                            add(&s.counters.blocked_ticks, self.clock.raw().wrapping_sub(start));
+                            post_waiting(s, &mut r, &self.clock, now, stall, &self.shutdown);
+                            add(&s.counters.blocked_ticks, self.clock.raw().wrapping_sub(now));
                         }
                     }
                 }
@@ -460,21 +443,8 @@ impl FanoutAgent {
             // `size` carries why the stream ended (a CloseReason), so the subscriber can tell a complete replay
             // from a publisher shutdown.
             let mut eos = BookUpdate { size: end as u32, ..BookUpdate::control(Kind::EndOfStream) };
-            loop {
-                let now = self.clock.raw();
-                match s.try_post(&mut eos, now) {
-                    Post::Sent => break,
-                    Post::Failed(reason) => {
-                        s.dead = Some(reason);
-                        break;
-                    }
-                    Post::Full if now.wrapping_sub(start) > self.timing.stall_ticks => {
-                        s.dead = Some(CloseReason::Stalled);
-                        break;
-                    }
-                    Post::Full => std::hint::spin_loop(),
-                }
-            }
+            // not `shutdown`: even a stopping publisher gives a full ring its stall timeout to take end of stream
+            post_waiting(s, &mut eos, &self.clock, start, self.timing.stall_ticks, &AtomicBool::new(false));
         }
         self.flush_all();
         self.reap_dead();
@@ -484,5 +454,34 @@ impl FanoutAgent {
         }
         self.drain_backlog();
         AgentReport { records, replay_ticks, sessions: std::mem::take(&mut self.sessions), end }
+    }
+}
+
+/// Posts `record` to `s`, spinning while its ring is full, until it is sent, the fabric fails (the session is
+/// marked dead with that reason), or the ring has stayed full for `stall_ticks` since `start` or `give_up` is set
+/// (marked dead, `Stalled`). The hot loop's only wait on a subscriber: policy `block`, and the end-of-stream
+/// record.
+fn post_waiting(
+    s: &mut Session,
+    record: &mut BookUpdate,
+    clock: &quanta::Clock,
+    start: u64,
+    stall_ticks: u64,
+    give_up: &AtomicBool,
+) {
+    loop {
+        let now = clock.raw();
+        match s.try_post(record, now) {
+            Post::Sent => return,
+            Post::Failed(reason) => {
+                s.dead = Some(reason);
+                return;
+            }
+            Post::Full if now.wrapping_sub(start) > stall_ticks || give_up.load(Ordering::Relaxed) => {
+                s.dead = Some(CloseReason::Stalled);
+                return;
+            }
+            Post::Full => std::hint::spin_loop(),
+        }
     }
 }
