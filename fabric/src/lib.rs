@@ -142,6 +142,14 @@ pub trait LocalRing {
     /// The record in slot `index` (`< slot_count`), borrowed in place. Read it only after the completion that
     /// named it was reaped, and only until its seq is released.
     fn slot(&self, index: u32) -> &BookUpdate;
+    /// [`LocalRing::poll_cq`] for a caller that knows the seq it expects next: a provider may use it to complete
+    /// that record's write sooner (the shm provider also polls the expected slot's stamp, which saves a cache-line
+    /// transfer). Either way, what is returned is a completion: the slot it names may be read.
+    #[inline]
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
+        let _ = expected_seq;
+        self.poll_cq()
+    }
     /// Publishes that every seq up to and including `consumed_seq` has been read: those slots may be reused.
     fn release(&mut self, consumed_seq: u64);
     /// What the sender last said about the ring.

@@ -104,7 +104,7 @@ impl<R: LocalRing> Receiver<R> {
         let mut n = 0;
         let slot_count = self.ring.slot_count();
         while n < max {
-            let Some(c) = self.ring.poll_cq() else { break };
+            let Some(c) = self.ring.poll_cq_expecting(self.stats.next_seq) else { break };
             n += 1;
             let expected = self.stats.next_seq;
             let seq = seq_from_imm(c.imm_data, expected);

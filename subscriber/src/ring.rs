@@ -96,6 +96,10 @@ impl LocalRing for AnyLocalRing {
         dispatch!(self, r => r.slot(index))
     }
     #[inline]
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
+        dispatch!(self, r => r.poll_cq_expecting(expected_seq))
+    }
+    #[inline]
     fn release(&mut self, consumed_seq: u64) {
         dispatch!(self, r => r.release(consumed_seq))
     }

@@ -16,7 +16,9 @@
 //! protocol never reads a slot on speculation: CQ entry first, then the slot the immediate names, then the
 //! check that the slot's `seq` matches. The shared-memory fabric keeps exactly this contract: its write is a
 //! copy of the 64 bytes followed by a release store of the CQ entry, and the reader's acquire load of the CQ
-//! entry is what makes the slot's bytes visible.
+//! entry is what makes the slot's bytes visible. (Because that writer stores the record's seq word last, with
+//! release ordering, its reader may also complete a write from the expected slot's seq: see `mdfan-fabric`'s
+//! shm module. The verbs reader never does.)
 //!
 //! # Flow control
 //!
