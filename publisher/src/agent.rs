@@ -89,6 +89,8 @@ pub struct AgentCounters {
     pub feed_errors: AtomicU64,
     /// Duty-cycle times in TSC ticks.
     pub cycles: CycleHistogram,
+    /// Per post of a live record: TSC ticks from the start of its normalization to the post's stamp.
+    pub decode_to_post: CycleHistogram,
 }
 
 /// Timing knobs, in TSC ticks (converted once by the conductor).
@@ -202,7 +204,7 @@ impl FanoutAgent {
 
     /// Offers live record `pos` to every session that is live at `pos`, rotating the start.
     #[inline]
-    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64) {
+    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64, t_decode: u64) {
         let n = self.sessions.len();
         if n == 0 {
             return;
@@ -227,7 +229,7 @@ impl FanoutAgent {
             }
             let mut r = *record;
             match s.try_post(&mut r, now) {
-                Post::Sent => {}
+                Post::Sent => self.counters.decode_to_post.record(now.wrapping_sub(t_decode)),
                 Post::Failed(reason) => s.dead = Some(reason),
                 Post::Full => {
                     bump(&s.counters.ring_full);
@@ -414,8 +416,9 @@ impl FanoutAgent {
                 }
                 cycle_start = self.clock.raw();
             }
+            let t_decode = self.clock.raw();
             match normalize_mbo(&records[pos as usize]) {
-                Ok(record) => self.fan_out_live(&record, pos),
+                Ok(record) => self.fan_out_live(&record, pos, t_decode),
                 Err(_) => bump(&self.counters.feed_errors),
             }
             self.flush_all();

@@ -1,12 +1,12 @@
 //! A histogram of hot-loop duty-cycle times that another thread can read while the hot loop writes it.
 //!
-//! Log-linear buckets: 4 per power of two (so a value is known within 25%), 64 powers: 256 `AtomicU64`s,
+//! Log-linear buckets: 16 per power of two (so a value is known within 6.25%), 63 powers: 1,008 `AtomicU64`s,
 //! written with Relaxed load+store by the single writer, read with Relaxed loads by anyone. Values are TSC
 //! ticks; the reader converts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const SUB_BITS: u32 = 2;
+const SUB_BITS: u32 = 4;
 const SUBS: usize = 1 << SUB_BITS;
 const BUCKETS: usize = 63 * SUBS;
 
@@ -62,7 +62,18 @@ impl CycleHistogram {
         self.max.load(Ordering::Relaxed)
     }
 
-    /// An upper bound of the `q` quantile (0..=1), within 25%; 0 when empty.
+    /// Every non-empty bucket as (largest value it holds, capped at the max recorded; count), ascending.
+    pub fn buckets(&self) -> Vec<(u64, u64)> {
+        let max = self.max();
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(b, c)| (bucket_upper(b).min(max), c.load(Ordering::Relaxed)))
+            .filter(|&(_, c)| c > 0)
+            .collect()
+    }
+
+    /// An upper bound of the `q` quantile (0..=1), within 6.25%; 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
         let total: u64 = counts.iter().sum();

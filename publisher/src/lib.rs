@@ -173,12 +173,16 @@ pub struct RunReport {
     pub replay_ns: u64,
     /// Every session that attached, in attach order.
     pub sessions: Vec<SessionReport>,
-    /// Hot-loop duty cycle: p50, p99.9 and max, in ns (upper bounds within 25%).
+    /// Hot-loop duty cycle: p50, p99.9 and max, in ns (upper bounds within 6.25%).
     pub cycle_p50_ns: u64,
     /// See `cycle_p50_ns`.
     pub cycle_p999_ns: u64,
     /// See `cycle_p50_ns`.
     pub cycle_max_ns: u64,
+    /// The whole duty-cycle histogram: (upper bound in ns, count) per non-empty bucket, ascending.
+    pub cycle_buckets_ns: Vec<(u64, u64)>,
+    /// Per post of a live record, start of its normalization to the post, as `cycle_buckets_ns`.
+    pub decode_to_post_buckets_ns: Vec<(u64, u64)>,
     /// Why the run ended.
     pub end: CloseReason,
 }
@@ -369,6 +373,13 @@ impl Publisher {
             cycle_p50_ns: to_ns(cycles.quantile(0.5)),
             cycle_p999_ns: to_ns(cycles.quantile(0.999)),
             cycle_max_ns: to_ns(cycles.max()),
+            cycle_buckets_ns: cycles.buckets().into_iter().map(|(t, n)| (to_ns(t), n)).collect(),
+            decode_to_post_buckets_ns: counters
+                .decode_to_post
+                .buckets()
+                .into_iter()
+                .map(|(t, n)| (to_ns(t), n))
+                .collect(),
             end: agent_report.end,
         })
     }
