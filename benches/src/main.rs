@@ -1,33 +1,41 @@
-//! `mdfan-bench`: mdfan's latency beside the physical limit, measured interleaved in one run.
+//! `mdfan-bench`: mdfan's tail latency and throughput beside baselines measured in the same run.
 //!
 //! ```text
-//! mdfan-bench run --out DIR [--rounds 3] [--count 20000] [--warmup 2000] [--rate 100000] [--cores 0,1]
+//! mdfan-bench run --out DIR [--config bench.toml] [--rounds 3] [--count 20000] [--warmup 2000]
+//!                 [--rates 100000,500000,1000000,max] [--subscribers 1,2,4] [--source replay|synthetic]
+//!                 [--cores 0,1] [--shm-dir /dev/shm]
 //! mdfan-bench compare RUN_A RUN_B
 //! ```
 //!
-//! A run measures, in each round and in this order, on the same two pinned cores:
+//! Each round measures, in this order, on the same two pinned cores (A sends, B receives):
 //! - `baseline.cacheline`: a cache-line ping-pong, one-way = round trip / 2 (the physical limit);
-//! - `mdfan.shm.pingpong`: mdfan's shm WRITE-with-immediate + CQ poll + in-place read, one record each way,
-//!   one-way = round trip / 2;
-//! - `mdfan.shm.openloop.post_to_poll` / `.end_to_end`: records at a fixed rate through one ring; end to end
-//!   counts from the intended send time (coordinated omission corrected).
+//! - the peers compiled in (features `aeron`, `iceoryx2`): `baseline.aeron`, `baseline.iceoryx2`, the same
+//!   ping-pong with 64-byte messages;
+//! - `mdfan.shm.pingpong`: one record each way through mdfan's shm WRITE-with-immediate, CQ poll and in-place
+//!   read; one-way = round trip / 2;
+//! - `mdfan.shm.openloop.<rate>.*`: [`openloop`] at each rate: feed record normalization and posts to every
+//!   subscriber ring on a fixed schedule, with per-stage histograms and coordinated omission corrected;
+//! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
+//!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
 //!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`.
-//! The folder gets one `.hgrm` per histogram, `summary.json` (stable keys) and `summary.md`.
-//!
-//! Not yet here (issue 5): Aeron IPC and iceoryx2 baselines, verbs and perftest, the replay-driven throughput
-//! scenario, per-stage feed-decode histograms, `.hlog` interval logs, the HTML/SVG report, criterion benches.
+//! The report folder: see [`report`].
 #![forbid(unsafe_code)]
 
+mod openloop;
 mod pingpong;
+mod plot;
+mod replay;
 mod report;
 mod shm;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime};
 
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
+use serde::Deserialize;
 
 /// Pins the calling thread to `core`, if given; a failure is reported (the figures would mean less) but the
 /// run goes on.
@@ -45,7 +53,7 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
 }
 
 #[derive(Parser)]
-#[command(name = "mdfan-bench", version, about = "mdfan latency beside baselines of the same run")]
+#[command(name = "mdfan-bench", version, about = "mdfan latency and throughput beside baselines of the same run")]
 struct Args {
     #[command(subcommand)]
     cmd: Cmd,
@@ -53,30 +61,8 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Measure and write a report folder.
-    Run {
-        /// Report folder (created).
-        #[arg(long)]
-        out: PathBuf,
-        /// Rounds; each runs every measurement once, interleaved.
-        #[arg(long, default_value_t = 3)]
-        rounds: u32,
-        /// Measured messages per measurement per round.
-        #[arg(long, default_value_t = 20_000)]
-        count: u64,
-        /// Warm-up messages before each measurement (not recorded).
-        #[arg(long, default_value_t = 2_000)]
-        warmup: u64,
-        /// Open-loop rate, records per second.
-        #[arg(long, default_value_t = 100_000)]
-        rate: u64,
-        /// The two cores, `A,B` (default: the first two this process may use).
-        #[arg(long, value_delimiter = ',')]
-        cores: Vec<usize>,
-        /// Folder for the shm rings.
-        #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
-        shm_dir: PathBuf,
-    },
+    /// Measure and write a report folder. Flags override the `--config` file's keys.
+    Run(Box<RunArgs>),
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
         /// The earlier run's folder.
@@ -86,84 +72,430 @@ enum Cmd {
     },
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Report folder (created).
+    #[arg(long)]
+    out: PathBuf,
+    /// A TOML scenario file (keys as the flags, with `_` for `-`; see benches/scenarios/).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Rounds; each runs every measurement once, interleaved.
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Measured messages per latency measurement per round.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Open-loop measured time per rate per round, ms (instead of `--count`; not for rate `max`).
+    #[arg(long)]
+    duration_ms: Option<u64>,
+    /// Warm-up messages before each measurement (not recorded).
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// Open-loop rates, records per second, or `max`.
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<String>>,
+    /// Subscriber counts for the open loop's fan-out and the replay throughput.
+    #[arg(long, value_delimiter = ',')]
+    subscribers: Option<Vec<usize>>,
+    /// Open-loop record source: `replay` (the bundled capture, normalized per record) or `synthetic`.
+    #[arg(long)]
+    source: Option<String>,
+    /// The two cores, `A,B` (default: the first two this process may use).
+    #[arg(long, value_delimiter = ',')]
+    cores: Option<Vec<usize>>,
+    /// Folder for the shm rings.
+    #[arg(long)]
+    shm_dir: Option<PathBuf>,
+    /// The capture replayed (default: the bundled ESH4 file).
+    #[arg(long)]
+    capture: Option<PathBuf>,
+    /// Skip the replay throughput scenario.
+    #[arg(long)]
+    no_replay: bool,
+}
+
+/// A scenario, from a TOML file and/or the command line. Every key is optional.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Scenario {
+    rounds: u32,
+    count: u64,
+    duration_ms: Option<u64>,
+    warmup: u64,
+    rates: Vec<String>,
+    subscribers: Vec<usize>,
+    source: String,
+    cores: Vec<usize>,
+    shm_dir: PathBuf,
+    capture: Option<PathBuf>,
+    replay: bool,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            rounds: 3,
+            count: 20_000,
+            duration_ms: None,
+            warmup: 2_000,
+            rates: vec!["100000".into(), "500000".into(), "1000000".into(), "max".into()],
+            subscribers: vec![1, 2, 4],
+            source: "replay".into(),
+            cores: Vec::new(),
+            shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
+            capture: None,
+            replay: true,
+        }
+    }
+}
+
+impl Scenario {
+    fn from_args(a: &RunArgs) -> anyhow::Result<Scenario> {
+        let mut s = match &a.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            }
+            None => Scenario::default(),
+        };
+        macro_rules! take {
+            ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
+        }
+        take!(rounds, count, warmup, rates, subscribers, source, cores, shm_dir);
+        if a.duration_ms.is_some() {
+            s.duration_ms = a.duration_ms;
+        }
+        if a.capture.is_some() {
+            s.capture = a.capture.clone();
+        }
+        if a.no_replay {
+            s.replay = false;
+        }
+        anyhow::ensure!(s.rounds >= 1, "rounds must be at least 1");
+        anyhow::ensure!(s.count >= 1, "count must be at least 1");
+        anyhow::ensure!(!s.subscribers.is_empty(), "subscribers: give at least one count");
+        anyhow::ensure!(s.subscribers.iter().all(|&n| (1..=64).contains(&n)), "subscribers must be 1..=64 each");
+        anyhow::ensure!(matches!(s.source.as_str(), "replay" | "synthetic"), "source must be replay or synthetic");
+        for r in &s.rates {
+            parse_rate(r)?;
+        }
+        Ok(s)
+    }
+}
+
+/// `max` → `None`; a number of records/s (1..=100M) → `Some`.
+fn parse_rate(r: &str) -> anyhow::Result<Option<u64>> {
+    if r == "max" {
+        return Ok(None);
+    }
+    match r.replace('_', "").parse::<u64>() {
+        Ok(v) if (1..=100_000_000).contains(&v) => Ok(Some(v)),
+        _ => anyhow::bail!("rate {r:?}: give records per second (1..=100000000) or `max`"),
+    }
+}
+
+/// `100k`, `1m`, `max`: the rate's name in figure keys.
+fn rate_key(rate: Option<u64>) -> String {
+    match rate {
+        None => "max".into(),
+        Some(r) if r % 1_000_000 == 0 => format!("r{}m", r / 1_000_000),
+        Some(r) if r % 1_000 == 0 => format!("r{}k", r / 1_000),
+        Some(r) => format!("r{r}"),
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let result = match args.cmd {
-        Cmd::Run { out, rounds, count, warmup, rate, cores, shm_dir } => {
-            run(&out, rounds, count, warmup, rate, &cores, &shm_dir)
-        }
+        Cmd::Run(a) => Scenario::from_args(&a).and_then(|s| run(&a.out, &s)),
         Cmd::Compare { a, b } => compare(&a, &b),
     };
     if let Err(e) = result {
-        eprintln!("mdfan-bench: error: {e}");
+        eprintln!("mdfan-bench: error: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn run(
-    out: &std::path::Path,
-    rounds: u32,
-    count: u64,
-    warmup: u64,
-    rate: u64,
-    cores: &[usize],
-    shm_dir: &std::path::Path,
-) -> anyhow::Result<()> {
+/// Every histogram of a run, one interval per round.
+struct Recorder {
+    run_start: Instant,
+    hists: BTreeMap<String, report::Intervals>,
+}
+
+impl Recorder {
+    fn add(&mut self, name: &str, started: Instant, h: Histogram<u64>) {
+        let start = started.duration_since(self.run_start);
+        self.hists.entry(name.to_owned()).or_default().0.push((start, started.elapsed(), h));
+    }
+}
+
+/// Medians of per-round scalar figures.
+#[derive(Default)]
+struct Scalars(BTreeMap<String, Vec<f64>>);
+
+impl Scalars {
+    fn add(&mut self, key: String, v: f64) {
+        self.0.entry(key).or_default().push(v);
+    }
+    fn medians(&self) -> BTreeMap<String, f64> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let mut v = v.clone();
+                v.sort_by(f64::total_cmp);
+                (k.clone(), v[v.len() / 2])
+            })
+            .collect()
+    }
+}
+
+fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     let tuning = mdfan_tuning::TuningReport::read(); // before any pinning narrows this thread's mask
     let allowed = mdfan_tuning::allowed_cores();
-    let (a, b) = match cores {
+    let (a, b) = match s.cores.as_slice() {
         [a, b] => (Some(*a), Some(*b)),
         [] if allowed.len() >= 2 => (Some(allowed[0]), Some(allowed[1])),
         [] => (None, None),
-        other => anyhow::bail!("--cores takes two cores, got {other:?}"),
+        other => anyhow::bail!("cores takes two cores, got {other:?}"),
     };
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-    let mut hists: BTreeMap<&str, Histogram<u64>> = BTreeMap::new();
-    let mut late_posts = 0;
-    for round in 1..=rounds {
-        eprintln!("mdfan-bench: round {round}/{rounds}");
-        let h = pingpong::run(a, b, warmup, count);
-        merge(&mut hists, "baseline.cacheline", &h);
-        let h = shm::pingpong(shm_dir, a, b, warmup, count)?;
-        merge(&mut hists, "mdfan.shm.pingpong", &h);
-        let o = shm::open_loop(shm_dir, a, b, rate, warmup, count)?;
-        merge(&mut hists, "mdfan.shm.openloop.post_to_poll", &o.post_to_poll);
-        merge(&mut hists, "mdfan.shm.openloop.end_to_end", &o.end_to_end);
-        late_posts += o.late_posts;
+    let capture = s.capture.clone().unwrap_or_else(|| repo_root().join(replay::CAPTURE));
+    let records: std::sync::Arc<[dbn::MboMsg]> = mdfan_wire::feed::dbn::load_mbo_file(&capture)?.records.into();
+    let source = match s.source.as_str() {
+        "synthetic" => openloop::Source::Synthetic,
+        _ => openloop::Source::Replay(records),
+    };
+    let rates: Vec<Option<u64>> = s.rates.iter().map(|r| parse_rate(r)).collect::<anyhow::Result<_>>()?;
+    let open_subs = *s.subscribers.iter().find(|&&n| n == 2).unwrap_or(&s.subscribers[0]);
+    let run_start_wall = SystemTime::now();
+    let mut rec = Recorder { run_start: Instant::now(), hists: BTreeMap::new() };
+    let mut scalars = Scalars::default();
+    let (count, warmup) = (s.count, s.warmup);
+    for round in 1..=s.rounds {
+        eprintln!("mdfan-bench: round {round}/{}", s.rounds);
+        let t = Instant::now();
+        rec.add("baseline.cacheline", t, pingpong::run(a, b, warmup, count));
+        let t = Instant::now();
+        rec.add("mdfan.shm.pingpong", t, shm::pingpong(&s.shm_dir, a, b, warmup, count)?);
+        for &rate in &rates {
+            let n = match (rate, s.duration_ms) {
+                (Some(r), Some(ms)) => (r * ms / 1000).max(1),
+                _ => count,
+            };
+            let spec = openloop::Spec {
+                subscribers: open_subs,
+                rate_per_s: rate,
+                warmup,
+                count: n,
+                source: source.clone(),
+                ring_slots: 1 << 16,
+            };
+            let t = Instant::now();
+            let m = openloop::run(&s.shm_dir, a, b, &spec)?;
+            let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
+            rec.add(&format!("{base}.decode_to_post"), t, m.decode_to_post);
+            rec.add(&format!("{base}.post_to_poll"), t, m.post_to_poll);
+            rec.add(&format!("{base}.end_to_end"), t, m.end_to_end);
+            rec.add(&format!("{base}.cycle"), t, m.cycle);
+            scalars.add(format!("{base}.late_posts"), m.late_posts as f64);
+            scalars.add(format!("{base}.rate_per_s"), m.rate_per_s);
+            scalars.add(format!("{base}.sender_ns_per_record_per_sub"), m.sender_ns_per_record_per_sub);
+        }
+        if s.replay {
+            let d = replay::dbn_decode_rates(&capture, 3)?;
+            scalars.add("baseline.dbn_decode.rate_per_s".into(), d.file_per_s);
+            scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), d.mem_per_s);
+            scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
+            for &subs in &s.subscribers {
+                let t = Instant::now();
+                let r = replay::run(&capture, &s.shm_dir, subs, a, b)?;
+                let base = format!("mdfan.replay.subs{subs}");
+                rec.add(&format!("{base}.post_to_poll"), t, r.post_to_poll);
+                rec.add(&format!("{base}.cycle"), t, r.cycle);
+                rec.add(&format!("{base}.decode_to_post"), t, r.decode_to_post);
+                scalars.add(format!("{base}.rate_per_s"), r.rate_per_s);
+                scalars.add(format!("{base}.records"), r.records as f64);
+                scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), r.cpu_ns_per_record_per_sub);
+            }
+        }
     }
-    let mut figures = BTreeMap::new();
-    for (name, h) in &hists {
-        std::fs::write(out.join(format!("{name}.hgrm")), report::hgrm(h))?;
-        report::add_figures(&mut figures, name, h);
+
+    let mut figures = scalars.medians();
+    let mut totals = BTreeMap::new();
+    for (name, intervals) in &rec.hists {
+        let h = intervals.total();
+        std::fs::write(out.join(format!("{name}.hgrm")), report::hgrm(&h))?;
+        std::fs::write(out.join(format!("{name}.hlog")), report::hlog(name, run_start_wall, intervals)?)?;
+        report::add_figures(&mut figures, name, &h);
+        totals.insert(name.clone(), h);
     }
-    report::add_ratios(&mut figures, "mdfan.shm.pingpong", "baseline.cacheline");
-    report::add_ratios(&mut figures, "mdfan.shm.openloop.post_to_poll", "baseline.cacheline");
-    figures.insert("mdfan.shm.openloop.late_posts".into(), late_posts as f64);
-    figures.insert("mdfan.shm.openloop.rate_per_s".into(), rate as f64);
+    let peers: Vec<&str> =
+        ["baseline.aeron", "baseline.iceoryx2"].into_iter().filter(|p| rec.hists.contains_key(*p)).collect();
+    for base in std::iter::once("baseline.cacheline").chain(peers.iter().copied()) {
+        report::add_ratios(&mut figures, "mdfan.shm.pingpong", base);
+    }
+    for &rate in &rates {
+        report::add_ratios(
+            &mut figures,
+            &format!("mdfan.shm.openloop.{}.post_to_poll", rate_key(rate)),
+            "baseline.cacheline",
+        );
+    }
+    if let Some(decode) = figures.get("baseline.dbn_decode.rate_per_s").copied() {
+        for &subs in &s.subscribers {
+            if let Some(r) = figures.get(&format!("mdfan.replay.subs{subs}.rate_per_s")).copied() {
+                figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_baseline.dbn_decode.rate"), r / decode);
+                if let Some(mem) = figures.get("baseline.dbn_decode_mem.rate_per_s").copied() {
+                    figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_baseline.dbn_decode_mem.rate"), r / mem);
+                }
+            }
+        }
+    }
+    let targets = targets(&figures);
     let context = serde_json::json!({
         "cores": [a, b],
         "clock": "tsc",
-        "rounds": rounds,
+        "rounds": s.rounds,
         "count_per_round": count,
         "warmup": warmup,
+        "rates": s.rates,
+        "subscribers": s.subscribers,
+        "open_loop_subscribers": open_subs,
+        "source": source.name(),
+        "capture": capture.display().to_string(),
+        "fabric": "shm",
         "tuning": tuning,
         "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
         "cpu": cpu_model(),
+        "started_unix_s": run_start_wall.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "version": env!("CARGO_PKG_VERSION"),
     });
-    report::write_summary(out, &context, &figures)?;
+    report::write_summary(out, &context, &figures, &targets)?;
+    let charts = charts(&totals, &figures, &s.subscribers, &rates)?;
+    for (i, (_, svg)) in charts.iter().enumerate() {
+        std::fs::write(out.join(format!("chart-{}.svg", i + 1)), svg)?;
+    }
+    std::fs::write(out.join("report.html"), plot::html(&context, &charts, &targets, &figures))?;
     for (k, v) in &figures {
-        if k.starts_with("ratio.") {
-            println!("{k}={v:.2}");
-        } else {
-            println!("{k}={v:.0}");
-        }
+        println!("{k}={}", report::fmt_value(k, *v).trim_end_matches('x'));
+    }
+    for t in &targets {
+        println!("target {}: {} ({})", t.key, t.verdict(), t.what);
     }
     println!("report={}", out.display());
     Ok(())
 }
 
-fn merge(hists: &mut BTreeMap<&'static str, Histogram<u64>>, name: &'static str, h: &Histogram<u64>) {
-    hists.entry(name).or_insert_with(new_histogram).add(h).expect("same bounds");
+/// The issue's targets, as far as this run measured them.
+fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
+    let pp = "mdfan.shm.pingpong";
+    let mut t = vec![
+        report::Target::new(
+            f,
+            "shm one-way p50 <= 1.0x cache-line",
+            &format!("ratio.{pp}_vs_baseline.cacheline.p50"),
+            1.0,
+            true,
+        ),
+        report::Target::new(
+            f,
+            "shm one-way p99 <= 1.1x cache-line",
+            &format!("ratio.{pp}_vs_baseline.cacheline.p99"),
+            1.1,
+            true,
+        ),
+        report::Target::new(
+            f,
+            "shm one-way p99.9 <= 1.25x cache-line",
+            &format!("ratio.{pp}_vs_baseline.cacheline.p999"),
+            1.25,
+            true,
+        ),
+        report::Target::new(f, "shm one-way p50 <= Aeron IPC", &format!("ratio.{pp}_vs_baseline.aeron.p50"), 1.0, true),
+        report::Target::new(
+            f,
+            "shm one-way p99.9 <= 0.7x Aeron IPC",
+            &format!("ratio.{pp}_vs_baseline.aeron.p999"),
+            0.7,
+            true,
+        ),
+        report::Target::new(
+            f,
+            "shm one-way p50 <= 0.3x iceoryx2",
+            &format!("ratio.{pp}_vs_baseline.iceoryx2.p50"),
+            0.3,
+            true,
+        ),
+        report::Target::new(
+            f,
+            "replay + normalize + fan-out to 2 subscribers >= 0.8x DBN decode of the capture file (zstd + DBN)",
+            "ratio.mdfan.replay.subs2_vs_baseline.dbn_decode.rate",
+            0.8,
+            false,
+        ),
+    ];
+    t.push(report::Target::new(
+        f,
+        "verbs one-way p50 <= 1.15x perftest write-with-imm (Soft-RoCE run)",
+        "ratio.mdfan.verbs.pingpong_vs_baseline.perftest.p50",
+        1.15,
+        true,
+    ));
+    t
+}
+
+fn charts(
+    totals: &BTreeMap<String, Histogram<u64>>,
+    figures: &BTreeMap<String, f64>,
+    subscribers: &[usize],
+    rates: &[Option<u64>],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut charts = Vec::new();
+    let pick = |names: &[String]| -> Vec<(String, &Histogram<u64>)> {
+        names.iter().filter_map(|n| totals.get(n).map(|h| (n.clone(), h))).collect()
+    };
+    let one_way: Vec<String> =
+        ["baseline.cacheline", "mdfan.shm.pingpong", "baseline.aeron", "baseline.iceoryx2", "mdfan.verbs.pingpong"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["baseline.perftest".to_string()])
+            .collect();
+    let series = pick(&one_way);
+    let refs: Vec<(&str, &Histogram<u64>)> = series.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+    let title = "One-way latency by percentile (ping-pong RTT/2, same cores, same run)";
+    charts.push((title.to_owned(), plot::latency_by_percentile(title, &refs)?));
+    let stages: Vec<String> = rates
+        .iter()
+        .take(1)
+        .flat_map(|&r| {
+            let base = format!("mdfan.shm.openloop.{}", rate_key(r));
+            ["decode_to_post", "post_to_poll", "end_to_end", "cycle"].map(|s| format!("{base}.{s}"))
+        })
+        .chain(std::iter::once("baseline.cacheline".to_owned()))
+        .collect();
+    let series = pick(&stages);
+    if series.len() > 1 {
+        let refs: Vec<(&str, &Histogram<u64>)> = series.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+        let title = "Open loop: latency per stage by percentile";
+        charts.push((title.to_owned(), plot::latency_by_percentile(title, &refs)?));
+    }
+    let points: Vec<(usize, f64)> = subscribers
+        .iter()
+        .filter_map(|&n| figures.get(&format!("mdfan.replay.subs{n}.rate_per_s")).map(|&r| (n, r)))
+        .collect();
+    if !points.is_empty() {
+        let reference =
+            figures.get("baseline.dbn_decode.rate_per_s").map(|&r| ("DBN decode of the capture (zstd + DBN) alone", r));
+        let title = "Replay throughput against subscriber count (pace max, policy block)";
+        charts.push((title.to_owned(), plot::throughput(title, &points, reference)?));
+    }
+    Ok(charts)
+}
+
+/// The repository root (the bench's manifest is in benches/).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 fn cpu_model() -> String {
@@ -174,27 +506,27 @@ fn cpu_model() -> String {
         .unwrap_or_default()
 }
 
-fn compare(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<()> {
+fn compare(a: &Path, b: &Path) -> anyhow::Result<()> {
     use std::io::Write;
     let (fa, fb) = (report::read_figures(a)?, report::read_figures(b)?);
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) ends the listing quietly.
     let mut line = |s: String| writeln!(out, "{s}").is_ok();
-    line(format!("{:<60} {:>14} {:>14} {:>8}", "figure", "A", "B", "B/A"));
+    line(format!("{:<70} {:>14} {:>14} {:>8}", "figure", "A", "B", "B/A"));
     for (k, va) in &fa {
         let row = match fb.get(k) {
             Some(vb) => {
                 let ratio = if *va != 0.0 { format!("{:.2}", vb / va) } else { "-".into() };
-                format!("{k:<60} {va:>14.2} {vb:>14.2} {ratio:>8}")
+                format!("{k:<70} {va:>14.2} {vb:>14.2} {ratio:>8}")
             }
-            None => format!("{k:<60} {va:>14.2} {:>14} {:>8}", "-", "-"),
+            None => format!("{k:<70} {va:>14.2} {:>14} {:>8}", "-", "-"),
         };
         if !line(row) {
             return Ok(());
         }
     }
     for (k, vb) in fb.iter().filter(|(k, _)| !fa.contains_key(*k)) {
-        if !line(format!("{k:<60} {:>14} {vb:>14.2} {:>8}", "-", "-")) {
+        if !line(format!("{k:<70} {:>14} {vb:>14.2} {:>8}", "-", "-")) {
             return Ok(());
         }
     }

@@ -1,0 +1,181 @@
+//! Throughput of the real product: `mdfan-publisher`'s library replays the bundled capture at pace `max` to
+//! N subscribers of the `mdfan-subscriber` library (policy `block`, small rings, so the rate is what the
+//! publisher and its subscribers sustain together, not what a ring can buffer), and the rate of decoding the
+//! same capture with the `dbn` crate alone, measured in the same run.
+//!
+//! The publisher's hot loop is pinned to one core and spins for the whole replay, so its CPU time per record
+//! per subscriber is the replay's wall time / records / subscribers. All subscribers are polled by one thread
+//! pinned to the other core (a strategy with several feeds); their post-to-poll latencies are merged.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use dbn::decode::DecodeRecord;
+use hdrhistogram::Histogram;
+use mdfan_publisher::config::Config;
+use mdfan_publisher::Publisher;
+use mdfan_subscriber::{Event, Subscriber, SubscriberConfig};
+use mdfan_wire::control::SlowConsumerPolicy;
+
+/// The bundled capture the replay scenarios read (relative to the repository root).
+pub const CAPTURE: &str = "data/cme-glbx-mdp3-es-mbo-dbn/esh4-glbx-mdp3-20231225.mbo.dbn.zst";
+
+/// What one replay measured.
+pub struct Replay {
+    pub records: u64,
+    /// Records per second over the replay (first record to the last one fanned out).
+    pub rate_per_s: f64,
+    /// The hot loop's time per record per subscriber, ns (it spins: CPU time = wall time).
+    pub cpu_ns_per_record_per_sub: f64,
+    /// Every subscriber's post-to-poll latency, merged (ns).
+    pub post_to_poll: Histogram<u64>,
+    /// The hot loop's duty cycle (ns), from its own log-bucket histogram (upper bounds within 6.25%).
+    pub cycle: Histogram<u64>,
+    /// Normalization start to each post, from the hot loop's own histogram (ns, within 6.25%).
+    pub decode_to_post: Histogram<u64>,
+}
+
+/// Replays `capture` to `subscribers` subscribers; hot loop on `hot_core`, subscribers on `sub_core`.
+pub fn run(
+    capture: &Path,
+    shm_dir: &Path,
+    subscribers: usize,
+    hot_core: Option<usize>,
+    sub_core: Option<usize>,
+) -> anyhow::Result<Replay> {
+    let hot = hot_core.map_or(String::new(), |c| format!("hot_core = {c}\n"));
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n{hot}wait_for_subscribers = {subscribers}\npolicies = [\"block\"]\n\
+         [feed]\nformat = \"dbn\"\npath = {capture:?}\npace = \"max\"\n\
+         [fabric]\nprovider = \"shm\"\nshm_dir = {shm_dir:?}\n",
+    );
+    let cfg = Config::parse(&text, Path::new("mdfan-bench replay"))?;
+    let publisher = Publisher::bind(cfg)?;
+    let endpoint = publisher.local_addr().to_string();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&shutdown);
+    let handle = std::thread::spawn(move || publisher.run(flag));
+    let consumer = {
+        let shm_dir = shm_dir.to_owned();
+        std::thread::spawn(move || -> anyhow::Result<(Histogram<u64>, u64)> {
+            let mut subs = Vec::with_capacity(subscribers);
+            for k in 0..subscribers {
+                let mut cfg = SubscriberConfig::new(&endpoint, &format!("bench-{k}"));
+                cfg.ring_slots = 4096;
+                cfg.policy = SlowConsumerPolicy::Block;
+                cfg.shm_dir = shm_dir.clone();
+                subs.push(Subscriber::connect(&cfg)?.with_latency());
+            }
+            crate::pin(sub_core);
+            let mut open = subscribers;
+            let mut closed = vec![false; subscribers];
+            let mut records = 0u64;
+            while open > 0 {
+                for (k, s) in subs.iter_mut().enumerate() {
+                    if closed[k] {
+                        continue;
+                    }
+                    let mut ended = false;
+                    s.poll(64, |ev| match ev {
+                        Event::Record(_) => records += 1,
+                        Event::Closed(_) => ended = true,
+                        _ => {}
+                    });
+                    if ended {
+                        closed[k] = true;
+                        open -= 1;
+                    }
+                }
+                std::hint::spin_loop();
+            }
+            let mut merged = crate::new_histogram();
+            for s in &subs {
+                if let Some(l) = s.latency() {
+                    merged.add(l.histogram()).map_err(|e| anyhow::anyhow!("merging latency histograms: {e}"))?;
+                }
+            }
+            Ok((merged, records))
+        })
+    };
+    let consumed = consumer.join().map_err(|_| anyhow::anyhow!("replay: subscriber thread panicked"));
+    if !matches!(consumed, Ok(Ok(_))) {
+        shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    let report = handle.join().map_err(|_| anyhow::anyhow!("replay: publisher thread panicked"))??;
+    let (post_to_poll, received) = consumed??;
+    let expected = report.records * subscribers as u64;
+    // Each subscriber also gets its end-of-stream record.
+    anyhow::ensure!(
+        received >= expected,
+        "replay: subscribers received {received} records, expected at least {expected} ({} per subscriber)",
+        report.records
+    );
+    let to_hist = |buckets: &[(u64, u64)]| {
+        let mut h = crate::new_histogram();
+        for &(upper_ns, count) in buckets {
+            h.saturating_record_n(upper_ns.max(1), count);
+        }
+        h
+    };
+    Ok(Replay {
+        records: report.records,
+        rate_per_s: report.rate_per_s(),
+        cpu_ns_per_record_per_sub: report.replay_ns as f64 / (report.records.max(1) * subscribers as u64) as f64,
+        post_to_poll,
+        cycle: to_hist(&report.cycle_buckets_ns),
+        decode_to_post: to_hist(&report.decode_to_post_buckets_ns),
+    })
+}
+
+/// Decode-only rates of `capture` with the `dbn` crate, the best of `passes` passes each (records/s):
+/// `file`: the capture's bytes (read into memory once) through the zstd stream decoder and DBN record decoding,
+/// what any reader of the capture pays per record; `mem`: the decompressed bytes, DBN record decoding alone
+/// (a bounds check and a cast per record). No normalization, no checks.
+pub struct DecodeRates {
+    pub records: u64,
+    pub file_per_s: f64,
+    pub mem_per_s: f64,
+}
+
+pub fn dbn_decode_rates(capture: &Path, passes: u32) -> anyhow::Result<DecodeRates> {
+    use std::io::Read;
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", capture.display());
+    let compressed = std::fs::read(capture).map_err(|e| err(&e))?;
+    let mut raw = Vec::new();
+    dbn::decode::DynReader::new_inferred(&compressed[..])
+        .map_err(|e| err(&e))?
+        .read_to_end(&mut raw)
+        .map_err(|e| err(&e))?;
+    let mut rates = DecodeRates { records: 0, file_per_s: 0.0, mem_per_s: 0.0 };
+    for pass in 0..passes.max(1) * 2 {
+        let t0 = std::time::Instant::now();
+        let (mut n, mut checksum) = (0u64, 0u64);
+        let mut count = |msg: &dbn::MboMsg| {
+            checksum = checksum.wrapping_add(msg.order_id);
+            n += 1;
+        };
+        let zstd = pass % 2 == 0;
+        if zstd {
+            let mut decoder = dbn::decode::DbnDecoder::with_zstd(&compressed[..]).map_err(|e| err(&e))?;
+            while let Some(msg) = decoder.decode_record::<dbn::MboMsg>().map_err(|e| err(&e))? {
+                count(msg);
+            }
+        } else {
+            let mut decoder = dbn::decode::DbnDecoder::with_upgrade_policy(&raw[..], dbn::VersionUpgradePolicy::AsIs)
+                .map_err(|e| err(&e))?;
+            while let Some(msg) = decoder.decode_record::<dbn::MboMsg>().map_err(|e| err(&e))? {
+                count(msg);
+            }
+        }
+        let rate = n as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+        std::hint::black_box(checksum);
+        rates.records = n;
+        if zstd {
+            rates.file_per_s = rates.file_per_s.max(rate);
+        } else {
+            rates.mem_per_s = rates.mem_per_s.max(rate);
+        }
+    }
+    Ok(rates)
+}
