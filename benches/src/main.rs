@@ -123,7 +123,7 @@ struct Scenario {
     count: u64,
     duration_ms: Option<u64>,
     warmup: u64,
-    rates: Vec<String>,
+    rates: Vec<RateSpec>,
     subscribers: Vec<usize>,
     source: String,
     cores: Vec<usize>,
@@ -139,7 +139,7 @@ impl Default for Scenario {
             count: 20_000,
             duration_ms: None,
             warmup: 2_000,
-            rates: vec!["100000".into(), "500000".into(), "1000000".into(), "max".into()],
+            rates: ["100000", "500000", "1000000", "max"].map(|r| RateSpec::Text(r.into())).to_vec(),
             subscribers: vec![1, 2, 4],
             source: "replay".into(),
             cores: Vec::new(),
@@ -162,7 +162,10 @@ impl Scenario {
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
         }
-        take!(rounds, count, warmup, rates, subscribers, source, cores, shm_dir);
+        take!(rounds, count, warmup, subscribers, source, cores, shm_dir);
+        if let Some(r) = &a.rates {
+            s.rates = r.iter().map(|r| RateSpec::Text(r.clone())).collect();
+        }
         if a.duration_ms.is_some() {
             s.duration_ms = a.duration_ms;
         }
@@ -178,9 +181,26 @@ impl Scenario {
         anyhow::ensure!(s.subscribers.iter().all(|&n| (1..=64).contains(&n)), "subscribers must be 1..=64 each");
         anyhow::ensure!(matches!(s.source.as_str(), "replay" | "synthetic"), "source must be replay or synthetic");
         for r in &s.rates {
-            parse_rate(r)?;
+            r.rate()?;
         }
         Ok(s)
+    }
+}
+
+/// An open-loop rate as written: a number of records/s, or text (`"max"`, `"500000"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RateSpec {
+    Number(u64),
+    Text(String),
+}
+
+impl RateSpec {
+    fn rate(&self) -> anyhow::Result<Option<u64>> {
+        match self {
+            RateSpec::Number(n) => parse_rate(&n.to_string()),
+            RateSpec::Text(t) => parse_rate(t),
+        }
     }
 }
 
@@ -266,7 +286,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         "synthetic" => openloop::Source::Synthetic,
         _ => openloop::Source::Replay(records),
     };
-    let rates: Vec<Option<u64>> = s.rates.iter().map(|r| parse_rate(r)).collect::<anyhow::Result<_>>()?;
+    let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
     let open_subs = *s.subscribers.iter().find(|&&n| n == 2).unwrap_or(&s.subscribers[0]);
     let run_start_wall = SystemTime::now();
     let mut rec = Recorder { run_start: Instant::now(), hists: BTreeMap::new() };
@@ -359,7 +379,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         "rounds": s.rounds,
         "count_per_round": count,
         "warmup": warmup,
-        "rates": s.rates,
+        "rates": rates.iter().map(|&r| rate_key(r)).collect::<Vec<_>>(),
         "subscribers": s.subscribers,
         "open_loop_subscribers": open_subs,
         "source": source.name(),
