@@ -1,0 +1,420 @@
+//! Criterion micro-benchmarks of the per-record steps, on the bundled ESH4 capture (data/README.md).
+//!
+//! ```text
+//! cargo bench -p mdfan-bench --bench micro                 # full criterion run
+//! cargo bench -p mdfan-bench --bench micro -- --quick      # short mode
+//! cargo bench -p mdfan-bench --bench micro -- book_apply   # one group (criterion's name filter)
+//! ```
+//!
+//! - `record`: `encode` (stamp seq and send ticks into a record, write its 64 bytes into a cache-line-aligned
+//!   buffer with `BookUpdate::as_bytes`) and `decode` (`BookUpdate::from_bytes` plus the `kind`/`side` byte
+//!   checks), over 256 consecutive live records of the capture.
+//! - `book_apply`: `Books::apply` per record kind on the book the whole capture builds (11,217 resting orders,
+//!   922 bid and 565 ask levels): `add`, `cancel`, `modify` (to one tick away and back), `trade` and `fill` (the
+//!   capture's own records; they leave the levels alone) over many records per iteration, and `clear` of the
+//!   full book (one record, on a fresh copy each time). Each batch is undone untimed, so every iteration starts
+//!   from the same book.
+//! - `ring`: shm `write_with_imm` + `poll_cq` + in-place slot read (seq checked, as the subscriber does) +
+//!   `release`, one record, one thread; rings of 64 slots (cache-resident) and 131,072 (the subscriber's
+//!   default, 8 MiB: each write lands on a line last touched a lap ago).
+//! - `dbn`: over the decompressed capture in memory, `decode` (the `dbn` crate's decoder alone, each record
+//!   viewed as an `MboMsg`), `decode_mbo_bytes` (mdfan's load: framing check, decode, per-record normalise
+//!   check, collect) and `normalize` (`normalize_mbo` of every decoded message, the hot loop's step).
+//!
+//! Throughput is in records. Every benchmark checks a value against the reference before it is timed (counts,
+//! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
+#![forbid(unsafe_code)]
+
+#[path = "../../wire/tests/support/esh4.rs"]
+mod esh4;
+
+use std::collections::HashSet;
+use std::hint::black_box;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use dbn::decode::{DbnDecoder, DecodeRecordRef, DynReader};
+use dbn::{MboMsg, VersionUpgradePolicy};
+use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing, DEFAULT_DIR};
+use mdfan_fabric::{LocalRing, PeerState, RemoteRing};
+use mdfan_wire::feed::dbn::{decode_mbo_bytes, normalize_mbo};
+use mdfan_wire::record::RECORD_SIZE_BYTES;
+use mdfan_wire::ring::{imm_from_seq, seq_from_imm, slot_index};
+use mdfan_wire::{BookUpdate, Books, Kind, Side};
+
+/// The capture, loaded once for every group.
+struct Capture {
+    path: PathBuf,
+    /// The decompressed DBN stream (metadata and records).
+    raw: Vec<u8>,
+    msgs: Vec<MboMsg>,
+    /// `msgs` normalised, in file order.
+    records: Vec<BookUpdate>,
+}
+
+fn capture() -> &'static Capture {
+    static CAPTURE: OnceLock<Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let path = esh4::main_file();
+        let mut raw = Vec::new();
+        DynReader::from_file(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .read_to_end(&mut raw)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let file = decode_mbo_bytes(&path, &raw).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(file.records.len() as u64, esh4::RECORDS, "{}: record count", path.display());
+        let records: Vec<BookUpdate> =
+            file.records.iter().map(|m| normalize_mbo(m).expect("checked by decode_mbo_bytes")).collect();
+        Capture { path, raw, msgs: file.records, records }
+    })
+}
+
+/// Records of the live session after the start-of-day snapshot.
+fn live(cap: &Capture) -> &[BookUpdate] {
+    &cap.records[esh4::SNAPSHOT_RECORDS as usize..]
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// record
+
+/// Records per `record` iteration: 256 x 64 B = 16 KiB in and out, inside L1d (32-48 KiB on x86-64 cores).
+const RECORD_BATCH: usize = 256;
+
+/// One cache line, as a ring slot is.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; RECORD_SIZE_BYTES]);
+
+/// Stamps each record with its seq and send ticks, as the publisher does at post time, and writes its 64 bytes
+/// into one line of `out`.
+#[inline]
+fn encode(src: &[BookUpdate], first_seq: u64, out: &mut [Line]) {
+    for (i, (r, line)) in src.iter().zip(out.iter_mut()).enumerate() {
+        let stamped = BookUpdate { seq: first_seq + i as u64, ts_send_ticks: first_seq, ..*r };
+        line.0 = *stamped.as_bytes();
+    }
+}
+
+/// Views every line as a record and checks its kind and side bytes, as a subscriber would; returns the sum of
+/// the valid records' sizes and their count, so nothing is optimised away.
+#[inline]
+fn decode(lines: &[Line]) -> (u64, usize) {
+    let (mut size, mut valid) = (0u64, 0usize);
+    for line in lines {
+        let r = BookUpdate::from_bytes(&line.0);
+        if r.kind().is_some() && r.side().is_some() {
+            size += r.size as u64;
+            valid += 1;
+        }
+    }
+    (size, valid)
+}
+
+fn record(c: &mut Criterion) {
+    let src = &live(capture())[..RECORD_BATCH];
+    let mut lines = vec![Line([0; RECORD_SIZE_BYTES]); RECORD_BATCH];
+    encode(src, 1, &mut lines);
+    for (i, (r, line)) in src.iter().zip(&lines).enumerate() {
+        let expected = BookUpdate { seq: 1 + i as u64, ts_send_ticks: 1, ..*r };
+        assert_eq!(BookUpdate::from_bytes(&line.0), expected, "record {i} did not survive encode + decode");
+    }
+    let expected_size: u64 = src.iter().map(|r| r.size as u64).sum();
+    assert_eq!(decode(&lines), (expected_size, RECORD_BATCH), "decode of the encoded batch");
+
+    let mut g = c.benchmark_group("record");
+    g.throughput(Throughput::Elements(RECORD_BATCH as u64));
+    let mut seq = 1u64;
+    g.bench_function("encode", |b| {
+        b.iter(|| {
+            seq += RECORD_BATCH as u64;
+            encode(black_box(src), seq, &mut lines);
+            black_box(&lines);
+        })
+    });
+    g.bench_function("decode", |b| b.iter(|| decode(black_box(&lines))));
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// book_apply
+
+/// Records per timed batch for the kinds that are undone after each batch.
+const BOOK_BATCH: usize = 1024;
+/// ES's tick: 0.25 in units of 1e-9.
+const TICK_E9: i64 = 250_000_000;
+
+/// Checks the whole-capture book against the reference end state (data/README.md).
+fn check_end_book(books: &Books, what: &str) {
+    let end = &esh4::CHECKPOINTS[esh4::CHECKPOINTS.len() - 1];
+    let book = books.get(esh4::INSTRUMENT_ID).unwrap_or_else(|| panic!("{what}: no book for ESH4"));
+    let (bid, ask) = book.bbo();
+    let (bid, ask) = (bid.expect("a best bid"), ask.expect("a best ask"));
+    let got = (
+        book.order_count(),
+        book.level_count(Side::Bid),
+        book.level_count(Side::Ask),
+        (bid.price_e9, bid.size, bid.orders),
+        (ask.price_e9, ask.size, ask.orders),
+    );
+    let want = (end.orders, end.levels_bid, end.levels_ask, end.best_bid, end.best_ask);
+    assert_eq!(got, want, "{what}: book differs from the reference end state");
+}
+
+/// Applies every record of `batch`; a refusal is a broken benchmark.
+#[inline]
+fn apply_all(books: &mut Books, batch: &[BookUpdate]) {
+    for r in batch {
+        if let Err(e) = books.apply(black_box(r)) {
+            panic!("book_apply: {e}");
+        }
+    }
+}
+
+/// Times `timed` applied to `books`, then applies `undo` untimed; per criterion iteration.
+fn bench_batch(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    books: &mut Books,
+    timed: &[BookUpdate],
+    undo: &[BookUpdate],
+) {
+    g.throughput(Throughput::Elements(timed.len() as u64));
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t0 = Instant::now();
+                apply_all(books, timed);
+                total += t0.elapsed();
+                apply_all(books, undo);
+            }
+            total
+        })
+    });
+    check_end_book(books, name);
+}
+
+fn order_count(books: &Books) -> usize {
+    books.get(esh4::INSTRUMENT_ID).map_or(0, |b| b.order_count())
+}
+
+/// Sum of price x size over every level of both sides (units of 1e-9).
+fn resting_value(books: &Books) -> i128 {
+    let Some(book) = books.get(esh4::INSTRUMENT_ID) else { return 0 };
+    [Side::Bid, Side::Ask]
+        .into_iter()
+        .flat_map(|side| book.top(side, usize::MAX))
+        .map(|l| l.price_e9 as i128 * l.size as i128)
+        .sum()
+}
+
+fn with_kind(r: &BookUpdate, kind: Kind, price_e9: i64, size: u32) -> BookUpdate {
+    BookUpdate { kind: kind as u8, price_e9, size, ..*r }
+}
+
+fn book_apply(c: &mut Criterion) {
+    let cap = capture();
+    let mut books = Books::new();
+    apply_all(&mut books, &cap.records);
+    check_end_book(&books, "pre-fill");
+
+    // The resting orders, as the Adds that would rebuild them; every 10th gives BOOK_BATCH spread over all levels.
+    let mut resting = Vec::new();
+    books.get(esh4::INSTRUMENT_ID).expect("checked").snapshot_into(esh4::INSTRUMENT_ID, &mut resting);
+    let resting = &resting[1..]; // [0] is the Clear
+    let resting_ids: HashSet<u64> = resting.iter().map(|r| r.order_id).collect();
+    let stride = resting.len() / BOOK_BATCH;
+    let sample: Vec<BookUpdate> =
+        resting.iter().step_by(stride).take(BOOK_BATCH).map(|r| BookUpdate { flags: 0, ..*r }).collect();
+    assert_eq!(sample.len(), BOOK_BATCH);
+    let cancels_of = |adds: &[BookUpdate]| -> Vec<BookUpdate> {
+        adds.iter().map(|r| with_kind(r, Kind::Cancel, r.price_e9, r.size)).collect()
+    };
+
+    // add: the capture's last live Adds of orders that are gone by the end, with their own ids, prices and sizes.
+    let mut seen = HashSet::new();
+    let mut adds: Vec<BookUpdate> = live(cap)
+        .iter()
+        .rev()
+        .filter(|r| r.kind() == Some(Kind::Add) && !resting_ids.contains(&r.order_id) && seen.insert(r.order_id))
+        .take(BOOK_BATCH)
+        .copied()
+        .collect();
+    adds.reverse();
+    assert_eq!(adds.len(), BOOK_BATCH, "live adds of orders no longer resting");
+    // cancel: all of each sampled order's size; the undo adds it back.
+    let cancels = cancels_of(&sample);
+    // modify: each sampled order one tick away (same side and size), then back.
+    let modifies: Vec<BookUpdate> = sample
+        .iter()
+        .map(|r| with_kind(r, Kind::Modify, r.price_e9 + TICK_E9, r.size))
+        .chain(sample.iter().map(|r| with_kind(r, Kind::Modify, r.price_e9, r.size)))
+        .collect();
+    // trade, fill: every one of the capture (they change counters only).
+    let of_kind =
+        |k: Kind| -> Vec<BookUpdate> { cap.records.iter().filter(|r| r.kind() == Some(k)).copied().collect() };
+    let (trades, fills) = (of_kind(Kind::Trade), of_kind(Kind::Fill));
+    assert!(!trades.is_empty() && !fills.is_empty(), "the capture has trades and fills");
+
+    // Each batch must change the book exactly as its records say, and its undo must bring back the reference
+    // book (checked again after each benchmark). Modify is checked halfway: every sampled order one tick up.
+    let (orders, value) = (order_count(&books), resting_value(&books));
+    let value_of = |rs: &[BookUpdate]| rs.iter().map(|r| r.price_e9 as i128 * r.size as i128).sum::<i128>();
+    let sizes = sample.iter().map(|r| r.size as i128).sum::<i128>();
+    let (up, back) = modifies.split_at(BOOK_BATCH);
+    for (what, timed, undo, orders_after, value_after) in [
+        ("add", &adds[..], &cancels_of(&adds)[..], orders + BOOK_BATCH, value + value_of(&adds)),
+        ("cancel", &cancels, &sample, orders - BOOK_BATCH, value - value_of(&sample)),
+        ("modify", up, back, orders, value + TICK_E9 as i128 * sizes),
+    ] {
+        apply_all(&mut books, timed);
+        assert_eq!((order_count(&books), resting_value(&books)), (orders_after, value_after), "{what}: book after");
+        apply_all(&mut books, undo);
+        check_end_book(&books, what);
+    }
+    apply_all(&mut books, &trades);
+    apply_all(&mut books, &fills);
+    check_end_book(&books, "trades and fills");
+    let clear = BookUpdate { instrument_id: esh4::INSTRUMENT_ID, ..BookUpdate::control(Kind::Clear) };
+    let mut cleared = books.clone();
+    apply_all(&mut cleared, &[clear]);
+    assert_eq!((order_count(&cleared), resting_value(&cleared)), (0, 0), "clear empties the book");
+    drop(cleared);
+
+    let mut g = c.benchmark_group("book_apply");
+    bench_batch(&mut g, "add", &mut books, &adds, &cancels_of(&adds));
+    bench_batch(&mut g, "cancel", &mut books, &cancels, &sample);
+    bench_batch(&mut g, "modify", &mut books, &modifies, &[]);
+    bench_batch(&mut g, "trade", &mut books, &trades, &[]);
+    bench_batch(&mut g, "fill", &mut books, &fills, &[]);
+    // One clear takes microseconds, the untimed copy of the book it needs far longer, and criterion sizes its
+    // warm-up and samples by the timed part: keep both short, or a full run spends minutes copying books.
+    g.throughput(Throughput::Elements(1));
+    g.sampling_mode(SamplingMode::Flat).sample_size(20);
+    g.warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(1));
+    g.bench_function("clear", |b| {
+        b.iter_batched(
+            || books.clone(),
+            |mut full| {
+                apply_all(&mut full, &[clear]);
+                full // dropped untimed
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ring
+
+/// A ring pair in this process, under /dev/shm, its file unlinked at once.
+fn ring_pair(slots: u32) -> (ShmLocalRing, ShmRemoteRing) {
+    let dir = Path::new(DEFAULT_DIR);
+    let (mut local, grant) =
+        ShmLocalRing::create(dir, slots).unwrap_or_else(|e| panic!("ring of {slots} slots in {DEFAULT_DIR}: {e}"));
+    let remote = ShmRemoteRing::attach(&grant, dir).unwrap_or_else(|e| panic!("attach: {e}"));
+    local.unlink();
+    (local, remote)
+}
+
+/// One record through the ring, as publisher and subscriber do it: write with the seq's immediate, reap the
+/// completion, rebuild the seq from the one expected, read the slot in place and check its seq, release.
+#[inline]
+fn round_trip(local: &mut ShmLocalRing, remote: &mut ShmRemoteRing, template: &BookUpdate, seq: u64) {
+    let slots = remote.slot_count();
+    let r = BookUpdate { seq, ..*template };
+    if let Err(e) = remote.write_with_imm(slot_index(seq, slots), &r, imm_from_seq(seq)) {
+        panic!("ring: write of seq {seq}: {e}");
+    }
+    let Some(c) = local.poll_cq() else { panic!("ring: no completion for seq {seq}") };
+    let got = seq_from_imm(c.imm_data, seq);
+    let slot = local.slot(slot_index(got, slots));
+    if slot.seq != seq {
+        panic!("ring: slot holds seq {}, completion named {seq}", slot.seq);
+    }
+    black_box(slot);
+    local.release(got);
+}
+
+fn ring(c: &mut Criterion) {
+    let template = live(capture())[0];
+    let mut g = c.benchmark_group("ring");
+    g.throughput(Throughput::Elements(1));
+    for slots in [64u32, 131_072] {
+        let (mut local, mut remote) = ring_pair(slots);
+        assert_eq!(local.peer_state(), PeerState::Attached);
+        // One full lap, checked: it also faults every page in before timing.
+        for seq in 1..=slots as u64 {
+            round_trip(&mut local, &mut remote, &template, seq);
+            assert_eq!(*local.slot(slot_index(seq, slots)), BookUpdate { seq, ..template });
+            assert_eq!(remote.consumed_seq(), seq);
+        }
+        assert_eq!(local.poll_cq(), None, "one completion per write");
+        let mut seq = slots as u64;
+        g.bench_with_input(BenchmarkId::new("write_poll_read_release", slots), &slots, |b, _| {
+            b.iter(|| {
+                seq += 1;
+                round_trip(&mut local, &mut remote, &template, seq);
+            })
+        });
+    }
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// dbn
+
+/// The `dbn` crate's decoder alone over the decompressed stream: each record viewed as an `MboMsg`.
+fn dbn_decode(raw: &[u8]) -> u64 {
+    let mut decoder = DbnDecoder::with_upgrade_policy(raw, VersionUpgradePolicy::AsIs).expect("DBN metadata");
+    let mut n = 0;
+    while let Some(rec) = decoder.decode_record_ref().expect("a DBN record") {
+        if let Some(m) = rec.get::<MboMsg>() {
+            black_box(m);
+            n += 1;
+        }
+    }
+    n
+}
+
+fn dbn(c: &mut Criterion) {
+    let cap = capture();
+    assert_eq!(dbn_decode(&cap.raw), esh4::RECORDS, "dbn decode: record count");
+    let file = decode_mbo_bytes(&cap.path, &cap.raw).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(file.records.len() as u64, esh4::RECORDS, "decode_mbo_bytes: record count");
+    let last = normalize_mbo(file.records.last().expect("records")).expect("a valid record");
+    assert_eq!((last.ts_recv_ns, last.ts_event_ns), (esh4::LAST_TS_RECV_NS, esh4::LAST_TS_EVENT_NS));
+    drop(file);
+    assert_eq!(cap.msgs.iter().filter(|m| normalize_mbo(m).is_ok()).count() as u64, esh4::RECORDS);
+
+    let mut g = c.benchmark_group("dbn");
+    // Milliseconds per iteration: flat sampling, fewer samples (criterion's advice for long routines).
+    g.sampling_mode(SamplingMode::Flat).sample_size(20);
+    g.throughput(Throughput::Elements(esh4::RECORDS));
+    g.bench_function("decode", |b| b.iter(|| dbn_decode(black_box(&cap.raw))));
+    g.bench_function("decode_mbo_bytes", |b| {
+        b.iter(|| decode_mbo_bytes(&cap.path, black_box(&cap.raw)).map(|f| f.records.len()))
+    });
+    g.bench_function("normalize", |b| {
+        b.iter(|| {
+            let mut size = 0u64;
+            for m in black_box(&cap.msgs) {
+                if let Ok(r) = normalize_mbo(m) {
+                    size += black_box(r).size as u64;
+                }
+            }
+            size
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, record, book_apply, ring, dbn);
+criterion_main!(benches);
