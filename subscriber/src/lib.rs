@@ -255,8 +255,10 @@ impl Subscriber {
     }
 
     /// Reaps up to `max` completions and hands each record (and any gap before it) to `f`. Returns the number
-    /// of completions reaped; 0 means the CQ was empty. When the CQ is empty and the publisher has closed the
-    /// ring, `f` gets [`Event::Closed`] once.
+    /// of completions reaped; 0 means nothing was ready. When nothing is ready and the publisher has closed the
+    /// ring, `f` gets [`Event::Closed`] once. On shm the expected record is taken from its slot's stamp and the CQ
+    /// is read on every `mdfan_fabric::shm::CQ_POLL_INTERVAL`-th empty poll only, so a record after a gap shows
+    /// up to that many empty polls later (a busy-polling reader: microseconds).
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
         let n = self.rx.poll(max, f);
