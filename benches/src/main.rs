@@ -337,6 +337,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.rate_per_s"), r.rate_per_s);
                 scalars.add(format!("{base}.records"), r.records as f64);
                 scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), r.cpu_ns_per_record_per_sub);
+                scalars.add(format!("{base}.blocked_share"), r.blocked_share);
             }
         }
     }

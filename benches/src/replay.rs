@@ -28,6 +28,9 @@ pub struct Replay {
     pub rate_per_s: f64,
     /// The hot loop's time per record per subscriber, ns (it spins: CPU time = wall time).
     pub cpu_ns_per_record_per_sub: f64,
+    /// Share of the replay the hot loop spent waiting for a full ring (policy block), summed over subscribers:
+    /// near 0 the publisher sets the rate, near 1 (or above, with several) the subscribers do.
+    pub blocked_share: f64,
     /// Every subscriber's post-to-poll latency, merged (ns).
     pub post_to_poll: Histogram<u64>,
     /// The hot loop's duty cycle (ns), from its own log-bucket histogram (upper bounds within 6.25%).
@@ -122,6 +125,7 @@ pub fn run(
         records: report.records,
         rate_per_s: report.rate_per_s(),
         cpu_ns_per_record_per_sub: report.replay_ns as f64 / (report.records.max(1) * subscribers as u64) as f64,
+        blocked_share: report.sessions.iter().map(|s| s.blocked_ns).sum::<u64>() as f64 / report.replay_ns.max(1) as f64,
         post_to_poll,
         cycle: to_hist(&report.cycle_buckets_ns),
         decode_to_post: to_hist(&report.decode_to_post_buckets_ns),
