@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! mdfan-bench run --out DIR [--rounds 3] [--count 20000] [--warmup 2000] [--rate 100000] [--cores 0,1]
+//!                  [--fabric shm|verbs] [--device rxe0] [--gid-index 1]
 //! mdfan-bench compare RUN_A RUN_B
 //! ```
 //!
@@ -12,16 +13,22 @@
 //! - `mdfan.shm.openloop.post_to_poll` / `.end_to_end`: records at a fixed rate through one ring; end to end
 //!   counts from the intended send time (coordinated omission corrected).
 //!
+//! With `--fabric verbs` (feature `verbs`), each round instead measures, after `baseline.cacheline`:
+//! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
+//! - `baseline.perftest`: perftest's `ib_write_lat --write_with_imm` (64 B) on that device, every sample.
+//!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`.
 //! The folder gets one `.hgrm` per histogram, `summary.json` (stable keys) and `summary.md`.
 //!
-//! Not yet here (issue 5): Aeron IPC and iceoryx2 baselines, verbs and perftest, the replay-driven throughput
+//! Not yet here (issue 5): Aeron IPC and iceoryx2 baselines, the replay-driven throughput
 //! scenario, per-stage feed-decode histograms, `.hlog` interval logs, the HTML/SVG report, criterion benches.
 #![forbid(unsafe_code)]
 
 mod pingpong;
 mod report;
 mod shm;
+#[cfg(feature = "verbs")]
+mod verbs;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -76,6 +83,8 @@ enum Cmd {
         /// Folder for the shm rings.
         #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
         shm_dir: PathBuf,
+        #[command(flatten)]
+        fabric: FabricArgs,
     },
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
@@ -86,11 +95,33 @@ enum Cmd {
     },
 }
 
+/// Which fabric `run` measures mdfan on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Fabric {
+    Shm,
+    Verbs,
+}
+
+#[derive(clap::Args)]
+struct FabricArgs {
+    /// mdfan's fabric: `shm` (ping-pong and open loop) or `verbs` (ping-pong beside perftest's `ib_write_lat
+    /// --write_with_imm` on the same RDMA device; needs the `verbs` feature).
+    #[arg(long, value_enum, default_value_t = Fabric::Shm)]
+    fabric: Fabric,
+    /// RDMA device for `--fabric verbs` (default: the first one).
+    #[arg(long)]
+    device: Option<String>,
+    /// GID index for `--fabric verbs` (default: mdfan picks from sysfs, RoCE v2 IPv4-mapped first; perftest 0).
+    #[arg(long)]
+    gid_index: Option<u32>,
+}
+
 fn main() {
     let args = Args::parse();
     let result = match args.cmd {
-        Cmd::Run { out, rounds, count, warmup, rate, cores, shm_dir } => {
-            run(&out, rounds, count, warmup, rate, &cores, &shm_dir)
+        Cmd::Run { out, rounds, count, warmup, rate, cores, shm_dir, fabric } => {
+            run(&out, rounds, count, warmup, rate, &cores, &shm_dir, &fabric)
         }
         Cmd::Compare { a, b } => compare(&a, &b),
     };
@@ -100,6 +131,7 @@ fn main() {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     out: &std::path::Path,
     rounds: u32,
@@ -108,7 +140,11 @@ fn run(
     rate: u64,
     cores: &[usize],
     shm_dir: &std::path::Path,
+    fabric: &FabricArgs,
 ) -> anyhow::Result<()> {
+    if fabric.fabric == Fabric::Verbs && !cfg!(feature = "verbs") {
+        anyhow::bail!("--fabric verbs: this mdfan-bench was built without the `verbs` feature (--features verbs)");
+    }
     let tuning = mdfan_tuning::TuningReport::read(); // before any pinning narrows this thread's mask
     let allowed = mdfan_tuning::allowed_cores();
     let (a, b) = match cores {
@@ -120,10 +156,15 @@ fn run(
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     let mut hists: BTreeMap<&str, Histogram<u64>> = BTreeMap::new();
     let mut late_posts = 0;
+    let mut verbs_rounds = Vec::new();
     for round in 1..=rounds {
         eprintln!("mdfan-bench: round {round}/{rounds}");
         let h = pingpong::run(a, b, warmup, count);
         merge(&mut hists, "baseline.cacheline", &h);
+        if fabric.fabric == Fabric::Verbs {
+            verbs_rounds.push(verbs_round(&mut hists, fabric, round, a, b, warmup, count)?);
+            continue;
+        }
         let h = shm::pingpong(shm_dir, a, b, warmup, count)?;
         merge(&mut hists, "mdfan.shm.pingpong", &h);
         let o = shm::open_loop(shm_dir, a, b, rate, warmup, count)?;
@@ -136,13 +177,22 @@ fn run(
         std::fs::write(out.join(format!("{name}.hgrm")), report::hgrm(h))?;
         report::add_figures(&mut figures, name, h);
     }
-    report::add_ratios(&mut figures, "mdfan.shm.pingpong", "baseline.cacheline");
-    report::add_ratios(&mut figures, "mdfan.shm.openloop.post_to_poll", "baseline.cacheline");
-    figures.insert("mdfan.shm.openloop.late_posts".into(), late_posts as f64);
-    figures.insert("mdfan.shm.openloop.rate_per_s".into(), rate as f64);
+    if fabric.fabric == Fabric::Verbs {
+        report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.perftest");
+        report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.cacheline");
+    } else {
+        report::add_ratios(&mut figures, "mdfan.shm.pingpong", "baseline.cacheline");
+        report::add_ratios(&mut figures, "mdfan.shm.openloop.post_to_poll", "baseline.cacheline");
+        figures.insert("mdfan.shm.openloop.late_posts".into(), late_posts as f64);
+        figures.insert("mdfan.shm.openloop.rate_per_s".into(), rate as f64);
+    }
     let context = serde_json::json!({
         "cores": [a, b],
-        "clock": "tsc",
+        "clock": clock_name(),
+        "clocksource": std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default().trim(),
+        "fabric": { "kind": fabric.fabric, "device": fabric.device, "gid_index": fabric.gid_index },
+        "verbs_rounds": verbs_rounds,
         "rounds": rounds,
         "count_per_round": count,
         "warmup": warmup,
@@ -162,8 +212,73 @@ fn run(
     Ok(())
 }
 
+/// One round's verbs measurements, after the cache-line baseline: mdfan's verbs ping-pong and perftest on the same
+/// device and cores (mdfan first in odd rounds, perftest first in even ones, so neither always follows the other).
+/// Returns the round's p50s and what the context keeps of the perftest run.
+#[cfg(feature = "verbs")]
+fn verbs_round(
+    hists: &mut BTreeMap<&'static str, Histogram<u64>>,
+    f: &FabricArgs,
+    round: u32,
+    a: Option<usize>,
+    b: Option<usize>,
+    warmup: u64,
+    count: u64,
+) -> anyhow::Result<serde_json::Value> {
+    let perftest = || verbs::perftest(f.device.as_deref(), f.gid_index, a, b, warmup, count);
+    let first = if round.is_multiple_of(2) { Some(perftest()?) } else { None };
+    let h = verbs::pingpong(f.device.as_deref(), f.gid_index, a, b, warmup, count)?;
+    merge(hists, "mdfan.verbs.pingpong", &h);
+    let p = match first {
+        Some(p) => p,
+        None => perftest()?,
+    };
+    merge(hists, "baseline.perftest", &p.hist);
+    if p.op != "write_with_imm" {
+        eprintln!("mdfan-bench: warning: this perftest has no --write_with_imm; baseline.perftest is a plain WRITE");
+    }
+    Ok(serde_json::json!({
+        "round": round,
+        "mdfan_verbs_p50_ns": h.value_at_quantile(0.5),
+        "perftest_p50_ns": p.hist.value_at_quantile(0.5),
+        "perftest": {
+            "command": p.command,
+            "op": p.op,
+            "version": p.version,
+            "attempts": p.attempts,
+            "own_p50_p99_p999_ns": p.own_p50_p99_p999_ns,
+        },
+    }))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_round(
+    _: &mut BTreeMap<&'static str, Histogram<u64>>,
+    _: &FabricArgs,
+    _: u32,
+    _: Option<usize>,
+    _: Option<usize>,
+    _: u64,
+    _: u64,
+) -> anyhow::Result<serde_json::Value> {
+    anyhow::bail!("--fabric verbs needs the `verbs` feature")
+}
+
 fn merge(hists: &mut BTreeMap<&'static str, Histogram<u64>>, name: &'static str, h: &Histogram<u64>) {
     hists.entry(name).or_insert_with(new_histogram).add(h).expect("same bounds");
+}
+
+/// What `quanta` reads: the TSC when the CPU reports an invariant TSC and RDTSCP (Linux's `nonstop_tsc` and
+/// `rdtscp` flags), else `clock_gettime(CLOCK_MONOTONIC)` (as in a VM whose CPU model hides the invariant TSC).
+fn clock_name() -> &'static str {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    if has("nonstop_tsc") && has("rdtscp") {
+        "tsc"
+    } else {
+        "clock_gettime(CLOCK_MONOTONIC)"
+    }
 }
 
 fn cpu_model() -> String {
