@@ -18,6 +18,10 @@
 //! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
 //!
+//! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
+//! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
+//! - `baseline.perftest`: perftest's `ib_write_lat --write_with_imm` (64 B) on that device, every sample.
+//!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`.
 //! The report folder: see [`report`].
 #![forbid(unsafe_code)]
@@ -28,6 +32,8 @@ mod plot;
 mod replay;
 mod report;
 mod shm;
+#[cfg(feature = "verbs")]
+mod verbs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -113,6 +119,24 @@ struct RunArgs {
     /// Skip the replay throughput scenario.
     #[arg(long)]
     no_replay: bool,
+    /// mdfan's fabric: `shm` (every scenario) or `verbs` (the ping-pong beside perftest's `ib_write_lat
+    /// --write_with_imm` on the same RDMA device; needs the `verbs` feature).
+    #[arg(long, value_enum)]
+    fabric: Option<Fabric>,
+    /// RDMA device for `--fabric verbs` (default: the first one).
+    #[arg(long)]
+    device: Option<String>,
+    /// GID index for `--fabric verbs` (default: mdfan picks from sysfs, RoCE v2 IPv4-mapped first; perftest 0).
+    #[arg(long)]
+    gid_index: Option<u32>,
+}
+
+/// Which fabric `run` measures mdfan on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Fabric {
+    Shm,
+    Verbs,
 }
 
 /// A scenario, from a TOML file and/or the command line. Every key is optional.
@@ -130,6 +154,9 @@ struct Scenario {
     shm_dir: PathBuf,
     capture: Option<PathBuf>,
     replay: bool,
+    fabric: Fabric,
+    device: Option<String>,
+    gid_index: Option<u32>,
 }
 
 impl Default for Scenario {
@@ -146,6 +173,9 @@ impl Default for Scenario {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             capture: None,
             replay: true,
+            fabric: Fabric::Shm,
+            device: None,
+            gid_index: None,
         }
     }
 }
@@ -174,6 +204,18 @@ impl Scenario {
         }
         if a.no_replay {
             s.replay = false;
+        }
+        if let Some(f) = a.fabric {
+            s.fabric = f;
+        }
+        if a.device.is_some() {
+            s.device = a.device.clone();
+        }
+        if a.gid_index.is_some() {
+            s.gid_index = a.gid_index;
+        }
+        if s.fabric == Fabric::Verbs && !cfg!(feature = "verbs") {
+            anyhow::bail!("--fabric verbs: this mdfan-bench was built without the `verbs` feature (--features verbs)");
         }
         anyhow::ensure!(s.rounds >= 1, "rounds must be at least 1");
         anyhow::ensure!(s.count >= 1, "count must be at least 1");
@@ -281,21 +323,27 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     let capture = s.capture.clone().unwrap_or_else(|| repo_root().join(replay::CAPTURE));
-    let records: std::sync::Arc<[dbn::MboMsg]> = mdfan_wire::feed::dbn::load_mbo_file(&capture)?.records.into();
-    let source = match s.source.as_str() {
-        "synthetic" => openloop::Source::Synthetic,
-        _ => openloop::Source::Replay(records),
+    let source = match (s.fabric, s.source.as_str()) {
+        (Fabric::Shm, "replay") => {
+            openloop::Source::Replay(mdfan_wire::feed::dbn::load_mbo_file(&capture)?.records.into())
+        }
+        _ => openloop::Source::Synthetic,
     };
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
     let open_subs = *s.subscribers.iter().find(|&&n| n == 2).unwrap_or(&s.subscribers[0]);
     let run_start_wall = SystemTime::now();
     let mut rec = Recorder { run_start: Instant::now(), hists: BTreeMap::new() };
     let mut scalars = Scalars::default();
+    let mut verbs_rounds = Vec::new();
     let (count, warmup) = (s.count, s.warmup);
     for round in 1..=s.rounds {
         eprintln!("mdfan-bench: round {round}/{}", s.rounds);
         let t = Instant::now();
         rec.add("baseline.cacheline", t, pingpong::run(a, b, warmup, count));
+        if s.fabric == Fabric::Verbs {
+            verbs_rounds.push(verbs_round(&mut rec, s, round, a, b)?);
+            continue;
+        }
         let t = Instant::now();
         rec.add("mdfan.shm.pingpong", t, shm::pingpong(&s.shm_dir, a, b, warmup, count)?);
         for &rate in &rates {
@@ -356,6 +404,8 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     for base in std::iter::once("baseline.cacheline").chain(peers.iter().copied()) {
         report::add_ratios(&mut figures, "mdfan.shm.pingpong", base);
     }
+    report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.perftest");
+    report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.cacheline");
     for &rate in &rates {
         report::add_ratios(
             &mut figures,
@@ -376,7 +426,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     let targets = targets(&figures);
     let context = serde_json::json!({
         "cores": [a, b],
-        "clock": "tsc",
+        "clock": clock_name(),
+        "clocksource": std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default().trim(),
+        "fabric": { "kind": s.fabric, "device": s.device, "gid_index": s.gid_index },
+        "verbs_rounds": verbs_rounds,
         "rounds": s.rounds,
         "count_per_round": count,
         "warmup": warmup,
@@ -385,7 +439,6 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         "open_loop_subscribers": open_subs,
         "source": source.name(),
         "capture": capture.display().to_string(),
-        "fabric": "shm",
         "tuning": tuning,
         "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
         "cpu": cpu_model(),
@@ -512,6 +565,70 @@ fn charts(
         charts.push((title.to_owned(), plot::throughput(title, &points, reference)?));
     }
     Ok(charts)
+}
+
+/// One round's verbs measurements, after the cache-line baseline: mdfan's verbs ping-pong and perftest on the same
+/// device and cores (mdfan first in odd rounds, perftest first in even ones, so neither always follows the other).
+/// Returns the round's p50s and what the context keeps of the perftest run.
+#[cfg(feature = "verbs")]
+fn verbs_round(
+    rec: &mut Recorder,
+    s: &Scenario,
+    round: u32,
+    a: Option<usize>,
+    b: Option<usize>,
+) -> anyhow::Result<serde_json::Value> {
+    let (device, gid) = (s.device.as_deref(), s.gid_index);
+    let perftest = || verbs::perftest(device, gid, a, b, s.warmup, s.count);
+    let t = Instant::now();
+    let first = if round.is_multiple_of(2) { Some(perftest()?) } else { None };
+    let h = verbs::pingpong(device, gid, a, b, s.warmup, s.count)?;
+    let p = match first {
+        Some(p) => p,
+        None => perftest()?,
+    };
+    if p.op != "write_with_imm" {
+        eprintln!("mdfan-bench: warning: this perftest has no --write_with_imm; baseline.perftest is a plain WRITE");
+    }
+    let summary = serde_json::json!({
+        "round": round,
+        "mdfan_verbs_p50_ns": h.value_at_quantile(0.5),
+        "perftest_p50_ns": p.hist.value_at_quantile(0.5),
+        "perftest": {
+            "command": p.command,
+            "op": p.op,
+            "version": p.version,
+            "attempts": p.attempts,
+            "own_p50_p99_p999_ns": p.own_p50_p99_p999_ns,
+        },
+    });
+    rec.add("mdfan.verbs.pingpong", t, h);
+    rec.add("baseline.perftest", t, p.hist);
+    Ok(summary)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_round(
+    _: &mut Recorder,
+    _: &Scenario,
+    _: u32,
+    _: Option<usize>,
+    _: Option<usize>,
+) -> anyhow::Result<serde_json::Value> {
+    anyhow::bail!("--fabric verbs needs the `verbs` feature")
+}
+
+/// What `quanta` reads: the TSC when the CPU reports an invariant TSC and RDTSCP (Linux's `nonstop_tsc` and
+/// `rdtscp` flags), else `clock_gettime(CLOCK_MONOTONIC)` (as in a VM whose CPU model hides the invariant TSC).
+fn clock_name() -> &'static str {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    if has("nonstop_tsc") && has("rdtscp") {
+        "tsc"
+    } else {
+        "clock_gettime(CLOCK_MONOTONIC)"
+    }
 }
 
 /// The repository root (the bench's manifest is in benches/).

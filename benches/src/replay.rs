@@ -125,7 +125,8 @@ pub fn run(
         records: report.records,
         rate_per_s: report.rate_per_s(),
         cpu_ns_per_record_per_sub: report.replay_ns as f64 / (report.records.max(1) * subscribers as u64) as f64,
-        blocked_share: report.sessions.iter().map(|s| s.blocked_ns).sum::<u64>() as f64 / report.replay_ns.max(1) as f64,
+        blocked_share: report.sessions.iter().map(|s| s.blocked_ns).sum::<u64>() as f64
+            / report.replay_ns.max(1) as f64,
         post_to_poll,
         cycle: to_hist(&report.cycle_buckets_ns),
         decode_to_post: to_hist(&report.decode_to_post_buckets_ns),
