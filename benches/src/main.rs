@@ -19,6 +19,8 @@
 //! scenario, per-stage feed-decode histograms, `.hlog` interval logs, the HTML/SVG report, criterion benches.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "aeron")]
+mod aeron;
 mod pingpong;
 mod report;
 mod shm;
