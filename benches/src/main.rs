@@ -21,6 +21,8 @@
 
 #[cfg(feature = "aeron")]
 mod aeron;
+#[cfg(feature = "iceoryx2")]
+mod iceoryx2;
 mod pingpong;
 mod report;
 mod shm;

@@ -54,7 +54,7 @@ pub fn run(ping_core: Option<usize>, pong_core: Option<usize>, warmup: u64, coun
 
 /// Tests that spin two threads take this first: `cargo test` runs tests in parallel, and two spinning
 /// ping-pongs on a 2-core machine would time the scheduler instead of the path under test.
-#[cfg(all(test, feature = "aeron"))]
+#[cfg(all(test, any(feature = "aeron", feature = "iceoryx2")))]
 pub(crate) fn exclusive_cores() -> std::sync::MutexGuard<'static, ()> {
     static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A test that failed while holding it leaves nothing half-done behind: go on.
