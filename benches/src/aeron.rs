@@ -16,6 +16,10 @@
 //! subscriber reads the publication's log buffer directly. The driver only moves the publication limit forward,
 //! and [`IPC_TERM_BYTES`] sizes the window so the publisher never reaches the limit within one sleep (a
 //! publication that does is counted and reported on stderr).
+//!
+//! Measured here (19 interleaved runs of 5 x 20,000 round trips, one-way p99.9 as a multiple of the cache-line
+//! p99.9 of the same run, median): SHARED + `sleep-ns` 10 ms 1.4x, SHARED + backoff 9.7x, DEDICATED + backoff
+//! 12x; p50 was 3.0x in all three.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,9 @@
 //! writes it, sends it, and busy-polls `receive()` on its subscriber. iceoryx2 has no daemon and no background
 //! thread: nothing else runs. Each thread has its own node (`ipc::Service` ports are not `Send`), as two
 //! processes would; neither installs signal handlers. Service names carry the process id and a run number, so
-//! runs never meet; the shared memory goes when the last node holding it drops.
+//! runs never meet; their shared memory and node files go when the last node holding them drops. What stays is
+//! iceoryx2's own 16-byte node counter in /dev/shm (`iox2_*_node.<version>.global_mgmt`), which every iceoryx2
+//! user on the host shares by design.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
