@@ -57,8 +57,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// One-way latency by Aeron IPC ping-pong (ns): `warmup` round trips, then `count` recorded ones.
 ///
 /// # Errors
-/// The media driver, a client, a publication or a subscription could not start (each names the aeron dir), a
-/// publication closed, or a peer stopped answering for [`REPLY_TIMEOUT`].
+/// The media driver or a client could not start (the error names the aeron dir), a publication or subscription
+/// could not be added (names the side and stream), a publication closed, or a peer stopped answering for
+/// [`REPLY_TIMEOUT`].
 // `run` does not call it yet (main.rs is being restructured); the test does.
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn pingpong(

@@ -42,7 +42,7 @@ fn service_names(run: u64) -> (String, String) {
 /// One-way latency by iceoryx2 publish-subscribe ping-pong (ns): `warmup` round trips, then `count` recorded.
 ///
 /// # Errors
-/// A node, service, publisher or subscriber could not be created (each names the service), a loan, send or
+/// A node, service, publisher or subscriber could not be created (each names the side or service), a loan, send or
 /// receive failed, or a peer stopped answering for [`REPLY_TIMEOUT`].
 // `run` does not call it yet (main.rs is being restructured); the test does.
 #[cfg_attr(not(test), allow(dead_code))]
