@@ -26,6 +26,10 @@
 //! The report folder: see [`report`].
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "aeron")]
+mod aeron;
+#[cfg(feature = "iceoryx2")]
+mod iceoryx2;
 mod openloop;
 mod pingpong;
 mod plot;
@@ -51,6 +55,13 @@ pub(crate) fn pin(core: Option<usize>) {
             eprintln!("mdfan-bench: warning: {e}");
         }
     }
+}
+
+/// Runs `f` on a new thread of this (never pinned) main thread and waits for it: every measurement starts from
+/// the process's full CPU mask, so the threads it makes (Aeron's conductors, the publisher's) are not stuck on a
+/// core an earlier measurement pinned.
+fn fresh<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|sc| sc.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// 1 ns .. 10 s, 3 significant digits.
@@ -339,13 +350,23 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     for round in 1..=s.rounds {
         eprintln!("mdfan-bench: round {round}/{}", s.rounds);
         let t = Instant::now();
-        rec.add("baseline.cacheline", t, pingpong::run(a, b, warmup, count));
+        rec.add("baseline.cacheline", t, fresh(|| pingpong::run(a, b, warmup, count)));
         if s.fabric == Fabric::Verbs {
-            verbs_rounds.push(verbs_round(&mut rec, s, round, a, b)?);
+            verbs_rounds.push(fresh(|| verbs_round(s, round, a, b))?.record(&mut rec));
             continue;
         }
+        #[cfg(feature = "aeron")]
+        {
+            let t = Instant::now();
+            rec.add("baseline.aeron", t, fresh(|| aeron::pingpong(a, b, warmup, count))?);
+        }
+        #[cfg(feature = "iceoryx2")]
+        {
+            let t = Instant::now();
+            rec.add("baseline.iceoryx2", t, fresh(|| iceoryx2::pingpong(a, b, warmup, count))?);
+        }
         let t = Instant::now();
-        rec.add("mdfan.shm.pingpong", t, shm::pingpong(&s.shm_dir, a, b, warmup, count)?);
+        rec.add("mdfan.shm.pingpong", t, fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count))?);
         for &rate in &rates {
             let n = match (rate, s.duration_ms) {
                 (Some(r), Some(ms)) => (r * ms / 1000).max(1),
@@ -360,7 +381,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 ring_slots: 1 << 16,
             };
             let t = Instant::now();
-            let m = openloop::run(&s.shm_dir, a, b, &spec)?;
+            let m = fresh(|| openloop::run(&s.shm_dir, a, b, &spec))?;
             let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
             rec.add(&format!("{base}.decode_to_post"), t, m.decode_to_post);
             rec.add(&format!("{base}.post_to_poll"), t, m.post_to_poll);
@@ -377,7 +398,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
             for &subs in &s.subscribers {
                 let t = Instant::now();
-                let r = replay::run(&capture, &s.shm_dir, subs, a, b)?;
+                let r = fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b))?;
                 let base = format!("mdfan.replay.subs{subs}");
                 rec.add(&format!("{base}.post_to_poll"), t, r.post_to_poll);
                 rec.add(&format!("{base}.cycle"), t, r.cycle);
@@ -567,23 +588,35 @@ fn charts(
     Ok(charts)
 }
 
+/// One round's verbs measurements: mdfan's ping-pong and perftest's, each with its start time, and the
+/// round's summary for the report's context.
+struct VerbsRound {
+    mdfan: (Instant, Histogram<u64>),
+    perftest: (Instant, Histogram<u64>),
+    summary: serde_json::Value,
+}
+
+impl VerbsRound {
+    fn record(self, rec: &mut Recorder) -> serde_json::Value {
+        rec.add("mdfan.verbs.pingpong", self.mdfan.0, self.mdfan.1);
+        rec.add("baseline.perftest", self.perftest.0, self.perftest.1);
+        self.summary
+    }
+}
+
 /// One round's verbs measurements, after the cache-line baseline: mdfan's verbs ping-pong and perftest on the same
 /// device and cores (mdfan first in odd rounds, perftest first in even ones, so neither always follows the other).
-/// Returns the round's p50s and what the context keeps of the perftest run.
 #[cfg(feature = "verbs")]
-fn verbs_round(
-    rec: &mut Recorder,
-    s: &Scenario,
-    round: u32,
-    a: Option<usize>,
-    b: Option<usize>,
-) -> anyhow::Result<serde_json::Value> {
+fn verbs_round(s: &Scenario, round: u32, a: Option<usize>, b: Option<usize>) -> anyhow::Result<VerbsRound> {
     let (device, gid) = (s.device.as_deref(), s.gid_index);
-    let perftest = || verbs::perftest(device, gid, a, b, s.warmup, s.count);
-    let t = Instant::now();
+    let perftest = || -> anyhow::Result<(Instant, verbs::Perftest)> {
+        let t = Instant::now();
+        Ok((t, fresh(|| verbs::perftest(device, gid, a, b, s.warmup, s.count))?))
+    };
     let first = if round.is_multiple_of(2) { Some(perftest()?) } else { None };
-    let h = verbs::pingpong(device, gid, a, b, s.warmup, s.count)?;
-    let p = match first {
+    let t = Instant::now();
+    let h = fresh(|| verbs::pingpong(device, gid, a, b, s.warmup, s.count))?;
+    let (tp, p) = match first {
         Some(p) => p,
         None => perftest()?,
     };
@@ -602,19 +635,11 @@ fn verbs_round(
             "own_p50_p99_p999_ns": p.own_p50_p99_p999_ns,
         },
     });
-    rec.add("mdfan.verbs.pingpong", t, h);
-    rec.add("baseline.perftest", t, p.hist);
-    Ok(summary)
+    Ok(VerbsRound { mdfan: (t, h), perftest: (tp, p.hist), summary })
 }
 
 #[cfg(not(feature = "verbs"))]
-fn verbs_round(
-    _: &mut Recorder,
-    _: &Scenario,
-    _: u32,
-    _: Option<usize>,
-    _: Option<usize>,
-) -> anyhow::Result<serde_json::Value> {
+fn verbs_round(_: &Scenario, _: u32, _: Option<usize>, _: Option<usize>) -> anyhow::Result<VerbsRound> {
     anyhow::bail!("--fabric verbs needs the `verbs` feature")
 }
 

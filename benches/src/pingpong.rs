@@ -51,3 +51,12 @@ pub fn run(ping_core: Option<usize>, pong_core: Option<usize>, warmup: u64, coun
     responder.join().expect("pong thread");
     hist
 }
+
+/// Tests that spin two threads take this first: `cargo test` runs tests in parallel, and two spinning
+/// ping-pongs on a 2-core machine would time the scheduler instead of the path under test.
+#[cfg(all(test, any(feature = "aeron", feature = "iceoryx2")))]
+pub(crate) fn exclusive_cores() -> std::sync::MutexGuard<'static, ()> {
+    static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it leaves nothing half-done behind: go on.
+    CORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,399 @@
+//! Peer baseline: Aeron IPC (`aeron:ipc`, Aeron C 1.54 through rusteron 0.2.16) between two pinned threads, the
+//! same ping-pong as the cache-line baseline: one 64-byte message out on one stream, the same bytes back on a
+//! second, one-way = round trip / 2.
+//!
+//! Each run starts its own embedded media driver in `/dev/shm/mdfan-bench-aeron-<pid>-<n>` and deletes that
+//! folder afterwards. Each thread has its own Aeron client (the wrappers are not `Send`), created before the
+//! thread pins itself, so the client's conductor thread gets the mask the thread had at that moment, not the
+//! hot core. A caller that has already pinned its own thread passes that pin on to the driver and both client
+//! conductors: call [`pingpong`] from a thread that is not pinned.
+//!
+//! The driver runs in `SHARED` threading mode: one agent thread does the conductor, sender, receiver and
+//! native-resource work (`DEDICATED` would start four threads, three of them idle for IPC). Its idle strategy
+//! sleeps [`DRIVER_IDLE_SLEEP`] between empty duty cycles (Aeron's default, backoff, ends at a 1 ms park), so on a
+//! 2-core machine where both cores spin it preempts a hot thread about 100 times a second instead of about 1,000;
+//! the client conductors sleep Aeron's default 16 ms. On the IPC data path nothing waits for the driver: the
+//! subscriber reads the publication's log buffer directly. The driver only moves the publication limit forward,
+//! and [`IPC_TERM_BYTES`] sizes the window so the publisher never reaches the limit within one sleep (a
+//! publication that does is counted and reported on stderr).
+//!
+//! Measured here (19 interleaved runs of 5 x 20,000 round trips, one-way p99.9 as a multiple of the cache-line
+//! p99.9 of the same run, median): SHARED + `sleep-ns` 10 ms 1.4x, SHARED + backoff 9.7x, DEDICATED + backoff
+//! 12x; p50 was 3.0x in all three.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+use hdrhistogram::Histogram;
+use rusteron_client::{Aeron, AeronContext, AeronExclusivePublication, AeronOfferError, AeronSubscription, Handlers};
+use rusteron_media_driver::bindings::aeron_threading_mode_enum;
+use rusteron_media_driver::{AeronDriver, AeronDriverContext};
+
+/// The one channel both streams use: the driver's shared-memory transport within one host.
+const CHANNEL: &std::ffi::CStr = c"aeron:ipc";
+/// Ping -> pong.
+const PING_STREAM_ID: i32 = 1001;
+/// Pong -> ping.
+const PONG_STREAM_ID: i32 = 1002;
+/// Payload of each message: one cache line, the size of a record.
+const MESSAGE_BYTES: usize = 64;
+/// Fragments one `poll` may deliver; ping-pong has one message in flight, the rest is slack.
+const FRAGMENT_LIMIT: usize = 10;
+/// Driver idle sleep between empty duty cycles (Aeron's `sleep-ns` strategy).
+const DRIVER_IDLE_SLEEP: &std::ffi::CStr = c"10ms";
+/// IPC term length: 3 terms of 32 MiB per publication, pre-touched (192 MiB per run in /dev/shm). The publisher
+/// may run half a term ahead of the subscriber between two driver duty cycles: 16 MiB is about 175,000 messages
+/// of 96 bytes framed, over 10 ms even at a 55 ns one-way latency.
+const IPC_TERM_BYTES: usize = 32 << 20;
+/// Longest wait for the driver, a client, a publication or a subscription to come up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one reply (host stalls here reach a few ms; this only catches a dead peer).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One-way latency by Aeron IPC ping-pong (ns): `warmup` round trips, then `count` recorded ones.
+///
+/// # Errors
+/// The media driver or a client could not start (the error names the aeron dir), a publication or subscription
+/// could not be added (names the side and stream), a publication closed, or a peer stopped answering for
+/// [`REPLY_TIMEOUT`].
+pub fn pingpong(
+    a_core: Option<usize>,
+    b_core: Option<usize>,
+    warmup: u64,
+    count: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let driver = Driver::launch()?;
+    let dir = driver.dir_c()?;
+    let total = warmup + count;
+    // Set by ping when it is done or gives up (also on unwind), so pong never spins on after it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let pong = {
+        let (dir, stop) = (dir.clone(), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("aeron-pong".into())
+            .spawn(move || {
+                let result = pong(&dir, b_core, total, &stop);
+                if result.is_err() {
+                    stop.store(true, Ordering::Release);
+                }
+                result
+            })
+            .map_err(|e| anyhow!("aeron: cannot start the pong thread: {e}"))?
+    };
+    let ping = {
+        let _stop_on_exit = StopOnDrop(&stop);
+        ping(&dir, a_core, warmup, total, &stop)
+    };
+    let pong = pong.join().unwrap_or_else(|_| Err(anyhow!("aeron: the pong thread panicked")));
+    drop(driver);
+    match (ping, pong) {
+        (Ok(h), Ok(())) => Ok(h),
+        (Ok(_), Err(e)) | (Err(e), Ok(())) => Err(e),
+        // A pong failure is usually why ping gave up: name it first.
+        (Err(ping), Err(pong)) => Err(anyhow!("{pong:#}; then ping: {ping:#}")),
+    }
+}
+
+/// An embedded media driver in its own folder under /dev/shm; stopped and the folder deleted on drop.
+struct Driver {
+    driver: Option<AeronDriver>,
+    dir: PathBuf,
+}
+
+impl Driver {
+    fn launch() -> anyhow::Result<Driver> {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let n = RUNS.fetch_add(1, Ordering::Relaxed);
+        let dir = PathBuf::from(format!("/dev/shm/mdfan-bench-aeron-{}-{n}", std::process::id()));
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            anyhow!("aeron: media driver start in {}: {what}: {e}", dir.display())
+        };
+        let dir_c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| fail("dir name", &e))?;
+        let ctx = AeronDriverContext::new().map_err(|e| fail("context", &e))?;
+        ctx.set_dir(&dir_c).map_err(|e| fail("dir", &e))?;
+        ctx.set_dir_delete_on_start(true).map_err(|e| fail("delete on start", &e))?;
+        ctx.set_dir_delete_on_shutdown(true).map_err(|e| fail("delete on shutdown", &e))?;
+        ctx.set_threading_mode(aeron_threading_mode_enum::AERON_THREADING_MODE_SHARED)
+            .map_err(|e| fail("threading mode SHARED", &e))?;
+        // Init args first: setting the strategy loads it with the args set at that moment.
+        ctx.set_shared_idle_strategy_init_args(DRIVER_IDLE_SLEEP).map_err(|e| fail("idle strategy args", &e))?;
+        ctx.set_shared_idle_strategy(c"sleep-ns").map_err(|e| fail("idle strategy sleep-ns", &e))?;
+        ctx.set_ipc_term_buffer_length(IPC_TERM_BYTES).map_err(|e| fail("ipc term length", &e))?;
+        // Whole files up front; the clients pre-touch them, so no page fault lands on the measured path.
+        ctx.set_term_buffer_sparse_file(false).map_err(|e| fail("sparse files off", &e))?;
+        let driver = AeronDriver::new(&ctx).map_err(|e| fail("init", &e))?;
+        // From here on, dropping `this` closes the driver and removes the folder.
+        let this = Driver { driver: Some(driver), dir: dir.clone() };
+        if let Some(d) = &this.driver {
+            // `false`: Aeron runs the shared agent on a thread of its own.
+            d.start(false).map_err(|e| fail("start", &e))?;
+        }
+        Ok(this)
+    }
+
+    fn dir_c(&self) -> anyhow::Result<CString> {
+        CString::new(self.dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| anyhow!("aeron: dir {}: {e}", self.dir.display()))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // aeron_driver_close: stops and joins the agent thread, then deletes the dir (delete on shutdown).
+        drop(self.driver.take());
+        remove_dir(&self.dir);
+    }
+}
+
+/// Removes what the driver left of `dir`; a failure is said, not hidden.
+fn remove_dir(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => eprintln!("mdfan-bench: warning: aeron: cannot remove {}: {e}", dir.display()),
+    }
+}
+
+/// Sets the flag when dropped: ping's exit, normal or by unwinding, releases pong.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// A started client of the driver in `dir`, for the calling thread only.
+fn client(dir: &CString, side: &str) -> anyhow::Result<Aeron> {
+    let shown = dir.to_string_lossy();
+    let fail = |what: &str, e: &dyn std::fmt::Display| anyhow!("aeron: {side} client in {shown}: {what}: {e}");
+    let ctx = AeronContext::new().map_err(|e| fail("context", &e))?;
+    ctx.set_dir(dir).map_err(|e| fail("dir", &e))?;
+    ctx.set_pre_touch_mapped_memory(true).map_err(|e| fail("pre-touch", &e))?;
+    let side_owned = side.to_owned();
+    // Called on the client's conductor thread, off the measured path.
+    ctx.set_error_handler(Some(move |code: i32, msg: &str| {
+        eprintln!("mdfan-bench: aeron: {side_owned} client error {code}: {msg}");
+    }))
+    .map_err(|e| fail("error handler", &e))?;
+    let aeron = Aeron::new(&ctx).map_err(|e| fail("init", &e))?;
+    aeron.start().map_err(|e| fail("start", &e))?;
+    Ok(aeron)
+}
+
+/// The thread's publication on `publish_to` and subscription on `subscribe_to`.
+fn ports(
+    aeron: &Aeron,
+    side: &str,
+    publish_to: i32,
+    subscribe_to: i32,
+) -> anyhow::Result<(AeronExclusivePublication, AeronSubscription)> {
+    let publication = aeron
+        .async_add_exclusive_publication(CHANNEL, publish_to)
+        .and_then(|a| a.poll_blocking(SETUP_TIMEOUT))
+        .map_err(|e| anyhow!("aeron: {side}: publication on stream {publish_to}: {e}"))?;
+    let subscription = aeron
+        .async_add_subscription(CHANNEL, subscribe_to, Handlers::NONE, Handlers::NONE)
+        .and_then(|a| a.poll_blocking(SETUP_TIMEOUT))
+        .map_err(|e| anyhow!("aeron: {side}: subscription on stream {subscribe_to}: {e}"))?;
+    Ok((publication, subscription))
+}
+
+/// Spin-wait bookkeeping: a PAUSE per empty poll, and every 1,024 of them a look at the stop flag and the clock.
+struct Wait<'a> {
+    stop: &'a AtomicBool,
+    spins: u32,
+    since: Option<Instant>,
+}
+
+impl<'a> Wait<'a> {
+    fn new(stop: &'a AtomicBool) -> Self {
+        Wait { stop, spins: 0, since: None }
+    }
+
+    /// One empty poll; an error once the peer gave up or `timeout` passed since this wait began.
+    #[inline]
+    fn idle(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
+        std::hint::spin_loop();
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins.is_multiple_of(1024) {
+            self.check(timeout, what)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn check(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
+        if self.stop.load(Ordering::Acquire) {
+            bail!("aeron: {}: the other side stopped", what());
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() > timeout {
+            bail!("aeron: {}: nothing for {timeout:?}", what());
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.spins = 0;
+        self.since = None;
+    }
+}
+
+/// Claims 64 bytes in the log buffer, copies `msg` in, commits; spins while the publication is back-pressured
+/// or not yet connected. Returns whether it had to wait for the limit (back pressure).
+#[inline]
+fn send(
+    publication: &AeronExclusivePublication,
+    msg: &[u8; MESSAGE_BYTES],
+    wait: &mut Wait,
+    side: &str,
+) -> anyhow::Result<bool> {
+    let mut back_pressured = false;
+    wait.reset();
+    loop {
+        match publication.try_claim_owned(MESSAGE_BYTES) {
+            Ok(mut claim) => {
+                claim.data().copy_from_slice(msg);
+                claim.commit().map_err(|e| anyhow!("aeron: {side}: commit: {e}"))?;
+                return Ok(back_pressured);
+            }
+            Err(e) if e.is_retryable() => {
+                back_pressured |= matches!(e, AeronOfferError::BackPressured);
+                wait.idle(SETUP_TIMEOUT, &|| format!("{side}: claim ({e})"))?;
+            }
+            Err(e) => bail!("aeron: {side}: claim: {e}"),
+        }
+    }
+}
+
+fn seq_of(buf: &[u8]) -> u64 {
+    buf.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes)
+}
+
+/// The measuring side: sends `seq` in the first 8 bytes, waits for the same `seq` back.
+fn ping(
+    dir: &CString,
+    core: Option<usize>,
+    warmup: u64,
+    total: u64,
+    stop: &AtomicBool,
+) -> anyhow::Result<Histogram<u64>> {
+    let aeron = client(dir, "ping")?;
+    let (publication, subscription) = ports(&aeron, "ping", PING_STREAM_ID, PONG_STREAM_ID)?;
+    crate::pin(core);
+    let mut wait = Wait::new(stop);
+    // Both directions up: pong subscribes to our stream, and its publication has reached our subscription.
+    while !(publication.is_connected() && subscription.is_connected()) {
+        wait.idle(SETUP_TIMEOUT, &|| "ping: waiting for pong to connect".into())?;
+    }
+    let clock = quanta::Clock::new();
+    let mut hist = crate::new_histogram();
+    let mut msg = [0u8; MESSAGE_BYTES];
+    let (mut replies, mut last_seq, mut back_pressured) = (0u64, 0u64, 0u64);
+    for seq in 1..=total {
+        msg[..8].copy_from_slice(&seq.to_le_bytes());
+        let t0 = clock.raw();
+        back_pressured += send(&publication, &msg, &mut wait, "ping")? as u64;
+        wait.reset();
+        // One poll may hand over more than one message: count messages, not polls.
+        while replies < seq {
+            let n = subscription
+                .poll_fn(
+                    |buf, _header| {
+                        replies += 1;
+                        last_seq = seq_of(buf);
+                    },
+                    FRAGMENT_LIMIT,
+                )
+                .map_err(|e| anyhow!("aeron: ping: poll: {e}"))?;
+            if n == 0 {
+                wait.idle(REPLY_TIMEOUT, &|| format!("ping: reply to message {seq}"))?;
+            }
+        }
+        let rtt = clock.delta_as_nanos(t0, clock.raw());
+        if replies != seq || last_seq != seq {
+            bail!("aeron: ping: after message {seq} came {replies} replies, the last one for message {last_seq}");
+        }
+        if seq > warmup {
+            hist.saturating_record((rtt / 2).max(1));
+        }
+    }
+    if back_pressured > 0 {
+        eprintln!("mdfan-bench: warning: aeron: {back_pressured} pings waited for the publication limit");
+    }
+    Ok(hist)
+}
+
+/// The echoing side: replies to each message from inside the fragment handler with the same 64 bytes.
+fn pong(dir: &CString, core: Option<usize>, total: u64, stop: &AtomicBool) -> anyhow::Result<()> {
+    let aeron = client(dir, "pong")?;
+    let (publication, subscription) = ports(&aeron, "pong", PONG_STREAM_ID, PING_STREAM_ID)?;
+    crate::pin(core);
+    let mut wait = Wait::new(stop);
+    let mut send_wait = Wait::new(stop);
+    let mut echoed = 0u64;
+    let mut failure = None;
+    let mut msg = [0u8; MESSAGE_BYTES];
+    while echoed < total {
+        let n = subscription
+            .poll_fn(
+                |buf, _header| {
+                    if failure.is_some() {
+                        return;
+                    }
+                    let len = buf.len().min(MESSAGE_BYTES);
+                    msg[..len].copy_from_slice(&buf[..len]);
+                    match send(&publication, &msg, &mut send_wait, "pong") {
+                        Ok(_) => echoed += 1,
+                        Err(e) => failure = Some(e),
+                    }
+                },
+                FRAGMENT_LIMIT,
+            )
+            .map_err(|e| anyhow!("aeron: pong: poll: {e}"))?;
+        if let Some(e) = failure.take() {
+            return Err(e);
+        }
+        if n == 0 {
+            // The first message may take the whole setup of the ping side.
+            let timeout = if echoed == 0 { SETUP_TIMEOUT } else { REPLY_TIMEOUT };
+            wait.idle(timeout, &|| format!("pong: message {}", echoed + 1))?;
+        } else {
+            wait.reset();
+        }
+    }
+    // Keep the publication until ping has read the last reply.
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aeron_ipc_pingpong_records_every_message() {
+        let _cores = crate::pingpong::exclusive_cores();
+        let cores = mdfan_tuning::allowed_cores();
+        let (a, b) = (cores.first().copied(), cores.get(1).copied());
+        let (warmup, count) = (200, 2_000);
+        let h = pingpong(a, b, warmup, count).expect("aeron ping-pong");
+        assert_eq!(h.len(), count);
+        let p50 = h.value_at_quantile(0.5);
+        assert!(p50 > 0 && p50 < 1_000_000, "p50 {p50} ns");
+        let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+            .expect("/dev/shm")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("mdfan-bench-aeron-{}-", std::process::id())))
+            .collect();
+        assert!(leftovers.is_empty(), "aeron dirs left behind: {leftovers:?}");
+    }
+}
