@@ -31,14 +31,13 @@
 //! Unlike an RDMA NIC, this writer orders its stores: it writes a record's words 1..8, then its seq word (the
 //! slot's stamp) with release ordering, then the CQ entry. A reader that knows the seq it expects polls that
 //! slot's stamp ([`LocalRing::poll_cq_expecting`]): seeing the expected seq there, it holds the whole record
-//! without touching the CQ line, so a reap costs about one cache-line hand-off. The CQ entries of such records
-//! are *owed*: skipped when the reader drains them, first thing once [`OWED_MAX`] (at most an eighth of the ring)
-//! are owed. Because those records are released before their entries are reaped, the writer may overwrite an
-//! owed entry with the next lap's (its writes stay within the released seq + `slot_count`, and fewer than
-//! `slot_count` entries are owed, so never two laps); the reader skips an owed entry found a lap ahead. Every
-//! entry that is not owed is still reaped before the writer can reach it. Anything else than the expected seq
-//! (a gap: that seq is never written) comes through the CQ, which an idle reader reads every
-//! [`CQ_POLL_INTERVAL`] polls: a gap shows that many empty polls later.
+//! without touching the CQ line, so a reap costs about one cache-line hand-off. Such a completion consumes its CQ
+//! position: the entry (stored right after, or already there) is never read. This is exact because the writer
+//! writes seqs in increasing order and every earlier write was delivered (from its stamp or its entry), so the
+//! expected record's entry is the one at the reader's CQ position. Anything other than the expected seq (a gap:
+//! that seq is never written) comes through the CQ, which an idle reader reads every [`CQ_POLL_INTERVAL`] polls:
+//! a gap shows that many empty polls later. An entry found a lap ahead of the reader's position (only possible
+//! if a writer broke the increasing-seq rule) belongs to a released record and is stepped over.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -151,11 +150,6 @@ pub struct ShmLocalRing {
     cq_pos: u64,
     cq_shift: u32,
     linked: bool,
-    /// Completions delivered from slot stamps whose CQ entries are still to come ([`LocalRing::poll_cq_expecting`]),
-    /// for the consecutive seqs from `owed_from_seq`.
-    owed: u32,
-    owed_from_seq: u64,
-    owed_max: u32,
     /// Polls that found the expected stamp absent (the CQ is read on every [`CQ_POLL_INTERVAL`]-th).
     idle_polls: u32,
 }
@@ -205,9 +199,6 @@ impl ShmLocalRing {
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
             linked: true,
-            owed: 0,
-            owed_from_seq: 0,
-            owed_max: (slot_count / 8).clamp(1, OWED_MAX),
             idle_polls: 0,
         };
         Ok((ring, grant))
@@ -233,14 +224,11 @@ impl Drop for ShmLocalRing {
     }
 }
 
-/// Completions a reader may take from slot stamps before it drains their CQ entries (and at most an eighth of the
-/// ring, so the writer can lap an owed entry by one lap at most).
-const OWED_MAX: u32 = 32;
-/// While the expected stamp is absent, the CQ is polled once every this many polls (a power of two).
+/// While the expected stamp is absent, the CQ is read once every this many polls (a power of two).
 pub const CQ_POLL_INTERVAL: u32 = 1024;
 
 impl ShmLocalRing {
-    /// Completes the write of `expected_seq` if its slot's stamp shows it (see `poll_cq_expecting`).
+    /// Completes the write of `expected_seq` if its slot's stamp shows it; it takes the next CQ position.
     #[inline]
     fn complete_from_stamp(&mut self, expected_seq: u64) -> Option<Completion> {
         // SYNC POINT: Acquire pairs with the Release store of the seq word in `ShmRemoteRing::store_slot`.
@@ -248,39 +236,8 @@ impl ShmLocalRing {
         if stamp != expected_seq || expected_seq == 0 {
             return None;
         }
-        if self.owed == 0 {
-            self.owed_from_seq = expected_seq;
-        } else if self.owed_from_seq + self.owed as u64 != expected_seq {
-            // Not the next of the owed run (the caller moved on past a gap): wait for the CQ instead.
-            return None;
-        }
-        self.owed += 1;
+        self.cq_pos += 1;
         Some(Completion { imm_data: imm_from_seq(expected_seq) })
-    }
-
-    /// The next CQ entry's immediate, if the writer has stored it.
-    #[inline]
-    fn reap_cq_entry(&mut self) -> Option<u32> {
-        loop {
-            let index = self.cq_pos as u32; // masked in cq_entry
-            let lap = ((self.cq_pos >> self.cq_shift) as u32).wrapping_add(1);
-            // SYNC POINT: Acquire pairs with the Release store in `ShmRemoteRing::store_cq_entry`; once the entry
-            // of this lap is seen, the 64 bytes the writer stored into the slot before it are visible too.
-            let entry = self.seg.cq_entry(index).load(Ordering::Acquire);
-            let entry_lap = (entry >> 32) as u32;
-            if entry_lap == lap {
-                self.cq_pos += 1;
-                return Some(entry as u32);
-            }
-            if self.owed == 0 || entry_lap != lap.wrapping_add(1) {
-                return None;
-            }
-            // An owed entry the writer has already lapped: its record was delivered from its stamp and released,
-            // which let the writer run up to a ring ahead of this entry (never further: see the module docs).
-            self.cq_pos += 1;
-            self.owed -= 1;
-            self.owed_from_seq += 1;
-        }
     }
 }
 
@@ -292,29 +249,32 @@ impl LocalRing for ShmLocalRing {
     #[inline]
     fn poll_cq(&mut self) -> Option<Completion> {
         loop {
-            let imm_data = self.reap_cq_entry()?;
-            if self.owed == 0 || imm_data != imm_from_seq(self.owed_from_seq) {
-                return Some(Completion { imm_data });
+            let index = self.cq_pos as u32; // masked in cq_entry
+            let lap = ((self.cq_pos >> self.cq_shift) as u32).wrapping_add(1);
+            // SYNC POINT: Acquire pairs with the Release store in `ShmRemoteRing::store_cq_entry`; once the entry
+            // of this lap is seen, the 64 bytes the writer stored into the slot before it are visible too.
+            let entry = self.seg.cq_entry(index).load(Ordering::Acquire);
+            let entry_lap = (entry >> 32) as u32;
+            if entry_lap == lap {
+                self.cq_pos += 1;
+                return Some(Completion { imm_data: entry as u32 });
             }
-            // The entry of a completion already delivered from its slot's stamp.
-            self.owed -= 1;
-            self.owed_from_seq += 1;
+            if entry_lap != lap.wrapping_add(1) {
+                return None;
+            }
+            // A lap ahead: the writer reused this position, so its record was released; step over it.
+            self.cq_pos += 1;
         }
     }
 
     /// Completes the write of `expected_seq` from its slot's stamp, or reaps the CQ. The writer stores a record's
     /// seq word last, with release ordering, after the other 56 bytes (see [`ShmRemoteRing::write_with_imm`]):
     /// once this side's acquire load sees `expected_seq` there, the whole record is visible, as it would be after
-    /// its CQ entry, whose arrival is then skipped. The CQ line is read only when it must be: on every
-    /// [`CQ_POLL_INTERVAL`]-th poll that finds the stamp absent (a gap, a stale write: anything but the expected
-    /// seq, comes through the CQ that much later), and first once [`OWED_MAX`] entries are owed. A reader that
-    /// spins on both lines pulls the CQ line back from the writer on every record, which measured about 1.4x a
-    /// cache-line hand-off, against about 1.05x for the stamp alone (mdfan-bench, same run).
+    /// its CQ entry. The CQ line is read only on every [`CQ_POLL_INTERVAL`]-th poll that finds the stamp absent
+    /// (so a gap shows that much later). A reader that also spins on the CQ line pulls it back from the writer on
+    /// every record: about 1.4x a cache-line hand-off against about 1.05x for the stamp alone (mdfan-bench).
     #[inline]
     fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
-        if self.owed >= self.owed_max {
-            return self.poll_cq().or_else(|| self.complete_from_stamp(expected_seq));
-        }
         if let Some(c) = self.complete_from_stamp(expected_seq) {
             return Some(c);
         }
@@ -550,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stamped_slot_completes_before_its_cq_entry_which_is_then_skipped() {
+    fn a_stamped_slot_completes_before_its_cq_entry_which_is_never_read() {
         let (mut local, mut remote) = pair(64);
         // The writer stored record 1 but not yet its CQ entry: the CQ alone shows nothing...
         remote.store_slot(slot_index(1, 64), &rec(1));
@@ -561,42 +521,17 @@ mod tests {
         assert_eq!(*local.slot(1), rec(1));
         local.release(1);
         assert_eq!(remote.consumed_seq(), 1);
+        // The entry arrives late; it is not delivered again, and the next write completes in order.
         remote.store_cq_entry(imm_from_seq(1));
-        // The entry is skipped when drained, not delivered again.
         assert_eq!(reap(&mut local, 2), None);
         remote.write_with_imm(slot_index(2, 64), &rec(2), imm_from_seq(2)).unwrap();
         assert_eq!(local.poll_cq_expecting(2), Some(Completion { imm_data: 2 }));
-        assert_eq!(reap(&mut local, 3), None, "2's entry skipped");
-        assert_eq!(local.owed, 0);
+        assert_eq!(reap(&mut local, 3), None);
+        assert_eq!(local.cq_pos, 2);
     }
 
     #[test]
-    fn an_owed_entry_lapped_by_the_writer_is_skipped() {
-        let (mut local, mut remote) = pair(64);
-        // Eight records from their stamps (the most a 64-slot ring may owe), each released at once.
-        for seq in 1..=8u64 {
-            remote.store_slot(slot_index(seq, 64), &rec(seq));
-            assert_eq!(local.poll_cq_expecting(seq), Some(Completion { imm_data: seq as u32 }));
-            local.release(seq);
-            remote.store_cq_entry(imm_from_seq(seq));
-        }
-        // The writer fills the ring again (seqs 9..=72) and so laps the first eight CQ entries.
-        for seq in 9..=72u64 {
-            assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 64));
-            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
-        }
-        // Owed entries first (some lapped), then 9 onward in order through the CQ.
-        for seq in 9..=72u64 {
-            let c = local.poll_cq().expect("every record after the owed ones comes through the CQ");
-            assert_eq!(seq_from_imm(c.imm_data, seq), seq);
-            assert_eq!(*local.slot(slot_index(seq, 64)), rec(seq));
-            local.release(seq);
-        }
-        assert_eq!((local.owed, local.poll_cq()), (0, None));
-    }
-
-    #[test]
-    fn a_gap_comes_through_the_cq_and_a_foreign_entry_is_delivered_not_eaten() {
+    fn a_gap_comes_through_the_cq_after_at_most_one_poll_interval() {
         let (mut local, mut remote) = pair(64);
         for seq in 1..=3 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
@@ -605,28 +540,63 @@ mod tests {
         local.release(3);
         // The writer skips 4 and 5 (a gap): slot 4 never holds seq 4, so only the CQ names 6.
         remote.write_with_imm(slot_index(6, 64), &rec(6), imm_from_seq(6)).unwrap();
-        assert_eq!(reap(&mut local, 4), Some(Completion { imm_data: 6 }));
-        assert_eq!(remote.consumed_seq(), 3, "1..3's entries were drained on the way");
-        // A CQ entry that is not the owed one (a stale rewrite of 6 before 7's entry) is delivered, not eaten.
-        remote.store_slot(slot_index(7, 64), &rec(7));
+        let polls = (1..=CQ_POLL_INTERVAL).find(|_| local.poll_cq_expecting(4).is_some());
+        assert!(polls.is_some(), "no completion within one interval");
+        assert_eq!(local.cq_pos, 4);
+        // Back on the stamp path for 7.
+        remote.write_with_imm(slot_index(7, 64), &rec(7), imm_from_seq(7)).unwrap();
         assert_eq!(local.poll_cq_expecting(7), Some(Completion { imm_data: 7 }));
-        remote.write_with_imm(slot_index(6, 64), &rec(6), imm_from_seq(6)).unwrap();
-        remote.store_cq_entry(imm_from_seq(7));
-        assert_eq!(reap(&mut local, 8), Some(Completion { imm_data: 6 }));
-        assert_eq!(reap(&mut local, 8), None, "7's entry skipped");
     }
 
     #[test]
-    fn a_reader_that_never_idles_drains_its_owed_entries_every_owed_max_records() {
-        let (mut local, mut remote) = pair(1024);
+    fn a_writer_breaking_seq_order_costs_a_stale_completion_never_a_lost_or_stuck_one() {
+        let (mut local, mut remote) = pair(64);
+        remote.write_with_imm(slot_index(1, 64), &rec(1), imm_from_seq(1)).unwrap();
+        assert_eq!(local.poll_cq_expecting(1), Some(Completion { imm_data: 1 }));
+        local.release(1);
+        // A rewrite of seq 1 (a broken writer), then 2: the stamp completes 2 at the rewrite's CQ position...
+        remote.write_with_imm(slot_index(1, 64), &rec(1), imm_from_seq(1)).unwrap();
+        remote.write_with_imm(slot_index(2, 64), &rec(2), imm_from_seq(2)).unwrap();
+        assert_eq!(local.poll_cq_expecting(2), Some(Completion { imm_data: 2 }));
+        local.release(2);
+        // ...so the CQ, read when idle, hands over 2's entry again: seq 2 < expected 3, a stale completion the
+        // receiver reports, after which reader and writer agree again.
+        assert_eq!(reap(&mut local, 3), Some(Completion { imm_data: 2 }));
+        // A whole ring more arrives in order, from stamps and (when idle) the CQ.
+        for seq in 3..=66u64 {
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+        }
+        for seq in 3..=66u64 {
+            let c = reap(&mut local, seq).expect("every record arrives");
+            assert_eq!(seq_from_imm(c.imm_data, seq), seq);
+            local.release(seq);
+        }
+        assert_eq!(reap(&mut local, 67), None);
+    }
+
+    #[test]
+    fn an_entry_a_lap_ahead_of_the_reader_is_stepped_over() {
+        let (mut local, mut remote) = pair(64);
+        // Positions 0 and 1 already hold the next lap's entries (as after a writer broke the seq order and ran
+        // a ring ahead of a reader that had released everything).
+        for seq in 1..=66u64 {
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+        }
+        assert_eq!(local.poll_cq(), Some(Completion { imm_data: 3 }), "positions 0 and 1 were a lap ahead");
+    }
+
+    #[test]
+    fn a_reader_that_never_idles_never_reads_the_cq_and_stays_in_step() {
+        let (mut local, mut remote) = pair(64);
         for seq in 1..=1000u64 {
-            assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 1024), "seq {seq}");
-            remote.write_with_imm(slot_index(seq, 1024), &rec(seq), imm_from_seq(seq)).unwrap();
+            assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 64), "seq {seq}");
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
             let c = local.poll_cq_expecting(seq).expect("the record is there");
             assert_eq!(seq_from_imm(c.imm_data, seq), seq);
             local.release(seq);
-            assert!(seq - remote.consumed_seq() <= OWED_MAX as u64 + 1, "seq {seq}: release held too long");
         }
+        assert_eq!((local.cq_pos, local.idle_polls), (1000, 0));
+        assert_eq!(local.poll_cq(), None, "every entry's position was taken by its stamp completion");
     }
 
     #[test]
