@@ -25,7 +25,9 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::spin::Wait;
 
 use anyhow::{anyhow, bail};
 use hdrhistogram::Histogram;
@@ -203,47 +205,6 @@ fn ports(
     Ok((publication, subscription))
 }
 
-/// Spin-wait bookkeeping: a PAUSE per empty poll, and every 1,024 of them a look at the stop flag and the clock.
-struct Wait<'a> {
-    stop: &'a AtomicBool,
-    spins: u32,
-    since: Option<Instant>,
-}
-
-impl<'a> Wait<'a> {
-    fn new(stop: &'a AtomicBool) -> Self {
-        Wait { stop, spins: 0, since: None }
-    }
-
-    /// One empty poll; an error once the peer gave up or `timeout` passed since this wait began.
-    #[inline]
-    fn idle(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
-        std::hint::spin_loop();
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins.is_multiple_of(1024) {
-            self.check(timeout, what)?;
-        }
-        Ok(())
-    }
-
-    #[cold]
-    fn check(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
-        if self.stop.load(Ordering::Acquire) {
-            bail!("aeron: {}: the other side stopped", what());
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() > timeout {
-            bail!("aeron: {}: nothing for {timeout:?}", what());
-        }
-        Ok(())
-    }
-
-    fn reset(&mut self) {
-        self.spins = 0;
-        self.since = None;
-    }
-}
-
 /// Claims 64 bytes in the log buffer, copies `msg` in, commits; spins while the publication is back-pressured
 /// or not yet connected. Returns whether it had to wait for the limit (back pressure).
 #[inline]
@@ -286,7 +247,7 @@ fn ping(
     let aeron = client(dir, "ping")?;
     let (publication, subscription) = ports(&aeron, "ping", PING_STREAM_ID, PONG_STREAM_ID)?;
     crate::pin(core);
-    let mut wait = Wait::new(stop);
+    let mut wait = Wait::new("aeron", stop);
     // Both directions up: pong subscribes to our stream, and its publication has reached our subscription.
     while !(publication.is_connected() && subscription.is_connected()) {
         wait.idle(SETUP_TIMEOUT, &|| "ping: waiting for pong to connect".into())?;
@@ -334,8 +295,8 @@ fn pong(dir: &CString, core: Option<usize>, total: u64, stop: &AtomicBool) -> an
     let aeron = client(dir, "pong")?;
     let (publication, subscription) = ports(&aeron, "pong", PONG_STREAM_ID, PING_STREAM_ID)?;
     crate::pin(core);
-    let mut wait = Wait::new(stop);
-    let mut send_wait = Wait::new(stop);
+    let mut wait = Wait::new("aeron", stop);
+    let mut send_wait = Wait::new("aeron", stop);
     let mut echoed = 0u64;
     let mut failure = None;
     let mut msg = [0u8; MESSAGE_BYTES];

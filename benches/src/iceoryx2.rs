@@ -13,7 +13,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::spin::Wait;
 
 use anyhow::{anyhow, bail};
 use hdrhistogram::Histogram;
@@ -145,47 +147,6 @@ fn ports(
     Ok((publisher, subscriber))
 }
 
-/// Spin-wait bookkeeping: a PAUSE per empty poll, and every 1,024 of them a look at the stop flag and the clock.
-struct Wait<'a> {
-    stop: &'a AtomicBool,
-    spins: u32,
-    since: Option<Instant>,
-}
-
-impl<'a> Wait<'a> {
-    fn new(stop: &'a AtomicBool) -> Self {
-        Wait { stop, spins: 0, since: None }
-    }
-
-    /// One empty poll; an error once the peer gave up or `timeout` passed since this wait began.
-    #[inline]
-    fn idle(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
-        std::hint::spin_loop();
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins.is_multiple_of(1024) {
-            self.check(timeout, what)?;
-        }
-        Ok(())
-    }
-
-    #[cold]
-    fn check(&mut self, timeout: Duration, what: &dyn Fn() -> String) -> anyhow::Result<()> {
-        if self.stop.load(Ordering::Acquire) {
-            bail!("iceoryx2: {}: the other side stopped", what());
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() > timeout {
-            bail!("iceoryx2: {}: nothing for {timeout:?}", what());
-        }
-        Ok(())
-    }
-
-    fn reset(&mut self) {
-        self.spins = 0;
-        self.since = None;
-    }
-}
-
 /// Loans a sample, writes `msg`, sends it. A send that reached no subscriber (not connected yet) is repeated.
 #[inline]
 fn send(
@@ -225,7 +186,7 @@ fn ping(
 ) -> anyhow::Result<Histogram<u64>> {
     let (publisher, subscriber) = ports("ping", ping_service, ping_name, pong_service, pong_name)?;
     crate::pin(core);
-    let mut wait = Wait::new(stop);
+    let mut wait = Wait::new("iceoryx2", stop);
     // Pong's ports are up: its subscriber on our service and its publisher on its own.
     while ping_service.dynamic_config().number_of_subscribers() == 0
         || pong_service.dynamic_config().number_of_publishers() == 0
@@ -265,7 +226,7 @@ fn pong(ping_name: &str, pong_name: &str, core: Option<usize>, total: u64, stop:
     let pong_service = service(&node, pong_name, false)?;
     let (publisher, subscriber) = ports("pong", &pong_service, pong_name, &ping_service, ping_name)?;
     crate::pin(core);
-    let (mut wait, mut send_wait) = (Wait::new(stop), Wait::new(stop));
+    let (mut wait, mut send_wait) = (Wait::new("iceoryx2", stop), Wait::new("iceoryx2", stop));
     let mut echoed = 0u64;
     while echoed < total {
         match subscriber.receive() {

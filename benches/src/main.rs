@@ -36,6 +36,8 @@ mod plot;
 mod replay;
 mod report;
 mod shm;
+#[cfg(any(feature = "aeron", feature = "iceoryx2"))]
+mod spin;
 #[cfg(feature = "verbs")]
 mod verbs;
 
