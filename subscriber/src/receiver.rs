@@ -101,10 +101,35 @@ impl<R: LocalRing> Receiver<R> {
     /// Reaps up to `max` completions; see [`crate::Subscriber::poll`]. No syscall, no allocation.
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
+        let mut n = self.reap(max, false, &mut f);
+        if n == 0 && self.closed.is_none() {
+            if let PeerState::Closed(reason) = self.ring.peer_state() {
+                // Everything written before the close is visible now, but the reap above may have missed some of
+                // it: a record that landed after its poll, or one after a gap (on shm only the CQ shows it, and
+                // an idle reader reads the CQ every `CQ_POLL_INTERVAL` polls). Read the CQ itself before
+                // reporting the close, which comes after the last record.
+                n = self.reap(max, true, &mut f);
+                if n == 0 {
+                    self.closed = Some(reason);
+                    f(Event::Closed(reason));
+                }
+            }
+        }
+        if n > 0 {
+            self.ring.release(self.stats.next_seq - 1);
+        }
+        n
+    }
+
+    /// The loop of [`Receiver::poll`]: up to `max` completions, from `poll_cq_expecting`, or from the CQ alone
+    /// (`cq_only`, once the ring is closed).
+    #[inline(always)]
+    fn reap<F: FnMut(Event<'_>)>(&mut self, max: usize, cq_only: bool, f: &mut F) -> usize {
         let mut n = 0;
         let slot_count = self.ring.slot_count();
         while n < max {
-            let Some(c) = self.ring.poll_cq_expecting(self.stats.next_seq) else { break };
+            let polled = if cq_only { self.ring.poll_cq() } else { self.ring.poll_cq_expecting(self.stats.next_seq) };
+            let Some(c) = polled else { break };
             n += 1;
             let expected = self.stats.next_seq;
             let seq = seq_from_imm(c.imm_data, expected);
@@ -136,14 +161,6 @@ impl<R: LocalRing> Receiver<R> {
             self.stats.records += 1;
             self.stats.next_seq = seq + 1;
             f(Event::Record(record));
-        }
-        if n > 0 {
-            self.ring.release(self.stats.next_seq - 1);
-        } else if self.closed.is_none() {
-            if let PeerState::Closed(reason) = self.ring.peer_state() {
-                self.closed = Some(reason);
-                f(Event::Closed(reason));
-            }
         }
         n
     }
