@@ -637,4 +637,226 @@ mod tests {
         drop(local);
         assert!(!Path::new(path).exists(), "dropping the local ring unlinks its file");
     }
+
+    #[test]
+    fn a_stale_stamp_from_the_previous_lap_never_completes_a_write() {
+        let (mut local, mut remote) = pair(64);
+        for seq in 1..=64u64 {
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+            assert_eq!(reap(&mut local, seq), Some(Completion { imm_data: seq as u32 }));
+            local.release(seq);
+        }
+        // Slot 1 holds seq 1 (released); 65 is due there. Its words 1..8 are being written, its stamp not yet.
+        let mut half = rec(65);
+        half.seq = 1;
+        remote.store_slot(slot_index(65, 64), &half);
+        assert_eq!(reap(&mut local, 65), None, "seq 1's stamp (and 65's words) do not complete 65");
+        remote.store_slot(slot_index(65, 64), &rec(65));
+        assert_eq!(local.poll_cq_expecting(65), Some(Completion { imm_data: 65 }));
+        assert_eq!(*local.slot(slot_index(65, 64)), rec(65));
+    }
+
+    #[test]
+    fn positions_lapped_by_the_writer_then_a_gap_right_after_them_report_the_gap_exactly() {
+        let (mut local, mut remote) = pair(64);
+        // Eight records from their stamps, released.
+        for seq in 1..=8u64 {
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+            assert_eq!(local.poll_cq_expecting(seq), Some(Completion { imm_data: seq as u32 }));
+            local.release(seq);
+        }
+        // The writer skips 9 and fills the ring with 10..=72: CQ positions 8..=70, the last seven of which lap the
+        // entries of 1..=7 (positions the stamp completions already took).
+        for seq in 10..=72u64 {
+            assert!(mdfan_wire::ring::has_space(seq, remote.consumed_seq(), 64));
+            remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
+        }
+        assert!(!mdfan_wire::ring::has_space(73, remote.consumed_seq(), 64));
+        // 9's slot never held 9; the CQ names 10 next: the gap.
+        assert_eq!(reap(&mut local, 9), Some(Completion { imm_data: 10 }));
+        let mut expected = 11;
+        while expected <= 72 {
+            let c = reap(&mut local, expected).expect("every record after the gap");
+            assert_eq!(seq_from_imm(c.imm_data, expected), expected);
+            assert_eq!(*local.slot(slot_index(expected, 64)), rec(expected));
+            local.release(expected);
+            expected += 1;
+        }
+        assert_eq!(reap(&mut local, 73), None);
+    }
+
+    /// One step of a model of the protocol at the granularity of the writer's two stores (the slot with its
+    /// stamp, then the CQ entry), interleaved at random with the reader's polls.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// The writer takes this many steps: finishing a write (its CQ entry), or starting the next one (its slot)
+        /// when the ring has space and skipping that seq (policy resync) when not.
+        Write(usize),
+        /// The reader polls up to this many completions (stopping at the first empty poll), then releases.
+        Poll(usize),
+        /// The reader polls one CQ poll interval's worth of times.
+        Idle,
+    }
+
+    struct Model {
+        local: ShmLocalRing,
+        remote: ShmRemoteRing,
+        slots: u32,
+        /// The writer's next seq, the last seq it wrote, and the seq whose slot is stored but not its CQ entry.
+        next_seq: u64,
+        last_written: u64,
+        pending: Option<u64>,
+        written: Vec<u64>,
+        skipped: Vec<u64>,
+        /// The reader's next expected seq, what it delivered, and the gaps it saw.
+        expected: u64,
+        delivered: Vec<u64>,
+        gaps: Vec<(u64, u64)>,
+    }
+
+    impl Model {
+        fn new(slots: u32) -> Model {
+            let (local, remote) = pair(slots);
+            Model {
+                local,
+                remote,
+                slots,
+                next_seq: 1,
+                last_written: 0,
+                pending: None,
+                written: Vec::new(),
+                skipped: Vec::new(),
+                expected: 1,
+                delivered: Vec::new(),
+                gaps: Vec::new(),
+            }
+        }
+
+        fn writer_step(&mut self) {
+            if let Some(seq) = self.pending.take() {
+                self.remote.store_cq_entry(imm_from_seq(seq));
+                return;
+            }
+            let consumed = self.remote.consumed_seq();
+            // `Session::has_space`: within a ring of the consumed seq, or everything written consumed.
+            let space =
+                mdfan_wire::ring::has_space(self.next_seq, consumed, self.slots) || self.last_written <= consumed;
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            if space {
+                self.remote.store_slot(slot_index(seq, self.slots), &rec(seq));
+                self.pending = Some(seq);
+                self.last_written = seq;
+                self.written.push(seq);
+            } else {
+                self.skipped.push(seq);
+            }
+        }
+
+        /// Polls up to `max` completions, as `Receiver::poll` does. `Err` says what went wrong.
+        fn poll(&mut self, max: usize) -> Result<usize, String> {
+            let mut n = 0;
+            while n < max {
+                let Some(c) = self.local.poll_cq_expecting(self.expected) else { break };
+                n += 1;
+                let seq = seq_from_imm(c.imm_data, self.expected);
+                if seq < self.expected {
+                    return Err(format!("stale completion {seq} while {} was due", self.expected));
+                }
+                let r = *self.local.slot(slot_index(seq, self.slots));
+                if r != rec(seq) {
+                    return Err(format!("completion {seq} found slot {r:?}"));
+                }
+                if seq != self.expected {
+                    self.gaps.push((self.expected, seq));
+                }
+                self.delivered.push(seq);
+                self.expected = seq + 1;
+            }
+            if n > 0 {
+                self.local.release(self.expected - 1);
+            }
+            Ok(n)
+        }
+
+        fn run(&mut self, steps: &[Step]) -> Result<(), String> {
+            for step in steps {
+                match *step {
+                    Step::Write(k) => (0..k).for_each(|_| self.writer_step()),
+                    Step::Poll(max) => {
+                        self.poll(max)?;
+                    }
+                    Step::Idle => {
+                        for _ in 0..CQ_POLL_INTERVAL {
+                            self.poll(usize::MAX)?;
+                        }
+                    }
+                }
+            }
+            // The writer finishes its last write; the reader drains over two CQ poll intervals.
+            if self.pending.is_some() {
+                self.writer_step();
+            }
+            let mut empty = 0;
+            while empty < 2 * CQ_POLL_INTERVAL {
+                empty = if self.poll(usize::MAX)? > 0 { 0 } else { empty + 1 };
+            }
+            if self.delivered != self.written {
+                return Err(format!("delivered {:?}\nwritten {:?}", self.delivered, self.written));
+            }
+            let mut in_gaps: Vec<u64> = self.gaps.iter().flat_map(|&(e, g)| e..g).collect();
+            in_gaps.extend(self.expected..self.next_seq);
+            if in_gaps != self.skipped {
+                return Err(format!(
+                    "gaps {:?} (and {}.. trailing), skipped {:?}",
+                    self.gaps, self.expected, self.skipped
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        prop::collection::vec(
+            prop_oneof![
+                4 => (1usize..160).prop_map(Step::Write),
+                4 => (1usize..80).prop_map(Step::Poll),
+                1 => Just(Step::Idle),
+            ],
+            1..80,
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        #[test]
+        fn split_writes_interleaved_with_polls_deliver_each_record_once_in_order_and_report_each_skip(
+            steps in steps()
+        ) {
+            let mut m = Model::new(64);
+            if let Err(e) = m.run(&steps) {
+                proptest::prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn split_writes_one_step_apart_from_each_poll_over_many_laps() {
+        // The tightest interleaving: every write's slot, then a poll, then its CQ entry, then a poll; with a skip
+        // run every few laps.
+        let mut m = Model::new(64);
+        let mut steps = Vec::new();
+        for i in 0..4000 {
+            steps.push(Step::Write(1));
+            steps.push(Step::Poll(1 + i % 3));
+            if i % 500 == 499 {
+                steps.push(Step::Write(200)); // fills the ring and skips
+                steps.push(Step::Idle);
+            }
+        }
+        m.run(&steps).unwrap();
+        assert!(!m.skipped.is_empty() && !m.gaps.is_empty());
+    }
 }
