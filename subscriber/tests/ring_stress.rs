@@ -98,7 +98,13 @@ struct Written {
     next_seq: u64,
     count: usize,
     skipped: u64,
+    /// The writer gave up waiting for space: the reader stopped releasing.
+    stuck: bool,
 }
+
+/// How long a writer waits for one free slot before it calls the reader stuck (the reader's stalls are
+/// shorter than a millisecond).
+const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
 fn pause(rng: &mut Rng) {
     match rng.below(16) {
@@ -107,6 +113,20 @@ fn pause(rng: &mut Rng) {
         12 | 13 => std::thread::yield_now(),
         _ => std::thread::sleep(Duration::from_micros(rng.below(200))),
     }
+}
+
+/// Posts `r`, waiting for space (as policy `block` and the end of stream do); false after [`WAIT_LIMIT`].
+fn post_waiting(session: &mut Session, r: &mut BookUpdate, f: u64) -> bool {
+    let start = Instant::now();
+    for spins in 0u64.. {
+        match session.try_post(r, f) {
+            Post::Sent => return true,
+            Post::Full if spins % 1024 == 1023 && start.elapsed() > WAIT_LIMIT => return false,
+            Post::Full => std::hint::spin_loop(),
+            Post::Failed(reason) => panic!("post failed: {reason:?}"),
+        }
+    }
+    unreachable!()
 }
 
 fn writer(mut session: Session, seed: u64, slots: u32, items: u64) -> Written {
@@ -119,14 +139,8 @@ fn writer(mut session: Session, seed: u64, slots: u32, items: u64) -> Written {
     let mut by_seq = vec![0u64];
     let mut count = 0;
     let mut f = 0u64;
-    let post_waiting = |session: &mut Session, r: &mut BookUpdate, f: u64| loop {
-        match session.try_post(r, f) {
-            Post::Sent => return,
-            Post::Full => std::hint::spin_loop(),
-            Post::Failed(reason) => panic!("post failed: {reason:?}"),
-        }
-    };
-    while f < items {
+    let mut stuck = false;
+    'feed: while f < items {
         let burst = 1 + rng.below(3 * slots as u64);
         let skip = match mode {
             WriterMode::Wait => false,
@@ -136,38 +150,40 @@ fn writer(mut session: Session, seed: u64, slots: u32, items: u64) -> Written {
         for _ in 0..burst.min(items - f) {
             f += 1;
             let mut r = payload(f, Kind::Add);
-            let seq = session.next_seq();
-            assert_eq!(by_seq.len() as u64, seq);
-            if skip {
-                match session.try_post(&mut r, f) {
-                    Post::Sent => by_seq.push(f),
-                    Post::Full => {
-                        session.skip();
-                        by_seq.push(0);
-                    }
-                    Post::Failed(reason) => panic!("post failed: {reason:?}"),
+            assert_eq!(by_seq.len() as u64, session.next_seq());
+            let sent = match session.try_post(&mut r, f) {
+                Post::Sent => true,
+                Post::Full if skip => {
+                    session.skip();
+                    false
                 }
-            } else {
-                post_waiting(&mut session, &mut r, f);
-                by_seq.push(f);
-            }
-            if by_seq[seq as usize] != 0 {
-                count += 1;
-            }
+                Post::Full if post_waiting(&mut session, &mut r, f) => true,
+                Post::Full => {
+                    stuck = true;
+                    break 'feed;
+                }
+                Post::Failed(reason) => panic!("post failed: {reason:?}"),
+            };
+            by_seq.push(if sent { f } else { 0 });
+            count += sent as usize;
         }
         pause(&mut rng);
     }
     // End of stream: waits for space (as the publisher's `finish` does), then the close.
-    f += 1;
-    let mut eos = payload(f, Kind::EndOfStream);
-    post_waiting(&mut session, &mut eos, f);
-    by_seq.push(f);
-    count += 1;
-    session.close(CloseReason::EndOfStream);
+    if !stuck {
+        f += 1;
+        let mut eos = payload(f, Kind::EndOfStream);
+        stuck = !post_waiting(&mut session, &mut eos, f);
+        if !stuck {
+            by_seq.push(f);
+            count += 1;
+        }
+    }
+    session.close(if stuck { CloseReason::Stalled } else { CloseReason::EndOfStream });
     let next_seq = session.next_seq();
     assert_eq!(by_seq.len() as u64, next_seq);
     let skipped = session.counters.skipped.load(Ordering::Relaxed);
-    Written { by_seq, next_seq, count, skipped }
+    Written { by_seq, next_seq, count, skipped, stuck }
 }
 
 /// The reader: until it has seen the close, polls with a random `max` and stalls now and then; after the close,
@@ -215,6 +231,12 @@ fn reader(mut rx: Receiver<ShmLocalRing>, seed: u64, slots: u32, give_up: Arc<At
 
 /// Checks everything the module docs promise; `Err` says what broke, first thing first.
 fn check(w: &Written, seen: &[Seen]) -> Result<(), String> {
+    if w.stuck {
+        return Err(format!(
+            "the writer waited {WAIT_LIMIT:?} for space at seq {}: the reader stopped releasing",
+            w.next_seq
+        ));
+    }
     let mut expected = 1u64;
     let mut delivered = 0usize;
     let mut gap_to: Option<u64> = None;
