@@ -54,10 +54,14 @@ use serde::Deserialize;
 pub(crate) fn pin(core: Option<usize>) {
     if let Some(c) = core {
         if let Err(e) = mdfan_tuning::pin_current_thread(c) {
+            PIN_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             eprintln!("mdfan-bench: warning: {e}");
         }
     }
 }
+
+/// Threads that could not be pinned during the run (the report says so).
+static PIN_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Runs `f` on a new thread of this (never pinned) main thread and waits for it: every measurement starts from
 /// the process's full CPU mask, so the threads it makes (Aeron's conductors, the publisher's) are not stuck on a
@@ -449,6 +453,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     let targets = targets(&figures);
     let context = serde_json::json!({
         "cores": [a, b],
+        "pinning": match (a, PIN_FAILURES.load(std::sync::atomic::Ordering::Relaxed)) {
+            (None, _) => "off (fewer than two allowed cores)".to_owned(),
+            (Some(_), 0) => "every measuring thread pinned".to_owned(),
+            (Some(_), n) => format!("{n} threads could not be pinned"),
+        },
         "clock": clock_name(),
         "clocksource": std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
             .unwrap_or_default().trim(),
