@@ -239,16 +239,32 @@ impl Scenario {
         anyhow::ensure!(!s.subscribers.is_empty(), "subscribers: give at least one count");
         anyhow::ensure!(s.subscribers.iter().all(|&n| (1..=64).contains(&n)), "subscribers must be 1..=64 each");
         anyhow::ensure!(matches!(s.source.as_str(), "replay" | "synthetic"), "source must be replay or synthetic");
+        let from = a.config.as_ref().map_or(String::new(), |p| format!(" (in {})", p.display()));
+        let mut rates = Vec::new();
         for r in &s.rates {
-            r.rate()?;
+            let rate = r.rate().map_err(|e| anyhow::anyhow!("{e}{from}"))?;
+            anyhow::ensure!(!rates.contains(&rate), "rates: {} is given twice{from}", rate_key(rate));
+            rates.push(rate);
         }
+        let mut subs = s.subscribers.clone();
+        subs.sort_unstable();
+        subs.dedup();
+        anyhow::ensure!(subs.len() == s.subscribers.len(), "subscribers: a count is given twice{from}");
+        anyhow::ensure!(s.duration_ms != Some(0), "duration_ms must be at least 1{from}");
+        if let [x, y] = s.cores.as_slice() {
+            anyhow::ensure!(x != y, "cores: the sender and the receiver need two different cores, got {x},{y}");
+        }
+        anyhow::ensure!(
+            s.fabric == Fabric::Verbs || (s.device.is_none() && s.gid_index.is_none()),
+            "device and gid_index are for --fabric verbs"
+        );
         Ok(s)
     }
 }
 
 /// An open-loop rate as written: a number of records/s, or text (`"max"`, `"500000"`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a rate: records per second (a positive integer) or \"max\"")]
 enum RateSpec {
     Number(u64),
     Text(String),
@@ -338,7 +354,23 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         [] => (None, None),
         other => anyhow::bail!("cores takes two cores, got {other:?}"),
     };
-    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    for c in [a, b].into_iter().flatten() {
+        anyhow::ensure!(allowed.contains(&c), "cores: {c} is not one this process may use ({allowed:?})");
+    }
+    if s.fabric == Fabric::Shm {
+        anyhow::ensure!(s.shm_dir.is_dir(), "shm_dir {}: not a directory", s.shm_dir.display());
+    }
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => anyhow::ensure!(
+            entries.next().is_none(),
+            "out {}: not empty (a run's files would mix with what is there): give a new folder",
+            out.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if out.exists() && !out.is_dir() => anyhow::bail!("out {}: not a directory ({e})", out.display()),
+        Err(e) => anyhow::bail!("out {}: {e}", out.display()),
+    }
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("out {}: {e}", out.display()))?;
     let capture = s.capture.clone().unwrap_or_else(|| repo_root().join(replay::CAPTURE));
     let source = match (s.fabric, s.source.as_str()) {
         (Fabric::Shm, "replay") => {
@@ -451,6 +483,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         }
     }
     let targets = targets(&figures);
+    let peers_built: Vec<&str> = [("aeron", cfg!(feature = "aeron")), ("iceoryx2", cfg!(feature = "iceoryx2"))]
+        .into_iter()
+        .chain([("verbs", cfg!(feature = "verbs"))])
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
     let context = serde_json::json!({
         "cores": [a, b],
         "pinning": match (a, PIN_FAILURES.load(std::sync::atomic::Ordering::Relaxed)) {
@@ -464,6 +501,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         "fabric": { "kind": s.fabric, "device": s.device, "gid_index": s.gid_index },
         "verbs_rounds": verbs_rounds,
         "rounds": s.rounds,
+        "duration_ms": s.duration_ms,
+        "peers_built": peers_built,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "count_per_round": count,
         "warmup": warmup,
         "rates": rates.iter().map(|&r| rate_key(r)).collect::<Vec<_>>(),
@@ -583,7 +623,11 @@ fn charts(
     let series = pick(&stages);
     if series.len() > 1 {
         let refs: Vec<(&str, &Histogram<u64>)> = series.iter().map(|(n, h)| (n.as_str(), *h)).collect();
-        let title = "Open loop: latency per stage by percentile";
+        let title = format!(
+            "Open loop at {}: latency per stage by percentile",
+            rates.first().map_or("-".into(), |&r| rate_key(r))
+        );
+        let title = title.as_str();
         charts.push((title.to_owned(), plot::latency_by_percentile(title, &refs)?));
     }
     let points: Vec<(usize, f64)> = subscribers

@@ -79,7 +79,7 @@ pub fn latency_by_percentile(title: &str, series: &[(&str, &Histogram<u64>)]) ->
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
@@ -184,7 +184,7 @@ pub fn html(
         let _ = writeln!(h, "<h2>{}</h2>\n{svg}", escape(title));
     }
     h.push_str("<h2>Figures</h2>\n<table><tr><th>figure</th><th>value</th></tr>\n");
-    for (k, v) in figures {
+    for (k, v) in crate::report::in_reading_order(figures) {
         let _ = writeln!(h, "<tr><td><code>{}</code></td><td class=n>{}</td></tr>", escape(k), {
             crate::report::fmt_value(k, *v)
         });

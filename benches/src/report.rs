@@ -35,7 +35,9 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
     }
     let _ = writeln!(out, "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]", h.mean(), h.stdev());
     let _ = writeln!(out, "#[Max     = {:12.3}, Total count    = {:12}]", h.max() as f64, h.len());
-    let _ = writeln!(out, "#[Buckets = {:12}, SubBuckets     = {:12}]", h.buckets(), h.distinct_values());
+    // As HdrHistogram's Java output: sub-buckets per bucket, 2 * 10^digits rounded up to a power of two.
+    let sub_buckets = (2 * 10u64.pow(h.sigfig() as u32)).next_power_of_two();
+    let _ = writeln!(out, "#[Buckets = {:12}, SubBuckets     = {:12}]", h.buckets(), sub_buckets);
     out
 }
 
@@ -60,6 +62,7 @@ pub fn hlog(name: &str, run_start: SystemTime, intervals: &Intervals) -> anyhow:
     let mut serializer = V2DeflateSerializer::new();
     let mut builder = IntervalLogWriterBuilder::new();
     builder.add_comment(&format!("mdfan-bench {name}: one interval per round, values in ns"));
+    builder.add_comment("[Histogram log format version 1.3]");
     builder.with_start_time(run_start).with_base_time(run_start);
     let mut writer = builder.begin_log_with(&mut out, &mut serializer)?;
     // Tags may not hold spaces, commas or '=' (HdrHistogram log format); our names have none.
@@ -69,6 +72,11 @@ pub fn hlog(name: &str, run_start: SystemTime, intervals: &Intervals) -> anyhow:
             .write_histogram(h, *start, *length, tag)
             .map_err(|e| anyhow::anyhow!("{name}.hlog: interval at {start:?}: {e:?}"))?;
     }
+    drop(writer);
+    // The column legend HdrHistogram's own writer puts before the first interval (readers skip it).
+    let legend = b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n";
+    let at: usize = out.split_inclusive(|&c| c == b'\n').take_while(|l| l.starts_with(b"#")).map(<[u8]>::len).sum();
+    out.splice(at..at, legend.iter().copied());
     Ok(out)
 }
 
@@ -163,17 +171,38 @@ pub fn write_summary(
         let _ = writeln!(md, "| {} | `{}` | {:.2} | {v} | {} |", t.what, t.key, t.limit, t.verdict());
     }
     md.push_str("\n## Figures\n\n| figure | value |\n|---|---:|\n");
-    for (k, v) in figures {
+    for (k, v) in in_reading_order(figures) {
         let _ = writeln!(md, "| `{k}` | {} |", fmt_value(k, *v));
     }
     std::fs::write(dir.join("summary.md"), md)?;
     Ok(())
 }
 
+/// The figures with each histogram's percentiles in rising order (p50 .. p99999, then max, count) rather than
+/// as text sorts them.
+pub fn in_reading_order(figures: &BTreeMap<String, f64>) -> Vec<(&String, &f64)> {
+    let rank = |k: &str| {
+        let last = k.rsplit('.').next().unwrap_or("");
+        let p = PERCENTILES.iter().position(|(name, _)| last == format!("{name}_ns") || last == *name);
+        let base = match p {
+            Some(_) => &k[..k.len() - last.len()],
+            None => k,
+        };
+        (base.to_owned(), p.unwrap_or(PERCENTILES.len()), k.to_owned())
+    };
+    let mut v: Vec<_> = figures.iter().collect();
+    v.sort_by_cached_key(|(k, _)| rank(k));
+    v
+}
+
 /// A figure as text: ratios with two decimals and an `x`, the rest rounded.
 pub fn fmt_value(key: &str, v: f64) -> String {
     if key.starts_with("ratio.") {
-        format!("{v:.2}x")
+        if v != 0.0 && v.abs() < 0.1 {
+            format!("{v:.3}x")
+        } else {
+            format!("{v:.2}x")
+        }
     } else if v.abs() < 100.0 && v.fract() != 0.0 {
         format!("{v:.2}")
     } else {
@@ -211,6 +240,9 @@ mod tests {
             .unwrap();
         let text = String::from_utf8(log.clone()).unwrap();
         assert!(text.contains("#[StartTime: 1700000000.000"), "{text}");
+        assert!(text.contains("#[Histogram log format version 1.3]\n"), "{text}");
+        let legend = text.find("\"StartTimestamp\",\"Interval_Length\"").expect("the legend line");
+        assert!(legend < text.find("Tag=").unwrap() && !text[..legend].lines().any(|l| !l.starts_with('#')));
         let mut seen = Vec::new();
         for entry in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&log) {
             if let Ok(hdrhistogram::serialization::interval_log::LogEntry::Interval(i)) = entry {
