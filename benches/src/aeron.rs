@@ -341,14 +341,7 @@ mod tests {
 
     #[test]
     fn aeron_ipc_pingpong_records_every_message() {
-        let _cores = crate::pingpong::exclusive_cores();
-        let cores = mdfan_tuning::allowed_cores();
-        let (a, b) = (cores.first().copied(), cores.get(1).copied());
-        let (warmup, count) = (200, 2_000);
-        let h = pingpong(a, b, warmup, count).expect("aeron ping-pong");
-        assert_eq!(h.len(), count);
-        let p50 = h.value_at_quantile(0.5);
-        assert!(p50 > 0 && p50 < 1_000_000, "p50 {p50} ns");
+        crate::pingpong::check_peer_pingpong(pingpong);
         let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
             .expect("/dev/shm")
             .filter_map(|e| e.ok())

@@ -258,14 +258,7 @@ mod tests {
 
     #[test]
     fn iceoryx2_pubsub_pingpong_records_every_message() {
-        let _cores = crate::pingpong::exclusive_cores();
-        let cores = mdfan_tuning::allowed_cores();
-        let (a, b) = (cores.first().copied(), cores.get(1).copied());
-        let (warmup, count) = (200, 2_000);
-        let h = pingpong(a, b, warmup, count).expect("iceoryx2 ping-pong");
-        assert_eq!(h.len(), count);
-        let p50 = h.value_at_quantile(0.5);
-        assert!(p50 > 0 && p50 < 1_000_000, "p50 {p50} ns");
+        crate::pingpong::check_peer_pingpong(pingpong);
         let (ping_name, pong_name) = service_names(RUNS.load(Ordering::Relaxed) - 1);
         for name in [ping_name, pong_name] {
             let service_name = ServiceName::new(&name).expect("a valid name");

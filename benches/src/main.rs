@@ -533,62 +533,32 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The targets, as far as this run measured them.
+/// The targets, as far as this run measured them: (what, figure key, limit, at most).
 fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
-    let pp = "mdfan.shm.pingpong";
-    let mut t = vec![
-        report::Target::new(
-            f,
-            "shm one-way p50 <= 1.0x cache-line",
-            &format!("ratio.{pp}_vs_baseline.cacheline.p50"),
-            1.0,
-            true,
-        ),
-        report::Target::new(
-            f,
-            "shm one-way p99 <= 1.1x cache-line",
-            &format!("ratio.{pp}_vs_baseline.cacheline.p99"),
-            1.1,
-            true,
-        ),
-        report::Target::new(
-            f,
-            "shm one-way p99.9 <= 1.25x cache-line",
-            &format!("ratio.{pp}_vs_baseline.cacheline.p999"),
-            1.25,
-            true,
-        ),
-        report::Target::new(f, "shm one-way p50 <= Aeron IPC", &format!("ratio.{pp}_vs_baseline.aeron.p50"), 1.0, true),
-        report::Target::new(
-            f,
-            "shm one-way p99.9 <= 0.7x Aeron IPC",
-            &format!("ratio.{pp}_vs_baseline.aeron.p999"),
-            0.7,
-            true,
-        ),
-        report::Target::new(
-            f,
-            "shm one-way p50 <= 0.3x iceoryx2",
-            &format!("ratio.{pp}_vs_baseline.iceoryx2.p50"),
-            0.3,
-            true,
-        ),
-        report::Target::new(
-            f,
+    let pp = "ratio.mdfan.shm.pingpong_vs_baseline";
+    [
+        ("shm one-way p50 <= 1.0x cache-line", format!("{pp}.cacheline.p50"), 1.0, true),
+        ("shm one-way p99 <= 1.1x cache-line", format!("{pp}.cacheline.p99"), 1.1, true),
+        ("shm one-way p99.9 <= 1.25x cache-line", format!("{pp}.cacheline.p999"), 1.25, true),
+        ("shm one-way p50 <= Aeron IPC", format!("{pp}.aeron.p50"), 1.0, true),
+        ("shm one-way p99.9 <= 0.7x Aeron IPC", format!("{pp}.aeron.p999"), 0.7, true),
+        ("shm one-way p50 <= 0.3x iceoryx2", format!("{pp}.iceoryx2.p50"), 0.3, true),
+        (
             "replay + normalize + fan-out to 2 subscribers >= 0.8x DBN decode of the capture file (zstd + DBN)",
-            "ratio.mdfan.replay.subs2_vs_baseline.dbn_decode.rate",
+            "ratio.mdfan.replay.subs2_vs_baseline.dbn_decode.rate".into(),
             0.8,
             false,
         ),
-    ];
-    t.push(report::Target::new(
-        f,
-        "verbs one-way p50 <= 1.15x perftest write-with-imm (Soft-RoCE run)",
-        "ratio.mdfan.verbs.pingpong_vs_baseline.perftest.p50",
-        1.15,
-        true,
-    ));
-    t
+        (
+            "verbs one-way p50 <= 1.15x perftest write-with-imm (Soft-RoCE run)",
+            "ratio.mdfan.verbs.pingpong_vs_baseline.perftest.p50".into(),
+            1.15,
+            true,
+        ),
+    ]
+    .into_iter()
+    .map(|(what, key, limit, at_most)| report::Target::new(f, what, &key, limit, at_most))
+    .collect()
 }
 
 fn charts(

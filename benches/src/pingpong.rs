@@ -60,3 +60,19 @@ pub(crate) fn exclusive_cores() -> std::sync::MutexGuard<'static, ()> {
     // A test that failed while holding it leaves nothing half-done behind: go on.
     CORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A peer ping-pong's test: `run` on the first two allowed cores, 200 warm-up and 2,000 measured messages,
+/// alone on the cores; returns the histogram after checking it holds exactly 2,000 plausible values.
+#[cfg(all(test, any(feature = "aeron", feature = "iceoryx2")))]
+pub fn check_peer_pingpong(
+    run: impl FnOnce(Option<usize>, Option<usize>, u64, u64) -> anyhow::Result<Histogram<u64>>,
+) -> Histogram<u64> {
+    let _cores = exclusive_cores();
+    let cores = mdfan_tuning::allowed_cores();
+    let (warmup, count) = (200, 2_000);
+    let h = run(cores.first().copied(), cores.get(1).copied(), warmup, count).expect("the peer ping-pong");
+    assert_eq!(h.len(), count);
+    let p50 = h.value_at_quantile(0.5);
+    assert!(p50 > 0 && p50 < 1_000_000, "p50 {p50} ns");
+    h
+}

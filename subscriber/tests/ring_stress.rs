@@ -208,15 +208,7 @@ fn reader(mut rx: Receiver<ShmLocalRing>, seed: u64, slots: u32, give_up: Arc<At
                 _ => usize::MAX,
             }
         };
-        let n = rx.poll(max, |e| {
-            seen.push(match e {
-                Event::Record(r) => Seen::Record { seq: r.seq, f: r.order_id, intact: intact(r) },
-                Event::Gap { expected, got } => Seen::Gap { expected, got },
-                Event::Stale { seq, expected } => Seen::Stale { seq, expected },
-                Event::Corrupt { seq, slot_seq } => Seen::Corrupt { seq, slot_seq },
-                Event::Closed(_) => Seen::Closed,
-            })
-        });
+        let n = events(&mut rx, max, &mut seen);
         if rx.closed().is_some() {
             closed = true;
         }
