@@ -89,7 +89,8 @@ pub struct AgentCounters {
     pub feed_errors: AtomicU64,
     /// Duty-cycle times in TSC ticks.
     pub cycles: CycleHistogram,
-    /// Per post of a live record: TSC ticks from the start of its normalization to the post's stamp.
+    /// Per live record posted to at least one session: TSC ticks from the start of its normalization to the stamp
+    /// its posts carry.
     pub decode_to_post: CycleHistogram,
 }
 
@@ -214,6 +215,7 @@ impl FanoutAgent {
         let stall = self.timing.stall_ticks;
         let mut k = self.rotate;
         let now = self.clock.raw();
+        let mut sent = false;
         for _ in 0..n {
             let s = &mut self.sessions[k];
             k = if k + 1 == n { 0 } else { k + 1 };
@@ -230,7 +232,7 @@ impl FanoutAgent {
             }
             let mut r = *record;
             match s.try_post(&mut r, now) {
-                Post::Sent => self.counters.decode_to_post.record(now.wrapping_sub(t_decode)),
+                Post::Sent => sent = true,
                 Post::Failed(reason) => s.dead = Some(reason),
                 Post::Full => {
                     bump(&s.counters.ring_full);
@@ -251,6 +253,10 @@ impl FanoutAgent {
                     }
                 }
             }
+        }
+        if sent {
+            // Every post of this record carries the same stamp: one value per record, not per post.
+            self.counters.decode_to_post.record(now.wrapping_sub(t_decode));
         }
     }
 

@@ -181,7 +181,7 @@ pub struct RunReport {
     pub cycle_max_ns: u64,
     /// The whole duty-cycle histogram: (upper bound in ns, count) per non-empty bucket, ascending.
     pub cycle_buckets_ns: Vec<(u64, u64)>,
-    /// Per post of a live record, start of its normalization to the post, as `cycle_buckets_ns`.
+    /// Per live record posted, start of its normalization to its posts' stamp, as `cycle_buckets_ns`.
     pub decode_to_post_buckets_ns: Vec<(u64, u64)>,
     /// Why the run ended.
     pub end: CloseReason,
