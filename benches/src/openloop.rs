@@ -17,7 +17,6 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 
 use hdrhistogram::Histogram;
-use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing};
 use mdfan_fabric::{LocalRing, RemoteRing};
 use mdfan_wire::feed::dbn::normalize_mbo;
 use mdfan_wire::ring::{has_space, imm_from_seq, slot_index};
@@ -99,10 +98,9 @@ pub fn run(dir: &Path, tx_core: Option<usize>, rx_core: Option<usize>, spec: &Sp
     let mut locals = Vec::with_capacity(spec.subscribers);
     let mut remotes = Vec::with_capacity(spec.subscribers);
     for _ in 0..spec.subscribers.max(1) {
-        let (mut local, grant) = ShmLocalRing::create(dir, slots)?;
-        remotes.push(ShmRemoteRing::attach(&grant, dir)?);
-        local.unlink();
+        let (local, remote) = crate::shm::ring(dir, slots)?;
         locals.push(local);
+        remotes.push(remote);
     }
     let total = spec.warmup + spec.count;
     let warmup = spec.warmup;

@@ -15,7 +15,8 @@ use mdfan_fabric::{LocalRing, RemoteRing};
 use mdfan_wire::ring::{imm_from_seq, slot_index};
 use mdfan_wire::{BookUpdate, Kind};
 
-fn ring(dir: &Path, slots: u32) -> anyhow::Result<(ShmLocalRing, ShmRemoteRing)> {
+/// A ring of `slots` under `dir`, its file already unlinked, and the sender's handle on it.
+pub fn ring(dir: &Path, slots: u32) -> anyhow::Result<(ShmLocalRing, ShmRemoteRing)> {
     let (mut local, grant) = ShmLocalRing::create(dir, slots)?;
     let remote = ShmRemoteRing::attach(&grant, dir)?;
     local.unlink();
