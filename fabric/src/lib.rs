@@ -17,6 +17,7 @@
 //!
 //! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`); everything above is safe Rust.
 
+pub mod credit;
 pub mod shm;
 
 #[cfg(feature = "verbs")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mdfan_fabric::shm::ShmRemoteRing;
 use mdfan_fabric::{CloseReason, PostError, RemoteRing};
 use mdfan_wire::control::SlowConsumerPolicy;
-use mdfan_wire::ring::{has_space, imm_from_seq, slot_index};
+use mdfan_wire::ring::{imm_from_seq, slot_index, slot_is_free};
 use mdfan_wire::BookUpdate;
 
 /// The remote ring of one session, whichever provider it came from (static dispatch).
@@ -216,13 +216,10 @@ impl Session {
         self.filter.as_deref()
     }
 
-    /// Whether the slot of the next seq is free (refreshing the cached consumed seq if needed): either every
-    /// seq from the consumed one to the next is within one ring, or everything written has been consumed
-    /// (after skipped seqs under `resync`, the next seq can be more than a ring ahead of an empty ring).
+    /// Whether the slot of the next seq is free ([`slot_is_free`]), refreshing the cached consumed seq if needed.
     #[inline]
     pub fn has_space(&mut self) -> bool {
-        let free =
-            |s: &Session| has_space(s.next_seq, s.cached_consumed, s.slot_count) || s.last_written <= s.cached_consumed;
+        let free = |s: &Session| slot_is_free(s.next_seq, s.cached_consumed, s.last_written, s.slot_count);
         if free(self) {
             return true;
         }

@@ -154,6 +154,17 @@ pub const fn has_space(next_seq: u64, consumed_seq: u64, slot_count: u32) -> boo
     next_seq.wrapping_sub(consumed_seq) <= slot_count as u64
 }
 
+/// Whether seq `next_seq` may be written now, for a writer that has written up to `last_written_seq` (seqs
+/// skipped under the `resync` policy are never written) into a ring of `slot_count` slots whose reader has
+/// consumed up to and including `consumed_seq` (as the writer last learnt it).
+///
+/// Either every seq from the consumed one to `next_seq` is within one ring ([`has_space`]), or everything
+/// written has been consumed (after skipped seqs, `next_seq` can be more than a ring ahead of an empty ring).
+#[inline]
+pub const fn slot_is_free(next_seq: u64, consumed_seq: u64, last_written_seq: u64, slot_count: u32) -> bool {
+    has_space(next_seq, consumed_seq, slot_count) || last_written_seq <= consumed_seq
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

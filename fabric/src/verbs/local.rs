@@ -13,6 +13,7 @@ use super::ffi::{
 };
 use super::timestamp::TickExtender;
 use super::{parse_endpoint, random_psn, VerbsDevice};
+use crate::credit::CreditWriter;
 use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState};
 
 /// `wr_id` of every receive WR.
@@ -77,13 +78,8 @@ pub struct VerbsLocalRing {
     credit_addr: u64,
     credit_rkey: u32,
     credit_inline: bool,
-    credit_every: u64,
-    /// Highest seq released by the reader.
-    consumed: u64,
-    /// The seq the last credit write carried.
-    credit_sent: u64,
-    credit_in_flight: bool,
-    credit_pending: bool,
+    /// When to write the consumed seq back (see [`crate::credit`]).
+    credit: CreditWriter,
     /// Receive WRs consumed and not yet re-posted.
     recv_deficit: u32,
     repost_batch: u32,
@@ -159,7 +155,7 @@ impl VerbsLocalRing {
 
     /// Released records per credit write.
     pub fn credit_every(&self) -> u64 {
-        self.credit_every
+        self.credit.every()
     }
 
     /// Receive WRs kept posted.
@@ -185,26 +181,21 @@ impl VerbsLocalRing {
     /// released since the last credit (or as soon as the credit write in flight completes, during a later
     /// [`LocalRing::poll_cq`]).
     pub fn flush_credit(&mut self) {
-        if self.consumed != self.credit_sent {
-            self.send_credit();
+        if let Some(seq) = self.credit.flush() {
+            self.send_credit(seq);
         }
     }
 
-    /// Posts the credit write of `self.consumed`, or marks it pending while one is in flight (its source word
-    /// must not change under the NIC).
+    /// Posts the credit write of `seq` (one the [`CreditWriter`] returned: no credit is in flight, so the source
+    /// word is not under the NIC).
     #[inline]
-    fn send_credit(&mut self) {
+    fn send_credit(&mut self, seq: u64) {
         if self.failed.is_some() {
-            return;
-        }
-        if self.credit_in_flight {
-            self.credit_pending = true;
             return;
         }
         // Release: the reads of every slot up to `consumed` happen before the write that lets the publisher
         // reuse them is posted (the post's doorbell is a store; x86 never moves loads after it, weaker CPUs could).
         fence(Ordering::Release);
-        let seq = self.consumed;
         let bytes = seq.to_le_bytes();
         let w = RdmaWrite {
             wr_id: CREDIT_WR_ID,
@@ -222,11 +213,7 @@ impl VerbsLocalRing {
             return;
         }
         match self.parts.qp.post_send(&mut self.parts.credit_src) {
-            Ok(()) => {
-                self.credit_sent = seq;
-                self.credit_in_flight = true;
-                self.credit_pending = false;
-            }
+            Ok(()) => self.credit.posted(seq),
             Err(errno) => self.failed = Some(-errno),
         }
     }
@@ -243,10 +230,14 @@ impl VerbsLocalRing {
             }
         };
         if n == 0 {
+            if let Some(seq) = self.credit.on_empty_poll() {
+                self.send_credit(seq);
+            }
             return false;
         }
         self.head = 0;
         self.len = 0;
+        let mut credit_done = false;
         for i in 0..n {
             let wc = self.scratch[i];
             if wc.status != ffi::WC_SUCCESS {
@@ -255,7 +246,7 @@ impl VerbsLocalRing {
                 break;
             }
             if wc.wr_id == CREDIT_WR_ID && wc.opcode == ffi::WC_RDMA_WRITE {
-                self.credit_in_flight = false;
+                credit_done = true;
             } else if wc.opcode == ffi::WC_RECV_RDMA_WITH_IMM {
                 self.pending[self.len] = wc;
                 self.len += 1;
@@ -271,10 +262,13 @@ impl VerbsLocalRing {
                 Err(errno) => self.failed = Some(-errno),
             }
         }
-        if !self.credit_in_flight
-            && (self.credit_pending || self.consumed.wrapping_sub(self.credit_sent) >= self.credit_every)
-        {
-            self.send_credit();
+        if self.len > 0 {
+            self.credit.on_record();
+        }
+        if credit_done {
+            if let Some(seq) = self.credit.on_complete() {
+                self.send_credit(seq);
+            }
         }
         self.len > 0
     }
@@ -328,11 +322,7 @@ impl PreparedVerbsLocalRing {
             credit_addr: *credit_addr,
             credit_rkey: *credit_rkey,
             credit_inline,
-            credit_every,
-            consumed: 0,
-            credit_sent: 0,
-            credit_in_flight: false,
-            credit_pending: false,
+            credit: CreditWriter::new(credit_every),
             recv_deficit: 0,
             repost_batch,
             pending: [Wc::default(); POLL_BATCH],
@@ -343,7 +333,7 @@ impl PreparedVerbsLocalRing {
             extender,
             last_ts_ticks: None,
         };
-        ring.send_credit();
+        ring.send_credit(0); // the first credit: tells the publisher our QP is live
         if let Some(code) = ring.failed {
             return Err(verbs_error(
                 "ibv_post_send",
@@ -384,9 +374,8 @@ impl LocalRing for VerbsLocalRing {
 
     #[inline]
     fn release(&mut self, consumed_seq: u64) {
-        self.consumed = consumed_seq;
-        if consumed_seq.wrapping_sub(self.credit_sent) >= self.credit_every {
-            self.send_credit();
+        if let Some(seq) = self.credit.on_release(consumed_seq) {
+            self.send_credit(seq);
         }
     }
 
