@@ -738,9 +738,8 @@ mod tests {
                 return;
             }
             let consumed = self.remote.consumed_seq();
-            // `Session::has_space`: within a ring of the consumed seq, or everything written consumed.
-            let space =
-                mdfan_wire::ring::has_space(self.next_seq, consumed, self.slots) || self.last_written <= consumed;
+            // `Session::has_space`: the publisher's rule.
+            let space = mdfan_wire::ring::slot_is_free(self.next_seq, consumed, self.last_written, self.slots);
             let seq = self.next_seq;
             self.next_seq += 1;
             if space {

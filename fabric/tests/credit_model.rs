@@ -17,10 +17,7 @@
 
 use std::collections::VecDeque;
 
-use mdfan_fabric::credit::CreditWriter;
-
-/// Empty polls a subscriber may take before it credits a partial batch.
-const IDLE_CREDIT_POLLS: u32 = 1024;
+use mdfan_fabric::credit::{CreditWriter, IDLE_CREDIT_POLLS};
 use mdfan_wire::ring::{slot_index, slot_is_free};
 use proptest::prelude::*;
 
@@ -162,16 +159,21 @@ impl Model {
         }
     }
 
-    /// One poll of the subscriber's CQ: a credit completion, or one record, or nothing.
+    /// One poll of the subscriber's CQ (one `ibv_poll_cq`): a credit completion if one is due, and one record;
+    /// an empty poll if neither.
     fn poll(&mut self, t: u64) {
+        let mut completed = false;
         if self.in_flight.as_ref().is_some_and(|c| t >= c.completes_at) {
             self.in_flight = None;
+            completed = true;
             if let Some(seq) = self.writer.on_complete() {
                 self.post_credit(t, seq);
             }
-            return;
         }
         let Some(seq) = self.cq.pop_front() else {
+            if completed {
+                return;
+            }
             if let Some(seq) = self.writer.on_empty_poll() {
                 self.post_credit(t, seq);
             }

@@ -223,15 +223,20 @@ impl Session {
         if free(self) {
             return true;
         }
-        self.cached_consumed = self.ring.consumed_seq();
-        self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
+        self.refresh_consumed();
         free(self)
     }
 
-    /// Reads the subscriber's consumed seq now (for the lag counter; off the per-record path).
+    /// Reads the subscriber's consumed seq now. A subscriber that released something is not stalled, whether or
+    /// not that freed the slot the next seq needs: the stall timeout counts from its last release.
+    #[inline]
     pub fn refresh_consumed(&mut self) {
-        self.cached_consumed = self.ring.consumed_seq();
-        self.counters.consumed_seq.store(self.cached_consumed, Ordering::Relaxed);
+        let consumed = self.ring.consumed_seq();
+        if consumed > self.cached_consumed {
+            self.stalled_since = 0;
+        }
+        self.cached_consumed = consumed;
+        self.counters.consumed_seq.store(consumed, Ordering::Relaxed);
     }
 
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
@@ -267,7 +272,7 @@ impl Session {
     }
 
     /// Notes that the ring was full at `now`; returns true once it has been full for more than
-    /// `timeout_ticks` without the subscriber releasing anything.
+    /// `timeout_ticks` without the subscriber releasing anything (a release restarts the count).
     #[inline]
     pub fn stalled_too_long(&mut self, now: u64, timeout_ticks: u64) -> bool {
         if self.stalled_since == 0 {

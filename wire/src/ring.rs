@@ -158,11 +158,24 @@ pub const fn has_space(next_seq: u64, consumed_seq: u64, slot_count: u32) -> boo
 /// skipped under the `resync` policy are never written) into a ring of `slot_count` slots whose reader has
 /// consumed up to and including `consumed_seq` (as the writer last learnt it).
 ///
-/// Either every seq from the consumed one to `next_seq` is within one ring ([`has_space`]), or everything
-/// written has been consumed (after skipped seqs, `next_seq` can be more than a ring ahead of an empty ring).
+/// The slot of `next_seq` is taken only if some seq the reader may not have consumed yet, one in
+/// `consumed_seq + 1..=last_written_seq`, shares it. So it is free when every seq from the consumed one to
+/// `next_seq` is within one ring ([`has_space`]), when everything written has been consumed, and, after skipped
+/// seqs, whenever `next_seq`'s slot is outside the unconsumed span. The last case is what keeps a `resync` stream
+/// moving when the writer's view of the consumed seq lags the reader's (over RDMA it learns it from credits,
+/// which come in batches): it never needs that view to catch up exactly.
 #[inline]
 pub const fn slot_is_free(next_seq: u64, consumed_seq: u64, last_written_seq: u64, slot_count: u32) -> bool {
-    has_space(next_seq, consumed_seq, slot_count) || last_written_seq <= consumed_seq
+    if has_space(next_seq, consumed_seq, slot_count) || last_written_seq <= consumed_seq {
+        return true;
+    }
+    let unconsumed = last_written_seq - consumed_seq;
+    if unconsumed >= slot_count as u64 || next_seq <= last_written_seq {
+        return false;
+    }
+    // seq s in consumed+1..=last_written shares next_seq's slot iff next_seq - s is a multiple of slot_count, i.e.
+    // iff (next_seq - consumed - 1) mod slot_count < unconsumed.
+    (next_seq - consumed_seq - 1) & (slot_count as u64 - 1) >= unconsumed
 }
 
 #[cfg(test)]
@@ -206,6 +219,22 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_free_unless_an_unconsumed_seq_shares_it() {
+        // in order: the plain ring rule
+        assert!(slot_is_free(65, 1, 64, 64));
+        assert!(!slot_is_free(65, 0, 64, 64));
+        // everything written consumed: free however far ahead the next seq is
+        assert!(slot_is_free(1_000, 64, 64, 64));
+        // seqs 61..=64 unconsumed (slots 61..=63 and 0); later seqs were skipped
+        assert!(!slot_is_free(1_000 * 64 + 61, 60, 64, 64));
+        assert!(!slot_is_free(1_000 * 64, 60, 64, 64));
+        assert!(slot_is_free(1_000 * 64 + 1, 60, 64, 64));
+        assert!(slot_is_free(1_000 * 64 + 60, 60, 64, 64));
+        // a whole ring unconsumed: nothing is free
+        assert!(!slot_is_free(200, 64, 128, 64));
+    }
+
+    #[test]
     fn headers_validate_and_refuse_bad_geometry() {
         let h = RingHeader::new(131_072, 1).unwrap();
         assert_eq!(h.validate(), Ok(()));
@@ -224,6 +253,17 @@ mod tests {
         fn seq_rebuild_is_exact_within_half_the_imm_space(expected in 0u64..u64::MAX / 2, delta in -(1i64 << 31) + 1..(1i64 << 31)) {
             let seq = expected.wrapping_add_signed(delta);
             prop_assert_eq!(seq_from_imm(imm_from_seq(seq), expected), seq);
+        }
+
+        #[test]
+        fn slot_is_free_exactly_when_no_unconsumed_seq_shares_the_slot(
+            log_slots in 6u32..=10, consumed in 0u64..5_000, unconsumed in 0u64..1_200, ahead in 1u64..5_000,
+        ) {
+            let slots = 1u32 << log_slots;
+            let last_written = consumed + unconsumed;
+            let next = last_written + ahead;
+            let taken = (consumed + 1..=last_written).any(|s| slot_index(s, slots) == slot_index(next, slots));
+            prop_assert_eq!(slot_is_free(next, consumed, last_written, slots), !taken);
         }
     }
 }
