@@ -1,6 +1,7 @@
-//! Stalled, dropped, killed and late subscribers, and a killed publisher, on shared memory. In every case the
-//! subscribers that did nothing wrong end with the exact reference book, and the one that did either ends
-//! exact too (resync, late join, reconnect) or is dropped with its reason.
+//! Dropped, killed and late subscribers, and a killed publisher, on shared memory (and on verbs in the Soft-RoCE
+//! VM). In every case the subscribers that did nothing wrong end with the exact reference book, and the one that
+//! did either ends exact too (late join, reconnect) or is dropped with its reason. Stalled subscribers, under
+//! each policy, are in `stalls.rs`.
 //!
 //! The replays are paced (500x: the capture plays in about 6.5 s) so there is a "mid-stream" to act in; the
 //! sleeps below place events inside it. Nothing here asserts a duration.
@@ -18,102 +19,6 @@ use common::*;
 use mdfan_fabric::CloseReason;
 
 const PACE: &str = "pace = 500";
-
-/// The final-book part of the summary line, without the record and gap counts (which differ after a
-/// resync or a late join).
-fn final_book() -> String {
-    let cp = &esh4::CHECKPOINTS[4];
-    format!(
-        "last_seq={} orders={} levels_bid={} levels_ask={} bbo=4810.00x22/4810.25x28",
-        cp.venue_seq, cp.orders, cp.levels_bid, cp.levels_ask
-    )
-}
-
-fn top_levels(lines: &[String]) -> Vec<String> {
-    lines.iter().filter(|l| l.contains(" side=")).cloned().collect()
-}
-
-/// Asserts the subscriber's final book equals the reference (summary and top 10 per side).
-fn assert_exact(lines: &[String], who: &str) {
-    let summary = lines
-        .iter()
-        .find(|l| l.starts_with("instrument=17077 "))
-        .unwrap_or_else(|| panic!("{who}: no summary:\n{}", lines.join("\n")));
-    assert!(summary.ends_with(&final_book()), "{who}: {summary}");
-    assert_eq!(top_levels(lines).len(), 20, "{who}");
-    let levels = top_levels(lines);
-    assert_eq!(levels[0], "instrument=17077 side=bid level=1 price=4810.00 size=22 orders=22", "{who}");
-    assert_eq!(levels[9], "instrument=17077 side=bid level=10 price=4807.75 size=50 orders=23", "{who}");
-    assert_eq!(levels[10], "instrument=17077 side=ask level=1 price=4810.25 size=28 orders=18", "{who}");
-    assert_eq!(levels[19], "instrument=17077 side=ask level=10 price=4812.50 size=55 orders=24", "{who}");
-}
-
-/// Asserts a subscriber that never fell behind: exact book, every record, no gap.
-fn assert_clean(lines: &[String], who: &str) {
-    assert_exact(lines, who);
-    let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
-    for (k, v) in [("gaps", "0"), ("missed", "0"), ("book_errors", "0"), ("corrupt", "0"), ("end", "end_of_stream")] {
-        assert_eq!(stream[k], v, "{who}: {k}");
-    }
-    assert_eq!(stream["book_records"], esh4::RECORDS.to_string(), "{who}");
-}
-
-/// Replays to a steady subscriber and one with a small ring under `policy`, which is SIGSTOPped for 2 s
-/// mid-stream; returns both outputs and the publisher's report.
-fn stall_one(policy: &str) -> (std::process::Output, std::process::Output, mdfan_publisher::RunReport) {
-    let allow_all = r#"policies = ["disconnect", "resync", "block"]"#;
-    let publisher = start_publisher_with(&esh4::main_file(), 2, allow_all, PACE);
-    let a = spawn_subscriber(publisher.addr, "steady", &[]);
-    let b = spawn_subscriber(publisher.addr, "stalled", &["--policy", policy, "--ring-slots", "1024"]);
-    sleep(Duration::from_millis(1500));
-    signal(&b, "STOP");
-    sleep(Duration::from_secs(2));
-    signal(&b, "CONT");
-    let (a, b) = (wait_with_watchdog(a), wait_with_watchdog(b));
-    (a, b, publisher.handle.join().unwrap().unwrap())
-}
-
-#[test]
-fn a_stalled_resync_subscriber_detects_the_gap_and_rebuilds_from_a_snapshot() {
-    let (a, b, report) = stall_one("resync");
-    let (a, b) = (stdout_lines(&a), stdout_lines(&b));
-
-    assert_clean(&a, "steady");
-    assert_exact(&b, "stalled");
-    let stream = fields(b.iter().find(|l| l.starts_with("stream ")).unwrap());
-    assert_ne!(stream["gaps"], "0", "the stall left a gap: {b:?}");
-    assert_ne!(stream["snapshots"], "0", "and a snapshot repaired it: {b:?}");
-    assert_eq!(stream["book_errors"], "0", "{b:?}");
-    assert_eq!(stream["end"], "end_of_stream");
-    assert!(b.iter().any(|l| l.starts_with("gap expected_seq=")), "{b:?}");
-    let stalled = report.session("stalled").unwrap();
-    assert!(stalled.skipped > 0 && stalled.snapshots > 0, "{}", stalled.line());
-    assert_eq!(stalled.end, Some(CloseReason::EndOfStream));
-    let steady = report.session("steady").unwrap();
-    assert_eq!((steady.skipped, steady.snapshots), (0, 0), "{}", steady.line());
-}
-
-#[test]
-fn a_stalled_disconnect_subscriber_is_dropped_with_a_reason_and_the_other_is_exact() {
-    let (a, b, report) = stall_one("disconnect");
-    assert_clean(&stdout_lines(&a), "steady");
-    assert_eq!(b.status.code(), Some(3), "dropped subscribers exit 3");
-    let b = stdout_lines(&b);
-    let stream = fields(b.iter().find(|l| l.starts_with("stream ")).unwrap());
-    assert_eq!((stream["gaps"], stream["end"]), ("0", "ring_full"), "{b:?}");
-    assert_eq!(report.session("stalled").unwrap().end, Some(CloseReason::RingFull));
-    assert_eq!(report.session("steady").unwrap().end, Some(CloseReason::EndOfStream));
-}
-
-#[test]
-fn a_stalled_block_subscriber_loses_nothing_and_the_publisher_counts_the_wait() {
-    let (a, b, report) = stall_one("block");
-    assert_clean(&stdout_lines(&a), "steady");
-    assert_clean(&stdout_lines(&b), "stalled");
-    let stalled = report.session("stalled").unwrap();
-    assert_eq!((stalled.skipped, stalled.end), (0, Some(CloseReason::EndOfStream)), "{}", stalled.line());
-    assert!(stalled.blocked_ns > 0, "the wait is counted: {}", stalled.line());
-}
 
 #[test]
 fn a_killed_subscriber_is_noticed_and_a_late_joiner_ends_exact() {
@@ -210,4 +115,74 @@ fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_
         assert!(gone < back, "{who}: {lines:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer that stalls in its handshake is dropped while the publisher keeps waiting for `wait_for_subscribers`;
+/// the subscriber already attached hears heartbeats meanwhile (it never reports a silent publisher) and ends
+/// exact once a second subscriber lets the replay start. The stuck peer is a raw control connection that sends
+/// nothing (dropped after the handshake timeout, both fabrics); on verbs also one whose Subscribe grants a QP that
+/// never connects, which is told why in a Bye.
+#[test]
+fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_heartbeats() {
+    use mdfan_wire::control::{self, ControlMsg, RingGrant, Subscribe, VerbsEndpoint};
+    use std::io::Read;
+
+    let publisher = start_publisher(&esh4::main_file(), 2, PACE);
+    let mut steady = Watched::new(spawn_subscriber(publisher.addr, "steady", &[]));
+    steady.wait_for_line("subscribed ");
+    let mut silent = std::net::TcpStream::connect(publisher.addr).unwrap();
+    let mut never_connects = on_verbs().then(|| {
+        let mut s = std::net::TcpStream::connect(publisher.addr).unwrap();
+        // A QP on the same device (the loopback GID) that does not exist: the publisher's QP reaches RTS, but
+        // the first credit never comes.
+        let endpoint = VerbsEndpoint { qpn: 0xabcd, psn: 1, gid: "00000000000000000000ffff7f000001".into(), lid: 0 };
+        let ring = RingGrant::Verbs { endpoint, ring_addr: 0x1_0000, ring_rkey: 1, slot_count: 1024 };
+        let sub = Subscribe {
+            name: "never-connects".into(),
+            instruments: None,
+            ring,
+            policy: Default::default(),
+            snapshot: true,
+        };
+        control::write_msg(&mut s, &ControlMsg::Subscribe(sub)).unwrap();
+        s
+    });
+    // Longer than the handshake and QP-connect timeouts (2 s each).
+    sleep(Duration::from_millis(3500));
+    match control::read_msg_within(&mut silent, Duration::from_secs(5)).unwrap() {
+        ControlMsg::Reject(r) => assert_eq!(r.reason, "bad subscribe message: no answer within 2s"),
+        other => panic!("expected a reject naming the timeout, got {other:?}"),
+    }
+    silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(silent.read_to_end(&mut rest).unwrap(), 0, "then the connection is closed: {rest:?}");
+    if let Some(s) = never_connects.as_mut() {
+        let timeout = Duration::from_secs(5);
+        let accept = control::read_msg_within(s, timeout).unwrap();
+        assert!(matches!(accept, ControlMsg::Accept(_)), "{accept:?}");
+        match control::read_msg_within(s, timeout).unwrap() {
+            ControlMsg::Bye { reason } => {
+                assert_eq!(reason, "fabric_error: the subscriber's QP never connected")
+            }
+            other => panic!("expected a bye, got {other:?}"),
+        }
+    }
+    let second = spawn_subscriber(publisher.addr, "second", &[]);
+    let (code, steady, _) = steady.finish();
+    let second = wait_with_watchdog(second);
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert_eq!(code, Some(0), "{steady:?}");
+    assert_clean(&steady, "steady");
+    assert_clean(&stdout_lines(&second), "second");
+    assert!(!steady.iter().any(|l| l.starts_with("publisher_silent")), "heartbeats while waiting: {steady:?}");
+    let stream = fields(steady.iter().find(|l| l.starts_with("stream ")).unwrap());
+    let heartbeats: u64 = stream["heartbeats"].parse().unwrap();
+    // 3.5 s of waiting at one heartbeat per 10 ms: hundreds (a bound far below that, not a timing claim)
+    assert!(heartbeats >= 20, "{heartbeats} heartbeats while the publisher waited: {steady:?}");
+    let s = report.session("steady").unwrap();
+    assert_eq!(s.end, Some(CloseReason::EndOfStream), "{}", s.line());
+    if on_verbs() {
+        let dropped = report.session("never-connects").unwrap();
+        assert_eq!(dropped.end, Some(CloseReason::FabricError), "{}", dropped.line());
+    }
 }

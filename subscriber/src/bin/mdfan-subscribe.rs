@@ -332,7 +332,12 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     if let Some(reason) = sub.bye_reason() {
                         // The publisher ended this session and said why (on verbs this is the only way); the
                         // next empty poll ends the loop with it.
-                        closed_by_bye = Some(reason.split(':').next().unwrap_or(reason).to_owned());
+                        let (head, detail) = reason.split_once(':').unwrap_or((reason, ""));
+                        match detail.trim() {
+                            "" => println!("bye reason={head}"),
+                            detail => println!("bye reason={head} detail=\"{detail}\""),
+                        }
+                        closed_by_bye = Some(head.to_owned());
                     }
                     control_gone = true;
                 }

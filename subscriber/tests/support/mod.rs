@@ -157,3 +157,111 @@ pub fn signal(child: &Child, sig: &str) {
     let status = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
     assert!(status.success(), "kill -{sig} {}", child.id());
 }
+
+/// The final-book part of the summary line, without the record and gap counts (which differ after a
+/// resync or a late join).
+pub fn final_book() -> String {
+    let cp = &crate::esh4::CHECKPOINTS[4];
+    format!(
+        "last_seq={} orders={} levels_bid={} levels_ask={} bbo=4810.00x22/4810.25x28",
+        cp.venue_seq, cp.orders, cp.levels_bid, cp.levels_ask
+    )
+}
+
+pub fn top_levels(lines: &[String]) -> Vec<String> {
+    lines.iter().filter(|l| l.contains(" side=")).cloned().collect()
+}
+
+/// Asserts the subscriber's final book equals the reference (summary and top 10 per side).
+pub fn assert_exact(lines: &[String], who: &str) {
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("instrument=17077 "))
+        .unwrap_or_else(|| panic!("{who}: no summary:\n{}", lines.join("\n")));
+    assert!(summary.ends_with(&final_book()), "{who}: {summary}");
+    assert_eq!(top_levels(lines).len(), 20, "{who}");
+    let levels = top_levels(lines);
+    assert_eq!(levels[0], "instrument=17077 side=bid level=1 price=4810.00 size=22 orders=22", "{who}");
+    assert_eq!(levels[9], "instrument=17077 side=bid level=10 price=4807.75 size=50 orders=23", "{who}");
+    assert_eq!(levels[10], "instrument=17077 side=ask level=1 price=4810.25 size=28 orders=18", "{who}");
+    assert_eq!(levels[19], "instrument=17077 side=ask level=10 price=4812.50 size=55 orders=24", "{who}");
+}
+
+/// Asserts a subscriber that never fell behind: exact book, every record, no gap.
+pub fn assert_clean(lines: &[String], who: &str) {
+    assert_exact(lines, who);
+    let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+    for (k, v) in [("gaps", "0"), ("missed", "0"), ("book_errors", "0"), ("corrupt", "0"), ("end", "end_of_stream")] {
+        assert_eq!(stream[k], v, "{who}: {k}");
+    }
+    assert_eq!(stream["book_records"], crate::esh4::RECORDS.to_string(), "{who}");
+}
+
+/// A child process whose stdout is read as it comes, so a test can wait for a line before acting.
+pub struct Watched {
+    pub child: Child,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Watched {
+    /// Starts reading `child`'s piped stdout.
+    pub fn new(mut child: Child) -> Watched {
+        use std::io::BufRead;
+        let out = child.stdout.take().expect("stdout is piped");
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Watched { child, lines, reader: Some(reader) }
+    }
+
+    /// Waits until a line starting with `prefix` was printed; panics (with what was printed) if the process
+    /// ends or the watchdog passes first.
+    pub fn wait_for_line(&mut self, prefix: &str) {
+        let start = Instant::now();
+        loop {
+            if self.lines.lock().unwrap().iter().any(|l| l.starts_with(prefix)) {
+                return;
+            }
+            let ended = self.child.try_wait().expect("try_wait").is_some();
+            if ended || start.elapsed() > watchdog() {
+                panic!(
+                    "no line `{prefix}...` (ended: {ended}); stdout so far:\n{}",
+                    self.lines.lock().unwrap().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for the process with the watchdog; returns its exit code, its stdout lines and its stderr.
+    pub fn finish(mut self) -> (Option<i32>, Vec<String>, String) {
+        use std::io::Read;
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if start.elapsed() > watchdog() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("watchdog: child ran over {:?}; stdout:\n{}", watchdog(), self.lines.lock().unwrap().join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        (status.code(), lines, err)
+    }
+}
