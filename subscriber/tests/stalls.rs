@@ -12,8 +12,9 @@
 //! - `disconnect`: dropped with `ring_full` (exit 3, no gap) if the ring filled, exact otherwise.
 //!
 //! Where the timing makes the ring certainly fill (a 1,024-slot ring stopped for the 8,725-record burst, or for a
-//! second or more mid-stream) or certainly not (131,072 slots hold the whole capture), the case says so and that
-//! is asserted too. The replay is paced (500x: about 6.5 s).
+//! second or more mid-stream) or certainly not (131,072 slots hold the whole capture; on shared memory only: over
+//! verbs the receive queue bounds what a stopped subscriber can take), the case says so and that is asserted too.
+//! The replay is paced (500x: about 6.5 s).
 
 #[path = "support/mod.rs"]
 mod common;
@@ -100,8 +101,13 @@ fn check(case: Case) {
     let report = out.report.session("stalled").unwrap();
     let dump = format!("{dump}\npublisher: {}", report.line());
     let filled = report.ring_full > 0;
-    if let Some(fills) = case.fills {
-        assert_eq!(filled, fills, "the ring filling is what this case is about: {dump}");
+    match case.fills {
+        Some(true) => assert!(filled, "the ring filling is what this case is about: {dump}"),
+        // On verbs a stopped subscriber also stops re-posting receive WRs: after `recv_queue_depth` (1,024)
+        // WRITE_WITH_IMMs the publisher's QP gets RNR NAKs, its send queue fills and the post counts as a full
+        // ring, however many slots the ring has. Only shared memory can promise a large ring never fills.
+        Some(false) if !on_verbs() => assert!(!filled, "the ring never fills: {dump}"),
+        _ => {}
     }
     let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).expect("a stream line"));
     match case.policy {
