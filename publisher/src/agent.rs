@@ -28,6 +28,10 @@ use crate::session::{add, bump, Post, Session};
 /// counter.
 const LAG_REFRESH_RECORDS: u64 = 1024;
 
+/// Every this many feed records (a power of two) the hot loop looks for sessions owed a heartbeat, besides its
+/// pacing waits.
+const HEARTBEAT_CHECK_RECORDS: u64 = 1024;
+
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
 pub const CATCHUP_BUDGET: usize = 256;
 
@@ -97,7 +101,7 @@ pub struct AgentCounters {
 /// Timing knobs, in TSC ticks (converted once by the conductor).
 #[derive(Debug, Clone, Copy)]
 pub struct AgentTiming {
-    /// Send a heartbeat to live sessions when nothing was sent for this long.
+    /// Send a heartbeat to a live session that was sent nothing for this long.
     pub heartbeat_ticks: u64,
     /// A full ring that releases nothing for this long ends the session (`stalled`).
     pub stall_ticks: u64,
@@ -129,7 +133,8 @@ pub struct FanoutAgent {
     pub(crate) timing: AgentTiming,
     pub(crate) counters: Arc<AgentCounters>,
     pub(crate) rotate: usize,
-    pub(crate) last_send: u64,
+    /// TSC of the last look for sessions owed a heartbeat.
+    pub(crate) last_heartbeat_check: u64,
 }
 
 impl FanoutAgent {
@@ -332,24 +337,31 @@ impl FanoutAgent {
         behind
     }
 
-    /// Sends a heartbeat to every live session when nothing was sent for the heartbeat interval. A full
-    /// ring gets none (it has records to read) and no seq is used up for it.
+    /// Sends a heartbeat to every live session that was sent nothing for the heartbeat interval, whatever the
+    /// others received (a subscriber filtered to a quiet instrument must not think the publisher silent). Looks
+    /// at most 8 times per interval. A full ring gets none (it has records to read) and no seq is used up for it.
     fn heartbeat_if_due(&mut self, pos: u64) {
         let now = self.clock.raw();
-        if now.wrapping_sub(self.last_send) < self.timing.heartbeat_ticks {
+        let interval = self.timing.heartbeat_ticks;
+        if now.wrapping_sub(self.last_heartbeat_check) < interval / 8 {
             return;
         }
-        self.last_send = now;
+        self.last_heartbeat_check = now;
+        let mut sent = false;
         for s in self.sessions.iter_mut() {
+            if s.dead.is_some() || !s.is_live_at(pos) || now.wrapping_sub(s.last_post_ticks()) < interval {
+                continue;
+            }
             s.refresh_consumed();
-            if s.dead.is_none() && s.is_live_at(pos) {
-                let mut hb = BookUpdate::control(Kind::Heartbeat);
-                if s.try_post(&mut hb, now) == Post::Sent {
-                    bump(&s.counters.heartbeats);
-                }
+            let mut hb = BookUpdate::control(Kind::Heartbeat);
+            if s.try_post(&mut hb, now) == Post::Sent {
+                bump(&s.counters.heartbeats);
+                sent = true;
             }
         }
-        self.flush_all();
+        if sent {
+            self.flush_all();
+        }
     }
 
     /// One pass of housekeeping: commands, backlog, catch-up, dead sessions.
@@ -367,7 +379,6 @@ impl FanoutAgent {
     /// Runs the replay to its end or to shutdown. Blocks the calling (pinned) thread.
     pub fn run(mut self) -> AgentReport {
         // Wait for the first subscribers. Nothing is live yet, so a short sleep is fine here.
-        self.last_send = self.clock.raw();
         while self.sessions.len() < self.wait_for {
             self.housekeeping(0);
             if self.shutdown.load(Ordering::Relaxed) {
@@ -431,8 +442,11 @@ impl FanoutAgent {
             self.flush_all();
             pos += 1;
             self.counters.records.store(pos, Ordering::Relaxed);
+            if pos & (HEARTBEAT_CHECK_RECORDS - 1) == 0 {
+                // at pace `max` there is no pacing wait to send heartbeats from
+                self.heartbeat_if_due(pos);
+            }
             let now = self.clock.raw();
-            self.last_send = now;
             self.counters.cycles.record(now.wrapping_sub(cycle_start));
             cycle_start = now;
         }

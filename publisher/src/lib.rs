@@ -287,7 +287,7 @@ impl Publisher {
             },
             counters: Arc::clone(&counters),
             rotate: 0,
-            last_send: 0,
+            last_heartbeat_check: 0,
         };
         let hot_core = cfg.publisher.hot_core;
         let hot = std::thread::Builder::new()

@@ -163,6 +163,8 @@ pub struct Session {
     pub(crate) owes_resync: bool,
     /// TSC when the ring was first found full in the current stall; 0 when not stalled.
     pub(crate) stalled_since: u64,
+    /// TSC stamp of the last record written (0 before any): heartbeats go to sessions quiet for an interval.
+    last_post_ticks: u64,
 }
 
 impl Session {
@@ -199,6 +201,7 @@ impl Session {
             snapshot: snapshot.map(|s| (s, 0)),
             owes_resync: false,
             stalled_since: 0,
+            last_post_ticks: 0,
         }
     }
 
@@ -254,6 +257,7 @@ impl Session {
                 self.next_seq = seq + 1;
                 self.last_written = seq;
                 self.stalled_since = 0;
+                self.last_post_ticks = ts_send_ticks;
                 bump(&self.counters.sent);
                 self.counters.last_seq.store(seq, Ordering::Relaxed);
                 Post::Sent
@@ -297,6 +301,12 @@ impl Session {
     /// Tells the subscriber the ring is closed.
     pub fn close(&mut self, reason: CloseReason) {
         self.ring.close(reason);
+    }
+
+    /// The TSC stamp of the last record written to this session (0 before any).
+    #[inline]
+    pub fn last_post_ticks(&self) -> u64 {
+        self.last_post_ticks
     }
 
     /// The seq the next record would carry.

@@ -334,6 +334,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                         // next empty poll ends the loop with it.
                         let (head, detail) = reason.split_once(':').unwrap_or((reason, ""));
                         match detail.trim() {
+                            _ if head == CloseReason::EndOfStream.as_str() => {} // the normal end says nothing
                             "" => println!("bye reason={head}"),
                             detail => println!("bye reason={head} detail=\"{detail}\""),
                         }
