@@ -88,7 +88,13 @@ fn play(case: Case) -> Outcome {
     Outcome { steady, stalled, report: publisher.handle.join().unwrap().unwrap() }
 }
 
+/// One case at a time: each runs a spinning hot loop and two subscribers, and where the stall lands is the point
+/// of the case; cases side by side on a 2-core host starve each other's subscribers for seconds, and the
+/// publisher then (rightly) ends a session that released nothing for its stall timeout.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check(case: Case) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = play(case);
     let (code, lines, err) = &out.stalled;
     let dump = format!("{case:?}\nstalled exit {code:?}:\n{}\n{err}", lines.join("\n"));
@@ -144,7 +150,7 @@ fn check(case: Case) {
     }
 }
 
-/// One test per case, named after it, so a failure names the case and the cases run in parallel.
+/// One test per case, named after it, so a failure names the case.
 macro_rules! cases {
     ($($name:ident: $policy:literal, $point:ident, $ms:literal ms, $slots:literal slots, $fills:expr;)*) => {$(
         #[test]
