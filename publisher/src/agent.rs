@@ -28,10 +28,6 @@ use crate::session::{add, bump, Post, Session};
 /// counter.
 const LAG_REFRESH_RECORDS: u64 = 1024;
 
-/// Every this many feed records (a power of two) the hot loop looks for sessions owed a heartbeat, besides its
-/// pacing waits.
-const HEARTBEAT_CHECK_RECORDS: u64 = 1024;
-
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
 pub const CATCHUP_BUDGET: usize = 256;
 
@@ -442,11 +438,11 @@ impl FanoutAgent {
             self.flush_all();
             pos += 1;
             self.counters.records.store(pos, Ordering::Relaxed);
-            if pos & (HEARTBEAT_CHECK_RECORDS - 1) == 0 {
-                // at pace `max` there is no pacing wait to send heartbeats from
+            let now = self.clock.raw();
+            if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
+                // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.
                 self.heartbeat_if_due(pos);
             }
-            let now = self.clock.raw();
             self.counters.cycles.record(now.wrapping_sub(cycle_start));
             cycle_start = now;
         }
