@@ -329,6 +329,7 @@ impl Publisher {
             live: Vec::new(),
             handshakes: mpsc::channel(),
             records: Arc::clone(&records),
+            instruments: feed_instruments(&records),
             counters: Arc::clone(&counters),
             books: Books::new(),
             applied: 0,
@@ -418,6 +419,24 @@ pub fn schedule(records: &[DbnMboMsg], pace: Pace, max_gap_ms: u64) -> Option<Ar
     )
 }
 
+/// Ids for a message: at most 20, then how many more.
+fn id_list(ids: &[u32]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = ids.iter().take(SHOWN).map(u32::to_string).collect::<Vec<_>>().join(", ");
+    if ids.len() > SHOWN {
+        text.push_str(&format!(" and {} more", ids.len() - SHOWN));
+    }
+    text
+}
+
+/// The instrument_ids a feed carries, sorted.
+fn feed_instruments(records: &[DbnMboMsg]) -> Vec<u32> {
+    let mut ids: Vec<u32> = records.iter().map(|r| r.hd.instrument_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// A subscriber's control connection, read without blocking.
 struct Conn {
     session_id: u64,
@@ -453,6 +472,8 @@ struct Conductor<'a> {
     live: Vec<Live>,
     handshakes: (mpsc::Sender<Handshake>, mpsc::Receiver<Handshake>),
     records: Arc<[DbnMboMsg]>,
+    /// The instrument_ids of the feed, sorted.
+    instruments: Vec<u32>,
     counters: Arc<AgentCounters>,
     /// The publisher's books, brought up to the hot loop's position when a snapshot is needed.
     books: Books,
@@ -579,6 +600,17 @@ impl Conductor<'_> {
         if let Some(ids) = &sub.instruments {
             if ids.len() > 1 << 16 {
                 return Err(format!("field instruments: {} ids, at most 65536", ids.len()));
+            }
+            // A file feed knows every instrument it will ever carry: an id it does not have is a mistake (a
+            // live feed, which learns instruments as it goes, will keep such a request pending instead).
+            let unknown: Vec<u32> =
+                ids.iter().copied().filter(|id| self.instruments.binary_search(id).is_err()).collect();
+            if !unknown.is_empty() {
+                return Err(format!(
+                    "field instruments: {} not in this feed (it has {})",
+                    id_list(&unknown),
+                    id_list(&self.instruments)
+                ));
             }
         }
         match (&sub.ring, self.cfg.fabric.provider) {

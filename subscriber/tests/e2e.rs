@@ -97,18 +97,40 @@ fn two_subscriber_processes_rebuild_the_reference_book_exactly() {
 
 #[test]
 fn a_filtered_subscriber_gets_only_its_instrument_with_contiguous_seqs() {
-    // One subscriber for ESH4, one for an instrument the file does not have: the second sees only the end of
-    // stream, as seq 1, and no gap.
-    let publisher = start_publisher(&esh4::snapshot_file(), 2, "");
+    // The snapshot file plus one record of a second instrument (4242) after its first: one subscriber for ESH4,
+    // one for 4242, which sees its one record and the end of stream as seqs 1 and 2, and no gap.
+    let feed = with_quiet_instrument(&esh4::snapshot_file(), 4242, "snapshot");
+    let publisher = start_publisher(&feed, 2, "");
     let a = spawn_subscriber(publisher.addr, "es", &["--instrument", "17077"]);
-    let b = spawn_subscriber(publisher.addr, "other", &["--instrument", "42"]);
+    let b = spawn_subscriber(publisher.addr, "other", &["--instrument", "4242"]);
     let (a, b) = (wait_with_watchdog(a), wait_with_watchdog(b));
     let report = publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
     let a = stdout_lines(&a);
     let b = stdout_lines(&b);
     assert!(a.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725 levels_bid=892 levels_ask=559 bbo=4799.00x16/4799.50x23")), "{a:?}");
     let stream = fields(b.iter().find(|l| l.starts_with("stream ")).unwrap());
-    assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("0", "0", "end_of_stream"), "{b:?}");
+    assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("1", "0", "end_of_stream"), "{b:?}");
+    assert!(b.iter().any(|l| l.starts_with("instrument=4242 records=1 gaps=0 ")), "{b:?}");
     let other = report.session("other").unwrap();
-    assert_eq!((other.sent - other.heartbeats, other.filtered), (1, esh4::SNAPSHOT_RECORDS));
+    assert_eq!((other.sent - other.heartbeats, other.filtered), (2, esh4::SNAPSHOT_RECORDS));
+}
+
+#[test]
+fn an_instrument_the_feed_does_not_have_is_refused_with_the_list() {
+    let publisher = start_publisher(&esh4::snapshot_file(), 1, "");
+    let refused = spawn_subscriber(publisher.addr, "typo", &["--instrument", "17077", "--instrument", "999"]);
+    let refused = wait_with_watchdog(refused);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("field instruments: 999 not in this feed (it has 17077)"), "{err}");
+    // the publisher goes on waiting and serves the next one
+    let good = wait_with_watchdog(spawn_subscriber(publisher.addr, "good", &["--instrument", "17077"]));
+    assert_eq!(good.status.code(), Some(0));
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert!(report.session("typo").is_none());
+    assert_eq!(
+        report.session("good").unwrap().sent - report.session("good").unwrap().heartbeats,
+        esh4::SNAPSHOT_RECORDS + 1
+    );
 }

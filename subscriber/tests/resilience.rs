@@ -187,22 +187,24 @@ fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_he
     }
 }
 
-/// Heartbeats are per session: a subscriber filtered to an instrument that has no record in the whole paced
-/// replay (about 6.5 s) is sent heartbeats while the others get records, so it never reports the publisher silent
-/// (default timeout 50 ms) and never tears down its healthy session to reconnect.
+/// Heartbeats are per session: a subscriber filtered to an instrument that has one record at the start of a paced
+/// replay and none in the rest of it (about 6.5 s) is sent heartbeats while the others get records, so it never
+/// reports the publisher silent (default timeout 50 ms) and never tears down its healthy session to reconnect.
 #[test]
 fn a_subscriber_filtered_to_a_quiet_instrument_hears_heartbeats_and_never_reports_silence() {
-    let publisher = start_publisher(&esh4::main_file(), 2, PACE);
-    let steady = spawn_subscriber(publisher.addr, "steady", &[]);
-    let quiet = spawn_subscriber(publisher.addr, "quiet", &["--instrument", "999", "--reconnect-ms", "30000"]);
+    let feed = with_quiet_instrument(&esh4::main_file(), 4242, "esh4");
+    let publisher = start_publisher(&feed, 2, PACE);
+    let steady = spawn_subscriber(publisher.addr, "steady", &["--instrument", "17077"]);
+    let quiet = spawn_subscriber(publisher.addr, "quiet", &["--instrument", "4242", "--reconnect-ms", "30000"]);
     let (steady, quiet) = (wait_with_watchdog(steady), wait_with_watchdog(quiet));
     let report = publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
     assert_clean(&stdout_lines(&steady), "steady");
     let lines = stdout_lines(&quiet);
     assert_eq!(quiet.status.code(), Some(0), "{lines:?}");
     assert!(!lines.iter().any(|l| l.starts_with("publisher_silent")), "{lines:?}");
     let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
-    assert_eq!((stream["book_records"], stream["gaps"]), ("0", "0"), "{lines:?}");
+    assert_eq!((stream["book_records"], stream["gaps"]), ("1", "0"), "{lines:?}");
     assert_eq!((stream["reconnects"], stream["end"]), ("0", "end_of_stream"), "{lines:?}");
     let q = report.session("quiet").unwrap();
     assert_eq!(q.filtered, esh4::RECORDS, "{}", q.line());
