@@ -234,6 +234,29 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
+/// The dotted key (`feed.pace`) a `key = value` line at `offset` sets: its own key under the last `[table]`
+/// header above it. `None` when the line is not such a line (a header, a syntax error).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() || key.starts_with('[') || key.starts_with('#') {
+        return None;
+    }
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && l.ends_with(']'))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key.to_owned(),
+    })
+}
+
 impl Config {
     /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
     ///
@@ -242,7 +265,13 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let err = |detail: String| ConfigError { path: path.display().to_string(), detail };
         let mut cfg: Config = toml::from_str(text).map_err(|e| {
-            let at = e.span().map(|s| format!("line {}: ", line_of(text, s.start))).unwrap_or_default();
+            let at = e
+                .span()
+                .map(|s| match key_at(text, s.start) {
+                    Some(key) => format!("line {}: key {key}: ", line_of(text, s.start)),
+                    None => format!("line {}: ", line_of(text, s.start)),
+                })
+                .unwrap_or_default();
             err(format!("{at}{}", e.message().trim()))
         })?;
         if cfg.feed.path.is_relative() {
@@ -366,24 +395,27 @@ provider = "shm"
     #[test]
     fn a_mistyped_key_is_named_with_its_line() {
         let e = parse(&GOOD.replace("pace = 10", "paec = 10")).unwrap_err().to_string();
-        assert!(e.starts_with("config /etc/mdfan/publisher.toml: line 10: unknown field `paec`"), "{e}");
+        assert!(e.starts_with("config /etc/mdfan/publisher.toml: line 10: key feed.paec: unknown field `paec`"), "{e}");
         assert!(!e.contains('\n'), "one line: {e}");
     }
 
     #[test]
     fn bad_values_are_named() {
         let e = parse(&GOOD.replace("pace = 10", "pace = \"fast\"")).unwrap_err().to_string();
-        assert!(e.contains("line 10") && e.contains("\"max\", \"realtime\" or a speed-up factor"), "{e}");
+        assert!(
+            e.contains("line 10: key feed.pace: ") && e.contains("\"max\", \"realtime\" or a speed-up factor"),
+            "{e}"
+        );
         let e = parse(&GOOD.replace("pace = 10", "pace = -2")).unwrap_err().to_string();
-        assert!(e.contains("line 10"), "{e}");
+        assert!(e.contains("line 10: key feed.pace: "), "{e}");
         let e = parse(&GOOD.replace("\"dbn\"", "\"csv\"")).unwrap_err().to_string();
-        assert!(e.contains("line 8") && e.contains("unknown variant `csv`"), "{e}");
+        assert!(e.contains("line 8: key feed.format: ") && e.contains("unknown variant `csv`"), "{e}");
         let e = parse(&GOOD.replace("provider = \"shm\"", "provider = \"shm\"\nring_slots_max = 1000"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("fabric.ring_slots_max") && e.contains("1000"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "hot_core = \"one\"")).unwrap_err().to_string();
-        assert!(e.contains("line 4"), "{e}");
+        assert!(e.contains("line 4: key publisher.hot_core: "), "{e}");
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
         assert!(e.contains("missing field `path`"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();

@@ -845,13 +845,14 @@ impl Conductor<'_> {
                 r.update(&l.counters, &self.clock);
             }
         }
+        // Marked `counters` (the final report's lines are not), with the final report's names.
         for r in &self.reports {
-            println!("{}", r.line());
+            println!("counters {}", r.line());
         }
         let c = &self.counters.cycles;
         let to_ns = |t| self.clock.delta_as_nanos(0, t);
         println!(
-            "hot_loop records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={}",
+            "counters replay records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end=running",
             self.counters.records.load(Ordering::Relaxed),
             to_ns(c.quantile(0.5)),
             to_ns(c.quantile(0.999)),

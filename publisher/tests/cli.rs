@@ -78,7 +78,54 @@ fn a_config_typo_is_named_with_key_and_line() {
     let dir = scratch();
     let cfg = config(&dir, "typo.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "pase = \"max\"");
     let (code, err) = run(&cfg);
-    assert_one_line_error(code, &err, &["typo.toml", "line 7", "unknown field `pase`"]);
+    assert_one_line_error(code, &err, &["typo.toml", "line 7: key feed.pase: ", "unknown field `pase`"]);
+}
+
+#[test]
+fn a_bad_value_names_its_key_and_line() {
+    let dir = scratch();
+    let cfg = config(&dir, "fast.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "pace = \"fast\"");
+    let (code, err) = run(&cfg);
+    assert_one_line_error(code, &err, &["fast.toml", "line 7: key feed.pace: ", "\"fast\""]);
+}
+
+/// SIGUSR1 prints the counters marked as such, with the final report's names; SIGINT ends the replay with end of
+/// stream, logs the shutdown and exits 130.
+#[test]
+fn sigusr1_prints_marked_counters_and_sigint_logs_the_shutdown() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = scratch();
+    let cfg = config(&dir, "signals.toml", &data("esh4-glbx-mdp3-20231225.mbo.dbn.zst"), "pace = 1");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = out.next().unwrap().unwrap();
+    assert!(first.starts_with("publisher listening="), "{first}");
+    let kill = |sig: &str| {
+        let status = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    };
+    kill("USR1");
+    let dump = out.next().unwrap().unwrap();
+    assert!(dump.starts_with("counters replay records=0 cycle_p50_ns="), "{dump}");
+    assert!(dump.ends_with(" end=running"), "{dump}");
+    kill("INT");
+    let rest: Vec<String> = out.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?} {err}");
+    assert!(
+        rest.iter().any(|l| l.starts_with("replay records=0 ") && l.ends_with(" end=publisher_shutdown")),
+        "{rest:?}"
+    );
+    assert!(err.contains("stopped by SIGINT/SIGTERM"), "{err}");
 }
 
 #[test]

@@ -156,3 +156,37 @@ fn assert_serves_the_snapshot_book(addr: std::net::SocketAddr) {
         "{lines:?}"
     );
 }
+
+/// Usage mistakes are usage errors (exit 2, one line saying what is wrong), found before connecting.
+#[test]
+fn usage_mistakes_exit_2_naming_the_flag() {
+    let sub = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = sub(&["--connect", "127.0.0.1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("\"127.0.0.1\" has no port: use HOST:PORT"), "{err}");
+    let (code, err) = sub(&["--connect", "127.0.0.1:http"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("port \"http\" is not a number"), "{err}");
+    let beyond = mdfan_tuning::allowed_cores().iter().max().copied().unwrap_or(0) + 1;
+    let (code, err) = sub(&["--core", &beyond.to_string()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&format!("--core {beyond}: this process may run on cores")), "{err}");
+}
+
+/// With `--reconnect-ms`, a publisher that never comes up ends in one line saying how many tries were made.
+#[test]
+fn a_reconnect_budget_that_runs_out_says_how_many_tries() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe"))
+        .args(["--connect", &format!("127.0.0.1:{port}"), "--reconnect-ms", "350"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("gave up after ") && err.contains(" tries in 350 ms (--reconnect-ms)"), "{err}");
+    assert!(err.contains("cannot connect"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! `mdfan-publisher --config FILE`: replay a feed and fan it out to subscribers.
 //!
 //! Exit status: 0 after a complete replay, 1 on a config/feed/endpoint error (one line on stderr naming the
-//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM. SIGUSR1 prints every counter.
+//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM. SIGUSR1 prints every counter, each line starting
+//! with `counters ` (`counters subscriber ...` per session, `counters replay ... end=running` for the hot loop).
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -48,6 +49,13 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
     println!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
     let report = publisher.run(shutdown)?;
+    if report.end == CloseReason::Shutdown {
+        tracing::info!(
+            subscribers = report.sessions.iter().filter(|s| s.end == Some(CloseReason::Shutdown)).count(),
+            records = report.records,
+            "stopped by SIGINT/SIGTERM: end of stream (publisher_shutdown) sent to every attached subscriber; exiting 130"
+        );
+    }
     for s in &report.sessions {
         println!("{}", s.line());
     }

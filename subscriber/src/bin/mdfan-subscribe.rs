@@ -47,8 +47,8 @@ enum Idle {
 #[derive(Parser)]
 #[command(name = "mdfan-subscribe", version)]
 struct Args {
-    /// Publisher control endpoint.
-    #[arg(long, default_value = "127.0.0.1:7700")]
+    /// Publisher control endpoint, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:7700", value_parser = endpoint)]
     connect: String,
     /// Name shown by the publisher.
     #[arg(long, default_value = "mdfan-subscribe")]
@@ -104,6 +104,19 @@ struct Args {
     reconnect_ms: Option<u64>,
 }
 
+/// `--connect`: HOST:PORT with a port number (a missing port is a usage error, not a connection failure).
+fn endpoint(text: &str) -> Result<String, String> {
+    let missing = || format!("{text:?} has no port: use HOST:PORT, e.g. 127.0.0.1:7700");
+    let (host, port) = text.rsplit_once(':').ok_or_else(missing)?;
+    if host.is_empty() {
+        return Err(missing());
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(text.to_owned()),
+        _ => Err(format!("{text:?}: port {port:?} is not a number from 1 to 65535")),
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let code = match run(&args) {
@@ -126,6 +139,13 @@ enum CliError {
     Subscribe(#[from] mdfan_subscriber::SubscribeError),
     #[error("{0}")]
     Usage(String),
+    #[error("gave up after {tries} tries in {ms} ms (--reconnect-ms): {source}")]
+    GaveUp {
+        tries: u32,
+        ms: u128,
+        #[source]
+        source: mdfan_subscriber::SubscribeError,
+    },
 }
 
 #[cfg(feature = "verbs")]
@@ -164,9 +184,11 @@ fn run(args: &Args) -> Result<i32, CliError> {
         signal_hook::flag::register(sig, Arc::clone(&stop)).expect("signal handlers install");
     }
     if let Some(core) = args.core {
-        if let Err(e) = mdfan_tuning::pin_current_thread(core) {
-            eprintln!("mdfan-subscribe: warning: {e}");
+        let allowed = mdfan_tuning::allowed_cores();
+        if !allowed.contains(&core) {
+            return Err(CliError::Usage(format!("--core {core}: this process may run on cores {allowed:?} only")));
         }
+        mdfan_tuning::pin_current_thread(core).map_err(|e| CliError::Usage(format!("--core {core}: {e}")))?;
     }
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
@@ -301,8 +323,11 @@ fn run(args: &Args) -> Result<i32, CliError> {
                         books = Books::new();
                         println!("reconnected session={}", sub.session_id());
                     }
-                    Some(Err(e)) => {
-                        println!("reconnect_failed {e}");
+                    Some(Err((tries, e))) => {
+                        println!(
+                            "reconnect_failed tries={tries} after_ms={}: {e}",
+                            args.reconnect_ms.unwrap_or_default()
+                        );
                         end = Some("publisher_gone");
                     }
                     None => end = Some("publisher_gone"),
@@ -376,37 +401,42 @@ fn run(args: &Args) -> Result<i32, CliError> {
     })
 }
 
-/// Tries to reconnect every 100 ms until `budget` runs out.
+/// Tries to reconnect every 100 ms until `budget` runs out; the error comes with the number of tries made.
 fn reconnect(
     sub: &mut Subscriber,
     budget: Duration,
     stop: &AtomicBool,
-) -> Result<(), mdfan_subscriber::SubscribeError> {
+) -> Result<(), (u32, mdfan_subscriber::SubscribeError)> {
     let start = std::time::Instant::now();
+    let mut tries = 0u32;
     loop {
+        tries += 1;
         match sub.reconnect() {
             Ok(()) => return Ok(()),
-            Err(e) if start.elapsed() >= budget || stop.load(Ordering::Relaxed) => return Err(e),
+            Err(e) if start.elapsed() >= budget || stop.load(Ordering::Relaxed) => return Err((tries, e)),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
 }
 
-/// Connects; with a reconnect budget, keeps trying every 100 ms while nobody listens yet.
-fn connect(
-    cfg: &SubscriberConfig,
-    budget: Option<Duration>,
-    stop: &AtomicBool,
-) -> Result<Subscriber, mdfan_subscriber::SubscribeError> {
+/// Connects; with a reconnect budget, keeps trying every 100 ms while nobody listens yet, and says how many
+/// tries it made when it gives up.
+fn connect(cfg: &SubscriberConfig, budget: Option<Duration>, stop: &AtomicBool) -> Result<Subscriber, CliError> {
     let start = std::time::Instant::now();
+    let mut tries = 0u32;
     loop {
+        tries += 1;
         match Subscriber::connect(cfg) {
             Err(mdfan_subscriber::SubscribeError::Connect { .. })
                 if budget.is_some_and(|b| start.elapsed() < b) && !stop.load(Ordering::Relaxed) =>
             {
                 std::thread::sleep(Duration::from_millis(100))
             }
-            other => return other,
+            Err(e) if budget.is_some() && tries > 1 => {
+                let ms = budget.unwrap_or_default().as_millis();
+                return Err(CliError::GaveUp { tries, ms, source: e });
+            }
+            other => return other.map_err(CliError::from),
         }
     }
 }
