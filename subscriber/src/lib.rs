@@ -1,25 +1,40 @@
 //! mdfan-subscriber: the library a strategy embeds to receive records from an mdfan publisher.
 //!
 //! ```no_run
-//! use mdfan_subscriber::{Event, Subscriber, SubscriberConfig};
+//! use mdfan_subscriber::{Books, Event, Health, IdleStrategy, Idler, Kind, Subscriber, SubscriberConfig};
+//!
+//! mdfan_subscriber::pin_current_thread(1)?; // an isolated core: the loop below never sleeps
 //! let mut sub = Subscriber::connect(&SubscriberConfig::new("127.0.0.1:7700", "my-strategy"))?;
-//! let mut books = mdfan_wire::Books::new();
-//! loop {
-//!     sub.poll(256, |event| match event {
-//!         Event::Record(r) => { let _ = books.apply(r); }      // borrowed in place from the ring
+//! let (mut books, mut idler, mut done) = (Books::new(), Idler::new(IdleStrategy::BusySpin), false);
+//! while !done {
+//!     let n = sub.poll(256, |event| match event {
+//!         Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => done = true,
+//!         Event::Record(r) => {
+//!             let _ = books.apply(r); // borrowed in place from the ring
+//!             if r.is_last() {
+//!                 // the venue's event is complete: the book is consistent, read the BBO now
+//!                 let _bbo = books.get(r.instrument_id).map(|b| b.bbo());
+//!             }
+//!         }
 //!         Event::Gap { expected, got } => eprintln!("gap: expected seq {expected}, got {got}"),
-//!         Event::Stale { .. } | Event::Corrupt { .. } | Event::Closed(_) => {}
+//!         Event::Closed(_) => done = true,
+//!         Event::Stale { .. } | Event::Corrupt { .. } => {}
 //!     });
-//! #   break;
+//!     idler.idle(n); // PAUSE when nothing came
+//!     if let Some(Health::Gone) = sub.maintain_if_due() {
+//!         break; // the publisher ended the session (sub.bye_reason() says why) or vanished
+//!     }
 //! }
-//! # Ok::<(), mdfan_subscriber::SubscribeError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! `examples/bbo.rs` is this loop as a program.
 //!
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
 //! seq is reported as [`Event::Gap`] before the record that follows it, never skipped silently. `poll` makes no
-//! syscall and allocates nothing; [`Subscriber::maintain`] (control socket, snapshot requests, liveness) is
-//! for idle time, or every few thousand records.
+//! syscall and allocates nothing; [`Subscriber::maintain`] (control socket, snapshot requests, liveness) makes
+//! syscalls: call it through [`Subscriber::maintain_if_due`], which runs it at most once per millisecond.
 //!
 //! # What a strategy sees
 //!
@@ -46,12 +61,18 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mdfan_fabric::CloseReason;
-use mdfan_wire::control::{self, ControlMsg, SlowConsumerPolicy, SnapshotRequest, Subscribe};
+use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
 pub use latency::{ClockSource, Latency};
 pub use receiver::{Event, Receiver, StreamStats};
 pub use ring::{AnyLocalRing, Fabric};
+
+// What a strategy needs besides this crate's own types, so one dependency is enough.
+pub use mdfan_fabric::CloseReason;
+pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
+pub use mdfan_wire::control::SlowConsumerPolicy;
+pub use mdfan_wire::record::format_price_e9;
+pub use mdfan_wire::{Book, BookUpdate, Books, Kind, Level, Side};
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
@@ -77,6 +98,8 @@ pub struct SubscriberConfig {
     /// No record (heartbeats included) for this long makes [`Subscriber::maintain`] report
     /// [`Health::Silent`]. Default 50 ms.
     pub silence_timeout: Duration,
+    /// How often [`Subscriber::maintain_if_due`] lets [`Subscriber::maintain`] run. Default 1 ms.
+    pub maintain_interval: Duration,
 }
 
 impl SubscriberConfig {
@@ -93,6 +116,7 @@ impl SubscriberConfig {
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
             silence_timeout: Duration::from_millis(50),
+            maintain_interval: Duration::from_millis(1),
         }
     }
 }
@@ -153,9 +177,14 @@ pub struct Subscriber {
     session_id: u64,
     policy: SlowConsumerPolicy,
     control_closed: bool,
+    /// A poll found the ring empty after the control connection was seen closed: everything the publisher wrote
+    /// before it closed has been delivered.
+    drained_after_close: bool,
     clock: quanta::Clock,
     /// TSC of the last non-empty poll.
     last_rx: u64,
+    /// TSC of the last [`Subscriber::maintain_if_due`] that ran `maintain`.
+    last_maintain: u64,
     /// A snapshot was requested and has not ended yet.
     resync_requested: bool,
     snapshots_requested: u64,
@@ -183,8 +212,10 @@ impl Subscriber {
             session_id,
             policy,
             control_closed: false,
+            drained_after_close: false,
             clock,
             last_rx,
+            last_maintain: last_rx,
             resync_requested: false,
             snapshots_requested: 0,
             snapshots_at_request: 0,
@@ -241,6 +272,7 @@ impl Subscriber {
         self.policy = policy;
         self.reconnects += 1;
         self.control_closed = false;
+        self.drained_after_close = false;
         self.bye = None;
         self.control_buf.clear();
         self.resync_requested = false;
@@ -264,12 +296,29 @@ impl Subscriber {
         let n = self.rx.poll(max, f);
         if n > 0 {
             self.last_rx = self.clock.raw();
+        } else if self.control_closed {
+            self.drained_after_close = true;
         }
         n
     }
 
+    /// [`Subscriber::maintain`], at most once per [`SubscriberConfig::maintain_interval`] (default 1 ms); `None`
+    /// until it is due. Costs one TSC read when not due (no syscall), so a hot loop may call it after every poll:
+    /// this is the recommended way to keep a session healthy (snapshot requests after a gap, liveness, the
+    /// publisher's `Bye`) without a syscall per empty poll.
+    #[inline]
+    pub fn maintain_if_due(&mut self) -> Option<Health> {
+        let now = self.clock.raw();
+        if self.clock.delta_as_nanos(self.last_maintain, now) < self.cfg.maintain_interval.as_nanos() as u64 {
+            return None;
+        }
+        self.last_maintain = now;
+        Some(self.maintain())
+    }
+
     /// Housekeeping for idle time (it makes syscalls): reads the control connection, sends the snapshot
-    /// request a gap made owed (policy resync), and checks liveness.
+    /// request a gap made owed (policy resync), and checks liveness. Call it on a timer, not on every empty poll:
+    /// [`Subscriber::maintain_if_due`] does that.
     pub fn maintain(&mut self) -> Health {
         if !self.control_closed {
             let mut buf = [0u8; 512];
@@ -325,7 +374,9 @@ impl Subscriber {
             }
         }
         if self.control_closed {
-            return Health::Gone;
+            // Gone only once a poll after the close found the ring empty: the publisher wrote everything before
+            // it closed the connection, and a poll that starts after we saw the close sees all of it.
+            return if self.drained_after_close { Health::Gone } else { Health::Ok };
         }
         let quiet_ns = self.clock.delta_as_nanos(self.last_rx, self.clock.raw());
         if quiet_ns > self.cfg.silence_timeout.as_nanos() as u64 {

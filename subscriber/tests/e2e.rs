@@ -6,6 +6,8 @@ mod common;
 #[path = "../../wire/tests/support/esh4.rs"]
 mod esh4;
 
+use std::process::Command;
+
 use common::*;
 use mdfan_fabric::CloseReason;
 use mdfan_wire::record::format_price_e9;
@@ -133,4 +135,37 @@ fn an_instrument_the_feed_does_not_have_is_refused_with_the_list() {
         report.session("good").unwrap().sent - report.session("good").unwrap().heartbeats,
         esh4::SNAPSHOT_RECORDS + 1
     );
+}
+
+/// `examples/bbo.rs`, the loop the crate docs recommend, run against a publisher: it prints the reference BBO.
+#[test]
+fn the_bbo_example_prints_the_reference_bbo() {
+    if std::env::var_os("MDFAN_TEST_BIN_DIR").is_some() {
+        eprintln!("skipped: the example is not among the binaries copied into the VM");
+        return;
+    }
+    // Built by this test (a no-op when `cargo test` already built it), so it is never older than the library;
+    // in the profile this test was built with.
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).parent().unwrap();
+    let release = bin_dir.file_name().is_some_and(|d| d == "release");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "mdfan-subscriber", "--example", "bbo"])
+        .args(release.then_some("--release"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the example failed");
+    let example = bin_dir.join("examples").join("bbo");
+    let publisher = start_publisher(&esh4::snapshot_file(), 1, "");
+    let out = Command::new(&example).arg(publisher.addr.to_string()).output().expect("the example runs");
+    let report = publisher.handle.join().unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stdout.trim(),
+        "bbo instrument=17077 4799.00x16/4799.50x23",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report.session("bbo-example").unwrap().end, Some(CloseReason::EndOfStream));
 }

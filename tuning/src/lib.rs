@@ -5,8 +5,12 @@
 //!   the hot path.
 //! - [`HugeBuffer`]: anonymous memory backed by 2 MiB hugepages where the host has them, plain pages otherwise.
 //! - [`TuningReport`]: the host's tuning state (isolcpus, nohz_full, hugepages) for logs and benchmark reports.
+//! - [`idle`]: what a polling thread does when a poll found nothing ([`IdleStrategy`], [`Idler`]).
 
 use std::fmt;
+
+pub mod idle;
+pub use idle::{IdleStrategy, Idler};
 
 use memmap2::{MmapMut, MmapOptions};
 

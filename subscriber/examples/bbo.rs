@@ -1,0 +1,67 @@
+//! The recommended strategy loop, whole: pin, busy-poll with PAUSE, maintain on a timer, read the book only after a
+//! record with F_LAST (the venue's event is complete), stop at end of stream. Prints the last BBO of each
+//! instrument.
+//!
+//! ```sh
+//! ops/run-demo                     # or any publisher; then, beside it:
+//! cargo run --release -p mdfan-subscriber --example bbo -- 127.0.0.1:7700 1     # endpoint, core to pin (optional)
+//! ```
+//!
+//! Dependencies: `mdfan-subscriber` only (it re-exports the book, the record and the idle strategies).
+
+use std::collections::BTreeMap;
+
+use mdfan_subscriber::{format_price_e9, Books, Event, Health, IdleStrategy, Idler, Kind, Level};
+use mdfan_subscriber::{Subscriber, SubscriberConfig};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let endpoint = args.next().unwrap_or_else(|| "127.0.0.1:7700".into());
+    let idle = match args.next() {
+        Some(core) => {
+            mdfan_subscriber::pin_current_thread(core.parse()?)?; // an isolated core: spin on it
+            IdleStrategy::BusySpin
+        }
+        None => IdleStrategy::SpinThenYield { spins: 1000 }, // not pinned: leave the core to others when idle
+    };
+    let mut sub = Subscriber::connect(&SubscriberConfig::new(&endpoint, "bbo-example"))?;
+    let mut books = Books::new();
+    let mut bbo: BTreeMap<u32, (Option<Level>, Option<Level>)> = BTreeMap::new();
+    let mut idler = Idler::new(idle);
+    let mut done = false;
+    while !done {
+        let n = sub.poll(256, |event| match event {
+            Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => done = true,
+            Event::Record(r) => {
+                let _ = books.apply(r);
+                if r.is_last() {
+                    if let Some(book) = books.get(r.instrument_id) {
+                        bbo.insert(r.instrument_id, book.bbo());
+                    }
+                }
+            }
+            Event::Gap { expected, got } => {
+                eprintln!("gap: seq {expected} to {} missing; stale until a snapshot", got - 1)
+            }
+            Event::Closed(reason) => {
+                eprintln!("closed: {}", reason.as_str());
+                done = true;
+            }
+            Event::Stale { .. } | Event::Corrupt { .. } => {}
+        });
+        idler.idle(n);
+        match sub.maintain_if_due() {
+            Some(Health::Gone) => {
+                eprintln!("publisher gone: {}", sub.bye_reason().unwrap_or("no reason given"));
+                break;
+            }
+            Some(Health::Silent(quiet)) => eprintln!("publisher silent for {} ms", quiet.as_millis()),
+            Some(Health::Ok) | None => {}
+        }
+    }
+    let side = |l: Option<Level>| l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size));
+    for (id, (bid, ask)) in bbo {
+        println!("bbo instrument={id} {}/{}", side(bid), side(ask));
+    }
+    Ok(())
+}
