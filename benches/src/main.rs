@@ -22,8 +22,9 @@
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
 //! - `baseline.perftest`: perftest's `ib_write_lat --write_with_imm` (64 B) on that device, every sample.
 //!
-//! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`.
-//! The report folder: see [`report`].
+//! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`, and
+//! only between like-for-like measurements (see [`report::add_ratio_figures`]). The report folder: see [`report`];
+//! what a reader sees first: [`tables`].
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "aeron")]
@@ -35,9 +36,12 @@ mod pingpong;
 mod plot;
 mod replay;
 mod report;
+#[cfg(test)]
+mod report_tests;
 mod shm;
 #[cfg(any(feature = "aeron", feature = "iceoryx2"))]
 mod spin;
+mod tables;
 #[cfg(feature = "verbs")]
 mod verbs;
 
@@ -315,6 +319,7 @@ fn main() {
 /// Every histogram of a run, one interval per round.
 struct Recorder {
     run_start: Instant,
+    run_start_wall: SystemTime,
     hists: BTreeMap<String, report::Intervals>,
 }
 
@@ -381,30 +386,35 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
     let open_subs = *s.subscribers.iter().find(|&&n| n == 2).unwrap_or(&s.subscribers[0]);
     let run_start_wall = SystemTime::now();
-    let mut rec = Recorder { run_start: Instant::now(), hists: BTreeMap::new() };
+    let mut rec = Recorder { run_start: Instant::now(), run_start_wall, hists: BTreeMap::new() };
     let mut scalars = Scalars::default();
     let mut verbs_rounds = Vec::new();
     let (count, warmup) = (s.count, s.warmup);
     for round in 1..=s.rounds {
         eprintln!("mdfan-bench: round {round}/{}", s.rounds);
         let t = Instant::now();
-        rec.add("baseline.cacheline", t, fresh(|| pingpong::run(a, b, warmup, count)));
+        let h = fresh(|| pingpong::run(a, b, warmup, count));
+        rec.add("baseline.cacheline", t, h);
         if s.fabric == Fabric::Verbs {
-            verbs_rounds.push(fresh(|| verbs_round(s, round, a, b))?.record(&mut rec));
+            let r = fresh(|| verbs_round(s, round, a, b))?;
+            verbs_rounds.push(r.record(&mut rec));
             continue;
         }
         #[cfg(feature = "aeron")]
         {
             let t = Instant::now();
-            rec.add("baseline.aeron", t, fresh(|| aeron::pingpong(a, b, warmup, count))?);
+            let h = fresh(|| aeron::pingpong(a, b, warmup, count))?;
+            rec.add("baseline.aeron", t, h);
         }
         #[cfg(feature = "iceoryx2")]
         {
             let t = Instant::now();
-            rec.add("baseline.iceoryx2", t, fresh(|| iceoryx2::pingpong(a, b, warmup, count))?);
+            let h = fresh(|| iceoryx2::pingpong(a, b, warmup, count))?;
+            rec.add("baseline.iceoryx2", t, h);
         }
         let t = Instant::now();
-        rec.add("mdfan.shm.pingpong", t, fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count))?);
+        let h = fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count))?;
+        rec.add("mdfan.shm.pingpong", t, h);
         for &rate in &rates {
             let n = match (rate, s.duration_ms) {
                 (Some(r), Some(ms)) => (r * ms / 1000).max(1),
@@ -418,9 +428,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 source: source.clone(),
                 ring_slots: 1 << 16,
             };
+            let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
             let t = Instant::now();
             let m = fresh(|| openloop::run(&s.shm_dir, a, b, &spec))?;
-            let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
             rec.add(&format!("{base}.decode_to_post"), t, m.decode_to_post);
             rec.add(&format!("{base}.post_to_poll"), t, m.post_to_poll);
             rec.add(&format!("{base}.end_to_end"), t, m.end_to_end);
@@ -435,9 +445,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), d.mem_per_s);
             scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
             for &subs in &s.subscribers {
+                let base = format!("mdfan.replay.subs{subs}");
                 let t = Instant::now();
                 let r = fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b))?;
-                let base = format!("mdfan.replay.subs{subs}");
                 rec.add(&format!("{base}.post_to_poll"), t, r.post_to_poll);
                 rec.add(&format!("{base}.cycle"), t, r.cycle);
                 rec.add(&format!("{base}.decode_to_post"), t, r.decode_to_post);
@@ -449,88 +459,123 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         }
     }
 
-    let mut figures = scalars.medians();
-    let mut totals = BTreeMap::new();
-    for (name, intervals) in &rec.hists {
-        let h = intervals.total();
-        std::fs::write(out.join(format!("{name}.hgrm")), report::hgrm(&h))?;
-        std::fs::write(out.join(format!("{name}.hlog")), report::hlog(name, run_start_wall, intervals)?)?;
-        report::add_figures(&mut figures, name, &h);
-        totals.insert(name.clone(), h);
+    let context = RunContext {
+        scenario: s,
+        cores: (a, b),
+        tuning: &tuning,
+        verbs_rounds: &verbs_rounds,
+        rates: &rates,
+        open_loop_subscribers: open_subs,
+        source: source.name(),
+        capture: &capture,
+        started: run_start_wall,
+        elapsed: rec.run_start.elapsed(),
     }
-    let peers: Vec<&str> =
-        ["baseline.aeron", "baseline.iceoryx2"].into_iter().filter(|p| rec.hists.contains_key(*p)).collect();
-    for base in std::iter::once("baseline.cacheline").chain(peers.iter().copied()) {
-        report::add_ratios(&mut figures, "mdfan.shm.pingpong", base);
-    }
-    report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.perftest");
-    report::add_ratios(&mut figures, "mdfan.verbs.pingpong", "baseline.cacheline");
-    for &rate in &rates {
-        report::add_ratios(
-            &mut figures,
-            &format!("mdfan.shm.openloop.{}.post_to_poll", rate_key(rate)),
-            "baseline.cacheline",
-        );
-    }
-    if let Some(decode) = figures.get("baseline.dbn_decode.rate_per_s").copied() {
-        for &subs in &s.subscribers {
-            if let Some(r) = figures.get(&format!("mdfan.replay.subs{subs}.rate_per_s")).copied() {
-                figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_baseline.dbn_decode.rate"), r / decode);
-                if let Some(mem) = figures.get("baseline.dbn_decode_mem.rate_per_s").copied() {
-                    figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_baseline.dbn_decode_mem.rate"), r / mem);
-                }
-            }
-        }
-    }
-    let targets = targets(&figures);
-    let peers_built: Vec<&str> = [("aeron", cfg!(feature = "aeron")), ("iceoryx2", cfg!(feature = "iceoryx2"))]
-        .into_iter()
-        .chain([("verbs", cfg!(feature = "verbs"))])
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
-    let context = serde_json::json!({
-        "cores": [a, b],
-        "pinning": match (a, PIN_FAILURES.load(std::sync::atomic::Ordering::Relaxed)) {
-            (None, _) => "off (fewer than two allowed cores)".to_owned(),
-            (Some(_), 0) => "every measuring thread pinned".to_owned(),
-            (Some(_), n) => format!("{n} threads could not be pinned"),
-        },
-        "clock": clock_name(),
-        "clocksource": std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .unwrap_or_default().trim(),
-        "fabric": { "kind": s.fabric, "device": s.device, "gid_index": s.gid_index },
-        "verbs_rounds": verbs_rounds,
-        "rounds": s.rounds,
-        "duration_ms": s.duration_ms,
-        "peers_built": peers_built,
-        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
-        "count_per_round": count,
-        "warmup": warmup,
-        "rates": rates.iter().map(|&r| rate_key(r)).collect::<Vec<_>>(),
-        "subscribers": s.subscribers,
-        "open_loop_subscribers": open_subs,
-        "source": source.name(),
-        "capture": capture.display().to_string(),
-        "tuning": tuning,
-        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
-        "cpu": cpu_model(),
-        "started_unix_s": run_start_wall.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        "version": env!("CARGO_PKG_VERSION"),
-    });
-    report::write_summary(out, &context, &figures, &targets)?;
-    let charts = charts(&totals, &figures, &s.subscribers, &rates)?;
-    for (i, (_, svg)) in charts.iter().enumerate() {
-        std::fs::write(out.join(format!("chart-{}.svg", i + 1)), svg)?;
-    }
-    std::fs::write(out.join("report.html"), plot::html(&context, &charts, &targets, &figures))?;
-    for (k, v) in &figures {
+    .to_json();
+    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates)?;
+    for (k, v) in &report.figures {
         println!("{k}={}", report::fmt_value(k, *v).trim_end_matches('x'));
     }
-    for t in &targets {
+    for t in &report.targets {
         println!("target {}: {} ({})", t.key, t.verdict(), t.what);
     }
     println!("report={}", out.display());
     Ok(())
+}
+
+/// What `summary.json`'s `context` records of a run.
+struct RunContext<'a> {
+    scenario: &'a Scenario,
+    cores: (Option<usize>, Option<usize>),
+    tuning: &'a mdfan_tuning::TuningReport,
+    verbs_rounds: &'a [serde_json::Value],
+    rates: &'a [Option<u64>],
+    open_loop_subscribers: usize,
+    source: &'a str,
+    capture: &'a Path,
+    started: SystemTime,
+    elapsed: std::time::Duration,
+}
+
+impl RunContext<'_> {
+    /// The `context` object; its keys are stable (other tools read them), new ones are only added.
+    fn to_json(&self) -> serde_json::Value {
+        let s = self.scenario;
+        let (a, b) = self.cores;
+        let peers_built: Vec<&str> = [("aeron", cfg!(feature = "aeron")), ("iceoryx2", cfg!(feature = "iceoryx2"))]
+            .into_iter()
+            .chain([("verbs", cfg!(feature = "verbs"))])
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+        serde_json::json!({
+            "cores": [a, b],
+            "pinning": match (a, PIN_FAILURES.load(std::sync::atomic::Ordering::Relaxed)) {
+                (None, _) => "off (fewer than two allowed cores)".to_owned(),
+                (Some(_), 0) => "every measuring thread pinned".to_owned(),
+                (Some(_), n) => format!("{n} threads could not be pinned"),
+            },
+            "clock": clock_name(),
+            "clocksource": std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+                .unwrap_or_default().trim(),
+            "fabric": { "kind": s.fabric, "device": s.device, "gid_index": s.gid_index },
+            "verbs_rounds": self.verbs_rounds,
+            "rounds": s.rounds,
+            "duration_ms": s.duration_ms,
+            "peers_built": peers_built,
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+            "count_per_round": s.count,
+            "warmup": s.warmup,
+            "rates": self.rates.iter().map(|&r| rate_key(r)).collect::<Vec<_>>(),
+            "subscribers": s.subscribers,
+            "replay": s.replay,
+            "open_loop_subscribers": self.open_loop_subscribers,
+            "source": self.source,
+            "capture": self.capture.display().to_string(),
+            "tuning": self.tuning,
+            "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+            "cpu": cpu_model(),
+            "started_unix_s": self.started.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            "elapsed_s": (self.elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            "version": env!("CARGO_PKG_VERSION"),
+        })
+    }
+}
+
+/// A run's report as written: every figure (medians of the scalars, each histogram's percentiles, the ratios)
+/// and the targets.
+struct Report {
+    figures: BTreeMap<String, f64>,
+    targets: Vec<report::Target>,
+}
+
+/// Writes the report folder of a run: each histogram's `.hgrm` and `.hlog`, `summary.json` and `summary.md`, the
+/// charts and `report.html`. `scalars` are the run's scalar figures (medians over rounds).
+fn write_report(
+    out: &Path,
+    context: &serde_json::Value,
+    rec: &Recorder,
+    scalars: BTreeMap<String, f64>,
+    subscribers: &[usize],
+    rates: &[Option<u64>],
+) -> anyhow::Result<Report> {
+    let mut figures = scalars;
+    let mut totals = BTreeMap::new();
+    for (name, intervals) in &rec.hists {
+        let h = intervals.total();
+        std::fs::write(out.join(format!("{name}.hgrm")), report::hgrm(&h))?;
+        std::fs::write(out.join(format!("{name}.hlog")), report::hlog(name, rec.run_start_wall, intervals)?)?;
+        report::add_figures(&mut figures, name, &h);
+        totals.insert(name.clone(), h);
+    }
+    report::add_ratio_figures(&mut figures);
+    let targets = targets(&figures);
+    report::write_summary(out, context, &figures, &targets)?;
+    let charts = charts(&totals, &figures, subscribers, rates)?;
+    for (i, chart) in charts.iter().enumerate() {
+        std::fs::write(out.join(format!("chart-{}.svg", i + 1)), &chart.svg)?;
+    }
+    std::fs::write(out.join("report.html"), plot::html(context, &charts, &targets, &figures))?;
+    Ok(Report { figures, targets })
 }
 
 /// The targets, as far as this run measured them: (what, figure key, limit, at most).
@@ -561,54 +606,50 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
     .collect()
 }
 
+/// The report's charts, legends in [`report::display_name`]s: one-way latency of every ping-pong variant measured,
+/// the open loop's stages at the first rate, and replay throughput by subscriber count (`chart-1.svg` ..).
 fn charts(
     totals: &BTreeMap<String, Histogram<u64>>,
     figures: &BTreeMap<String, f64>,
     subscribers: &[usize],
     rates: &[Option<u64>],
-) -> anyhow::Result<Vec<(String, String)>> {
+) -> anyhow::Result<Vec<plot::Chart>> {
     let mut charts = Vec::new();
-    let pick = |names: &[String]| -> Vec<(String, &Histogram<u64>)> {
-        names.iter().filter_map(|n| totals.get(n).map(|h| (n.clone(), h))).collect()
+    let pick = |keys: &[String]| -> Vec<(String, &Histogram<u64>)> {
+        keys.iter().filter_map(|k| totals.get(k).map(|h| (report::display_name(k), h))).collect()
     };
-    let one_way: Vec<String> =
-        ["baseline.cacheline", "mdfan.shm.pingpong", "baseline.aeron", "baseline.iceoryx2", "mdfan.verbs.pingpong"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(["baseline.perftest".to_string()])
-            .collect();
-    let series = pick(&one_way);
-    let refs: Vec<(&str, &Histogram<u64>)> = series.iter().map(|(n, h)| (n.as_str(), *h)).collect();
-    let title = "One-way latency by percentile (ping-pong RTT/2, same cores, same run)";
-    charts.push((title.to_owned(), plot::latency_by_percentile(title, &refs)?));
-    let stages: Vec<String> = rates
-        .iter()
-        .take(1)
-        .flat_map(|&r| {
-            let base = format!("mdfan.shm.openloop.{}", rate_key(r));
-            ["decode_to_post", "post_to_poll", "end_to_end", "cycle"].map(|s| format!("{base}.{s}"))
-        })
-        .chain(std::iter::once("baseline.cacheline".to_owned()))
-        .collect();
-    let series = pick(&stages);
-    if series.len() > 1 {
+    let latency = |title: &str, series: &[(String, &Histogram<u64>)]| -> anyhow::Result<String> {
         let refs: Vec<(&str, &Histogram<u64>)> = series.iter().map(|(n, h)| (n.as_str(), *h)).collect();
-        let title = format!(
-            "Open loop at {}: latency per stage by percentile",
-            rates.first().map_or("-".into(), |&r| rate_key(r))
-        );
-        let title = title.as_str();
-        charts.push((title.to_owned(), plot::latency_by_percentile(title, &refs)?));
+        plot::latency_by_percentile(title, &refs)
+    };
+    let one_way: Vec<String> = report::LATENCY_VARIANTS.iter().map(|s| s.to_string()).collect();
+    let title = "One-way latency by percentile (ping-pong RTT/2, same cores, same run)";
+    let svg = latency(title, &pick(&one_way))?;
+    charts.push(plot::Chart { kind: plot::ChartKind::Latency, title: title.to_owned(), svg });
+    if let Some(&rate) = rates.first() {
+        let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
+        let stages: Vec<String> = ["decode_to_post", "post_to_poll", "end_to_end", "cycle"]
+            .iter()
+            .map(|s| format!("{base}.{s}"))
+            .chain(std::iter::once("baseline.cacheline".to_owned()))
+            .collect();
+        let series = pick(&stages);
+        if series.len() > 1 {
+            let title = format!("Open loop at {}: latency per stage by percentile", report::rate_name(&rate_key(rate)));
+            let svg = latency(&title, &series)?;
+            charts.push(plot::Chart { kind: plot::ChartKind::OpenLoop, title, svg });
+        }
     }
     let points: Vec<(usize, f64)> = subscribers
         .iter()
         .filter_map(|&n| figures.get(&format!("mdfan.replay.subs{n}.rate_per_s")).map(|&r| (n, r)))
         .collect();
     if !points.is_empty() {
-        let reference =
-            figures.get("baseline.dbn_decode.rate_per_s").map(|&r| ("DBN decode of the capture (zstd + DBN) alone", r));
+        let name = report::display_name("baseline.dbn_decode");
+        let reference = figures.get("baseline.dbn_decode.rate_per_s").map(|&r| (name.as_str(), r));
         let title = "Replay throughput against subscriber count (pace max, policy block)";
-        charts.push((title.to_owned(), plot::throughput(title, &points, reference)?));
+        let svg = plot::throughput(title, &points, reference)?;
+        charts.push(plot::Chart { kind: plot::ChartKind::Throughput, title: title.to_owned(), svg });
     }
     Ok(charts)
 }
@@ -694,29 +735,45 @@ fn cpu_model() -> String {
         .unwrap_or_default()
 }
 
+/// `compare RUN_A RUN_B`: see [`compare_to`].
 fn compare(a: &Path, b: &Path) -> anyhow::Result<()> {
-    use std::io::Write;
-    let (fa, fb) = (report::read_figures(a)?, report::read_figures(b)?);
-    let mut out = std::io::stdout().lock();
-    // A closed pipe (`| head`) ends the listing quietly.
-    let mut line = |s: String| writeln!(out, "{s}").is_ok();
-    line(format!("{:<70} {:>14} {:>14} {:>8}", "figure", "A", "B", "B/A"));
-    for (k, va) in &fa {
-        let row = match fb.get(k) {
-            Some(vb) => {
-                let ratio = if *va != 0.0 { format!("{:.2}", vb / va) } else { "-".into() };
-                format!("{k:<70} {va:>14.2} {vb:>14.2} {ratio:>8}")
-            }
-            None => format!("{k:<70} {va:>14.2} {:>14} {:>8}", "-", "-"),
-        };
-        if !line(row) {
-            return Ok(());
-        }
-    }
-    for (k, vb) in fb.iter().filter(|(k, _)| !fa.contains_key(*k)) {
-        if !line(format!("{k:<70} {:>14} {vb:>14.2} {:>8}", "-", "-")) {
-            return Ok(());
-        }
-    }
+    let (ra, rb) = (report::read_summary(a)?, report::read_summary(b)?);
+    compare_to(&ra, &rb, &mut std::io::stdout().lock(), &mut std::io::stderr().lock());
     Ok(())
+}
+
+/// Warns on `err`, one line per key, where the two runs' contexts differ (machine, cores, kernel, clock, pinning,
+/// peers built, scenario: their figures are then not like for like), then lists on `out` every figure of either
+/// run with B/A, in [`report::figure_order`] (percentiles numerically), counts as integers. A closed `out`
+/// (`| head`) ends the listing quietly.
+fn compare_to(
+    ra: &report::Summary,
+    rb: &report::Summary,
+    out: &mut impl std::io::Write,
+    err: &mut impl std::io::Write,
+) {
+    for d in report::context_differences(&ra.context, &rb.context) {
+        let _ = writeln!(err, "mdfan-bench: warning: the runs' contexts differ: {d}");
+    }
+    let mut keys: Vec<&String> =
+        ra.figures.keys().chain(rb.figures.keys()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    keys.sort_by_cached_key(|k| report::figure_order(k));
+    let value = |k: &str, v: Option<&f64>| match v {
+        None => "-".to_owned(),
+        Some(v) if report::is_count(k) || (k.ends_with("_ns") && v.fract() == 0.0) => format!("{v:.0}"),
+        Some(v) => format!("{v:.2}"),
+    };
+    if writeln!(out, "{:<70} {:>14} {:>14} {:>8}", "figure", "A", "B", "B/A").is_err() {
+        return;
+    }
+    for k in keys {
+        let (va, vb) = (ra.figures.get(k), rb.figures.get(k));
+        let ratio = match (va, vb) {
+            (Some(a), Some(b)) if *a != 0.0 => format!("{:.2}", b / a),
+            _ => "-".to_owned(),
+        };
+        if writeln!(out, "{k:<70} {:>14} {:>14} {ratio:>8}", value(k, va), value(k, vb)).is_err() {
+            return;
+        }
+    }
 }

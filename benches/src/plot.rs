@@ -1,4 +1,5 @@
-//! SVG charts for `report.html`, drawn with plotters' SVG backend (no font files needed):
+//! SVG charts for `report.html`, drawn with plotters' SVG backend (no font files needed), their legends in
+//! human names ([`crate::report::display_name`]):
 //!
 //! - latency by percentile: x is the percentile on HdrHistogram's usual log axis of 1/(1-p) (so 90%, 99%,
 //!   99.9%... are equally spaced), y is latency in ns on a log scale; one line per histogram;
@@ -37,7 +38,8 @@ fn percentile_points(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     pts
 }
 
-/// Latency by percentile for `series` (name, histogram in ns).
+/// Latency by percentile for `series` (legend name, histogram in ns; the caller gives
+/// [`crate::report::display_name`]s).
 pub fn latency_by_percentile(title: &str, series: &[(&str, &Histogram<u64>)]) -> anyhow::Result<String> {
     let mut svg = String::new();
     {
@@ -117,7 +119,7 @@ pub fn throughput(title: &str, points: &[(usize, f64)], reference: Option<(&str,
         chart
             .draw_series(LineSeries::new(line.clone(), COLORS[1].stroke_width(2)))
             .map_err(plot_err)?
-            .label("mdfan replay + normalize + fan-out")
+            .label(crate::report::display_name("mdfan.replay"))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], COLORS[1].stroke_width(2)));
         chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, COLORS[1].filled()))).map_err(plot_err)?;
         if let Some((name, rate)) = reference {
@@ -139,30 +141,70 @@ pub fn throughput(title: &str, points: &[(usize, f64)], reference: Option<(&str,
     Ok(svg)
 }
 
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("drawing a chart: {e:?}")
+}
+
 fn trim(p: f64) -> String {
     let s = format!("{p:.4}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("drawing a chart: {e:?}")
+/// What a chart shows, which decides where `report.html` puts it (after the tables it illustrates).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChartKind {
+    /// One-way latency by percentile of the ping-pong variants.
+    Latency,
+    /// The open loop's stages at one rate.
+    OpenLoop,
+    /// Replay throughput by subscriber count.
+    Throughput,
 }
 
-/// An HTML page: title, context, the charts (inline SVG), targets and figures tables.
+/// A chart of the report: `chart-<n>.svg`, and inline in `report.html`.
+pub struct Chart {
+    pub kind: ChartKind,
+    pub title: String,
+    pub svg: String,
+}
+
+/// `report.html`: the run's context and the headline tables of [`crate::tables`], each chart after the tables it
+/// illustrates, the targets, then every figure under its key. No script, no external resource.
 pub fn html(
     context: &serde_json::Value,
-    charts: &[(String, String)],
+    charts: &[Chart],
     targets: &[crate::report::Target],
     figures: &std::collections::BTreeMap<String, f64>,
 ) -> String {
+    use crate::tables;
     let mut h = String::from(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mdfan-bench report</title>\n<style>\
-         body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse}\
-         td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}td.n{text-align:right}\
-         .met{color:#080}.missed{color:#b00}code{font-size:12px}</style></head><body>\n<h1>mdfan-bench report</h1>\n",
+        "<!doctype html>\n<html lang=en><head><meta charset=\"utf-8\"><title>mdfan-bench report</title>\n<style>\
+         body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse;margin-bottom:1em}\
+         td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}th{background:#f4f4f4}\
+         th[scope=row]{text-align:left;font-weight:normal;background:none}.n{text-align:right}\
+         .note{color:#444;font-size:14px}.met{color:#080}.missed{color:#b00}code{font-size:12px}</style></head><body>\n\
+         <h1>mdfan-bench report</h1>\n",
     );
-    let _ = writeln!(h, "<p><code>{}</code></p>", escape(&context.to_string()));
-    h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th>limit</th><th>measured</th><th>verdict</th></tr>\n");
+    let charts_of = |kind: ChartKind| {
+        charts.iter().filter(move |c| c.kind == kind).fold(String::new(), |mut out, c| {
+            let _ = writeln!(out, "<h2>{}</h2>\n{}", tables::escape(&c.title), c.svg);
+            out
+        })
+    };
+    h.push_str(&tables::context(context).html());
+    for t in [tables::latency(figures), tables::ratios(figures)].into_iter().flatten() {
+        h.push_str(&t.html());
+    }
+    h.push_str(&charts_of(ChartKind::Latency));
+    if let Some(t) = tables::throughput(figures) {
+        h.push_str(&t.html());
+    }
+    h.push_str(&charts_of(ChartKind::Throughput));
+    if let Some(t) = tables::open_loop(figures) {
+        h.push_str(&t.html());
+    }
+    h.push_str(&charts_of(ChartKind::OpenLoop));
+    h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th class=n>limit</th><th class=n>measured</th><th>verdict</th></tr>\n");
     for t in targets {
         let class = match t.met() {
             Some(true) => "met",
@@ -173,26 +215,24 @@ pub fn html(
         let _ = writeln!(
             h,
             "<tr><td>{}<br><code>{}</code></td><td class=n>{:.2}</td><td class=n>{v}</td><td class={class}>{}</td></tr>",
-            escape(&t.what),
-            escape(&t.key),
+            tables::escape(&t.what),
+            tables::escape(&t.key),
             t.limit,
             t.verdict()
         );
     }
-    h.push_str("</table>\n");
-    for (title, svg) in charts {
-        let _ = writeln!(h, "<h2>{}</h2>\n{svg}", escape(title));
-    }
-    h.push_str("<h2>Figures</h2>\n<table><tr><th>figure</th><th>value</th></tr>\n");
+    h.push_str(
+        "</table>\n<h2>All figures</h2>\n<p class=note>Every figure under its <code>summary.json</code> key \
+                (ns unless the key says otherwise).</p>\n<table><tr><th>figure</th><th class=n>value</th></tr>\n",
+    );
     for (k, v) in crate::report::in_reading_order(figures) {
-        let _ = writeln!(h, "<tr><td><code>{}</code></td><td class=n>{}</td></tr>", escape(k), {
+        let _ = writeln!(
+            h,
+            "<tr><td><code>{}</code></td><td class=n>{}</td></tr>",
+            tables::escape(k),
             crate::report::fmt_value(k, *v)
-        });
+        );
     }
     h.push_str("</table>\n</body></html>\n");
     h
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }

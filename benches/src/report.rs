@@ -6,10 +6,12 @@
 //!   which `HistogramLogProcessor` and the HdrHistogram log plotters read;
 //! - `summary.json`: `context` (machine, cores, clock, tuning, scenario), `figures` (every headline figure and
 //!   ratio under a stable key) and `targets` (each target, its limit, the measured value, met or not);
-//! - `summary.md` and `report.html` (with SVG charts, see [`crate::plot`]).
+//! - `summary.md` and `report.html` (with SVG charts, see [`crate::plot`]): the run's context and the headline
+//!   tables ([`crate::tables`]) under human names ([`display_name`]), the targets, then every figure by key.
 //!
-//! Keys: `<histogram>.<pNN>_ns`, `.max_ns`, `.count`; `ratio.<a>_vs_<b>.<pNN>`; scenario figures such as
-//! `mdfan.replay.subs2.rate_per_s`. A key keeps its meaning across versions; new figures get new keys.
+//! Keys: `<histogram>.<pNN>_ns`, `.max_ns`, `.count`; `ratio.<a>_vs_<b>.<pNN>` (which: [`add_ratio_figures`]);
+//! scenario figures such as `mdfan.replay.subs2.rate_per_s`. A key keeps its meaning across versions; new figures
+//! get new keys.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -109,6 +111,175 @@ pub fn add_ratios(figures: &mut BTreeMap<String, f64>, num: &str, den: &str) {
     }
 }
 
+/// The one-way latency variants, in the order the report lists them: the limit, mdfan, the peers.
+pub const LATENCY_VARIANTS: [&str; 6] = [
+    "baseline.cacheline",
+    "mdfan.shm.pingpong",
+    "baseline.aeron",
+    "baseline.iceoryx2",
+    "mdfan.verbs.pingpong",
+    "baseline.perftest",
+];
+
+/// The latency ratios a run gives, mdfan first: (mdfan's ping-pong, a baseline ping-pong).
+pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
+    ("mdfan.shm.pingpong", "baseline.cacheline"),
+    ("mdfan.shm.pingpong", "baseline.aeron"),
+    ("mdfan.shm.pingpong", "baseline.iceoryx2"),
+    ("mdfan.verbs.pingpong", "baseline.perftest"),
+    ("mdfan.verbs.pingpong", "baseline.cacheline"),
+];
+
+/// Adds every ratio figure of a run to `figures` (which holds its histograms' percentiles and its scalars); a
+/// ratio whose two figures are not both there (a peer not built, the replay skipped) is left out.
+///
+/// Only ratios between like-for-like measurements of the same run are given, because only those say something
+/// about mdfan:
+/// - `ratio.<mdfan ping-pong>_vs_<baseline ping-pong>.<pNN>` for each pair of [`PINGPONG_RATIOS`]: one-way latency
+///   (round trip / 2) of one message at a time, the same message size, the same two cores, the same counts,
+///   interleaved in every round, compared at the same percentile;
+/// - `ratio.mdfan.replay.subs<N>_vs_baseline.dbn_decode.rate` and `…_vs_baseline.dbn_decode_mem.rate`: records/s of
+///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory).
+///
+/// Not given (earlier versions wrote them): the open loop's post-to-poll against the cache line,
+/// `ratio.mdfan.shm.openloop.<rate>.post_to_poll_vs_baseline.cacheline.<pNN>`. The open loop posts on a schedule
+/// into rings that hold what the receiver has not polled yet, so its post-to-poll counts the time a record waits
+/// behind the ones before it; at rate `max` the sender runs ahead of the receiver by design and the figure is a
+/// queue's depth (hundreds of times the cache line, or a fraction of it at p99.99 where the cache line's own
+/// outliers dominate). A quotient of a queueing time and an idle hand-off means nothing; the open loop's own
+/// figures are in the report's open-loop table.
+pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
+    for (num, den) in PINGPONG_RATIOS {
+        add_ratios(figures, num, den);
+    }
+    let decode = figures.get("baseline.dbn_decode.rate_per_s").copied();
+    let mem = figures.get("baseline.dbn_decode_mem.rate_per_s").copied();
+    for (subs, rate) in replay_rates(figures) {
+        for (den, d) in [("baseline.dbn_decode", decode), ("baseline.dbn_decode_mem", mem)] {
+            if let Some(d) = d.filter(|d| *d > 0.0) {
+                figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_{den}.rate"), rate / d);
+            }
+        }
+    }
+}
+
+/// The replay's records/s by subscriber count (`mdfan.replay.subs<N>.rate_per_s`), fewest subscribers first.
+pub fn replay_rates(figures: &BTreeMap<String, f64>) -> Vec<(usize, f64)> {
+    let mut v: Vec<(usize, f64)> = figures
+        .iter()
+        .filter_map(|(k, v)| {
+            let n = k.strip_prefix("mdfan.replay.subs")?.strip_suffix(".rate_per_s")?;
+            Some((n.parse().ok()?, *v))
+        })
+        .collect();
+    v.sort_by_key(|&(n, _)| n);
+    v
+}
+
+/// The open-loop rates measured (`mdfan.shm.openloop.<rate>.…` keys: `r20k`, `r1m`, `max`), slowest first.
+pub fn openloop_rates(figures: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut v: Vec<String> = figures
+        .keys()
+        .filter_map(|k| k.strip_prefix("mdfan.shm.openloop.")?.split_once('.').map(|(r, _)| r.to_owned()))
+        .collect();
+    v.sort_by_key(|r| (rate_per_s(r), r.clone()));
+    v.dedup();
+    v
+}
+
+/// A rate key's records/s: `r20k` → 20,000, `r1m` → 1,000,000, `r1500` → 1,500; `max` (and anything else) → `u64::MAX`.
+pub fn rate_per_s(key: &str) -> u64 {
+    let Some(n) = key.strip_prefix('r') else { return u64::MAX };
+    let (digits, scale) = match n.as_bytes().last() {
+        Some(b'k') => (&n[..n.len() - 1], 1_000),
+        Some(b'm') => (&n[..n.len() - 1], 1_000_000),
+        _ => (n, 1),
+    };
+    digits.parse::<u64>().map_or(u64::MAX, |d| d.saturating_mul(scale))
+}
+
+/// A rate key as read: `r20k` → "20k/s", `r1m` → "1M/s", `max` → "max".
+pub fn rate_name(key: &str) -> String {
+    match key.strip_prefix('r') {
+        Some(n) => format!("{}/s", n.strip_suffix('m').map_or_else(|| n.to_owned(), |m| format!("{m}M"))),
+        None => key.to_owned(),
+    }
+}
+
+/// The human name of a measurement key, the one summary.md, report.html and the charts' legends show (the
+/// keys stay in summary.json and the flat figures list): `baseline.cacheline` → "cache line (limit)",
+/// `mdfan.shm.openloop.r20k.post_to_poll` → "open loop 20k/s: post to poll". An unknown key is its own name.
+pub fn display_name(key: &str) -> String {
+    let fixed = match key {
+        "baseline.cacheline" => "cache line (limit)",
+        "mdfan.shm.pingpong" => "mdfan shm",
+        "baseline.aeron" => "Aeron IPC",
+        "baseline.iceoryx2" => "iceoryx2",
+        "mdfan.verbs.pingpong" => "mdfan verbs",
+        "baseline.perftest" => "perftest write_with_imm",
+        "baseline.dbn_decode" => "DBN decode of the capture file (zstd + DBN)",
+        "baseline.dbn_decode_mem" => "DBN decode in memory",
+        "mdfan.replay" => "mdfan replay + normalize + fan-out",
+        _ => "",
+    };
+    if !fixed.is_empty() {
+        return fixed.to_owned();
+    }
+    let stage = |s: &str| match s {
+        "decode_to_post" => "decode to post".to_owned(),
+        "post_to_poll" => "post to poll".to_owned(),
+        "end_to_end" => "end to end".to_owned(),
+        "cycle" => "sender cycle".to_owned(),
+        other => other.replace('_', " "),
+    };
+    if let Some(rest) = key.strip_prefix("mdfan.shm.openloop.") {
+        return match rest.split_once('.') {
+            Some((rate, s)) => format!("open loop {}: {}", rate_name(rate), stage(s)),
+            None => format!("open loop {}", rate_name(rest)),
+        };
+    }
+    if let Some(rest) = key.strip_prefix("mdfan.replay.subs") {
+        let (n, s) = rest.split_once('.').unwrap_or((rest, ""));
+        let subs = if n == "1" { "1 subscriber".to_owned() } else { format!("{n} subscribers") };
+        return match s {
+            "" => format!("mdfan replay, {subs}"),
+            "cycle" => format!("mdfan replay, {subs}: hot loop cycle"),
+            s => format!("mdfan replay, {subs}: {}", stage(s)),
+        };
+    }
+    key.to_owned()
+}
+
+/// A percentile key suffix as read: `p50` → "p50", `p999` → "p99.9", `p99999` → "p99.999".
+pub fn percentile_label(p: &str) -> String {
+    match percentile_of(p) {
+        Some(v) => format!("p{}", trim_float(v)),
+        None => p.to_owned(),
+    }
+}
+
+/// The percentile a key suffix names, `p50` → 50.0, `p999` → 99.9 (two digits, then the decimals), `p50_ns` too.
+pub fn percentile_of(suffix: &str) -> Option<f64> {
+    let digits = suffix.strip_prefix('p')?;
+    let digits = digits.strip_suffix("_ns").unwrap_or(digits);
+    if digits.len() < 2 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    format!("{}.{}", &digits[..2], &digits[2..]).trim_end_matches('.').parse().ok()
+}
+
+fn trim_float(v: f64) -> String {
+    let s = format!("{v:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Whether a figure is a count (printed as an integer): `.count`, `.records`, `.rounds`, `.subscribers`,
+/// `.late_posts`, `.attempts`.
+pub fn is_count(key: &str) -> bool {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    matches!(last, "count" | "records" | "rounds" | "subscribers" | "late_posts" | "attempts")
+}
+
 /// A performance target of the issue, checked against one figure of this run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
@@ -163,46 +334,58 @@ pub fn write_summary(
         .collect();
     let json = serde_json::json!({ "context": context, "figures": figures, "targets": targets_json });
     std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&json)? + "\n")?;
+    std::fs::write(dir.join("summary.md"), markdown(context, figures, targets))?;
+    Ok(())
+}
+
+/// `summary.md`: the run's context and the headline tables ([`crate::tables`]), the targets, then every figure
+/// under its key.
+pub fn markdown(context: &serde_json::Value, figures: &BTreeMap<String, f64>, targets: &[Target]) -> String {
     let mut md = String::from("# mdfan-bench summary\n\n");
-    let _ = writeln!(md, "Context: `{}`\n", serde_json::to_string(context)?);
+    for t in crate::tables::all(context, figures) {
+        md.push_str(&t.markdown());
+    }
     md.push_str("## Targets\n\n| target | figure | limit | measured | verdict |\n|---|---|---:|---:|---|\n");
     for t in targets {
         let v = t.value.map_or("-".into(), |v| format!("{v:.2}"));
         let _ = writeln!(md, "| {} | `{}` | {:.2} | {v} | {} |", t.what, t.key, t.limit, t.verdict());
     }
-    md.push_str("\n## Figures\n\n| figure | value |\n|---|---:|\n");
+    md.push_str(
+        "\n## All figures\n\nEvery figure under its `summary.json` key (ns unless the key says otherwise).\n\n",
+    );
+    md.push_str("| figure | value |\n|---|---:|\n");
     for (k, v) in in_reading_order(figures) {
         let _ = writeln!(md, "| `{k}` | {} |", fmt_value(k, *v));
     }
-    std::fs::write(dir.join("summary.md"), md)?;
-    Ok(())
+    md
 }
 
-/// The figures with each histogram's percentiles in rising order (p50 .. p99999, then max, count) rather than
-/// as text sorts them.
+/// The figures in reading order: see [`figure_order`].
 pub fn in_reading_order(figures: &BTreeMap<String, f64>) -> Vec<(&String, &f64)> {
-    let rank = |k: &str| {
-        let last = k.rsplit('.').next().unwrap_or("");
-        let p = PERCENTILES.iter().position(|(name, _)| last == format!("{name}_ns") || last == *name);
-        let base = match p {
-            Some(_) => &k[..k.len() - last.len()],
-            None => k,
-        };
-        (base.to_owned(), p.unwrap_or(PERCENTILES.len()), k.to_owned())
-    };
     let mut v: Vec<_> = figures.iter().collect();
-    v.sort_by_cached_key(|(k, _)| rank(k));
+    v.sort_by_cached_key(|(k, _)| figure_order(k));
     v
 }
 
-/// A figure as text: ratios with two decimals and an `x`, the rest rounded.
+/// A key's place in a listing: keys of one histogram (or one ratio) together, its percentiles in numeric order
+/// (p50 < p90 < p99 < p99.9 < p99.99 < p99.999), then `max`, then `count`; other keys as text sorts them.
+pub fn figure_order(key: &str) -> (String, u8, u64, String) {
+    let (base, last) = key.rsplit_once('.').unwrap_or(("", key));
+    let (class, pct) = match (last, percentile_of(last)) {
+        (_, Some(p)) => (0, (p * 1e6) as u64),
+        ("max_ns" | "max", None) => (1, 0),
+        ("count", None) => (2, 0),
+        _ => return (key.to_owned(), 0, 0, String::new()),
+    };
+    (base.to_owned(), class, pct, key.to_owned())
+}
+
+/// A figure as text: ratios with two decimals and an `x`, counts as integers, the rest rounded.
 pub fn fmt_value(key: &str, v: f64) -> String {
     if key.starts_with("ratio.") {
-        if v != 0.0 && v.abs() < 0.1 {
-            format!("{v:.3}x")
-        } else {
-            format!("{v:.2}x")
-        }
+        fmt_ratio(v)
+    } else if is_count(key) || key.ends_with("_ns") {
+        format!("{v:.0}")
     } else if v.abs() < 100.0 && v.fract() != 0.0 {
         format!("{v:.2}")
     } else {
@@ -210,8 +393,73 @@ pub fn fmt_value(key: &str, v: f64) -> String {
     }
 }
 
-/// Reads the figures of a run folder's `summary.json`.
-pub fn read_figures(dir: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
+/// A ratio: `6.31x`, `0.043x` below 0.1.
+pub fn fmt_ratio(v: f64) -> String {
+    if v != 0.0 && v.abs() < 0.1 {
+        format!("{v:.3}x")
+    } else {
+        format!("{v:.2}x")
+    }
+}
+
+/// A latency in ns with its unit, three significant digits at most: `165 ns`, `22.7 µs`, `2.09 ms`, `1.20 s`.
+pub fn fmt_ns(ns: f64) -> String {
+    let sig = |v: f64, unit: &str| {
+        let digits = if v >= 100.0 {
+            0
+        } else if v >= 10.0 {
+            1
+        } else {
+            2
+        };
+        format!("{v:.digits$} {unit}")
+    };
+    if ns < 10_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        sig(ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        sig(ns / 1e6, "ms")
+    } else {
+        sig(ns / 1e9, "s")
+    }
+}
+
+/// Records per second: `151.8k/s`, `3.53M/s`.
+pub fn fmt_rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M/s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k/s", v / 1e3)
+    } else {
+        format!("{v:.0}/s")
+    }
+}
+
+/// An integer with thousands separators: `68,792`.
+pub fn fmt_int(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// A run folder's `summary.json`: its `context` (`null` when absent) and its figures.
+pub struct Summary {
+    pub context: serde_json::Value,
+    pub figures: BTreeMap<String, f64>,
+}
+
+/// Reads a run folder's `summary.json`.
+pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
     let path = dir.join("summary.json");
     let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -219,7 +467,50 @@ pub fn read_figures(dir: &Path) -> anyhow::Result<BTreeMap<String, f64>> {
         .get("figures")
         .and_then(|f| f.as_object())
         .ok_or_else(|| anyhow::anyhow!("{}: no `figures` object", path.display()))?;
-    Ok(figures.iter().filter_map(|(k, v)| v.as_f64().map(|f| (k.clone(), f))).collect())
+    Ok(Summary {
+        context: v.get("context").cloned().unwrap_or_default(),
+        figures: figures.iter().filter_map(|(k, v)| v.as_f64().map(|f| (k.clone(), f))).collect(),
+    })
+}
+
+/// Context keys that differ from run to run on one machine and do not change what the figures mean.
+const VOLATILE_CONTEXT: [&str; 4] = ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free"];
+
+/// How two runs' contexts differ, one line per key (`cpu: "AMD EPYC" in A, "Intel Xeon" in B`): the machine,
+/// cores, kernel, clock, pinning, peers built and scenario, everything but [`VOLATILE_CONTEXT`]; the capture by
+/// file name (its folder depends on the checkout).
+pub fn context_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    flatten(&key, v, out);
+                }
+            }
+            serde_json::Value::String(s) if prefix == "capture" => {
+                let name = Path::new(s).file_name().map_or(s.clone(), |n| n.to_string_lossy().into_owned());
+                out.insert(prefix.to_owned(), serde_json::Value::String(name).to_string());
+            }
+            other => {
+                out.insert(prefix.to_owned(), other.to_string());
+            }
+        }
+    }
+    let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
+    flatten("", a, &mut fa);
+    flatten("", b, &mut fb);
+    let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+    keys.into_iter()
+        .filter(|k| !VOLATILE_CONTEXT.iter().any(|v| *k == v || k.starts_with(&format!("{v}."))))
+        .filter_map(|k| {
+            let (va, vb) = (fa.get(k), fb.get(k));
+            (va != vb).then(|| {
+                let show = |v: Option<&String>| v.cloned().unwrap_or_else(|| "(absent)".into());
+                format!("{k}: {} in A, {} in B", show(va), show(vb))
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,418 @@
+//! The tables a reader of a run's report wants first, built from the same `context` and figures map that
+//! `summary.json` holds, and rendered as Markdown (`summary.md`) or HTML (`report.html`):
+//!
+//! - the run: machine, clock, kernel, tuning, peers built, scenario ([`context`]);
+//! - one-way latency by percentile for each ping-pong variant measured ([`latency`]);
+//! - mdfan's ping-pong as a ratio to each baseline, percentile by percentile ([`ratios`]);
+//! - replay throughput by subscriber count against the DBN decode of the same capture ([`throughput`]);
+//! - the open loop by rate ([`open_loop`]).
+//!
+//! A variant absent from a run (a feature not built, the replay skipped) has no row; a table with no row is
+//! not given. Names are [`display_name`]s, never figure keys (those are in the flat figures list).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::report::{
+    display_name, fmt_int, fmt_ns, fmt_rate, fmt_ratio, percentile_label, LATENCY_VARIANTS, PINGPONG_RATIOS,
+    RATIO_PERCENTILES,
+};
+
+/// A table: a heading, a sentence saying what is in it, a header row and rows of text.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub title: String,
+    pub note: String,
+    pub head: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Columns from this one on hold figures (right-aligned).
+    pub figures_from: usize,
+}
+
+impl Table {
+    /// `## title`, the note, and a GitHub Markdown table.
+    pub fn markdown(&self) -> String {
+        let mut md = format!("## {}\n\n", self.title);
+        if !self.note.is_empty() {
+            let _ = writeln!(md, "{}\n", self.note);
+        }
+        let cell = |s: &str| s.replace('|', "\\|");
+        let _ = writeln!(md, "| {} |", self.head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "));
+        let align: Vec<&str> =
+            (0..self.head.len()).map(|i| if i >= self.figures_from { "---:" } else { "---" }).collect();
+        let _ = writeln!(md, "|{}|", align.join("|"));
+        for row in &self.rows {
+            let _ = writeln!(md, "| {} |", row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "));
+        }
+        md.push('\n');
+        md
+    }
+
+    /// `<h2>`, the note as a paragraph, and the table (no header row when every header cell is empty).
+    pub fn html(&self) -> String {
+        let mut h = format!("<h2>{}</h2>\n", escape(&self.title));
+        if !self.note.is_empty() {
+            let _ = writeln!(h, "<p class=note>{}</p>", escape(&self.note));
+        }
+        h.push_str("<table>\n");
+        if self.head.iter().any(|c| !c.is_empty()) {
+            h.push_str("<tr>");
+            for (i, c) in self.head.iter().enumerate() {
+                let class = if i >= self.figures_from { " class=n" } else { "" };
+                let _ = write!(h, "<th{class}>{}</th>", escape(c));
+            }
+            h.push_str("</tr>\n");
+        }
+        for row in &self.rows {
+            h.push_str("<tr>");
+            for (i, c) in row.iter().enumerate() {
+                let (tag, class) = match (i, i >= self.figures_from) {
+                    (0, false) => ("th", " scope=row"),
+                    (_, true) => ("td", " class=n"),
+                    _ => ("td", ""),
+                };
+                let _ = write!(h, "<{tag}{class}>{}</{tag}>", escape(c));
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table>\n");
+        h
+    }
+}
+
+/// Text for HTML (element content and double-quoted attributes).
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Every table of [`crate::tables`] this run has, in reading order (the run's context first).
+pub fn all(context: &serde_json::Value, figures: &BTreeMap<String, f64>) -> Vec<Table> {
+    std::iter::once(self::context(context))
+        .chain([latency(figures), ratios(figures), throughput(figures), open_loop(figures)].into_iter().flatten())
+        .collect()
+}
+
+/// The run: host, CPU model, cores, clock source, kernel, tuning (pinned or not), peers built, rounds, count per
+/// round, duration; then the scenario's other keys. Read from `summary.json`'s `context` (a missing key shows
+/// as "-").
+pub fn context(c: &serde_json::Value) -> Table {
+    use serde_json::Value;
+    let text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => "-".to_owned(),
+    };
+    let get = |k: &str| c.get(k);
+    let list = |v: Option<&Value>| -> Option<Vec<String>> {
+        v.and_then(Value::as_array).map(|a| a.iter().map(|x| text(Some(x))).collect())
+    };
+    let cores = match list(get("cores")) {
+        Some(v) if v.len() == 2 && v.iter().all(|c| c != "-") => format!("{}, {} (A sends, B receives)", v[0], v[1]),
+        _ => "not pinned (fewer than two cores allowed)".to_owned(),
+    };
+    let clock = match (text(get("clock")), text(get("clocksource"))) {
+        (clock, source) if source == "-" => clock,
+        (clock, source) => format!("{clock} (kernel clocksource {source})"),
+    };
+    let tuning = {
+        let t = get("tuning");
+        let field = |k: &str| t.and_then(|t| t.get(k));
+        let none_if_null = |k: &str| match field(k) {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            _ => "none".to_owned(),
+        };
+        format!(
+            "{}; isolcpus {}; nohz_full {}; huge pages {} free of {}",
+            text(get("pinning")),
+            none_if_null("isolcpus"),
+            none_if_null("nohz_full"),
+            text(field("hugepages_free")),
+            text(field("hugepages_total")),
+        )
+    };
+    let peers = match list(get("peers_built")) {
+        Some(v) if !v.is_empty() => v.join(", "),
+        Some(_) => "none (features aeron, iceoryx2, verbs off)".to_owned(),
+        None => "-".to_owned(),
+    };
+    let count = match (get("count_per_round").and_then(Value::as_f64), get("warmup").and_then(Value::as_f64)) {
+        (Some(n), Some(w)) => format!("{} per measurement (after {} warm-up)", fmt_int(n), fmt_int(w)),
+        (Some(n), None) => fmt_int(n),
+        _ => "-".to_owned(),
+    };
+    let duration = {
+        let elapsed = get("elapsed_s").and_then(Value::as_f64).map(|s| match s {
+            s if s < 10.0 => format!("{s:.1} s of measuring"),
+            s if s < 600.0 => format!("{s:.0} s of measuring"),
+            s => format!("{:.0} min {:.0} s of measuring", (s / 60.0).floor(), s % 60.0),
+        });
+        let open = get("duration_ms").and_then(Value::as_u64).map(|ms| format!("open loop {ms} ms per rate"));
+        match (elapsed, open) {
+            (Some(e), Some(o)) => format!("{e} ({o})"),
+            (Some(e), None) => e,
+            (None, Some(o)) => o,
+            (None, None) => "-".to_owned(),
+        }
+    };
+    let fabric = match get("fabric") {
+        Some(f) => {
+            let mut s = text(f.get("kind"));
+            if let Some(d) = f.get("device").and_then(Value::as_str) {
+                let _ = write!(s, ", device {d}");
+            }
+            if let Some(g) = f.get("gid_index").and_then(Value::as_u64) {
+                let _ = write!(s, ", GID index {g}");
+            }
+            s
+        }
+        None => "-".to_owned(),
+    };
+    let scenario = {
+        let rates: Vec<String> =
+            list(get("rates")).unwrap_or_default().iter().map(|r| crate::report::rate_name(r)).collect();
+        let replay = match get("replay") {
+            Some(Value::Bool(false)) => "replay skipped".to_owned(),
+            _ => format!("replay to {} subscribers", list(get("subscribers")).map_or("-".to_owned(), |v| v.join(", "))),
+        };
+        match c.pointer("/fabric/kind").and_then(Value::as_str) {
+            Some("verbs") => "verbs ping-pong beside perftest (no open loop, no replay)".to_owned(),
+            _ => format!(
+                "open loop at {} to {} subscribers, {}; {replay}",
+                if rates.is_empty() { "-".to_owned() } else { rates.join(", ") },
+                text(get("open_loop_subscribers")),
+                match text(get("source")).as_str() {
+                    "replay" => "the capture's records".to_owned(),
+                    "synthetic" => "synthetic records".to_owned(),
+                    other => format!("{other} records"),
+                },
+            ),
+        }
+    };
+    let capture = get("capture")
+        .and_then(Value::as_str)
+        .map(|p| std::path::Path::new(p).file_name().map_or(p.to_owned(), |n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "-".to_owned());
+    let mut rows = vec![
+        ("host", text(get("host"))),
+        ("CPU model", text(get("cpu"))),
+        ("cores", cores),
+        ("clock source", clock),
+        ("kernel", text(get("kernel"))),
+        ("tuning", tuning),
+        ("peers built", peers),
+        ("rounds", text(get("rounds"))),
+        ("count per round", count),
+        ("duration", duration),
+        ("started", get("started_unix_s").and_then(Value::as_u64).map_or("-".to_owned(), utc)),
+        ("fabric", fabric),
+        ("scenario", scenario),
+        ("capture", capture),
+    ];
+    if let Some(p) =
+        get("verbs_rounds").and_then(Value::as_array).and_then(|r| r.first()).and_then(|r| r.get("perftest"))
+    {
+        rows.push((
+            "perftest",
+            format!("{} (op {}, {})", text(p.get("command")), text(p.get("op")), text(p.get("version"))),
+        ));
+    }
+    rows.push(("mdfan-bench", text(get("version"))));
+    Table {
+        title: "Run".into(),
+        note: String::new(),
+        head: vec![String::new(), String::new()],
+        rows: rows.into_iter().map(|(k, v)| vec![k.to_owned(), v]).collect(),
+        figures_from: 2,
+    }
+}
+
+/// `2026-11-29 22:51 UTC` from seconds since the epoch.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (h, m) = (secs % 86_400 / 3600, secs % 3600 / 60);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02} UTC")
+}
+
+/// One-way latency by percentile (p50, p99, p99.9, p99.99, max) and the sample count of each ping-pong variant
+/// this run measured, in [`LATENCY_VARIANTS`] order.
+pub fn latency(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rows: Vec<Vec<String>> = LATENCY_VARIANTS
+        .iter()
+        .filter(|v| f.contains_key(&format!("{v}.p50_ns")))
+        .map(|v| {
+            let mut row = vec![display_name(v)];
+            row.extend(
+                RATIO_PERCENTILES.iter().map(|p| f.get(&format!("{v}.{p}_ns")).map_or("-".into(), |&x| fmt_ns(x))),
+            );
+            row.push(f.get(&format!("{v}.max_ns")).map_or("-".into(), |&x| fmt_ns(x)));
+            row.push(f.get(&format!("{v}.count")).map_or("-".into(), |&x| fmt_int(x)));
+            row
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "One-way latency".into(),
+        note: "Ping-pong, one message each way at a time between the same two cores, interleaved in every round; \
+               one-way = round trip / 2. The cache line is the physical limit."
+            .into(),
+        head: ["", "p50", "p99", "p99.9", "p99.99", "max", "samples"].map(String::from).to_vec(),
+        rows,
+        figures_from: 1,
+    })
+}
+
+/// mdfan's ping-pong against each baseline's at the same percentile (the like-for-like ratios of
+/// [`crate::report::add_ratio_figures`]), one row per pair this run has.
+pub fn ratios(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rows: Vec<Vec<String>> = PINGPONG_RATIOS
+        .iter()
+        .filter(|(n, d)| RATIO_PERCENTILES.iter().any(|p| f.contains_key(&format!("ratio.{n}_vs_{d}.{p}"))))
+        .map(|(n, d)| {
+            let mut row = vec![display_name(n), display_name(d)];
+            row.extend(
+                RATIO_PERCENTILES
+                    .iter()
+                    .map(|p| f.get(&format!("ratio.{n}_vs_{d}.{p}")).map_or("-".into(), |&r| fmt_ratio(r))),
+            );
+            row
+        })
+        .collect();
+    let mut head = vec!["".to_owned(), "as a ratio to".to_owned()];
+    head.extend(RATIO_PERCENTILES.iter().map(|p| percentile_label(p)));
+    (!rows.is_empty()).then(|| Table {
+        title: "mdfan against each baseline".into(),
+        note: "mdfan's one-way latency divided by the baseline's at the same percentile, same run: below 1.00x \
+               mdfan is faster."
+            .into(),
+        head,
+        rows,
+        figures_from: 2,
+    })
+}
+
+/// Replay throughput by subscriber count: records/s, the ratio to the DBN decode of the same capture (file, and
+/// in memory when measured), the hot loop's ns per record per subscriber and the share of the replay it was
+/// blocked on a full ring.
+pub fn throughput(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rates = crate::report::replay_rates(f);
+    if rates.is_empty() {
+        return None;
+    }
+    let has_mem = f.contains_key("baseline.dbn_decode_mem.rate_per_s");
+    let mut head = vec!["subscribers".to_owned(), "records/s".to_owned(), "vs DBN decode (file)".to_owned()];
+    if has_mem {
+        head.push("vs DBN decode (in memory)".to_owned());
+    }
+    head.extend(["hot loop ns per record per subscriber".to_owned(), "hot loop blocked".to_owned()]);
+    let rows = rates
+        .iter()
+        .map(|&(n, rate)| {
+            let base = format!("mdfan.replay.subs{n}");
+            let ratio = |den: &str| f.get(&format!("ratio.{base}_vs_{den}.rate")).map_or("-".into(), |&r| fmt_ratio(r));
+            let mut row = vec![n.to_string(), fmt_rate(rate), ratio("baseline.dbn_decode")];
+            if has_mem {
+                row.push(ratio("baseline.dbn_decode_mem"));
+            }
+            row.push(f.get(&format!("{base}.cpu_ns_per_record_per_sub")).map_or("-".into(), |&v| format!("{v:.0}")));
+            row.push(f.get(&format!("{base}.blocked_share")).map_or("-".into(), |&v| format!("{:.0}%", v * 100.0)));
+            row
+        })
+        .collect();
+    let mut note = "The real publisher replaying the capture at pace max (policy block) to N subscribers of the \
+                    subscriber library, polled by one thread."
+        .to_owned();
+    let decode: Vec<String> =
+        [("baseline.dbn_decode", "from the file (zstd + DBN)"), ("baseline.dbn_decode_mem", "in memory")]
+            .iter()
+            .filter_map(|(k, what)| f.get(&format!("{k}.rate_per_s")).map(|&r| format!("{} {what}", fmt_rate(r))))
+            .collect();
+    if !decode.is_empty() {
+        let _ = write!(note, " The capture decoded alone: {}.", decode.join(", "));
+    }
+    Some(Table { title: "Replay throughput".into(), note, head, rows, figures_from: 1 })
+}
+
+/// The open loop by rate: the rate measured, end-to-end and post-to-poll latency, late posts.
+pub fn open_loop(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rates = crate::report::openloop_rates(f);
+    let rows: Vec<Vec<String>> = rates
+        .iter()
+        .filter(|r| f.keys().any(|k| k.starts_with(&format!("mdfan.shm.openloop.{r}.")) && k.ends_with("_ns")))
+        .map(|r| {
+            let base = format!("mdfan.shm.openloop.{r}");
+            let ns = |k: &str| f.get(&format!("{base}.{k}")).map_or("-".into(), |&v| fmt_ns(v));
+            vec![
+                crate::report::rate_name(r),
+                f.get(&format!("{base}.rate_per_s")).map_or("-".into(), |&v| fmt_rate(v)),
+                ns("end_to_end.p50_ns"),
+                ns("end_to_end.p99_ns"),
+                ns("end_to_end.p999_ns"),
+                ns("post_to_poll.p50_ns"),
+                ns("post_to_poll.p99_ns"),
+                ns("post_to_poll.p999_ns"),
+                f.get(&format!("{base}.late_posts")).map_or("-".into(), |&v| fmt_int(v)),
+            ]
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "Open loop".into(),
+        note: "Records normalized and posted to the subscriber rings on a fixed schedule; end to end counts from each \
+               record's due time (coordinated omission corrected). At rate max the sender runs ahead of the receiver, \
+               so these are queueing times: they are not divided by the cache line."
+            .into(),
+        head: [
+            "rate asked",
+            "rate measured",
+            "end to end p50",
+            "p99",
+            "p99.9",
+            "post to poll p50",
+            "p99",
+            "p99.9",
+            "late posts",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+        figures_from: 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc(1_796_010_281), "2026-11-30 03:44 UTC");
+    }
+
+    #[test]
+    fn a_table_renders_in_both_forms() {
+        let t = Table {
+            title: "T".into(),
+            note: "a < b".into(),
+            head: vec!["".into(), "p50".into()],
+            rows: vec![vec!["x|y".into(), "1 ns".into()]],
+            figures_from: 1,
+        };
+        assert_eq!(t.markdown(), "## T\n\na < b\n\n|  | p50 |\n|---|---:|\n| x\\|y | 1 ns |\n\n");
+        let h = t.html();
+        assert!(
+            h.contains("<p class=note>a &lt; b</p>") && h.contains("<th scope=row>x|y</th><td class=n>1 ns</td>"),
+            "{h}"
+        );
+    }
+}
