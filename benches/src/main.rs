@@ -24,7 +24,7 @@
 //!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`, and
 //! only between like-for-like measurements (see [`report::add_ratio_figures`]). The report folder: see [`report`];
-//! what a reader sees first: [`tables`].
+//! what a reader sees first: [`tables`]. On a terminal, a progress bar shows on stderr while the rounds run.
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "aeron")]
@@ -46,6 +46,7 @@ mod tables;
 mod verbs;
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
@@ -390,30 +391,31 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     let mut scalars = Scalars::default();
     let mut verbs_rounds = Vec::new();
     let (count, warmup) = (s.count, s.warmup);
+    let progress = Progress::new(s, rates.len(), std::io::stderr().is_terminal());
     for round in 1..=s.rounds {
-        eprintln!("mdfan-bench: round {round}/{}", s.rounds);
+        progress.round(round, s.rounds);
         let t = Instant::now();
-        let h = fresh(|| pingpong::run(a, b, warmup, count));
+        let h = progress.step("baseline.cacheline", || fresh(|| pingpong::run(a, b, warmup, count)));
         rec.add("baseline.cacheline", t, h);
         if s.fabric == Fabric::Verbs {
-            let r = fresh(|| verbs_round(s, round, a, b))?;
+            let r = progress.step("mdfan.verbs.pingpong", || fresh(|| verbs_round(s, round, a, b)))?;
             verbs_rounds.push(r.record(&mut rec));
             continue;
         }
         #[cfg(feature = "aeron")]
         {
             let t = Instant::now();
-            let h = fresh(|| aeron::pingpong(a, b, warmup, count))?;
+            let h = progress.step("baseline.aeron", || fresh(|| aeron::pingpong(a, b, warmup, count)))?;
             rec.add("baseline.aeron", t, h);
         }
         #[cfg(feature = "iceoryx2")]
         {
             let t = Instant::now();
-            let h = fresh(|| iceoryx2::pingpong(a, b, warmup, count))?;
+            let h = progress.step("baseline.iceoryx2", || fresh(|| iceoryx2::pingpong(a, b, warmup, count)))?;
             rec.add("baseline.iceoryx2", t, h);
         }
         let t = Instant::now();
-        let h = fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count))?;
+        let h = progress.step("mdfan.shm.pingpong", || fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count)))?;
         rec.add("mdfan.shm.pingpong", t, h);
         for &rate in &rates {
             let n = match (rate, s.duration_ms) {
@@ -430,7 +432,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             };
             let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
             let t = Instant::now();
-            let m = fresh(|| openloop::run(&s.shm_dir, a, b, &spec))?;
+            let m = progress.step(&base, || fresh(|| openloop::run(&s.shm_dir, a, b, &spec)))?;
             rec.add(&format!("{base}.decode_to_post"), t, m.decode_to_post);
             rec.add(&format!("{base}.post_to_poll"), t, m.post_to_poll);
             rec.add(&format!("{base}.end_to_end"), t, m.end_to_end);
@@ -440,14 +442,14 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             scalars.add(format!("{base}.sender_ns_per_record_per_sub"), m.sender_ns_per_record_per_sub);
         }
         if s.replay {
-            let d = replay::dbn_decode_rates(&capture, 3)?;
+            let d = progress.step("baseline.dbn_decode", || replay::dbn_decode_rates(&capture, 3))?;
             scalars.add("baseline.dbn_decode.rate_per_s".into(), d.file_per_s);
             scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), d.mem_per_s);
             scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
             for &subs in &s.subscribers {
                 let base = format!("mdfan.replay.subs{subs}");
                 let t = Instant::now();
-                let r = fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b))?;
+                let r = progress.step(&base, || fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b)))?;
                 rec.add(&format!("{base}.post_to_poll"), t, r.post_to_poll);
                 rec.add(&format!("{base}.cycle"), t, r.cycle);
                 rec.add(&format!("{base}.decode_to_post"), t, r.decode_to_post);
@@ -458,6 +460,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             }
         }
     }
+    progress.finish();
 
     let context = RunContext {
         scenario: s,
@@ -481,6 +484,67 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     }
     println!("report={}", out.display());
     Ok(())
+}
+
+/// Progress on stderr while the rounds run: when stderr is a terminal, a bar of the measurements done with the
+/// one under way; otherwise hidden (CI logs and tests see only the `round k/n` lines, as before). It draws only
+/// when a measurement starts or ends, from the calling thread: no ticking thread wakes up on the measuring cores.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    round: std::cell::Cell<(u32, u32)>,
+}
+
+impl Progress {
+    /// A bar of every measurement of the run (`rates` open-loop rates), shown if `visible`.
+    fn new(s: &Scenario, rates: usize, visible: bool) -> Progress {
+        let per_round = 1 + match s.fabric {
+            Fabric::Verbs => 1,
+            Fabric::Shm => {
+                usize::from(cfg!(feature = "aeron"))
+                    + usize::from(cfg!(feature = "iceoryx2"))
+                    + 1
+                    + rates
+                    + if s.replay { 1 + s.subscribers.len() } else { 0 }
+            }
+        };
+        let total = u64::from(s.rounds) * per_round as u64;
+        let target =
+            if visible { indicatif::ProgressDrawTarget::stderr() } else { indicatif::ProgressDrawTarget::hidden() };
+        let bar = indicatif::ProgressBar::with_draw_target(Some(total), target);
+        let style = indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+        bar.set_style(style);
+        Progress { bar, round: std::cell::Cell::new((0, s.rounds)) }
+    }
+
+    /// Runs one measurement (`key`, shown by its [`report::display_name`]) and counts it done.
+    fn step<T>(&self, key: &str, f: impl FnOnce() -> T) -> T {
+        let (round, rounds) = self.round.get();
+        self.bar.set_message(format!("round {round}/{rounds}: {}", report::display_name(key)));
+        let out = f();
+        self.bar.inc(1);
+        out
+    }
+
+    /// Starts round `round` of `rounds`: its line on stderr, as without the bar.
+    fn round(&self, round: u32, rounds: u32) {
+        self.round.set((round, rounds));
+        self.line(&format!("mdfan-bench: round {round}/{rounds}"));
+    }
+
+    /// A line on stderr, above the bar when it is shown.
+    fn line(&self, s: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{s}");
+        } else {
+            self.bar.suspend(|| eprintln!("{s}"));
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// What `summary.json`'s `context` records of a run.

@@ -358,6 +358,17 @@ fn figures_format_for_a_reader() {
     }
 }
 
+#[test]
+fn progress_is_hidden_when_stderr_is_not_a_terminal() {
+    let p = crate::Progress::new(&Scenario::default(), 4, false);
+    assert!(p.bar.is_hidden());
+    assert_eq!(p.step("baseline.cacheline", || 7), 7);
+    assert_eq!(p.bar.position(), 1);
+    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays.
+    let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2"));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 3)));
+}
+
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.
 fn find_chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MDFAN_CHROMIUM") {
