@@ -222,6 +222,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut silent_reported = false;
     let mut since_maintain = 0usize;
     let mut last_bbo = None;
+    let mut idler = mdfan_subscriber::Idler::new(match args.idle {
+        Idle::Spin => mdfan_subscriber::IdleStrategy::BusySpin,
+        Idle::Yield => mdfan_subscriber::IdleStrategy::SpinThenYield { spins: 0 },
+    });
     let mut end: Option<&'static str> = None;
     let mut closed: Option<CloseReason> = None;
     let clock = quanta::Clock::new();
@@ -308,36 +312,28 @@ fn run(args: &Args) -> Result<i32, CliError> {
             }
         }
         since_maintain += n;
-        if n == 0 {
-            if control_gone {
-                // The control connection closed before this (empty) poll: everything the publisher wrote
-                // before it went is visible by now, and nothing more will come.
-                control_gone = false;
-                if let Some(reason) = closed_by_bye.take() {
-                    end_owned = Some(reason);
-                    break;
-                }
-                println!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
-                match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
-                    Some(Ok(())) => {
-                        books = Books::new();
-                        println!("reconnected session={}", sub.session_id());
-                    }
-                    Some(Err((tries, e))) => {
-                        println!(
-                            "reconnect_failed tries={tries} after_ms={}: {e}",
-                            args.reconnect_ms.unwrap_or_default()
-                        );
-                        end = Some("publisher_gone");
-                    }
-                    None => end = Some("publisher_gone"),
-                }
+        if n == 0 && control_gone {
+            // The control connection closed before this (empty) poll: everything the publisher wrote
+            // before it went is visible by now, and nothing more will come.
+            control_gone = false;
+            if let Some(reason) = closed_by_bye.take() {
+                end_owned = Some(reason);
+                break;
             }
-            match args.idle {
-                Idle::Spin => std::hint::spin_loop(),
-                Idle::Yield => std::thread::yield_now(),
+            println!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
+            match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
+                Some(Ok(())) => {
+                    books = Books::new();
+                    println!("reconnected session={}", sub.session_id());
+                }
+                Some(Err((tries, e))) => {
+                    println!("reconnect_failed tries={tries} after_ms={}: {e}", args.reconnect_ms.unwrap_or_default());
+                    end = Some("publisher_gone");
+                }
+                None => end = Some("publisher_gone"),
             }
         }
+        idler.idle(n);
         let now = clock.now();
         if (n == 0 && now - last_check > Duration::from_millis(1)) || since_maintain >= 4096 {
             last_check = now;
