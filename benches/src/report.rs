@@ -478,7 +478,8 @@ const VOLATILE_CONTEXT: [&str; 4] = ["started_unix_s", "elapsed_s", "verbs_round
 
 /// How two runs' contexts differ, one line per key (`cpu: "AMD EPYC" in A, "Intel Xeon" in B`): the machine,
 /// cores, kernel, clock, pinning, peers built and scenario, everything but [`VOLATILE_CONTEXT`]; the capture by
-/// file name (its folder depends on the checkout).
+/// file name (its folder depends on the checkout). A key only one run has (a run of an older version, which
+/// `version` tells) is not a difference.
 pub fn context_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
     fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
         match v {
@@ -504,11 +505,8 @@ pub fn context_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<
     keys.into_iter()
         .filter(|k| !VOLATILE_CONTEXT.iter().any(|v| *k == v || k.starts_with(&format!("{v}."))))
         .filter_map(|k| {
-            let (va, vb) = (fa.get(k), fb.get(k));
-            (va != vb).then(|| {
-                let show = |v: Option<&String>| v.cloned().unwrap_or_else(|| "(absent)".into());
-                format!("{k}: {} in A, {} in B", show(va), show(vb))
-            })
+            let (va, vb) = (fa.get(k)?, fb.get(k)?);
+            (va != vb).then(|| format!("{k}: {va} in A, {vb} in B"))
         })
         .collect()
 }

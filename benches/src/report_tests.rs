@@ -288,6 +288,7 @@ fn compare_orders_percentiles_numerically_prints_counts_as_integers_and_warns_on
     b_context["tuning"]["hugepages_free"] = 0.into(); // ditto
     b_context["capture"] = "/b/esh4.dbn.zst".into(); // the same capture in another checkout
     b_context["peers_built"] = serde_json::json!(["aeron"]);
+    b_context["replay"] = true.into(); // a key A's (older) version did not write: no warning
     let b = Summary { context: b_context, figures: figures(2.0) };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     crate::compare_to(&a, &b, &mut out, &mut err);
