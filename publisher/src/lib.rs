@@ -209,8 +209,28 @@ pub struct Publisher {
     listener: TcpListener,
     feed: MboFile,
     dump: Arc<AtomicBool>,
+    counters: Arc<AgentCounters>,
     #[cfg(feature = "verbs")]
     verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
+}
+
+/// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
+#[derive(Clone)]
+pub struct Progress {
+    counters: Arc<AgentCounters>,
+    total: u64,
+}
+
+impl Progress {
+    /// Feed records fanned out so far.
+    pub fn records(&self) -> u64 {
+        self.counters.records.load(Ordering::Relaxed)
+    }
+
+    /// Feed records in all.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
 }
 
 impl Publisher {
@@ -236,9 +256,15 @@ impl Publisher {
             listener,
             feed,
             dump: Arc::new(AtomicBool::new(false)),
+            counters: Arc::new(AgentCounters::default()),
             #[cfg(feature = "verbs")]
             verbs,
         })
+    }
+
+    /// A handle on the replay's progress.
+    pub fn progress(&self) -> Progress {
+        Progress { counters: Arc::clone(&self.counters), total: self.feed.records.len() as u64 }
     }
 
     /// The bound control endpoint.
@@ -262,13 +288,12 @@ impl Publisher {
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
         #[cfg(feature = "verbs")]
-        let Publisher { cfg, listener, feed, dump, verbs } = self;
+        let Publisher { cfg, listener, feed, dump, counters, verbs } = self;
         #[cfg(not(feature = "verbs"))]
-        let Publisher { cfg, listener, feed, dump } = self;
+        let Publisher { cfg, listener, feed, dump, counters } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, mut evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
-        let counters = Arc::new(AgentCounters::default());
         let clock = quanta::Clock::new();
         let ticks_per_ms = ticks_per_ms(&clock);
         let records: Arc<[DbnMboMsg]> = feed.records.into();

@@ -45,10 +45,16 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&shutdown)).expect("signal handlers install");
     }
+    let cfg_wait_for = cfg.publisher.wait_for_subscribers;
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
     println!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
+    let bar = progress_bar(publisher.progress(), cfg_wait_for);
     let report = publisher.run(shutdown)?;
+    if let Some((done, thread)) = bar {
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = thread.join();
+    }
     if report.end == CloseReason::Shutdown {
         tracing::info!(
             subscribers = report.sessions.iter().filter(|s| s.end == Some(CloseReason::Shutdown)).count(),
@@ -71,4 +77,38 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         report.end.as_str()
     );
     Ok(if report.end == CloseReason::Shutdown { 130 } else { 0 })
+}
+
+/// A progress bar on stderr (records replayed of the feed's total), only when stderr is a terminal; updated 10
+/// times a second from a thread of its own, never from the hot loop. Returns the flag that ends it and the thread.
+fn progress_bar(
+    progress: mdfan_publisher::Progress,
+    wait_for: usize,
+) -> Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&done);
+    let thread = std::thread::Builder::new()
+        .name("mdfan-progress".into())
+        .spawn(move || {
+            let bar = indicatif::ProgressBar::new(progress.total());
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} records ({percent}%, eta {eta})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message(format!("waiting for {wait_for} subscribers"));
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = progress.records();
+                if n > 0 {
+                    bar.set_message("replay");
+                }
+                bar.set_position(n);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        })
+        .ok()?;
+    Some((done, thread))
 }
