@@ -232,11 +232,13 @@ impl Subscriber {
             .map_err(connect_err)?
             .next()
             .ok_or_else(|| connect_err(std::io::Error::new(ErrorKind::NotFound, "no address")))?;
+        // The ring first (registering it and posting its receive queue can take a while on verbs), so the
+        // handshake that follows is only a Subscribe and its answer, well within the publisher's timeout.
+        let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
+        let (mut ring, grant) = ring::PreparedRing::create(cfg).map_err(ring_err)?;
         let mut stream = TcpStream::connect_timeout(&addr, cfg.timeout).map_err(connect_err)?;
         stream.set_nodelay(true).map_err(connect_err)?;
         stream.set_read_timeout(Some(cfg.timeout)).map_err(connect_err)?;
-        let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
-        let (mut ring, grant) = ring::PreparedRing::create(cfg).map_err(ring_err)?;
         let sub = ControlMsg::Subscribe(Subscribe {
             name: cfg.name.clone(),
             instruments: cfg.instruments.clone(),

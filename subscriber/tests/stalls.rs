@@ -109,9 +109,10 @@ fn check(case: Case) {
     let filled = report.ring_full > 0;
     match case.fills {
         Some(true) => assert!(filled, "the ring filling is what this case is about: {dump}"),
-        // On verbs a stopped subscriber also stops re-posting receive WRs: after `recv_queue_depth` (1,024)
-        // WRITE_WITH_IMMs the publisher's QP gets RNR NAKs, its send queue fills and the post counts as a full
-        // ring, however many slots the ring has. Only shared memory can promise a large ring never fills.
+        // On verbs a stopped subscriber also stops re-posting receive WRs: after `recv_queue_depth` (the ring's
+        // size, but clamped to the device's max_qp_wr and max_cqe) WRITE_WITH_IMMs the publisher's QP gets RNR
+        // NAKs, its send queue fills and the post counts as a full ring. Only shared memory can promise a large
+        // ring never fills.
         Some(false) if !on_verbs() => assert!(!filled, "the ring never fills: {dump}"),
         _ => {}
     }
@@ -169,7 +170,8 @@ cases! {
     block_burst_3s_1024: "block", Burst, 3000 ms, 1024 slots, Some(true);
     block_mid_2s_1024: "block", Mid, 2000 ms, 1024 slots, Some(true);
     block_end_100ms_16384: "block", End, 100 ms, 16384 slots, None;
-    disconnect_burst_100ms_1024: "disconnect", Burst, 100 ms, 1024 slots, Some(true);
+    // 100 ms is not always long enough for the publisher to post 1,024 records on a loaded host or in the VM
+    disconnect_burst_100ms_1024: "disconnect", Burst, 100 ms, 1024 slots, None;
     disconnect_mid_2s_1024: "disconnect", Mid, 2000 ms, 1024 slots, Some(true);
     disconnect_end_1s_131072: "disconnect", End, 1000 ms, 131072 slots, Some(false);
 }

@@ -17,7 +17,7 @@
 //! send_queue_depth = 256
 //! signal_every = 32
 //! post_batch = 16
-//! recv_queue_depth = 1024
+//! recv_queue_depth = 1024     # default: the ring's slot count (clamped to the device)
 //! recv_repost_batch = 32
 //! credit_every = 64          # default: slot_count / 8, at most 256
 //! cq_api = "auto"            # "auto" | "classic" | "extended"
@@ -87,13 +87,14 @@ pub struct VerbsConfig {
     /// Writes collected before one `ibv_post_send` (doorbell batching); `flush` posts a shorter batch.
     /// Valid 1..=`send_queue_depth`. Default 16.
     pub post_batch: u32,
-    /// Receive WRs kept posted on a subscriber QP (each WRITE-with-immediate consumes one). Lower than the ring's
-    /// slot count means a subscriber that stops reaping its CQ makes the publisher see RNR NAKs (retried every
-    /// `min_rnr_timer`, forever with `rnr_retry = 7`) rather than overrunning. Clamped to the device's
-    /// `max_qp_wr`. Valid 1..=2^20. Default 1024.
-    pub recv_queue_depth: u32,
-    /// Receive WRs re-posted per `ibv_post_recv` (one doorbell for this many). Valid 1..=`recv_queue_depth`.
-    /// Default 32.
+    /// Receive WRs kept posted on a subscriber QP (each WRITE-with-immediate consumes one). This, not the ring,
+    /// bounds how far a subscriber that stops reaping its CQ can fall behind: past it the publisher's QP sees RNR
+    /// NAKs (retried every `min_rnr_timer`), its send queue fills and its post counts as a full ring. Default:
+    /// the ring's slot count, so the ring means what it says. Either way clamped to the device's `max_qp_wr` and
+    /// to its `max_cqe` (the CQ holds every receive; `ibv_devinfo -v` shows both). Valid 1..=2^20.
+    pub recv_queue_depth: Option<u32>,
+    /// Receive WRs re-posted per `ibv_post_recv` (one doorbell for this many). Valid 1..=`recv_queue_depth`;
+    /// lowered to the depth in use. Default 32.
     pub recv_repost_batch: u32,
     /// The subscriber writes its consumed seq back to the publisher (one 8-byte RDMA WRITE) once per this many
     /// released records. Default: `slot_count / 8`, at most 256; always lowered to `slot_count / 2` so the
@@ -119,7 +120,7 @@ impl Default for VerbsConfig {
             send_queue_depth: 256,
             signal_every: 32,
             post_batch: 16,
-            recv_queue_depth: 1024,
+            recv_queue_depth: None,
             recv_repost_batch: 32,
             credit_every: None,
             cq_api: CqApi::Auto,
@@ -197,19 +198,26 @@ impl VerbsConfig {
                 self.post_batch, self.send_queue_depth
             ));
         }
-        if !(1..=MAX_RECV_QUEUE_DEPTH).contains(&self.recv_queue_depth) {
-            return bad(format!("recv_queue_depth {} must be 1..={MAX_RECV_QUEUE_DEPTH}", self.recv_queue_depth));
+        let recv_depth = self.recv_queue_depth.unwrap_or(MAX_RECV_QUEUE_DEPTH);
+        if !(1..=MAX_RECV_QUEUE_DEPTH).contains(&recv_depth) {
+            return bad(format!("recv_queue_depth {recv_depth} must be 1..={MAX_RECV_QUEUE_DEPTH}"));
         }
-        if !(1..=self.recv_queue_depth).contains(&self.recv_repost_batch) {
+        if !(1..=recv_depth).contains(&self.recv_repost_batch) {
             return bad(format!(
-                "recv_repost_batch {} must be 1..=recv_queue_depth ({})",
-                self.recv_repost_batch, self.recv_queue_depth
+                "recv_repost_batch {} must be 1..=recv_queue_depth ({recv_depth})",
+                self.recv_repost_batch
             ));
         }
         if self.credit_every == Some(0) {
             return bad("credit_every 0: at least one record per credit".into());
         }
         Ok(())
+    }
+
+    /// The receive WRs to keep posted for a ring of `slot_count` slots, before the device's limits:
+    /// `recv_queue_depth`, or the slot count.
+    pub fn recv_queue_depth_for(&self, slot_count: u32) -> u32 {
+        self.recv_queue_depth.unwrap_or(slot_count)
     }
 
     /// The credit interval for a ring of `slot_count` slots: `credit_every`, or `slot_count / 8` capped at 256,
@@ -232,7 +240,8 @@ mod tests {
         assert_eq!(c.path_mtu_bytes, 1024);
         assert_eq!((c.timeout, c.retry_cnt, c.rnr_retry, c.min_rnr_timer), (14, 7, 7, 12));
         assert_eq!((c.send_queue_depth, c.signal_every, c.post_batch), (256, 32, 16));
-        assert_eq!((c.recv_queue_depth, c.recv_repost_batch), (1024, 32));
+        assert_eq!((c.recv_queue_depth, c.recv_repost_batch), (None, 32));
+        assert_eq!((c.recv_queue_depth_for(131_072), c.recv_queue_depth_for(1024)), (131_072, 1024));
         assert_eq!(c.cq_api, CqApi::Auto);
         c.validate().unwrap();
     }

@@ -111,7 +111,12 @@ impl VerbsLocalRing {
         })?;
         let cfg = device.config();
         let caps = device.caps();
-        let recv_depth = cfg.recv_queue_depth.min(caps.max_qp_wr.max(1));
+        // As deep as the ring (a stopped reader can then fall a whole ring behind before the publisher sees RNR),
+        // within the device's limits: the QP's `max_qp_wr`, and a CQ that holds every receive and credit WC.
+        let recv_depth = cfg
+            .recv_queue_depth_for(slot_count)
+            .min(caps.max_qp_wr.max(1))
+            .min(caps.max_cqe.saturating_sub(CREDIT_SEND_DEPTH).max(1));
         let repost = cfg.recv_repost_batch.min(recv_depth);
         let pd = ffi::ProtectionDomain::alloc(device.context())?;
         // Every receive WR and every credit write can complete at once: the CQ holds them all.

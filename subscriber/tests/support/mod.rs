@@ -230,10 +230,14 @@ impl Watched {
             }
             let ended = self.child.try_wait().expect("try_wait").is_some();
             if ended || start.elapsed() > watchdog() {
-                panic!(
-                    "no line `{prefix}...` (ended: {ended}); stdout so far:\n{}",
-                    self.lines.lock().unwrap().join("\n")
-                );
+                let mut err = String::new();
+                if ended {
+                    if let Some(mut e) = self.child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                    }
+                }
+                let out = self.lines.lock().unwrap().join("\n");
+                panic!("no line `{prefix}...` (ended: {ended}); stdout so far:\n{out}\nstderr:\n{err}");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
