@@ -123,6 +123,49 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| FabricError::Io { op, path: path.display().to_string(), source }
 }
 
+/// Sizes a new ring file to `len` bytes with its pages reserved (`posix_fallocate`), so a folder too small for
+/// the ring (a small tmpfs such as Docker's 64 MiB /dev/shm) is an error here, naming the folder, the bytes needed
+/// and the bytes free, and never a SIGBUS when the publisher first writes a slot.
+fn reserve(file: &File, len: usize, dir: &Path, path: &Path) -> Result<(), FabricError> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `file` is an open, writable descriptor we own for the whole call; posix_fallocate reads no memory
+    // of ours.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC => Err(FabricError::BadRing {
+            path: path.display().to_string(),
+            detail: format!(
+                "the ring needs {len} bytes and {} has {} bytes free (a bigger --shm-dir / fabric.shm_dir, or fewer \
+                 --ring-slots)",
+                dir.display(),
+                free_bytes(dir).map_or_else(|| "an unknown number of".to_owned(), |b| b.to_string())
+            ),
+        }),
+        errno => Err(FabricError::Io {
+            op: "reserve",
+            path: path.display().to_string(),
+            source: std::io::Error::from_raw_os_error(errno),
+        }),
+    }
+}
+
+/// Bytes free for an unprivileged writer in the file system holding `dir` (`statvfs`), if it answers.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is writable memory of the right type,
+    // read only after statvfs reported success (it then filled it in).
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 /// Removes ring files left in `dir` by processes that no longer exist (a subscriber killed between creating its
 /// ring and the publisher's accept). Names are `mdfan-ring-<pid>-<n>`; a pid with no /proc entry is gone.
 fn sweep_stale(dir: &Path) {
@@ -180,7 +223,7 @@ impl ShmLocalRing {
             .open(&path)
             .map_err(io_err("create", &path))?;
         let len = segment_bytes(slot_count);
-        let mapped = file.set_len(len as u64).map_err(io_err("size", &path)).and_then(|()| {
+        let mapped = reserve(&file, len, dir, &path).and_then(|()| {
             // SAFETY: the file was just created by us with O_EXCL and has exactly `len` bytes; its contents
             // change under the map only through the atomics and slots of the documented layout.
             unsafe { MmapOptions::new().len(len).populate().map_mut(&file) }.map_err(io_err("mmap", &path))
