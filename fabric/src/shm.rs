@@ -163,7 +163,8 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it initialised `st`.
     let st = unsafe { st.assume_init() };
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    #[allow(clippy::unnecessary_cast)] // fsblkcnt_t and c_ulong are u64 here, not on every target
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Removes ring files left in `dir` by processes that no longer exist (a subscriber killed between creating its
