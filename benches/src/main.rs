@@ -476,7 +476,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     }
     .to_json();
     let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates)?;
-    for (k, v) in &report.figures {
+    let mut figures: Vec<(&String, &f64)> = report.figures.iter().collect();
+    figures.sort_by_key(|(k, _)| report::figure_order(k)); // p50 < p90 < ... < p99999 < max, as in summary.md
+    for (k, v) in figures {
         println!("{k}={}", report::fmt_value(k, *v).trim_end_matches('x'));
     }
     for t in &report.targets {

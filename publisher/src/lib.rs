@@ -902,15 +902,16 @@ impl Conductor<'_> {
                 session.ring_mut().drain(DRAIN_TIMEOUT);
                 self.record_end(&session, reason);
                 if reason != CloseReason::EndOfStream {
-                    let detail = session.ring_mut().failure().unwrap_or_default();
-                    tracing::warn!(
-                        session = session.id,
-                        name = %session.name,
-                        reason = reason.as_str(),
-                        %detail,
-                        sent = session.counters.sent.load(Ordering::Relaxed),
-                        "subscriber dropped"
-                    );
+                    let sent = session.counters.sent.load(Ordering::Relaxed);
+                    let failure = session.ring_mut().failure();
+                    let (id, name) = (session.id, &session.name);
+                    match failure {
+                        Some(detail) => tracing::warn!(session = id, %name, reason = reason.as_str(), %detail, sent,
+                            "subscriber dropped"),
+                        None => {
+                            tracing::warn!(session = id, %name, reason = reason.as_str(), sent, "subscriber dropped")
+                        }
+                    }
                 }
                 if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
                     let mut conn = self.conns.swap_remove(i);

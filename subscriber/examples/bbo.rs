@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! ops/run-demo                     # or any publisher; then, beside it:
-//! cargo run --release -p mdfan-subscriber --example bbo -- 127.0.0.1:7700 1     # endpoint, core to pin (optional)
+//! cargo run --release -p mdfan-subscriber --example bbo -- 127.0.0.1:7700 0     # endpoint, core to pin (optional; not the hot_core)
 //! ```
 //!
 //! Dependencies: `mdfan-subscriber` only (it re-exports the book, the record and the idle strategies).

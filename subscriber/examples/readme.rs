@@ -3,7 +3,7 @@
 use mdfan_subscriber::{Books, Event, Health, IdleStrategy, Idler, Kind, Subscriber, SubscriberConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    mdfan_subscriber::pin_current_thread(1)?; // an isolated core: this loop never sleeps
+    mdfan_subscriber::pin_current_thread(0)?; // a core of its own (not the publisher's hot_core): it never sleeps
     let mut sub = Subscriber::connect(&SubscriberConfig::new("127.0.0.1:7700", "my-strategy"))?;
     let (mut books, mut idler, mut done) = (Books::new(), Idler::new(IdleStrategy::BusySpin), false);
     while !done {

@@ -3,7 +3,7 @@
 //! ```no_run
 //! use mdfan_subscriber::{Books, Event, Health, IdleStrategy, Idler, Kind, Subscriber, SubscriberConfig};
 //!
-//! mdfan_subscriber::pin_current_thread(1)?; // an isolated core: the loop below never sleeps
+//! mdfan_subscriber::pin_current_thread(0)?; // a core of its own (not the publisher's hot_core): it never sleeps
 //! let mut sub = Subscriber::connect(&SubscriberConfig::new("127.0.0.1:7700", "my-strategy"))?;
 //! let (mut books, mut idler, mut done) = (Books::new(), Idler::new(IdleStrategy::BusySpin), false);
 //! while !done {
@@ -72,7 +72,7 @@ pub use mdfan_fabric::CloseReason;
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::SlowConsumerPolicy;
 pub use mdfan_wire::record::format_price_e9;
-pub use mdfan_wire::{Book, BookUpdate, Books, Kind, Level, Side};
+pub use mdfan_wire::{Book, BookError, BookUpdate, Books, Kind, Level, Side};
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
@@ -131,8 +131,8 @@ pub enum SubscribeError {
         #[source]
         source: std::io::Error,
     },
-    /// The ring could not be created.
-    #[error("publisher {endpoint}: {source}")]
+    /// The ring could not be created (or connected), here, before or while subscribing to `endpoint`.
+    #[error("cannot set up the ring for publisher {endpoint}: {source}")]
     Ring {
         endpoint: String,
         #[source]
@@ -183,6 +183,11 @@ pub struct Subscriber {
     clock: quanta::Clock,
     /// TSC of the last non-empty poll.
     last_rx: u64,
+    /// `maintain` found nothing received for longer than the silence timeout; a poll must now find the ring
+    /// empty before that is reported (the quiet time may be this thread's own: descheduled, not polling).
+    silence_suspected: bool,
+    /// A poll found the ring empty while silence was suspected.
+    silence_confirmed: bool,
     /// TSC of the last [`Subscriber::maintain_if_due`] that ran `maintain`.
     last_maintain: u64,
     /// A snapshot was requested and has not ended yet.
@@ -215,6 +220,8 @@ impl Subscriber {
             drained_after_close: false,
             clock,
             last_rx,
+            silence_suspected: false,
+            silence_confirmed: false,
             last_maintain: last_rx,
             resync_requested: false,
             snapshots_requested: 0,
@@ -298,8 +305,10 @@ impl Subscriber {
         let n = self.rx.poll(max, f);
         if n > 0 {
             self.last_rx = self.clock.raw();
-        } else if self.control_closed {
-            self.drained_after_close = true;
+            self.silence_suspected = false;
+        } else {
+            self.drained_after_close |= self.control_closed;
+            self.silence_confirmed |= self.silence_suspected;
         }
         n
     }
@@ -381,7 +390,17 @@ impl Subscriber {
             return if self.drained_after_close { Health::Gone } else { Health::Ok };
         }
         let quiet_ns = self.clock.delta_as_nanos(self.last_rx, self.clock.raw());
-        if quiet_ns > self.cfg.silence_timeout.as_nanos() as u64 {
+        if quiet_ns <= self.cfg.silence_timeout.as_nanos() as u64 {
+            self.silence_suspected = false;
+            self.silence_confirmed = false;
+            Health::Ok
+        } else if !self.silence_suspected {
+            // Nothing received for that long, but this thread may simply not have run (descheduled, a long
+            // callback): say so only once a poll after now also finds the ring empty.
+            self.silence_suspected = true;
+            self.silence_confirmed = false;
+            Health::Ok
+        } else if self.silence_confirmed {
             Health::Silent(Duration::from_nanos(quiet_ns))
         } else {
             Health::Ok

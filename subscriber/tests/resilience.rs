@@ -214,3 +214,38 @@ fn a_subscriber_filtered_to_a_quiet_instrument_hears_heartbeats_and_never_report
     assert!(q.heartbeats >= 100, "{}", q.line());
     assert_eq!(stream["heartbeats"], q.heartbeats.to_string(), "every heartbeat sent arrived: {lines:?}");
 }
+
+/// A publisher that stops (SIGSTOP for 1 s mid-stream) is reported silent within the timeout, and once it resumes
+/// the stream goes on and ends exact: silence is judged on what arrives, and only after a poll found nothing.
+#[test]
+fn a_stopped_publisher_is_reported_silent_and_the_stream_resumes() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let dir = std::env::temp_dir().join(format!("mdfan-silent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("publisher.toml");
+    std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), 1, "", PACE)).unwrap();
+    let mut publisher = Command::new(publisher_bin())
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(&mut publisher);
+    let mut sub = Watched::new(spawn_subscriber(listen.parse().unwrap(), "watcher", &["--silence-timeout-ms", "200"]));
+    sub.wait_for_line("subscribed ");
+    sleep(Duration::from_millis(1500));
+    signal(&publisher, "STOP");
+    sleep(Duration::from_millis(1000));
+    signal(&publisher, "CONT");
+    let (code, lines, err) = sub.finish();
+    let publisher = wait_with_watchdog(publisher);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!((code, publisher.status.code()), (Some(0), Some(0)), "{lines:?}\n{err}");
+    assert_clean(&lines, "watcher");
+    let silent: Vec<u64> =
+        lines.iter().filter_map(|l| l.strip_prefix("publisher_silent ms=")).map(|ms| ms.parse().unwrap()).collect();
+    assert!(!silent.is_empty(), "a stopped publisher is reported: {lines:?}");
+    assert!(silent.iter().all(|&ms| ms > 200), "only past the timeout: {silent:?}");
+}
