@@ -11,7 +11,9 @@ mod common;
 #[path = "../../wire/tests/support/esh4.rs"]
 mod esh4;
 
-use std::process::{Command, Stdio};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -65,26 +67,33 @@ fn wait_listening(publisher: &mut std::process::Child) {
     std::thread::spawn(move || lines.for_each(drop));
 }
 
-#[test]
-fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_restart() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let dir = std::env::temp_dir().join(format!("mdfan-resilience-{}", std::process::id()));
+/// A publisher process (not in-process: these tests kill or stop it) replaying the capture, paced, on a free
+/// port, with its config in a folder of its own named after `tag`. Returns the endpoint, the config's folder
+/// (remove it at the end) and a function that starts the process and waits until it listens.
+fn publisher_process(tag: &str, wait_for: usize) -> (SocketAddr, PathBuf, impl Fn() -> Child) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("publisher.toml");
-    std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), 2, "", PACE)).unwrap();
-    let start = || {
-        Command::new(publisher_bin())
+    std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), wait_for, "", PACE)).unwrap();
+    let start = move || {
+        let mut child = Command::new(publisher_bin())
             .args(["--config", cfg.to_str().unwrap()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap()
+            .unwrap();
+        wait_listening(&mut child);
+        child
     };
+    (listen.parse().unwrap(), dir, start)
+}
+
+#[test]
+fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_restart() {
+    let (addr, dir, start) = publisher_process("resilience", 2);
     let mut first = start();
-    wait_listening(&mut first);
-    let addr = listen.parse().unwrap();
     let args = ["--reconnect-ms", "30000"];
     let mut a = Watched::new(spawn_subscriber(addr, "a", &args));
     let mut b = Watched::new(spawn_subscriber(addr, "b", &args));
@@ -219,21 +228,9 @@ fn a_subscriber_filtered_to_a_quiet_instrument_hears_heartbeats_and_never_report
 /// the stream goes on and ends exact: silence is judged on what arrives, and only after a poll found nothing.
 #[test]
 fn a_stopped_publisher_is_reported_silent_and_the_stream_resumes() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let dir = std::env::temp_dir().join(format!("mdfan-silent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("publisher.toml");
-    std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), 1, "", PACE)).unwrap();
-    let mut publisher = Command::new(publisher_bin())
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_listening(&mut publisher);
-    let mut sub = Watched::new(spawn_subscriber(listen.parse().unwrap(), "watcher", &["--silence-timeout-ms", "200"]));
+    let (addr, dir, start) = publisher_process("silent", 1);
+    let publisher = start();
+    let mut sub = Watched::new(spawn_subscriber(addr, "watcher", &["--silence-timeout-ms", "200"]));
     sub.wait_for_line("subscribed ");
     sleep(Duration::from_millis(1500));
     signal(&publisher, "STOP");
