@@ -177,17 +177,18 @@ pub struct Subscriber {
     session_id: u64,
     policy: SlowConsumerPolicy,
     control_closed: bool,
-    /// A poll found the ring empty after the control connection was seen closed: everything the publisher wrote
-    /// before it closed has been delivered.
-    drained_after_close: bool,
+    /// Polls that found nothing so far. "A poll after X found the ring empty" is `empty_polls` above its value at
+    /// X: how [`Subscriber::maintain`] knows the ring was drained after the close, or that a silence is the
+    /// publisher's and not this thread's (descheduled, not polling).
+    empty_polls: u64,
+    /// `empty_polls` when the control connection was seen closed.
+    empty_polls_at_close: u64,
     clock: quanta::Clock,
     /// TSC of the last non-empty poll.
     last_rx: u64,
-    /// `maintain` found nothing received for longer than the silence timeout; a poll must now find the ring
-    /// empty before that is reported (the quiet time may be this thread's own: descheduled, not polling).
-    silence_suspected: bool,
-    /// A poll found the ring empty while silence was suspected.
-    silence_confirmed: bool,
+    /// `(last_rx, empty_polls)` when `maintain` first found nothing received for longer than the silence timeout:
+    /// reported once a later poll also found nothing and nothing arrived meanwhile.
+    silence_suspected: Option<(u64, u64)>,
     /// TSC of the last [`Subscriber::maintain_if_due`] that ran `maintain`.
     last_maintain: u64,
     /// A snapshot was requested and has not ended yet.
@@ -217,11 +218,11 @@ impl Subscriber {
             session_id,
             policy,
             control_closed: false,
-            drained_after_close: false,
+            empty_polls: 0,
+            empty_polls_at_close: 0,
             clock,
             last_rx,
-            silence_suspected: false,
-            silence_confirmed: false,
+            silence_suspected: None,
             last_maintain: last_rx,
             resync_requested: false,
             snapshots_requested: 0,
@@ -281,7 +282,7 @@ impl Subscriber {
         self.policy = policy;
         self.reconnects += 1;
         self.control_closed = false;
-        self.drained_after_close = false;
+        self.silence_suspected = None;
         self.bye = None;
         self.control_buf.clear();
         self.resync_requested = false;
@@ -305,10 +306,8 @@ impl Subscriber {
         let n = self.rx.poll(max, f);
         if n > 0 {
             self.last_rx = self.clock.raw();
-            self.silence_suspected = false;
         } else {
-            self.drained_after_close |= self.control_closed;
-            self.silence_confirmed |= self.silence_suspected;
+            self.empty_polls += 1;
         }
         n
     }
@@ -331,6 +330,7 @@ impl Subscriber {
     /// request a gap made owed (policy resync), and checks liveness. Call it on a timer, not on every empty poll:
     /// [`Subscriber::maintain_if_due`] does that.
     pub fn maintain(&mut self) -> Health {
+        let was_closed = self.control_closed;
         if !self.control_closed {
             let mut buf = [0u8; 512];
             loop {
@@ -385,25 +385,30 @@ impl Subscriber {
             }
         }
         if self.control_closed {
+            if !was_closed {
+                self.empty_polls_at_close = self.empty_polls;
+            }
             // Gone only once a poll after the close found the ring empty: the publisher wrote everything before
             // it closed the connection, and a poll that starts after we saw the close sees all of it.
-            return if self.drained_after_close { Health::Gone } else { Health::Ok };
+            let drained = self.empty_polls > self.empty_polls_at_close;
+            return if drained { Health::Gone } else { Health::Ok };
         }
         let quiet_ns = self.clock.delta_as_nanos(self.last_rx, self.clock.raw());
         if quiet_ns <= self.cfg.silence_timeout.as_nanos() as u64 {
-            self.silence_suspected = false;
-            self.silence_confirmed = false;
-            Health::Ok
-        } else if !self.silence_suspected {
-            // Nothing received for that long, but this thread may simply not have run (descheduled, a long
-            // callback): say so only once a poll after now also finds the ring empty.
-            self.silence_suspected = true;
-            self.silence_confirmed = false;
-            Health::Ok
-        } else if self.silence_confirmed {
-            Health::Silent(Duration::from_nanos(quiet_ns))
-        } else {
-            Health::Ok
+            self.silence_suspected = None;
+            return Health::Ok;
+        }
+        match self.silence_suspected {
+            // nothing arrived since the suspicion and a poll since found the ring empty: the publisher's silence
+            Some((rx, polls)) if rx == self.last_rx && self.empty_polls > polls => {
+                Health::Silent(Duration::from_nanos(quiet_ns))
+            }
+            Some((rx, _)) if rx == self.last_rx => Health::Ok,
+            // this thread may simply not have run (descheduled, a long callback): wait for a poll to say
+            _ => {
+                self.silence_suspected = Some((self.last_rx, self.empty_polls));
+                Health::Ok
+            }
         }
     }
 

@@ -220,7 +220,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut stale_book_errors = 0u64;
     let mut heartbeats = 0u64;
     let mut silent_reported = false;
-    let mut since_maintain = 0usize;
     let mut last_bbo = None;
     let mut idler = mdfan_subscriber::Idler::new(match args.idle {
         Idle::Spin => mdfan_subscriber::IdleStrategy::BusySpin,
@@ -228,11 +227,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
     });
     let mut end: Option<&'static str> = None;
     let mut closed: Option<CloseReason> = None;
-    let clock = quanta::Clock::new();
-    let mut last_check = clock.now();
     let mut out = Vec::<String>::new();
-    let mut control_gone = false;
-    let mut closed_by_bye: Option<String> = None;
+    let mut gone = false;
     let mut end_owned: Option<String> = None;
     while end.is_none() {
         let mut stale = sub.is_stale();
@@ -305,21 +301,45 @@ fn run(args: &Args) -> Result<i32, CliError> {
             if end.is_none() {
                 if reason == CloseReason::FabricError && args.reconnect_ms.is_some() {
                     // The transport broke (on verbs: the publisher's QP is gone): like a vanished publisher.
-                    control_gone = true;
+                    gone = true;
                 } else {
                     end = Some(reason.as_str());
                 }
             }
         }
-        since_maintain += n;
-        if n == 0 && control_gone {
-            // The control connection closed before this (empty) poll: everything the publisher wrote
-            // before it went is visible by now, and nothing more will come.
-            control_gone = false;
-            if let Some(reason) = closed_by_bye.take() {
-                end_owned = Some(reason);
-                break;
+        idler.idle(n);
+        if let Some(health) = sub.maintain_if_due() {
+            if stop.load(Ordering::Relaxed) {
+                end = Some("interrupted");
             }
+            match health {
+                Health::Ok => silent_reported = false,
+                Health::Silent(d) => {
+                    if !silent_reported {
+                        silent_reported = true;
+                        println!("publisher_silent ms={}", d.as_millis());
+                    }
+                }
+                // The library says Gone only once a poll after the close found the ring drained: everything the
+                // publisher wrote before it left has been delivered.
+                Health::Gone => match sub.bye_reason() {
+                    // the publisher ended this session and said why (on verbs this is the only way)
+                    Some(reason) => {
+                        let (head, detail) = reason.split_once(':').unwrap_or((reason, ""));
+                        match detail.trim() {
+                            _ if head == CloseReason::EndOfStream.as_str() => {} // the normal end says nothing
+                            "" => println!("bye reason={head}"),
+                            detail => println!("bye reason={head} detail=\"{detail}\""),
+                        }
+                        end_owned = Some(head.to_owned());
+                        break;
+                    }
+                    None => gone = true,
+                },
+            }
+        }
+        if gone {
+            gone = false;
             println!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
             match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
                 Some(Ok(())) => {
@@ -331,38 +351,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     end = Some("publisher_gone");
                 }
                 None => end = Some("publisher_gone"),
-            }
-        }
-        idler.idle(n);
-        let now = clock.now();
-        if (n == 0 && now - last_check > Duration::from_millis(1)) || since_maintain >= 4096 {
-            last_check = now;
-            since_maintain = 0;
-            if stop.load(Ordering::Relaxed) {
-                end = Some("interrupted");
-            }
-            match sub.maintain() {
-                Health::Ok => silent_reported = false,
-                Health::Silent(d) => {
-                    if !silent_reported {
-                        silent_reported = true;
-                        println!("publisher_silent ms={}", d.as_millis());
-                    }
-                }
-                Health::Gone => {
-                    if let Some(reason) = sub.bye_reason() {
-                        // The publisher ended this session and said why (on verbs this is the only way); the
-                        // next empty poll ends the loop with it.
-                        let (head, detail) = reason.split_once(':').unwrap_or((reason, ""));
-                        match detail.trim() {
-                            _ if head == CloseReason::EndOfStream.as_str() => {} // the normal end says nothing
-                            "" => println!("bye reason={head}"),
-                            detail => println!("bye reason={head} detail=\"{detail}\""),
-                        }
-                        closed_by_bye = Some(head.to_owned());
-                    }
-                    control_gone = true;
-                }
             }
         }
     }
