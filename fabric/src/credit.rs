@@ -58,19 +58,9 @@ impl CreditWriter {
         self.every
     }
 
-    /// The highest seq released.
-    pub fn consumed(&self) -> u64 {
-        self.consumed
-    }
-
     /// The seq the last posted credit carried.
     pub fn sent(&self) -> u64 {
         self.sent
-    }
-
-    /// Whether a credit write is in flight (posted, completion not yet reaped).
-    pub fn in_flight(&self) -> bool {
-        self.in_flight
     }
 
     /// The reader released every seq up to `consumed_seq`. Returns the seq to post now, if any.

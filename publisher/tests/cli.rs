@@ -74,19 +74,16 @@ fn a_corrupt_feed_file_is_named() {
 }
 
 #[test]
-fn a_config_typo_is_named_with_key_and_line() {
+fn a_config_typo_or_bad_value_is_named_with_key_and_line() {
     let dir = scratch();
-    let cfg = config(&dir, "typo.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "pase = \"max\"");
-    let (code, err) = run(&cfg);
-    assert_one_line_error(code, &err, &["typo.toml", "line 7: key feed.pase: ", "unknown field `pase`"]);
-}
-
-#[test]
-fn a_bad_value_names_its_key_and_line() {
-    let dir = scratch();
-    let cfg = config(&dir, "fast.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "pace = \"fast\"");
-    let (code, err) = run(&cfg);
-    assert_one_line_error(code, &err, &["fast.toml", "line 7: key feed.pace: ", "\"fast\""]);
+    for (name, line, needles) in [
+        ("typo.toml", "pase = \"max\"", ["line 7: key feed.pase: ", "unknown field `pase`"]),
+        ("fast.toml", "pace = \"fast\"", ["line 7: key feed.pace: ", "\"fast\""]),
+    ] {
+        let cfg = config(&dir, name, &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), line);
+        let (code, err) = run(&cfg);
+        assert_one_line_error(code, &err, &[name, needles[0], needles[1]]);
+    }
 }
 
 /// SIGUSR1 prints the counters marked as such, with the final report's names; SIGINT ends the replay with end of

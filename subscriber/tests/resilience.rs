@@ -13,7 +13,7 @@ mod esh4;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -53,39 +53,27 @@ fn a_killed_subscriber_is_noticed_and_a_late_joiner_ends_exact() {
     assert!(l.sent > 1_000, "{}", l.line());
 }
 
-/// Reads the publisher's stdout until it says it is listening (it loads and checks the feed first, which
-/// takes a while under software emulation).
-fn wait_listening(publisher: &mut std::process::Child) {
-    use std::io::BufRead;
-    let out = publisher.stdout.take().expect("publisher stdout is piped");
-    let mut lines = std::io::BufReader::new(out).lines();
-    match lines.next() {
-        Some(Ok(l)) if l.starts_with("publisher listening=") => {}
-        other => panic!("publisher did not start: {other:?}"),
-    }
-    // keep draining what it prints later so it never blocks on a full pipe
-    std::thread::spawn(move || lines.for_each(drop));
-}
-
 /// A publisher process (not in-process: these tests kill or stop it) replaying the capture, paced, on a free
 /// port, with its config in a folder of its own named after `tag`. Returns the endpoint, the config's folder
-/// (remove it at the end) and a function that starts the process and waits until it listens.
-fn publisher_process(tag: &str, wait_for: usize) -> (SocketAddr, PathBuf, impl Fn() -> Child) {
+/// (remove it at the end) and a function that starts the process and waits until it says it listens (it loads and
+/// checks the feed first, which takes a while under software emulation).
+fn publisher_process(tag: &str, wait_for: usize) -> (SocketAddr, PathBuf, impl Fn() -> Watched) {
     let listen = format!("127.0.0.1:{}", free_port());
     let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("publisher.toml");
     std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), wait_for, "", PACE)).unwrap();
     let start = move || {
-        let mut child = Command::new(publisher_bin())
+        let child = Command::new(publisher_bin())
             .args(["--config", cfg.to_str().unwrap()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_listening(&mut child);
-        child
+        let mut publisher = Watched::new(child);
+        publisher.wait_for_line("publisher listening=");
+        publisher
     };
     (listen.parse().unwrap(), dir, start)
 }
@@ -100,17 +88,16 @@ fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_
     a.wait_for_line("subscribed ");
     b.wait_for_line("subscribed ");
     sleep(Duration::from_millis(1500));
-    first.kill().unwrap(); // SIGKILL, mid-stream
-    let _ = first.wait();
+    first.child.kill().unwrap(); // SIGKILL, mid-stream
+    let _ = first.finish();
     sleep(Duration::from_millis(500));
     let mut second = start();
     let (a, b) = (a.finish(), b.finish());
     if !(a.0 == Some(0) && b.0 == Some(0)) {
-        let _ = second.kill();
+        let _ = second.child.kill();
         panic!("a subscriber failed:\na: {:?}\n{}\nb: {:?}\n{}", a.0, a.1.join("\n"), b.0, b.1.join("\n"));
     }
-    let second = wait_with_watchdog(second);
-    assert_eq!(second.status.code(), Some(0));
+    assert_eq!(second.finish().0, Some(0));
     for ((_, lines, _), who) in [(a, "a"), (b, "b")] {
         assert_exact(&lines, who);
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
@@ -233,13 +220,13 @@ fn a_stopped_publisher_is_reported_silent_and_the_stream_resumes() {
     let mut sub = Watched::new(spawn_subscriber(addr, "watcher", &["--silence-timeout-ms", "200"]));
     sub.wait_for_line("subscribed ");
     sleep(Duration::from_millis(1500));
-    signal(&publisher, "STOP");
+    signal(&publisher.child, "STOP");
     sleep(Duration::from_millis(1000));
-    signal(&publisher, "CONT");
+    signal(&publisher.child, "CONT");
     let (code, lines, err) = sub.finish();
-    let publisher = wait_with_watchdog(publisher);
+    let publisher = publisher.finish();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!((code, publisher.status.code()), (Some(0), Some(0)), "{lines:?}\n{err}");
+    assert_eq!((code, publisher.0), (Some(0), Some(0)), "{lines:?}\n{err}");
     assert_clean(&lines, "watcher");
     let silent: Vec<u64> =
         lines.iter().filter_map(|l| l.strip_prefix("publisher_silent ms=")).map(|ms| ms.parse().unwrap()).collect();

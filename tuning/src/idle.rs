@@ -49,11 +49,6 @@ impl Idler {
         Idler { strategy, empty: 0, park: MIN_PARK }
     }
 
-    /// The strategy.
-    pub fn strategy(&self) -> IdleStrategy {
-        self.strategy
-    }
-
     /// After a poll that did `work` units (records, completions): 0 idles one step, anything else resets.
     #[inline]
     pub fn idle(&mut self, work: usize) {
@@ -87,8 +82,9 @@ impl Idler {
         }
     }
 
-    /// The step the next empty poll takes, for tests and reports: `"spin"`, `"yield"` or `"park"`.
-    pub fn next_step(&self) -> &'static str {
+    /// The step the next empty poll takes: `"spin"`, `"yield"` or `"park"`.
+    #[cfg(test)]
+    fn next_step(&self) -> &'static str {
         match self.strategy {
             IdleStrategy::BusySpin => "spin",
             IdleStrategy::SpinThenYield { spins } if self.empty < spins => "spin",

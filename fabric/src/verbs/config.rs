@@ -198,10 +198,10 @@ impl VerbsConfig {
                 self.post_batch, self.send_queue_depth
             ));
         }
-        let recv_depth = self.recv_queue_depth.unwrap_or(MAX_RECV_QUEUE_DEPTH);
-        if !(1..=MAX_RECV_QUEUE_DEPTH).contains(&recv_depth) {
-            return bad(format!("recv_queue_depth {recv_depth} must be 1..={MAX_RECV_QUEUE_DEPTH}"));
+        if let Some(depth) = self.recv_queue_depth.filter(|d| !(1..=MAX_RECV_QUEUE_DEPTH).contains(d)) {
+            return bad(format!("recv_queue_depth {depth} must be 1..={MAX_RECV_QUEUE_DEPTH}"));
         }
+        let recv_depth = self.recv_queue_depth.unwrap_or(MAX_RECV_QUEUE_DEPTH);
         if !(1..=recv_depth).contains(&self.recv_repost_batch) {
             return bad(format!(
                 "recv_repost_batch {} must be 1..=recv_queue_depth ({recv_depth})",
@@ -270,7 +270,7 @@ mod tests {
         assert!(e.contains("gid_idx"), "{e}");
         let e = toml::from_str::<VerbsConfig>("cq_api = \"fast\"").unwrap_err().to_string();
         assert!(e.contains("fast"), "{e}");
-        let cases: [(VerbsConfig, &str); 8] = [
+        let cases: [(VerbsConfig, &str); 10] = [
             (VerbsConfig { path_mtu_bytes: 1500, ..Default::default() }, "path_mtu_bytes 1500"),
             (VerbsConfig { timeout: 32, ..Default::default() }, "timeout 32"),
             (VerbsConfig { retry_cnt: 8, ..Default::default() }, "retry_cnt 8"),
@@ -279,6 +279,11 @@ mod tests {
             (VerbsConfig { port_num: 0, ..Default::default() }, "port_num 0"),
             (VerbsConfig { gid_index: Some(256), ..Default::default() }, "gid_index 256"),
             (VerbsConfig { credit_every: Some(0), ..Default::default() }, "credit_every 0"),
+            (VerbsConfig { recv_queue_depth: Some(0), ..Default::default() }, "recv_queue_depth 0"),
+            (
+                VerbsConfig { recv_queue_depth: Some(16), recv_repost_batch: 32, ..Default::default() },
+                "recv_repost_batch 32 must be 1..=recv_queue_depth (16)",
+            ),
         ];
         for (cfg, want) in cases {
             let e = cfg.validate().unwrap_err().to_string();

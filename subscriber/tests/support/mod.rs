@@ -103,25 +103,32 @@ pub fn spawn_subscriber(addr: SocketAddr, name: &str, extra: &[&str]) -> Child {
     cmd.args(extra).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mdfan-subscribe starts")
 }
 
-/// Waits for a child with the watchdog; kills it and panics if it overstays.
-pub fn wait_with_watchdog(mut child: Child) -> Output {
+/// Waits until `child` ends or the watchdog passes; in the second case kills it and returns false.
+fn ended_within_watchdog(child: &mut Child) -> bool {
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
+    while child.try_wait().expect("try_wait").is_none() {
         if start.elapsed() > watchdog() {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "watchdog: child ran over {:?}\nstdout:\n{}\nstderr:\n{}",
-                watchdog(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    true
+}
+
+/// Waits for a child with the watchdog; kills it and panics if it overstays.
+pub fn wait_with_watchdog(mut child: Child) -> Output {
+    let ended = ended_within_watchdog(&mut child);
+    let out = child.wait_with_output().expect("output");
+    if !ended {
+        panic!(
+            "watchdog: child ran over {:?}\nstdout:\n{}\nstderr:\n{}",
+            watchdog(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
 }
 
 pub fn stdout_lines(out: &Output) -> Vec<String> {
@@ -246,18 +253,11 @@ impl Watched {
     /// Waits for the process with the watchdog; returns its exit code, its stdout lines and its stderr.
     pub fn finish(mut self) -> (Option<i32>, Vec<String>, String) {
         use std::io::Read;
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if start.elapsed() > watchdog() {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("watchdog: child ran over {:?}; stdout:\n{}", watchdog(), self.lines.lock().unwrap().join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let ended = ended_within_watchdog(&mut self.child);
+        let status = self.child.wait().expect("wait");
+        if !ended {
+            panic!("watchdog: child ran over {:?}; stdout:\n{}", watchdog(), self.lines.lock().unwrap().join("\n"));
+        }
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
