@@ -127,19 +127,14 @@ impl Model {
         self.last_post_step = t;
     }
 
-    /// The publisher offers one live record. Returns whether the feed advanced.
-    fn publish(&mut self, t: u64) -> bool {
+    /// The publisher offers one live record: written if its slot is free; otherwise skipped (its seq used) under
+    /// `resync`, or offered again next step under `block`.
+    fn publish(&mut self, t: u64) {
         if self.has_space() {
             self.write(t);
-            return true;
-        }
-        match self.p.policy {
-            Policy::Resync => {
-                self.next_seq += 1;
-                self.skipped += 1;
-                true
-            }
-            Policy::Block => false,
+        } else if self.p.policy == Policy::Resync {
+            self.next_seq += 1;
+            self.skipped += 1;
         }
     }
 
