@@ -5,6 +5,8 @@
 //!
 //! Whatever the timing, the outcome must be one the policy allows:
 //! - the steady subscriber is exact, with no gap;
+//! - the stopped one never reports the publisher silent: the pause was its own (the library reports silence only
+//!   once a poll after the quiet period also found its ring empty);
 //! - `resync`: the stalled one ends with the exact book and end of stream; if the publisher skipped records, the
 //!   subscriber saw the gap and a snapshot repaired it; if not, it saw no gap. Never `stalled` (issue 15: over
 //!   verbs, the publisher's view of the credits never caught up and it stopped posting);
@@ -60,7 +62,10 @@ fn play(case: Case) -> Outcome {
     let allow_all = r#"policies = ["disconnect", "resync", "block"]"#;
     let publisher = start_publisher_with(&esh4::main_file(), 2, allow_all, PACE);
     let slots = case.ring_slots.to_string();
-    let stalled_args = ["--policy", case.policy, "--ring-slots", slots.as_str()];
+    // Silence judged at 1 s: the stop lasts up to 3 s, and a subscriber that was stopped must not take its own
+    // pause for the publisher's silence (its ring holds records when it resumes); 1 s, not 50 ms, so that a
+    // loaded host delaying a heartbeat is not counted either.
+    let stalled_args = ["--policy", case.policy, "--ring-slots", slots.as_str(), "--silence-timeout-ms", "1000"];
     let (steady, mut stalled) = match case.point {
         Point::Burst => {
             let mut stalled = Watched::new(spawn_subscriber(publisher.addr, "stalled", &stalled_args));
@@ -117,6 +122,7 @@ fn check(case: Case) {
         _ => {}
     }
     let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).expect("a stream line"));
+    assert!(!lines.iter().any(|l| l.starts_with("publisher_silent")), "its own stop is not the publisher's: {dump}");
     match case.policy {
         "resync" => {
             assert_eq!((*code, report.end), (Some(0), Some(CloseReason::EndOfStream)), "{dump}");
