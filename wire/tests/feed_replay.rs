@@ -94,7 +94,7 @@ fn a_missing_file_names_the_path() {
 #[test]
 fn a_truncated_file_is_refused_not_replayed_short() {
     // Decompress, cut the DBN stream in the middle of a record, and store it uncompressed.
-    let raw = zstd_decompress(&std::fs::read(esh4::snapshot_file()).unwrap());
+    let raw = esh4::decompressed(&esh4::snapshot_file());
     let cut = &raw[..raw.len() - 20];
     let p = tmp("truncated.dbn", cut);
     let err = load_err(&p);
@@ -112,8 +112,8 @@ fn corrupt_files_are_refused_with_the_record_or_field() {
     let p = tmp("garbage.dbn", b"this is not a DBN file at all, just text");
     assert!(matches!(load_err(&p), FeedError::Open { .. }));
     // A bad action byte in record 3.
-    let mut raw = zstd_decompress(&std::fs::read(esh4::snapshot_file()).unwrap());
-    let first = first_record_offset(&raw);
+    let mut raw = esh4::decompressed(&esh4::snapshot_file());
+    let first = esh4::first_record_offset(&raw);
     let action_at = first + 2 * 56 + 38; // MboMsg: hd(16) order_id price size flags channel_id action
     raw[action_at] = b'Z';
     let p = tmp("bad-action.dbn", &raw);
@@ -124,26 +124,12 @@ fn corrupt_files_are_refused_with_the_record_or_field() {
     );
 }
 
-fn zstd_decompress(z: &[u8]) -> Vec<u8> {
-    use dbn::decode::DynReader;
-    use std::io::Read;
-    let mut out = Vec::new();
-    DynReader::new_inferred(z).unwrap().read_to_end(&mut out).unwrap();
-    out
-}
-
-/// DBN: b"DBN", version byte, u32 metadata length, metadata; records follow.
-fn first_record_offset(raw: &[u8]) -> usize {
-    assert_eq!(&raw[..3], b"DBN");
-    8 + u32::from_le_bytes(raw[4..8].try_into().unwrap()) as usize
-}
-
 #[test]
 fn records_of_the_wrong_length_are_refused_not_misread() {
     // Found by fuzzing (fuzz/fuzz_targets/dbn_mbo.rs): a short MBO record, or one whose length would leave the
     // next record misaligned, made the dbn decoder panic.
-    let raw = zstd_decompress(&std::fs::read(esh4::snapshot_file()).unwrap());
-    let first = first_record_offset(&raw);
+    let raw = esh4::decompressed(&esh4::snapshot_file());
+    let first = esh4::first_record_offset(&raw);
     for (words, want) in [(13u8, "MBO record length 52 bytes, expected 56"), (15, "MBO record length 60 bytes")] {
         let mut bad = raw.clone();
         bad[first + 56] = words; // record 2's length, in 4-byte words

@@ -274,14 +274,8 @@ impl Watched {
 /// for `quiet_id` right after it, and nothing more for that id. Written as a plain (uncompressed) DBN file under
 /// the temp dir, named after `tag` and the process; returns its path.
 pub fn with_quiet_instrument(src: &Path, quiet_id: u32, tag: &str) -> std::path::PathBuf {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    let file = std::fs::read(src).expect("a bundled capture");
-    dbn::decode::DynReader::new_inferred(file.as_slice()).unwrap().read_to_end(&mut raw).unwrap();
-    // DBN: b"DBN", version byte, u32 metadata length, metadata; then 56-byte MBO records whose header holds the
-    // instrument_id at bytes 4..8 (DBN docs, "RecordHeader").
-    assert_eq!(&raw[..3], b"DBN");
-    let first = 8 + u32::from_le_bytes(raw[4..8].try_into().unwrap()) as usize;
+    let mut raw = crate::esh4::decompressed(src);
+    let first = crate::esh4::first_record_offset(&raw);
     let mut quiet = raw[first..first + 56].to_vec();
     quiet[4..8].copy_from_slice(&quiet_id.to_le_bytes());
     raw.splice(first + 56..first + 56, quiet);

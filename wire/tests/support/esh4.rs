@@ -119,3 +119,19 @@ pub fn main_file() -> PathBuf {
 pub fn snapshot_file() -> PathBuf {
     data_dir().join("esh4-glbx-mdp3-20231224.mbo.dbn.zst")
 }
+
+/// The decompressed bytes of a bundled capture (zstd or plain DBN).
+pub fn decompressed(path: &std::path::Path) -> Vec<u8> {
+    use std::io::Read;
+    let file = std::fs::read(path).expect("a bundled capture");
+    let mut out = Vec::new();
+    dbn::decode::DynReader::new_inferred(file.as_slice()).unwrap().read_to_end(&mut out).unwrap();
+    out
+}
+
+/// Where the first record starts in decompressed DBN: b"DBN", a version byte, a u32 metadata length, the metadata
+/// (DBN docs, "DBN encoding"). MBO records are 56 bytes; their header holds the instrument_id at bytes 4..8.
+pub fn first_record_offset(raw: &[u8]) -> usize {
+    assert_eq!(&raw[..3], b"DBN");
+    8 + u32::from_le_bytes(raw[4..8].try_into().unwrap()) as usize
+}
