@@ -52,6 +52,7 @@ use std::time::{Instant, SystemTime};
 
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
+use mdfan_fabric::Provider;
 use serde::Deserialize;
 
 /// Pins the calling thread to `core`, if given; a failure is reported (the figures would mean less) but the
@@ -143,22 +144,14 @@ struct RunArgs {
     no_replay: bool,
     /// mdfan's fabric: `shm` (every scenario) or `verbs` (the ping-pong beside perftest's `ib_write_lat
     /// --write_with_imm` on the same RDMA device; needs the `verbs` feature).
-    #[arg(long, value_enum)]
-    fabric: Option<Fabric>,
+    #[arg(long)]
+    fabric: Option<Provider>,
     /// RDMA device for `--fabric verbs` (default: the first one).
     #[arg(long)]
     device: Option<String>,
     /// GID index for `--fabric verbs` (default: mdfan picks from sysfs, RoCE v2 IPv4-mapped first; perftest 0).
     #[arg(long)]
     gid_index: Option<u32>,
-}
-
-/// Which fabric `run` measures mdfan on.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Fabric {
-    Shm,
-    Verbs,
 }
 
 /// A scenario, from a TOML file and/or the command line. Every key is optional.
@@ -176,7 +169,7 @@ struct Scenario {
     shm_dir: PathBuf,
     capture: Option<PathBuf>,
     replay: bool,
-    fabric: Fabric,
+    fabric: Provider,
     device: Option<String>,
     gid_index: Option<u32>,
 }
@@ -195,7 +188,7 @@ impl Default for Scenario {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             capture: None,
             replay: true,
-            fabric: Fabric::Shm,
+            fabric: Provider::Shm,
             device: None,
             gid_index: None,
         }
@@ -236,9 +229,7 @@ impl Scenario {
         if a.gid_index.is_some() {
             s.gid_index = a.gid_index;
         }
-        if s.fabric == Fabric::Verbs && !cfg!(feature = "verbs") {
-            anyhow::bail!("--fabric verbs: this mdfan-bench was built without the `verbs` feature (--features verbs)");
-        }
+        s.fabric.check_built().map_err(|e| anyhow::anyhow!("--fabric {}: {e}", s.fabric))?;
         anyhow::ensure!(s.rounds >= 1, "rounds must be at least 1");
         anyhow::ensure!(s.count >= 1, "count must be at least 1");
         anyhow::ensure!(!s.subscribers.is_empty(), "subscribers: give at least one count");
@@ -260,7 +251,7 @@ impl Scenario {
             anyhow::ensure!(x != y, "cores: the sender and the receiver need two different cores, got {x},{y}");
         }
         anyhow::ensure!(
-            s.fabric == Fabric::Verbs || (s.device.is_none() && s.gid_index.is_none()),
+            s.fabric == Provider::Verbs || (s.device.is_none() && s.gid_index.is_none()),
             "device and gid_index are for --fabric verbs"
         );
         Ok(s)
@@ -363,7 +354,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     for c in [a, b].into_iter().flatten() {
         anyhow::ensure!(allowed.contains(&c), "cores: {c} is not one this process may use ({allowed:?})");
     }
-    if s.fabric == Fabric::Shm {
+    if s.fabric == Provider::Shm {
         anyhow::ensure!(s.shm_dir.is_dir(), "shm_dir {}: not a directory", s.shm_dir.display());
     }
     match std::fs::read_dir(out) {
@@ -379,7 +370,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("out {}: {e}", out.display()))?;
     let capture = s.capture.clone().unwrap_or_else(|| repo_root().join(replay::CAPTURE));
     let source = match (s.fabric, s.source.as_str()) {
-        (Fabric::Shm, "replay") => {
+        (Provider::Shm, "replay") => {
             openloop::Source::Replay(mdfan_wire::feed::dbn::load_mbo_file(&capture)?.records.into())
         }
         _ => openloop::Source::Synthetic,
@@ -397,7 +388,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         let t = Instant::now();
         let h = progress.step("baseline.cacheline", || fresh(|| pingpong::run(a, b, warmup, count)));
         rec.add("baseline.cacheline", t, h);
-        if s.fabric == Fabric::Verbs {
+        if s.fabric == Provider::Verbs {
             let r = progress.step("mdfan.verbs.pingpong", || fresh(|| verbs_round(s, round, a, b)))?;
             verbs_rounds.push(r.record(&mut rec));
             continue;
@@ -500,8 +491,8 @@ impl Progress {
     /// A bar of every measurement of the run (`rates` open-loop rates), shown if `visible`.
     fn new(s: &Scenario, rates: usize, visible: bool) -> Progress {
         let per_round = 1 + match s.fabric {
-            Fabric::Verbs => 1,
-            Fabric::Shm => {
+            Provider::Verbs => 1,
+            Provider::Shm => {
                 usize::from(cfg!(feature = "aeron"))
                     + usize::from(cfg!(feature = "iceoryx2"))
                     + 1

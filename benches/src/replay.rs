@@ -67,7 +67,7 @@ pub fn run(
                 let mut cfg = SubscriberConfig::new(&endpoint, &format!("bench-{k}"));
                 cfg.ring_slots = 4096;
                 cfg.policy = SlowConsumerPolicy::Block;
-                cfg.shm_dir = shm_dir.clone();
+                cfg.fabric = mdfan_fabric::FabricConfig::Shm { dir: shm_dir.clone() };
                 subs.push(Subscriber::connect(&cfg)?.with_latency());
             }
             crate::pin(sub_core);

@@ -17,12 +17,14 @@
 //!
 //! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`); everything above is safe Rust.
 
+pub mod any;
 pub mod credit;
 pub mod shm;
 
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
+pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, PreparedLocalRing, Provider};
 pub use mdfan_wire as wire;
 use mdfan_wire::BookUpdate;
 
@@ -128,6 +130,19 @@ pub enum FabricError {
         object: String,
         #[source]
         source: std::io::Error,
+    },
+    /// A provider this build does not have (verbs without the `verbs` feature).
+    #[error("fabric {0} is not in this build (build with --features {0})")]
+    NotBuilt(Provider),
+    /// One end offered a ring (or accept) for another provider than the other end serves.
+    #[error("a {offered} {what} was offered to an end that serves fabric {served}")]
+    Mismatch {
+        /// The provider of what was offered.
+        offered: Provider,
+        /// `ring` (a subscriber's grant) or `accept` (a publisher's answer).
+        what: &'static str,
+        /// The provider of the end that refused it.
+        served: Provider,
     },
     /// No usable RDMA device.
     #[error("no RDMA device: {0}")]

@@ -49,7 +49,7 @@ use mdfan_wire::ring::{check_slot_count, imm_from_seq, slot_index, RingHeader, R
 use mdfan_wire::BookUpdate;
 use memmap2::{MmapMut, MmapOptions};
 
-use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, RemoteRing};
+use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, Provider, RemoteRing};
 
 /// Where rings are created unless told otherwise.
 pub const DEFAULT_DIR: &str = "/dev/shm";
@@ -369,11 +369,11 @@ impl ShmRemoteRing {
     /// accepted, and only when their header and size match the grant.
     ///
     /// # Errors
-    /// [`FabricError::Unsupported`] for a non-shm grant, [`FabricError::BadRing`] naming the field that does
+    /// [`FabricError::Mismatch`] for a non-shm grant, [`FabricError::BadRing`] naming the field that does
     /// not match, [`FabricError::Io`] when the file cannot be opened or mapped.
     pub fn attach(grant: &RingGrant, allowed_dir: &Path) -> Result<ShmRemoteRing, FabricError> {
         let RingGrant::Shm { path, slot_count } = grant else {
-            return Err(FabricError::Unsupported("verbs grant on the shm fabric".into()));
+            return Err(FabricError::Mismatch { offered: Provider::Verbs, what: "ring", served: Provider::Shm });
         };
         let bad = |detail: String| FabricError::BadRing { path: path.clone(), detail };
         let path_buf = PathBuf::from(path);

@@ -33,6 +33,7 @@
 
 use std::path::{Path, PathBuf};
 
+use mdfan_fabric::{FabricConfig, Provider};
 use mdfan_wire::control::SlowConsumerPolicy;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -177,21 +178,11 @@ fn default_max_gap_ms() -> u64 {
     1000
 }
 
-/// Fabric providers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Provider {
-    /// Shared memory on this host.
-    Shm,
-    /// RDMA verbs (RoCE / InfiniBand); needs the `verbs` feature.
-    Verbs,
-}
-
 /// `[fabric]`: how records reach subscribers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FabricSection {
-    /// The provider.
+    /// The provider (`shm` or `verbs`).
     pub provider: Provider,
     /// Folder that shm ring files must be in.
     pub shm_dir: PathBuf,
@@ -202,10 +193,9 @@ pub struct FabricSection {
     /// `[fabric.verbs]`: the verbs provider's settings (device, GID index, QP attributes), checked when
     /// `provider = "verbs"`.
     pub verbs: Option<toml::Table>,
-    /// `[fabric.verbs]`, parsed.
-    #[cfg(feature = "verbs")]
+    /// The provider with its settings, resolved from the keys above by [`Config::load`].
     #[serde(skip)]
-    pub verbs_config: mdfan_fabric::verbs::VerbsConfig,
+    pub resolved: FabricConfig,
 }
 
 impl Default for FabricSection {
@@ -216,8 +206,7 @@ impl Default for FabricSection {
             ring_slots_min: mdfan_wire::ring::MIN_SLOTS,
             ring_slots_max: mdfan_wire::ring::MAX_SLOTS,
             verbs: None,
-            #[cfg(feature = "verbs")]
-            verbs_config: Default::default(),
+            resolved: FabricConfig::default(),
         }
     }
 }
@@ -321,25 +310,34 @@ impl Config {
         if cfg.publisher.policies.is_empty() {
             return Err(err("publisher.policies is empty: no subscriber could ever be accepted".into()));
         }
-        if cfg.fabric.provider == Provider::Shm && !cfg.fabric.shm_dir.is_dir() {
-            return Err(err(format!("fabric.shm_dir {}: not a directory", cfg.fabric.shm_dir.display())));
-        }
         if cfg.publisher.wait_for_subscribers > cfg.publisher.max_subscribers {
             return Err(err(format!(
                 "publisher.wait_for_subscribers {} is above publisher.max_subscribers {}",
                 cfg.publisher.wait_for_subscribers, cfg.publisher.max_subscribers
             )));
         }
-        if cfg.fabric.provider == Provider::Verbs && !cfg!(feature = "verbs") {
-            return Err(err("fabric.provider = \"verbs\" needs a build with `--features verbs`".into()));
-        }
+        // Checked whatever the provider, so a typo under [fabric.verbs] never waits for the day it is used.
         #[cfg(feature = "verbs")]
-        {
+        let verbs = {
             let table = cfg.fabric.verbs.clone().unwrap_or_default();
-            cfg.fabric.verbs_config = mdfan_fabric::verbs::VerbsConfig::deserialize(table)
+            let verbs = mdfan_fabric::verbs::VerbsConfig::deserialize(table)
                 .map_err(|e| err(format!("fabric.verbs: {}", e.message().trim())))?;
-            cfg.fabric.verbs_config.validate().map_err(|e| err(format!("fabric.verbs: {e}")))?;
-        }
+            verbs.validate().map_err(|e| err(format!("fabric.verbs: {e}")))?;
+            verbs
+        };
+        cfg.fabric.resolved = match cfg.fabric.provider {
+            Provider::Shm if !cfg.fabric.shm_dir.is_dir() => {
+                return Err(err(format!("fabric.shm_dir {}: not a directory", cfg.fabric.shm_dir.display())));
+            }
+            Provider::Shm => FabricConfig::Shm { dir: cfg.fabric.shm_dir.clone() },
+            #[cfg(feature = "verbs")]
+            Provider::Verbs => FabricConfig::Verbs(verbs),
+            #[cfg(not(feature = "verbs"))]
+            Provider::Verbs => {
+                let missing = mdfan_fabric::FabricError::NotBuilt(Provider::Verbs);
+                return Err(err(format!("fabric.provider = \"verbs\": {missing}")));
+            }
+        };
         Ok(cfg)
     }
 

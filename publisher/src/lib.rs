@@ -23,15 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use mdfan_fabric::shm::ShmRemoteRing;
-use mdfan_fabric::CloseReason;
-use mdfan_wire::control::{self, Accept, AcceptFabric, ControlError, ControlMsg, Reject, RingGrant, Subscribe};
+use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
+use mdfan_wire::control::{self, Accept, AcceptFabric, ControlError, ControlMsg, Reject, Subscribe};
 use mdfan_wire::feed::dbn::{load_mbo_file, normalize_mbo, DbnMboMsg, FeedError, MboFile};
 use mdfan_wire::Books;
 
 use crate::agent::{AgentCounters, AgentReport, AgentTiming, Command, Event, FanoutAgent};
-use crate::config::{Config, Pace, Provider};
-use crate::session::{Session, SessionCounters, SessionRing};
+use crate::config::{Config, Pace};
+use crate::session::{Session, SessionCounters};
 use mdfan_wire::control::SlowConsumerPolicy;
 
 pub use config::ConfigError;
@@ -210,8 +209,7 @@ pub struct Publisher {
     feed: MboFile,
     dump: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
-    #[cfg(feature = "verbs")]
-    verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
+    sender: AnySender,
 }
 
 /// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
@@ -240,14 +238,8 @@ impl Publisher {
     /// [`PublisherError::Feed`] naming the file and record; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
         let feed = load_mbo_file(&cfg.feed.path)?;
-        #[cfg(feature = "verbs")]
-        let verbs = match cfg.fabric.provider {
-            Provider::Verbs => Some(
-                mdfan_fabric::verbs::VerbsPublisher::open(&cfg.fabric.verbs_config)
-                    .map_err(|source| PublisherError::Fabric { provider: "verbs", source })?,
-            ),
-            Provider::Shm => None,
-        };
+        let sender = AnySender::open(&cfg.fabric.resolved)
+            .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
         let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
@@ -257,8 +249,7 @@ impl Publisher {
             feed,
             dump: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
-            #[cfg(feature = "verbs")]
-            verbs,
+            sender,
         })
     }
 
@@ -287,10 +278,7 @@ impl Publisher {
     /// # Errors
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
-        #[cfg(feature = "verbs")]
-        let Publisher { cfg, listener, feed, dump, counters, verbs } = self;
-        #[cfg(not(feature = "verbs"))]
-        let Publisher { cfg, listener, feed, dump, counters } = self;
+        let Publisher { cfg, listener, feed, dump, counters, sender } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, mut evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -360,8 +348,7 @@ impl Publisher {
             applied: 0,
             clock: clock.clone(),
             pending: Vec::new(),
-            #[cfg(feature = "verbs")]
-            verbs,
+            sender,
         };
         let agent_report: AgentReport = loop {
             conductor.flush_backlog();
@@ -507,8 +494,8 @@ struct Conductor<'a> {
     clock: quanta::Clock,
     /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
     pending: Vec<(Session, std::time::Instant)>,
-    #[cfg(feature = "verbs")]
-    verbs: Option<mdfan_fabric::verbs::VerbsPublisher>,
+    /// The fabric provider, opened once; attaches each subscriber's ring.
+    sender: AnySender,
 }
 
 enum Frame {
@@ -602,7 +589,7 @@ impl Conductor<'_> {
         }
     }
 
-    fn attach(&self, sub: &Subscribe) -> Result<(SessionRing, AcceptFabric), String> {
+    fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
         if sub.name.len() > 64 {
             return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
         }
@@ -638,28 +625,10 @@ impl Conductor<'_> {
                 ));
             }
         }
-        match (&sub.ring, self.cfg.fabric.provider) {
-            (RingGrant::Shm { .. }, Provider::Shm) => ShmRemoteRing::attach(&sub.ring, &self.cfg.fabric.shm_dir)
-                .map(|r| (SessionRing::Shm(r), AcceptFabric::Shm))
-                .map_err(|e| e.to_string()),
-            (RingGrant::Verbs { .. }, Provider::Shm) => {
-                Err("field ring: this publisher serves fabric shm; the subscriber offered a verbs ring".into())
-            }
-            (RingGrant::Shm { .. }, Provider::Verbs) => {
-                Err("field ring: this publisher serves fabric verbs; the subscriber offered an shm ring".into())
-            }
-            #[cfg(feature = "verbs")]
-            (RingGrant::Verbs { .. }, Provider::Verbs) => match &self.verbs {
-                Some(v) => {
-                    v.attach(&sub.ring).map(|(r, a)| (SessionRing::Verbs(Box::new(r)), a)).map_err(|e| e.to_string())
-                }
-                None => Err("fabric verbs is not open in this publisher".into()),
-            },
-            #[cfg(not(feature = "verbs"))]
-            (RingGrant::Verbs { .. }, Provider::Verbs) => {
-                Err("fabric verbs is not available in this publisher build".into())
-            }
-        }
+        self.sender.attach(&sub.ring).map_err(|e| match e {
+            FabricError::Mismatch { .. } => format!("field ring: {e}"),
+            e => e.to_string(),
+        })
     }
 
     /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
@@ -682,7 +651,7 @@ impl Conductor<'_> {
         mut stream: TcpStream,
         peer: SocketAddr,
         sub: Subscribe,
-        ring: SessionRing,
+        ring: AnyRemoteRing,
         fabric: AcceptFabric,
     ) {
         let id = self.next_id;

@@ -4,85 +4,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mdfan_fabric::shm::ShmRemoteRing;
-use mdfan_fabric::{CloseReason, PostError, RemoteRing};
+use mdfan_fabric::{AnyRemoteRing, CloseReason, PostError, RemoteRing};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::ring::{imm_from_seq, slot_index, slot_is_free};
 use mdfan_wire::BookUpdate;
-
-/// The remote ring of one session, whichever provider it came from (static dispatch).
-pub enum SessionRing {
-    /// Same-host shared memory.
-    Shm(ShmRemoteRing),
-    /// RDMA verbs (RC QP, WRITE_WITH_IMM); boxed (allocated and freed by the conductor) so sessions stay small
-    /// to move through the queues.
-    #[cfg(feature = "verbs")]
-    Verbs(Box<mdfan_fabric::verbs::VerbsRemoteRing>),
-}
-
-/// Dispatches a `RemoteRing` call to the provider by `match` (no vtable on the hot path).
-macro_rules! dispatch {
-    ($ring:expr, $r:ident => $call:expr) => {
-        match $ring {
-            SessionRing::Shm($r) => $call,
-            #[cfg(feature = "verbs")]
-            SessionRing::Verbs($r) => $call,
-        }
-    };
-}
-
-impl SessionRing {
-    #[inline]
-    fn slot_count(&mut self) -> u32 {
-        dispatch!(self, r => r.slot_count())
-    }
-    #[inline]
-    fn consumed_seq(&mut self) -> u64 {
-        dispatch!(self, r => r.consumed_seq())
-    }
-    #[inline]
-    fn write_with_imm(&mut self, slot: u32, record: &BookUpdate, imm: u32) -> Result<(), PostError> {
-        dispatch!(self, r => r.write_with_imm(slot, record, imm))
-    }
-    #[inline]
-    fn flush(&mut self) -> Result<(), PostError> {
-        dispatch!(self, r => r.flush())
-    }
-    fn close(&mut self, reason: CloseReason) {
-        dispatch!(self, r => r.close(reason))
-    }
-
-    /// Whether the subscriber's side is connected (always on shm; on verbs, once its first credit landed).
-    pub fn ready(&self) -> bool {
-        match self {
-            SessionRing::Shm(_) => true,
-            #[cfg(feature = "verbs")]
-            SessionRing::Verbs(r) => r.peer_connected(),
-        }
-    }
-
-    /// Waits (bounded) until everything posted has completed, so the last record (end of stream) reached the
-    /// subscriber before the ring is torn down. Off the hot path. A no-op on shm.
-    pub fn drain(&mut self, timeout: std::time::Duration) {
-        match self {
-            SessionRing::Shm(_) => {}
-            #[cfg(feature = "verbs")]
-            SessionRing::Verbs(r) => {
-                let _ = r.drain(timeout);
-            }
-        }
-        let _ = timeout;
-    }
-
-    /// What broke the ring, named (verbs: the `ibv_wc_status` or errno), if anything did.
-    pub fn failure(&self) -> Option<String> {
-        match self {
-            SessionRing::Shm(_) => None,
-            #[cfg(feature = "verbs")]
-            SessionRing::Verbs(r) => r.failure().map(|c| mdfan_fabric::verbs::wc_status_name(c).to_owned()),
-        }
-    }
-}
 
 /// Counters of one session, written by the hot loop (single writer, Relaxed stores) and read by the
 /// conductor. Aligned to 128 bytes so two sessions' counters never share a line pair.
@@ -141,7 +66,7 @@ pub struct Session {
     pub name: String,
     /// What happens when its ring is full.
     pub policy: SlowConsumerPolicy,
-    ring: SessionRing,
+    ring: AnyRemoteRing,
     slot_count: u32,
     /// The seq the next record will carry (starts at 1).
     next_seq: u64,
@@ -172,13 +97,12 @@ impl Session {
     pub fn new(
         id: u64,
         name: String,
-        ring: SessionRing,
+        ring: AnyRemoteRing,
         policy: SlowConsumerPolicy,
         filter: Option<Vec<u32>>,
         feed_pos: u64,
         snapshot: Option<Vec<BookUpdate>>,
     ) -> Session {
-        let mut ring = ring;
         let slot_count = ring.slot_count();
         let filter = filter.map(|mut f| {
             f.sort_unstable();
@@ -294,7 +218,7 @@ impl Session {
     }
 
     /// The ring (for readiness, drain and failure details, off the hot path).
-    pub fn ring_mut(&mut self) -> &mut SessionRing {
+    pub fn ring_mut(&mut self) -> &mut AnyRemoteRing {
         &mut self.ring
     }
 

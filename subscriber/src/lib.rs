@@ -54,21 +54,19 @@
 pub mod latency;
 pub mod receiver;
 pub mod report;
-pub mod ring;
 
 use std::io::{ErrorKind, Read};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::Duration;
 
+use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
 pub use latency::{ClockSource, Latency};
 pub use receiver::{Event, Receiver, StreamStats};
-pub use ring::{AnyLocalRing, Fabric};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
-pub use mdfan_fabric::CloseReason;
+pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::SlowConsumerPolicy;
 pub use mdfan_wire::record::format_price_e9;
@@ -83,10 +81,9 @@ pub struct SubscriberConfig {
     pub name: String,
     /// Ring size in slots (power of two, 64 B each). Default 131,072 (8 MiB): holds the whole bundled replay.
     pub ring_slots: u32,
-    /// Which fabric to offer the publisher. Default shared memory.
-    pub fabric: Fabric,
-    /// Folder for the shared-memory ring file; must be the publisher's `fabric.shm_dir`. Default /dev/shm.
-    pub shm_dir: PathBuf,
+    /// Which fabric to offer the publisher, with its settings (for shm, the ring file's folder: the
+    /// publisher's `fabric.shm_dir`). Default shared memory in /dev/shm.
+    pub fabric: FabricConfig,
     /// instrument_ids wanted; `None` (default) = all.
     pub instruments: Option<Vec<u32>>,
     /// Time allowed for connecting and for the publisher's answer. Default 2 s.
@@ -109,8 +106,7 @@ impl SubscriberConfig {
             endpoint: endpoint.to_owned(),
             name: name.to_owned(),
             ring_slots: 131_072,
-            fabric: Fabric::Shm,
-            shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
+            fabric: FabricConfig::default(),
             instruments: None,
             timeout: Duration::from_secs(2),
             policy: SlowConsumerPolicy::Resync,
@@ -243,7 +239,7 @@ impl Subscriber {
         // The ring first (registering it and posting its receive queue can take a while on verbs), so the
         // handshake that follows is only a Subscribe and its answer, well within the publisher's timeout.
         let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
-        let (mut ring, grant) = ring::PreparedRing::create(cfg).map_err(ring_err)?;
+        let (mut ring, grant) = PreparedLocalRing::create(&cfg.fabric, cfg.ring_slots).map_err(ring_err)?;
         let mut stream = TcpStream::connect_timeout(&addr, cfg.timeout).map_err(connect_err)?;
         stream.set_nodelay(true).map_err(connect_err)?;
         stream.set_read_timeout(Some(cfg.timeout)).map_err(connect_err)?;

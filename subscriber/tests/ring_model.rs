@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing, CQ_POLL_INTERVAL, DEFAULT_DIR};
-use mdfan_publisher::session::{Post, Session, SessionRing};
+use mdfan_fabric::AnyRemoteRing;
+use mdfan_publisher::session::{Post, Session};
 use mdfan_subscriber::{Event, Receiver};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::{BookUpdate, Kind};
@@ -39,7 +40,7 @@ fn run(ops: &[Op], slots: u32) -> (BTreeMap<u64, u64>, u64, Vec<Seen>) {
     let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
     let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
     let mut session =
-        Session::new(1, "model".into(), SessionRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
+        Session::new(1, "model".into(), AnyRemoteRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
     let mut rx = Receiver::new(local);
     let mut written = BTreeMap::new(); // seq -> order_id of every record actually written
     let mut feed = 0u64;

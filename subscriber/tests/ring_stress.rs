@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing, CQ_POLL_INTERVAL, DEFAULT_DIR};
+use mdfan_fabric::AnyRemoteRing;
 use mdfan_fabric::CloseReason;
-use mdfan_publisher::session::{Post, Session, SessionRing};
+use mdfan_publisher::session::{Post, Session};
 use mdfan_subscriber::{Event, Receiver};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::{BookUpdate, Kind};
@@ -304,7 +305,8 @@ fn run_once(seed: u64, slots: u32, items: u64) -> Result<Outcome, String> {
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
     let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
-    let session = Session::new(1, "stress".into(), SessionRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
+    let session =
+        Session::new(1, "stress".into(), AnyRemoteRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
     let rx = Receiver::new(local);
     let give_up = Arc::new(AtomicBool::new(false));
     let reader = {

@@ -14,7 +14,7 @@ use super::ffi::{
 use super::timestamp::TickExtender;
 use super::{parse_endpoint, random_psn, VerbsDevice};
 use crate::credit::CreditWriter;
-use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState};
+use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, Provider};
 
 /// `wr_id` of every receive WR.
 const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
@@ -299,11 +299,11 @@ impl PreparedVerbsLocalRing {
     /// credit write (seq 0), which tells the publisher the QP is live.
     ///
     /// # Errors
-    /// [`FabricError::Unsupported`] for a non-verbs accept; [`FabricError::BadRing`] for a malformed endpoint or
+    /// [`FabricError::Mismatch`] for a non-verbs accept; [`FabricError::BadRing`] for a malformed endpoint or
     /// credit address; [`FabricError::Verbs`] when a QP transition or the first credit post fails.
     pub fn connect(self, accept: &AcceptFabric) -> Result<VerbsLocalRing, FabricError> {
         let AcceptFabric::Verbs { endpoint, credit_addr, credit_rkey } = accept else {
-            return Err(FabricError::Unsupported("an shm accept for a verbs ring".into()));
+            return Err(FabricError::Mismatch { offered: Provider::Shm, what: "accept", served: Provider::Verbs });
         };
         let remote = parse_endpoint(endpoint, "the publisher")?;
         if credit_addr % CREDIT_BYTES as u64 != 0 {

@@ -14,7 +14,7 @@ use super::ffi::{
 };
 use super::status::CLOSED;
 use super::{parse_endpoint, random_psn, VerbsConfig, VerbsDevice};
-use crate::{CloseReason, FabricError, PostError, RemoteRing};
+use crate::{CloseReason, FabricError, PostError, Provider, RemoteRing};
 
 /// What the credit word holds until the subscriber's first credit write lands: no seq can be this large.
 const NOT_CONNECTED: u64 = u64::MAX;
@@ -61,12 +61,12 @@ impl VerbsPublisher {
     /// the provider's queues.
     ///
     /// # Errors
-    /// [`FabricError::Unsupported`] for a non-verbs grant; [`FabricError::BadRing`] for a grant whose slot count,
+    /// [`FabricError::Mismatch`] for a non-verbs grant; [`FabricError::BadRing`] for a grant whose slot count,
     /// ring address or endpoint is malformed; [`FabricError::Verbs`] for a failed verb (a bad GID or an
     /// unreachable peer shows at RTR).
     pub fn attach(&self, grant: &RingGrant) -> Result<(VerbsRemoteRing, AcceptFabric), FabricError> {
         let RingGrant::Verbs { endpoint, ring_addr, ring_rkey, slot_count } = grant else {
-            return Err(FabricError::Unsupported("an shm grant on the verbs fabric".into()));
+            return Err(FabricError::Mismatch { offered: Provider::Shm, what: "ring", served: Provider::Verbs });
         };
         let whose = format!("subscriber qpn {:#x}", endpoint.qpn);
         let bad = |detail: String| FabricError::BadRing { path: format!("verbs ring of {whose}"), detail };

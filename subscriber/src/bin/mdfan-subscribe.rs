@@ -12,18 +12,10 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use mdfan_fabric::CloseReason;
 use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
-use mdfan_subscriber::{Event, Health, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{Event, FabricConfig, Health, Provider, Subscriber, SubscriberConfig};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::record::format_price_e9;
 use mdfan_wire::{Books, Kind};
-
-#[derive(Clone, Copy, ValueEnum)]
-enum FabricArg {
-    /// Shared memory on the publisher's host.
-    Shm,
-    /// RDMA verbs (RoCE / InfiniBand); needs a build with `--features verbs`.
-    Verbs,
-}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Policy {
@@ -56,9 +48,10 @@ struct Args {
     /// Ring size in slots (power of two; 64 B each).
     #[arg(long, default_value_t = 131_072)]
     ring_slots: u32,
-    /// Fabric to offer the publisher (it must serve the same one).
-    #[arg(long, value_enum, default_value_t = FabricArg::Shm)]
-    fabric: FabricArg,
+    /// Fabric to offer the publisher (it must serve the same one): shm (shared memory on the publisher's host)
+    /// or verbs (RDMA; needs a build with `--features verbs`).
+    #[arg(long, default_value_t = Provider::Shm)]
+    fabric: Provider,
     /// verbs: RDMA device name (default: the first device listed).
     #[arg(long)]
     device: Option<String>,
@@ -148,34 +141,32 @@ enum CliError {
     },
 }
 
+fn fabric(args: &Args) -> Result<FabricConfig, CliError> {
+    let verbs_flags = args.device.is_some() || args.gid_index.is_some() || args.traffic_class.is_some();
+    match args.fabric {
+        Provider::Shm if verbs_flags => {
+            Err(CliError::Usage("--device, --gid-index and --traffic-class need --fabric verbs".into()))
+        }
+        Provider::Shm => Ok(FabricConfig::Shm { dir: args.shm_dir.clone() }),
+        Provider::Verbs => verbs_config(args),
+    }
+}
+
 #[cfg(feature = "verbs")]
-fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
-    Ok(match args.fabric {
-        FabricArg::Shm if args.device.is_some() || args.gid_index.is_some() || args.traffic_class.is_some() => {
-            return Err(CliError::Usage("--device, --gid-index and --traffic-class need --fabric verbs".into()))
-        }
-        FabricArg::Shm => mdfan_subscriber::Fabric::Shm,
-        FabricArg::Verbs => {
-            let defaults = mdfan_fabric::verbs::VerbsConfig::default();
-            mdfan_subscriber::Fabric::Verbs(mdfan_fabric::verbs::VerbsConfig {
-                device: args.device.clone(),
-                gid_index: args.gid_index,
-                traffic_class: args.traffic_class.unwrap_or(defaults.traffic_class),
-                ..defaults
-            })
-        }
-    })
+fn verbs_config(args: &Args) -> Result<FabricConfig, CliError> {
+    let defaults = mdfan_fabric::verbs::VerbsConfig::default();
+    Ok(FabricConfig::Verbs(mdfan_fabric::verbs::VerbsConfig {
+        device: args.device.clone(),
+        gid_index: args.gid_index,
+        traffic_class: args.traffic_class.unwrap_or(defaults.traffic_class),
+        ..defaults
+    }))
 }
 
 #[cfg(not(feature = "verbs"))]
-fn fabric(args: &Args) -> Result<mdfan_subscriber::Fabric, CliError> {
-    match args.fabric {
-        FabricArg::Shm if args.device.is_none() && args.gid_index.is_none() && args.traffic_class.is_none() => {
-            Ok(mdfan_subscriber::Fabric::Shm)
-        }
-        FabricArg::Shm => Err(CliError::Usage("--device, --gid-index and --traffic-class need --fabric verbs".into())),
-        FabricArg::Verbs => Err(CliError::Usage("--fabric verbs needs a build with `--features verbs`".into())),
-    }
+fn verbs_config(_: &Args) -> Result<FabricConfig, CliError> {
+    let missing = Provider::Verbs.check_built().expect_err("verbs is not in this build");
+    Err(CliError::Usage(format!("--fabric verbs: {missing}")))
 }
 
 fn run(args: &Args) -> Result<i32, CliError> {
@@ -195,7 +186,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
         .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
-    cfg.shm_dir = args.shm_dir.clone();
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
     cfg.policy = match args.policy {
         Policy::Disconnect => SlowConsumerPolicy::Disconnect,
