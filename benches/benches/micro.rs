@@ -25,7 +25,7 @@
 //! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
 #![forbid(unsafe_code)]
 
-#[path = "../../wire/tests/support/esh4.rs"]
+#[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
 use std::collections::HashSet;
@@ -43,7 +43,7 @@ use dbn::decode::{DbnDecoder, DecodeRecordRef, DynReader};
 use dbn::{MboMsg, VersionUpgradePolicy};
 use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing, DEFAULT_DIR};
 use mdfan_fabric::{LocalRing, PeerState, RemoteRing};
-use mdfan_wire::feed::dbn::{decode_mbo_bytes, normalize_mbo};
+use mdfan_feed::dbn::{decode_mbo_bytes, normalize_mbo};
 use mdfan_wire::record::RECORD_SIZE_BYTES;
 use mdfan_wire::ring::{imm_from_seq, seq_from_imm, slot_index};
 use mdfan_wire::{BookUpdate, Books, Kind, Side};

@@ -370,9 +370,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("out {}: {e}", out.display()))?;
     let capture = s.capture.clone().unwrap_or_else(|| repo_root().join(replay::CAPTURE));
     let source = match (s.fabric, s.source.as_str()) {
-        (Provider::Shm, "replay") => {
-            openloop::Source::Replay(mdfan_wire::feed::dbn::load_mbo_file(&capture)?.records.into())
-        }
+        (Provider::Shm, "replay") => openloop::Source::Replay(mdfan_feed::dbn::load_mbo_file(&capture)?.records.into()),
         _ => openloop::Source::Synthetic,
     };
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;

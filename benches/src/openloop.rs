@@ -1,7 +1,7 @@
 //! Open-loop load through mdfan's per-record path: normalize a feed record, then WRITE-with-immediate it into
 //! every subscriber's ring; one pinned receiver thread busy-polls all the rings and reads each record in place.
 //!
-//! The sender does the publisher hot loop's per-record work (`wire::feed::dbn::normalize_mbo`, a ring-space
+//! The sender does the publisher hot loop's per-record work (`feed::dbn::normalize_mbo`, a ring-space
 //! check and one post per subscriber) at a fixed rate, on a schedule fixed before the run: record `i` is due
 //! at `start + i / rate`. Each record carries its due time (in `ts_recv_ns`, which this bench owns) and its
 //! post time (`ts_send_ticks`), so the receiver measures both the fabric alone (post to poll) and the
@@ -18,7 +18,7 @@ use std::sync::{Arc, Barrier};
 
 use hdrhistogram::Histogram;
 use mdfan_fabric::{LocalRing, RemoteRing};
-use mdfan_wire::feed::dbn::normalize_mbo;
+use mdfan_feed::dbn::normalize_mbo;
 use mdfan_wire::ring::{has_space, imm_from_seq, slot_index};
 use mdfan_wire::{BookUpdate, Kind};
 

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use mdfan_wire::feed::dbn::{decode_mbo_bytes, normalize_mbo};
+use mdfan_feed::dbn::{decode_mbo_bytes, normalize_mbo};
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::CloseReason;
+use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::control::SlowConsumerPolicy;
-use mdfan_wire::feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::{BookUpdate, Kind};
 
 use crate::cycles::CycleHistogram;

@@ -24,8 +24,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
+use mdfan_feed::dbn::{load_mbo_file, normalize_mbo, DbnMboMsg, FeedError, MboFile};
 use mdfan_wire::control::{self, Accept, AcceptFabric, ControlError, ControlMsg, Reject, Subscribe};
-use mdfan_wire::feed::dbn::{load_mbo_file, normalize_mbo, DbnMboMsg, FeedError, MboFile};
 use mdfan_wire::Books;
 
 use crate::agent::{AgentCounters, AgentReport, AgentTiming, Command, Event, FanoutAgent};

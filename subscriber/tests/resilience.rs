@@ -8,7 +8,7 @@
 
 #[path = "support/mod.rs"]
 mod common;
-#[path = "../../wire/tests/support/esh4.rs"]
+#[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
 use std::net::SocketAddr;

@@ -4,14 +4,12 @@
 //! - [`ring`]: the subscriber ring's header and slot layout, and how `imm_data` carries the seq.
 //! - [`control`]: the versioned control-plane handshake (subscribe, accept, reject).
 //! - [`book`]: L3 orders aggregated to L2 levels, per instrument, with Databento's replay rules.
-//! - [`feed`]: decoding exchange captures (DBN MBO) and normalising them into records.
 //!
-//! No sockets, clocks or threads live here: decoders take bytes, the book takes records.
+//! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
 
 pub mod book;
 pub mod control;
-pub mod feed;
 pub mod record;
 pub mod ring;
 

@@ -4,7 +4,7 @@
 #[path = "support/esh4.rs"]
 mod esh4;
 
-use mdfan_wire::feed::dbn::{load_mbo_file, normalize_mbo, FeedError};
+use mdfan_feed::dbn::{load_mbo_file, normalize_mbo, FeedError};
 use mdfan_wire::{Books, Kind, Level, Side};
 
 fn lvl((price_e9, size, orders): (i64, u64, u32)) -> Level {

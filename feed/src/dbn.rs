@@ -25,7 +25,7 @@ use std::io::Read;
 use dbn::decode::{DbnDecoder, DbnMetadata, DecodeRecordRef, DynReader};
 use dbn::{MboMsg, Schema, VersionUpgradePolicy};
 
-use crate::record::{BookUpdate, Kind, Side};
+use mdfan_wire::{BookUpdate, Kind, Side};
 
 pub use dbn::MboMsg as DbnMboMsg;
 

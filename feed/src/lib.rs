@@ -1,0 +1,10 @@
+//! mdfan-feed: exchange input, decoded and normalised into [`BookUpdate`](mdfan_wire::BookUpdate) records.
+//!
+//! - [`dbn`]: Databento Binary Encoding, MBO schema (CME Globex MDP 3.0 via `GLBX.MDP3`).
+//!
+//! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
+//! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
+//! clocks or threads live here: decoders take bytes or a file and give records.
+#![forbid(unsafe_code)]
+
+pub mod dbn;
