@@ -173,9 +173,10 @@ pub struct Subscriber {
     session_id: u64,
     policy: SlowConsumerPolicy,
     control_closed: bool,
-    /// Polls that found nothing so far. "A poll after X found the ring empty" is `empty_polls` above its value at
-    /// X: how [`Subscriber::maintain`] knows the ring was drained after the close, or that a silence is the
-    /// publisher's and not this thread's (descheduled, not polling).
+    /// Thorough polls ([`Receiver::poll_thorough`]: the CQ itself read) that found nothing so far. "A poll after
+    /// X found the ring empty" is `empty_polls` above its value at X: how [`Subscriber::maintain`] knows the ring
+    /// was drained after the close, or that a silence is the publisher's and not this thread's (descheduled,
+    /// stopped, or slow to see a record after a gap). Polls are thorough only while such a judgement is pending.
     empty_polls: u64,
     /// `empty_polls` when the control connection was seen closed.
     empty_polls_at_close: u64,
@@ -299,10 +300,13 @@ impl Subscriber {
     /// up to that many empty polls later (a busy-polling reader: microseconds).
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
-        let n = self.rx.poll(max, f);
+        // Only a poll that read the CQ itself may say the ring is empty: needed while a silence is suspected or
+        // the control connection is closed (see `empty_polls`).
+        let judging = self.silence_suspected.is_some() || self.control_closed;
+        let n = if judging { self.rx.poll_thorough(max, f) } else { self.rx.poll(max, f) };
         if n > 0 {
             self.last_rx = self.clock.raw();
-        } else {
+        } else if judging {
             self.empty_polls += 1;
         }
         n

@@ -100,8 +100,26 @@ impl<R: LocalRing> Receiver<R> {
 
     /// Reaps up to `max` completions; see [`crate::Subscriber::poll`]. No syscall, no allocation.
     #[inline]
-    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
+        self.poll_with(max, false, f)
+    }
+
+    /// [`Receiver::poll`] that, when the expected record is not there, also reads the CQ itself before saying
+    /// nothing came. A plain poll may miss a record that follows a gap: on shm it looks for the expected seq's
+    /// stamp and reads the CQ only every `CQ_POLL_INTERVAL` empty polls, which with a yielding idle strategy on a
+    /// loaded host can take seconds. So only a thorough poll that returns 0 proves the ring empty (what the
+    /// subscriber's silence and drain judgements need). Costs one CQ read more per empty poll.
+    #[inline]
+    pub fn poll_thorough<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
+        self.poll_with(max, true, f)
+    }
+
+    #[inline(always)]
+    fn poll_with<F: FnMut(Event<'_>)>(&mut self, max: usize, thorough: bool, mut f: F) -> usize {
         let mut n = self.reap(max, false, &mut f);
+        if n == 0 && thorough {
+            n = self.reap(max, true, &mut f);
+        }
         if n == 0 && self.closed.is_none() {
             if let PeerState::Closed(reason) = self.ring.peer_state() {
                 // Everything written before the close is visible now, but the reap above may have missed some of

@@ -372,7 +372,16 @@ fn a_concurrent_writer_and_reader_never_lose_duplicate_reorder_or_tear_a_record(
 // The cases the stress test found, made exact.
 
 fn events(rx: &mut Receiver<impl mdfan_fabric::LocalRing>, max: usize, seen: &mut Vec<Seen>) -> usize {
-    rx.poll(max, |e| {
+    events_with(rx, max, false, seen)
+}
+
+fn events_with(
+    rx: &mut Receiver<impl mdfan_fabric::LocalRing>,
+    max: usize,
+    thorough: bool,
+    seen: &mut Vec<Seen>,
+) -> usize {
+    let push = |e: Event<'_>| {
         seen.push(match e {
             Event::Record(r) => Seen::Record { seq: r.seq, f: r.order_id, intact: intact(r) },
             Event::Gap { expected, got } => Seen::Gap { expected, got },
@@ -380,7 +389,36 @@ fn events(rx: &mut Receiver<impl mdfan_fabric::LocalRing>, max: usize, seen: &mu
             Event::Corrupt { seq, slot_seq } => Seen::Corrupt { seq, slot_seq },
             Event::Closed(_) => Seen::Closed,
         })
-    })
+    };
+    if thorough {
+        rx.poll_thorough(max, push)
+    } else {
+        rx.poll(max, push)
+    }
+}
+
+#[test]
+fn only_a_thorough_poll_proves_the_ring_empty_after_a_gap() {
+    // Resync again, the ring still open: 1 written, 2 skipped, 3 written. On shm a plain poll looks for seq 2's
+    // stamp and reads the CQ only every CQ_POLL_INTERVAL-th empty poll, so it may say "nothing" while 3 waits in
+    // the CQ (with a yielding idler on a loaded host, for seconds: long enough for the subscriber to take it for
+    // the publisher's silence). A thorough poll reads the CQ and finds it.
+    let dir = Path::new(DEFAULT_DIR);
+    let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
+    let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let mut rx = Receiver::new(local);
+    use mdfan_fabric::RemoteRing;
+    use mdfan_wire::ring::{imm_from_seq, slot_index};
+    for seq in [1, 3] {
+        let r = BookUpdate { seq, ts_send_ticks: seq, ..payload(seq, Kind::Add) };
+        remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
+    }
+    let mut seen = Vec::new();
+    assert_eq!(events_with(&mut rx, usize::MAX, false, &mut seen), 1);
+    assert_eq!(events_with(&mut rx, usize::MAX, false, &mut seen), 0, "a plain poll misses 3 behind the gap");
+    assert_eq!(events_with(&mut rx, usize::MAX, true, &mut seen), 1);
+    assert_eq!(seen, [rec(1), Seen::Gap { expected: 2, got: 3 }, rec(3)]);
+    assert_eq!(events_with(&mut rx, usize::MAX, true, &mut seen), 0, "now the ring is empty");
 }
 
 fn rec(seq: u64) -> Seen {
