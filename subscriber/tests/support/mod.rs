@@ -236,6 +236,14 @@ impl Watched {
                 return;
             }
             let ended = self.child.try_wait().expect("try_wait").is_some();
+            if ended {
+                // Its last lines may still be in the pipe: read them all before judging (on a loaded host the
+                // reader thread can lag the process's exit).
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                    continue;
+                }
+            }
             if ended || start.elapsed() > watchdog() {
                 let mut err = String::new();
                 if ended {
