@@ -18,7 +18,7 @@ fn a_dead_endpoint_is_one_line_naming_it() {
     // Bind then drop a listener to get a port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let endpoint = format!("127.0.0.1:{port}");
-    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).args(["--connect", &endpoint]).output().unwrap();
+    let out = Command::new(bin("mdfan-subscribe")).args(["--connect", &endpoint]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -167,7 +167,7 @@ fn assert_serves_the_snapshot_book(addr: std::net::SocketAddr) {
 #[test]
 fn usage_mistakes_exit_2_naming_the_flag() {
     let sub = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).args(args).output().unwrap();
+        let out = Command::new(bin("mdfan-subscribe")).args(args).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (code, err) = sub(&["--connect", "127.0.0.1"]);
@@ -186,7 +186,7 @@ fn usage_mistakes_exit_2_naming_the_flag() {
 #[test]
 fn a_reconnect_budget_that_runs_out_says_how_many_tries() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-subscribe"))
+    let out = Command::new(bin("mdfan-subscribe"))
         .args(["--connect", &format!("127.0.0.1:{port}"), "--reconnect-ms", "350"])
         .output()
         .unwrap();

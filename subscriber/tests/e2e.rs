@@ -146,7 +146,7 @@ fn the_bbo_example_prints_the_reference_bbo() {
     }
     // Built by this test (a no-op when `cargo test` already built it), so it is never older than the library;
     // in the profile this test was built with.
-    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).parent().unwrap();
+    let bin_dir = bin_dir();
     let release = bin_dir.file_name().is_some_and(|d| d == "release");
     let status = Command::new(env!("CARGO"))
         .args(["build", "-q", "-p", "mdfan-subscriber", "--example", "bbo"])

@@ -64,7 +64,7 @@ fn publisher_process(tag: &str, wait_for: usize) -> (SocketAddr, PathBuf, impl F
     let cfg = dir.join("publisher.toml");
     std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), wait_for, "", PACE)).unwrap();
     let start = move || {
-        let child = Command::new(publisher_bin())
+        let child = Command::new(bin("mdfan-publisher"))
             .args(["--config", cfg.to_str().unwrap()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -51,12 +51,32 @@ fn fabric_section() -> String {
     }
 }
 
-/// A binary of this workspace: next to the test's own build, or in `$MDFAN_TEST_BIN_DIR`.
+/// The folder cargo puts this workspace's binaries in for the profile this test was built with
+/// (`target/<profile>`, the parent of the test's own `deps/`).
+pub fn bin_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    exe.parent().and_then(Path::parent).expect("a test runs from target/<profile>/deps").to_path_buf()
+}
+
+/// A binary of this workspace (`mdfan-publisher`, `mdfan-subscribe`): in `$MDFAN_TEST_BIN_DIR` when set (the
+/// VM), else built once per test process in this test's profile (a no-op when up to date, so never stale: the
+/// CLI is its own package, so `cargo test -p mdfan-subscriber` would not build it).
 pub fn bin(name: &str) -> std::path::PathBuf {
-    match std::env::var_os("MDFAN_TEST_BIN_DIR") {
-        Some(dir) => Path::new(&dir).join(name),
-        None => Path::new(env!("CARGO_BIN_EXE_mdfan-subscribe")).with_file_name(name),
+    if let Some(dir) = std::env::var_os("MDFAN_TEST_BIN_DIR") {
+        return Path::new(&dir).join(name);
     }
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let release = bin_dir().file_name().is_some_and(|d| d == "release");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "mdfan-publisher", "-p", "mdfan-subscribe"])
+            .args(release.then_some("--release"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building mdfan-publisher and mdfan-subscribe failed");
+    });
+    bin_dir().join(name)
 }
 
 pub struct RunningPublisher {
@@ -138,20 +158,6 @@ pub fn stdout_lines(out: &Output) -> Vec<String> {
 /// The key=value fields of one output line.
 pub fn fields(line: &str) -> std::collections::HashMap<&str, &str> {
     line.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()
-}
-
-/// The `mdfan-publisher` binary next to `mdfan-subscribe`, built first if this test run did not build it.
-pub fn publisher_bin() -> std::path::PathBuf {
-    let bin = bin("mdfan-publisher");
-    if !bin.exists() && std::env::var_os("MDFAN_TEST_BIN_DIR").is_none() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "mdfan-publisher", "--bin", "mdfan-publisher"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building mdfan-publisher failed");
-    }
-    bin
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; std sets SO_REUSEADDR, so a publisher can reuse it).

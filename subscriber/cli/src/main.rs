@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use mdfan_fabric::CloseReason;
 use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
-use mdfan_subscriber::{Event, FabricConfig, Health, Provider, Subscriber, SubscriberConfig};
-use mdfan_wire::control::SlowConsumerPolicy;
-use mdfan_wire::record::format_price_e9;
-use mdfan_wire::{Books, Kind};
+use mdfan_subscriber::{
+    format_price_e9, Books, CloseReason, Event, FabricConfig, Health, Kind, Provider, SlowConsumerPolicy, Subscriber,
+    SubscriberConfig,
+};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Policy {
@@ -175,11 +174,11 @@ fn run(args: &Args) -> Result<i32, CliError> {
         signal_hook::flag::register(sig, Arc::clone(&stop)).expect("signal handlers install");
     }
     if let Some(core) = args.core {
-        let allowed = mdfan_tuning::allowed_cores();
+        let allowed = mdfan_subscriber::allowed_cores();
         if !allowed.contains(&core) {
             return Err(CliError::Usage(format!("--core {core}: this process may run on cores {allowed:?} only")));
         }
-        mdfan_tuning::pin_current_thread(core).map_err(|e| CliError::Usage(format!("--core {core}: {e}")))?;
+        mdfan_subscriber::pin_current_thread(core).map_err(|e| CliError::Usage(format!("--core {core}: {e}")))?;
     }
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
@@ -258,7 +257,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                             let bbo = book.bbo();
                             if last_bbo != Some((r.instrument_id, bbo)) {
                                 last_bbo = Some((r.instrument_id, bbo));
-                                let fmt = |l: Option<mdfan_wire::Level>| {
+                                let fmt = |l: Option<mdfan_subscriber::Level>| {
                                     l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
                                 };
                                 out.push(format!(
