@@ -34,28 +34,70 @@ pub use dbn::MboMsg as DbnMboMsg;
 pub enum FeedError {
     /// The file could not be opened, or its header (metadata) could not be decoded.
     #[error("feed {path}: cannot open DBN file: {detail}")]
-    Open { path: PathBuf, detail: String },
+    Open {
+        /// The DBN file.
+        path: PathBuf,
+        /// The decoder's message.
+        detail: String,
+    },
     /// The file holds another schema than MBO.
     #[error("feed {path}: schema is {schema}, expected mbo")]
-    Schema { path: PathBuf, schema: String },
+    Schema {
+        /// The DBN file.
+        path: PathBuf,
+        /// The schema the file holds.
+        schema: String,
+    },
     /// A record could not be decoded (corrupt or truncated file). `record` is 1-based.
     #[error("feed {path}: record {record}: {detail}")]
-    Decode { path: PathBuf, record: u64, detail: String },
+    Decode {
+        /// The DBN file.
+        path: PathBuf,
+        /// 1-based index of the record.
+        record: u64,
+        /// The decoder's message.
+        detail: String,
+    },
     /// The (zstd) stream could not be read to its end: truncated or corrupt compressed data.
     #[error("feed {path}: stream unreadable after {bytes_read} decompressed bytes (truncated or corrupt): {detail}")]
-    Read { path: PathBuf, bytes_read: usize, detail: String },
+    Read {
+        /// The DBN file.
+        path: PathBuf,
+        /// Decompressed bytes read before the failure.
+        bytes_read: usize,
+        /// The decoder's message.
+        detail: String,
+    },
     /// A record decoded but one of its fields is not valid for MBO. `record` is 1-based.
     #[error("feed {path}: record {record}: field {field}: {detail}")]
-    Field { path: PathBuf, record: u64, field: &'static str, detail: String },
+    Field {
+        /// The DBN file.
+        path: PathBuf,
+        /// 1-based index of the record.
+        record: u64,
+        /// The field's name in DBN's `MboMsg`.
+        field: &'static str,
+        /// The decoder's message.
+        detail: String,
+    },
     /// The file is not a regular file (a directory, a device, a FIFO).
     #[error("feed {path}: not a regular file")]
-    NotAFile { path: PathBuf },
+    NotAFile {
+        /// The DBN file.
+        path: PathBuf,
+    },
     /// The decompressed stream is larger than [`MAX_FEED_BYTES`].
     #[error("feed {path}: more than {MAX_FEED_BYTES} bytes once decompressed")]
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The DBN file.
+        path: PathBuf,
+    },
     /// The file holds no records at all.
     #[error("feed {path}: no MBO records")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The DBN file.
+        path: PathBuf,
+    },
 }
 
 /// Why one MBO message could not be normalised.

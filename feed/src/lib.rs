@@ -6,5 +6,6 @@
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
 //! clocks or threads live here: decoders take bytes or a file and give records.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod dbn;

@@ -10,6 +10,7 @@
 //! [`Publisher::bind`] loads and checks the feed and binds the endpoint, so every input error surfaces before
 //! anything runs; [`Publisher::run`] takes a shutdown flag (set by SIGINT/SIGTERM in the binary).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod agent;
 pub mod config;
@@ -58,8 +59,10 @@ pub enum PublisherError {
     /// The control endpoint could not be bound.
     #[error("control endpoint {endpoint}: cannot listen: {source}")]
     Listen {
+        /// The control endpoint (`publisher.listen`).
         endpoint: String,
         #[source]
+        /// What failed underneath.
         source: std::io::Error,
     },
     /// A thread could not be started.
@@ -68,8 +71,10 @@ pub enum PublisherError {
     /// The fabric could not be opened (e.g. no RDMA device).
     #[error("fabric {provider}: {source}")]
     Fabric {
+        /// The provider's name (`shm`, `verbs`).
         provider: &'static str,
         #[source]
+        /// What failed underneath.
         source: mdfan_fabric::FabricError,
     },
 }

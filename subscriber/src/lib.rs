@@ -50,6 +50,7 @@
 //!   timeout and [`Health::Gone`] once the control connection is closed; [`Subscriber::reconnect`] then makes a
 //!   new session (seq restarts at 1; drop your books: a snapshot or the replay from the start follows).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod latency;
 pub mod receiver;
@@ -123,30 +124,46 @@ pub enum SubscribeError {
     /// The endpoint does not resolve or nobody accepts there.
     #[error("publisher {endpoint}: cannot connect: {source}")]
     Connect {
+        /// The publisher's control endpoint.
         endpoint: String,
         #[source]
+        /// What failed underneath.
         source: std::io::Error,
     },
     /// The ring could not be created (or connected), here, before or while subscribing to `endpoint`.
     #[error("cannot set up the ring for publisher {endpoint}: {source}")]
     Ring {
+        /// The publisher's control endpoint.
         endpoint: String,
         #[source]
+        /// What failed underneath.
         source: mdfan_fabric::FabricError,
     },
     /// The control exchange failed (closed, timed out, garbage).
     #[error("publisher {endpoint}: control: {source}")]
     Control {
+        /// The publisher's control endpoint.
         endpoint: String,
         #[source]
+        /// What failed underneath.
         source: control::ControlError,
     },
     /// The publisher refused, with its reason.
     #[error("publisher {endpoint} refused: {reason}")]
-    Rejected { endpoint: String, reason: String },
+    Rejected {
+        /// The publisher's control endpoint.
+        endpoint: String,
+        /// The publisher's reason, as it sent it.
+        reason: String,
+    },
     /// The publisher answered something other than accept or reject.
     #[error("publisher {endpoint}: unexpected answer {answer}")]
-    Unexpected { endpoint: String, answer: String },
+    Unexpected {
+        /// The publisher's control endpoint.
+        endpoint: String,
+        /// The answer, debug-printed.
+        answer: String,
+    },
 }
 
 /// What [`Subscriber::maintain`] found.

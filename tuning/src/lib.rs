@@ -6,6 +6,7 @@
 //! - [`HugeBuffer`]: anonymous memory backed by 2 MiB hugepages where the host has them, plain pages otherwise.
 //! - [`TuningReport`]: the host's tuning state (isolcpus, nohz_full, hugepages) for logs and benchmark reports.
 //! - [`idle`]: what a polling thread does when a poll found nothing ([`IdleStrategy`], [`Idler`]).
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -19,15 +20,22 @@ use memmap2::{MmapMut, MmapOptions};
 pub enum TuningError {
     /// The core does not exist or the affinity call was refused.
     #[error("cannot pin to core {core}: {detail}")]
-    Pin { core: usize, detail: String },
+    Pin {
+        /// The core asked for.
+        core: usize,
+        /// What the OS said.
+        detail: String,
+    },
     /// `mlockall` failed (typically EPERM without CAP_IPC_LOCK, or ENOMEM over RLIMIT_MEMLOCK).
     #[error("mlockall failed: {0}")]
     Mlock(#[source] std::io::Error),
     /// Even a plain anonymous map failed.
     #[error("cannot map {bytes} bytes: {source}")]
     Map {
+        /// Bytes asked for.
         bytes: usize,
         #[source]
+        /// The OS error.
         source: std::io::Error,
     },
 }

@@ -47,19 +47,56 @@ struct Agg {
 pub enum BookError {
     /// `Cancel` for an order the book does not hold.
     #[error("instrument {instrument_id}: cancel of unknown order_id {order_id} (venue_seq {venue_seq})")]
-    UnknownOrder { instrument_id: u32, order_id: u64, venue_seq: u32 },
+    UnknownOrder {
+        /// The record's instrument.
+        instrument_id: u32,
+        /// The order the record names.
+        order_id: u64,
+        /// The record's `venue_seq` (the venue's sequence number).
+        venue_seq: u32,
+    },
     /// `Cancel` larger than what rests.
     #[error("instrument {instrument_id}: cancel of {cancel} on order_id {order_id} which has only {resting} (venue_seq {venue_seq})")]
-    CancelTooLarge { instrument_id: u32, order_id: u64, resting: u32, cancel: u32, venue_seq: u32 },
+    CancelTooLarge {
+        /// The record's instrument.
+        instrument_id: u32,
+        /// The order the record names.
+        order_id: u64,
+        /// Shares resting on the order.
+        resting: u32,
+        /// Shares the record cancels.
+        cancel: u32,
+        /// The record's `venue_seq` (the venue's sequence number).
+        venue_seq: u32,
+    },
     /// `Add` of an order_id that is already resting.
     #[error("instrument {instrument_id}: add of order_id {order_id} which is already resting (venue_seq {venue_seq})")]
-    DuplicateOrder { instrument_id: u32, order_id: u64, venue_seq: u32 },
+    DuplicateOrder {
+        /// The record's instrument.
+        instrument_id: u32,
+        /// The order the record names.
+        order_id: u64,
+        /// The record's `venue_seq` (the venue's sequence number).
+        venue_seq: u32,
+    },
     /// `Add`/`Modify` with side `N` or an unknown side byte.
     #[error("instrument {instrument_id}: order_id {order_id} has side byte {side:#04x}, expected B or A")]
-    BadSide { instrument_id: u32, order_id: u64, side: u8 },
+    BadSide {
+        /// The record's instrument.
+        instrument_id: u32,
+        /// The order the record names.
+        order_id: u64,
+        /// The side byte found.
+        side: u8,
+    },
     /// The kind byte is not a [`Kind`].
     #[error("instrument {instrument_id}: record kind byte {kind} is unknown")]
-    BadKind { instrument_id: u32, kind: u8 },
+    BadKind {
+        /// The record's instrument.
+        instrument_id: u32,
+        /// The kind byte found.
+        kind: u8,
+    },
 }
 
 /// One instrument's book.

@@ -7,6 +7,7 @@
 //!
 //! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod book;
 pub mod control;
