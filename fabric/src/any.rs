@@ -28,7 +28,7 @@ use crate::shm::{ShmLocalRing, ShmRemoteRing};
 use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, RemoteRing};
 
 /// A fabric provider, by name. Every provider is named here whether or not this build has it, so a config
-/// asking for one that is missing gets "needs a build with `--features verbs`", not "unknown variant".
+/// asking for one that is missing gets [`FabricError::NotBuilt`] (naming the feature), not "unknown variant".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
@@ -399,7 +399,7 @@ mod tests {
         assert_eq!(
             Provider::Verbs.check_built().err().map(|e| e.to_string()),
             (!cfg!(feature = "verbs"))
-                .then(|| "fabric verbs is not in this build (build with --features verbs)".into())
+                .then(|| "fabric verbs is not in this build (rebuild with its feature: --features mdfan-publisher/verbs,mdfan-subscribe/verbs)".into())
         );
     }
 }

@@ -16,6 +16,7 @@
 //! path, device or field that failed.
 //!
 //! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`); everything above is safe Rust.
+#![warn(missing_docs)]
 
 pub mod any;
 pub mod credit;
@@ -23,6 +24,7 @@ pub mod shm;
 
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod verbs_config;
 
 pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, PreparedLocalRing, Provider};
 pub use mdfan_wire as wire;
@@ -96,13 +98,21 @@ pub enum PeerState {
 pub enum PostError {
     /// The slot index is outside the ring (a caller bug; nothing was written).
     #[error("slot index {slot} is outside a ring of {slot_count} slots")]
-    SlotOutOfRange { slot: u32, slot_count: u32 },
+    SlotOutOfRange {
+        /// The slot index asked for.
+        slot: u32,
+        /// Slots in the ring.
+        slot_count: u32,
+    },
     /// The send queue is full: the caller must poll completions before posting more (verbs).
     #[error("send queue full")]
     SendQueueFull,
     /// The transport reported an error; the ring is unusable (e.g. the QP moved to ERR).
     #[error("fabric error {code}")]
-    Transport { code: i32 },
+    Transport {
+        /// The transport's code (verbs: the `ibv_wc_status`, or an errno).
+        code: i32,
+    },
 }
 
 /// Set-up / control-path failure. Each variant names what failed.
@@ -112,27 +122,38 @@ pub enum FabricError {
     /// An OS call on a named path failed.
     #[error("{op} {path}: {source}")]
     Io {
+        /// The OS call (`open`, `mmap`, ...).
         op: &'static str,
+        /// The path it was called on.
         path: String,
         #[source]
+        /// The OS error.
         source: std::io::Error,
     },
     /// The ring memory or grant is not what the protocol allows.
     #[error("ring {path}: {detail}")]
-    BadRing { path: String, detail: String },
+    BadRing {
+        /// The path it was called on.
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A grant names a fabric this build or this endpoint does not serve.
     #[error("fabric {0} is not supported here")]
     Unsupported(String),
     /// An RDMA verbs call failed (verbs provider).
     #[error("{call} failed on {object}: {source}")]
     Verbs {
+        /// The verbs call (`ibv_reg_mr`, ...).
         call: &'static str,
+        /// What it was called on (device, QP, MR).
         object: String,
         #[source]
+        /// The OS error.
         source: std::io::Error,
     },
     /// A provider this build does not have (verbs without the `verbs` feature).
-    #[error("fabric {0} is not in this build (build with --features {0})")]
+    #[error("fabric {0} is not in this build (rebuild with its feature: --features mdfan-publisher/{0},mdfan-subscribe/{0})")]
     NotBuilt(Provider),
     /// One end offered a ring (or accept) for another provider than the other end serves.
     #[error("a {offered} {what} was offered to an end that serves fabric {served}")]

@@ -2,7 +2,8 @@
 //!
 //! Loaded from TOML (or built in code with `..VerbsConfig::default()`), checked once with
 //! [`VerbsConfig::validate`] before any device is opened. Unknown keys are refused, so a typo is an error and not
-//! a silent default.
+//! a silent default. Compiled in every build (the provider itself needs the `verbs` feature), so a publisher
+//! config's `[fabric.verbs]` is checked whole wherever it is loaded.
 //!
 //! ```toml
 //! [fabric.verbs]

@@ -316,11 +316,12 @@ impl Config {
                 cfg.publisher.wait_for_subscribers, cfg.publisher.max_subscribers
             )));
         }
-        // Checked whatever the provider, so a typo under [fabric.verbs] never waits for the day it is used.
-        #[cfg(feature = "verbs")]
+        // Checked whatever the provider and the build, so a typo under [fabric.verbs] never waits for the day it
+        // is used.
+        #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
         let verbs = {
             let table = cfg.fabric.verbs.clone().unwrap_or_default();
-            let verbs = mdfan_fabric::verbs::VerbsConfig::deserialize(table)
+            let verbs = mdfan_fabric::verbs_config::VerbsConfig::deserialize(table)
                 .map_err(|e| err(format!("fabric.verbs: {}", e.message().trim())))?;
             verbs.validate().map_err(|e| err(format!("fabric.verbs: {e}")))?;
             verbs
@@ -428,5 +429,10 @@ provider = "shm"
             .unwrap_err()
             .to_string();
         assert!(e.contains("fabric.shm_dir /nonexistent: not a directory"), "{e}");
+        // [fabric.verbs] is checked even when the provider is shm and in builds without the verbs feature
+        let e = parse(&format!("{GOOD}\n[fabric.verbs]\ndevicee = \"mlx5_0\"\n")).unwrap_err().to_string();
+        assert!(e.contains("fabric.verbs: unknown field `devicee`"), "{e}");
+        let e = parse(&format!("{GOOD}\n[fabric.verbs]\ntimeout = 32\n")).unwrap_err().to_string();
+        assert!(e.contains("fabric.verbs: ") && e.contains("timeout 32 must be 0..=31"), "{e}");
     }
 }

@@ -49,7 +49,6 @@
 //! `u32::from_be` of the WC's (both in [`ffi`]); [`crate::Completion::imm_data`] is in host order, as on shm.
 //! The credit word is a little-endian u64, like every other mdfan wire field.
 
-pub mod config;
 pub mod ffi;
 pub mod gid;
 mod local;
@@ -62,7 +61,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use config::{CqApi, VerbsConfig};
+pub use crate::verbs_config::{self as config, CqApi, VerbsConfig};
 pub use gid::{GidChoice, GidType};
 pub use local::{PreparedVerbsLocalRing, VerbsLocalRing};
 pub use remote::{VerbsPublisher, VerbsRemoteRing};

@@ -48,7 +48,7 @@ struct Args {
     #[arg(long, default_value_t = 131_072)]
     ring_slots: u32,
     /// Fabric to offer the publisher (it must serve the same one): shm (shared memory on the publisher's host)
-    /// or verbs (RDMA; needs a build with `--features verbs`).
+    /// or verbs (RDMA; needs a build with the verbs feature: `--features mdfan-subscribe/verbs`).
     #[arg(long, default_value_t = Provider::Shm)]
     fabric: Provider,
     /// verbs: RDMA device name (default: the first device listed).
