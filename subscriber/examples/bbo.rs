@@ -3,9 +3,13 @@
 //! instrument.
 //!
 //! ```sh
-//! ops/run-demo                     # or any publisher; then, beside it:
-//! cargo run --release -p mdfan-subscriber --example bbo -- 127.0.0.1:7700 0     # endpoint, core to pin (optional; not the hot_core)
+//! cargo build --release -p mdfan-subscriber --example bbo     # first: the demo's replay lasts about 3 s
+//! ops/run-demo & sleep 1; target/release/examples/bbo 127.0.0.1:7700   # joins late: a snapshot, then live
 //! ```
+//!
+//! Arguments: the publisher's endpoint (default 127.0.0.1:7700) and, optionally, a core to pin to and busy-spin
+//! on: one of its own, not the publisher's hot_core nor another subscriber's (on a 2-core host beside the demo,
+//! leave it out: unpinned, the loop spins a little and then yields).
 //!
 //! Dependencies: `mdfan-subscriber` only (it re-exports the book, the record and the idle strategies).
 
@@ -14,7 +18,17 @@ use std::collections::BTreeMap;
 use mdfan_subscriber::{format_price_e9, Books, Event, Health, IdleStrategy, Idler, Kind, Level};
 use mdfan_subscriber::{Subscriber, SubscriberConfig};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bbo: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let endpoint = args.next().unwrap_or_else(|| "127.0.0.1:7700".into());
     let idle = match args.next() {
@@ -28,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut books = Books::new();
     let mut bbo: BTreeMap<u32, (Option<Level>, Option<Level>)> = BTreeMap::new();
     let mut idler = Idler::new(idle);
-    let mut done = false;
+    let (mut done, mut silent) = (false, false);
     while !done {
         let n = sub.poll(256, |event| match event {
             Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => done = true,
@@ -55,8 +69,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 eprintln!("publisher gone: {}", sub.bye_reason().unwrap_or("no reason given"));
                 break;
             }
-            Some(Health::Silent(quiet)) => eprintln!("publisher silent for {} ms", quiet.as_millis()),
-            Some(Health::Ok) | None => {}
+            Some(Health::Silent(quiet)) if !silent => {
+                silent = true; // once per silence
+                eprintln!("publisher silent for {} ms", quiet.as_millis());
+            }
+            Some(Health::Ok) => silent = false,
+            Some(Health::Silent(_)) | None => {}
         }
     }
     let side = |l: Option<Level>| l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size));
