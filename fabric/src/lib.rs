@@ -28,6 +28,7 @@ pub mod verbs_config;
 
 pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, PreparedLocalRing, Provider};
 pub use mdfan_wire as wire;
+pub use mdfan_wire::control::CloseReason;
 use mdfan_wire::BookUpdate;
 
 /// One reaped completion: the immediate a WRITE-with-immediate delivered.
@@ -35,51 +36,6 @@ use mdfan_wire::BookUpdate;
 pub struct Completion {
     /// The 32-bit immediate: the low 32 bits of the record's seq (`wire::ring::imm_from_seq`).
     pub imm_data: u32,
-}
-
-/// Why the sender closed a ring, as the receiver sees it. Stored as a `u32` in shared memory.
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The stream ended normally (an end-of-stream record was sent first).
-    EndOfStream = 1,
-    /// The receiver fell a whole ring behind and was dropped (slow-consumer policy `disconnect`).
-    RingFull = 2,
-    /// The publisher shut down (SIGINT/SIGTERM).
-    Shutdown = 3,
-    /// The publisher dropped this receiver for a fabric error.
-    FabricError = 4,
-    /// The receiver released nothing for longer than the publisher's stall timeout while its ring was full.
-    Stalled = 5,
-    /// The receiver's control connection closed (it died or left).
-    PeerGone = 6,
-}
-
-impl CloseReason {
-    /// Decodes the stored word; `None` for 0 (not closed) or an unknown value.
-    pub fn from_u32(v: u32) -> Option<CloseReason> {
-        Some(match v {
-            1 => CloseReason::EndOfStream,
-            2 => CloseReason::RingFull,
-            3 => CloseReason::Shutdown,
-            4 => CloseReason::FabricError,
-            5 => CloseReason::Stalled,
-            6 => CloseReason::PeerGone,
-            _ => return None,
-        })
-    }
-
-    /// Lower-case name for logs and summaries.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CloseReason::EndOfStream => "end_of_stream",
-            CloseReason::RingFull => "ring_full",
-            CloseReason::Shutdown => "publisher_shutdown",
-            CloseReason::FabricError => "fabric_error",
-            CloseReason::Stalled => "stalled",
-            CloseReason::PeerGone => "peer_gone",
-        }
-    }
 }
 
 /// What the receiver knows about its sender.

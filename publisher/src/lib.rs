@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
 use mdfan_feed::dbn::{load_mbo_file, normalize_mbo, DbnMboMsg, FeedError, MboFile};
-use mdfan_wire::control::{self, Accept, AcceptFabric, ControlError, ControlMsg, Reject, Subscribe};
+use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
 use mdfan_wire::Books;
 
 use crate::agent::{AgentCounters, AgentReport, AgentTiming, Command, Event, FanoutAgent};
@@ -503,31 +503,6 @@ struct Conductor<'a> {
     sender: AnySender,
 }
 
-enum Frame {
-    Msg(ControlMsg),
-    Bad(String),
-    Incomplete,
-}
-
-/// Takes one whole frame off the front of `buf`, if there is one.
-fn take_frame(buf: &mut Vec<u8>) -> Frame {
-    if buf.len() < 4 {
-        return Frame::Incomplete;
-    }
-    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-    if len > control::MAX_FRAME_BYTES {
-        return Frame::Bad(ControlError::TooLarge(len).to_string());
-    }
-    if buf.len() < 4 + len as usize {
-        return Frame::Incomplete;
-    }
-    let body: Vec<u8> = buf.drain(..4 + len as usize).skip(4).collect();
-    match control::decode_body(&body) {
-        Ok(msg) => Frame::Msg(msg),
-        Err(e) => Frame::Bad(e.to_string()),
-    }
-}
-
 impl Conductor<'_> {
     /// Accepts new control connections; each reads its subscribe message on a short-lived thread with a
     /// timeout, so a silent or slow peer never holds up the conductor.
@@ -566,9 +541,7 @@ impl Conductor<'_> {
             let sub = match msg {
                 Ok(ControlMsg::Subscribe(sub)) => sub,
                 Ok(other) => {
-                    let kind = format!("{other:?}");
-                    let kind = kind.split(['(', ' ', '{']).next().unwrap_or("?").to_owned();
-                    Self::reject(&mut stream, peer, format!("expected a subscribe message, got {kind}"));
+                    Self::reject(&mut stream, peer, format!("expected a subscribe message, got {}", other.kind()));
                     continue;
                 }
                 Err(ControlError::Version { got }) => {
@@ -758,7 +731,10 @@ impl Conductor<'_> {
                 if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
                     let mut conn = self.conns.swap_remove(i);
                     let _ = conn.stream.set_nonblocking(false);
-                    let bye = ControlMsg::Bye { reason: "fabric_error: the subscriber's QP never connected".into() };
+                    let bye = ControlMsg::Bye(Bye {
+                        reason: CloseReason::FabricError,
+                        detail: "the subscriber's QP never connected".into(),
+                    });
                     let _ = control::write_msg(&mut conn.stream, &bye);
                 }
             } else {
@@ -777,27 +753,27 @@ impl Conductor<'_> {
             loop {
                 match self.conns[k].stream.read(&mut buf) {
                     Ok(0) => {
-                        closed = Some("control connection closed".to_owned());
+                        closed = Some((CloseReason::PeerGone, "control connection closed".to_owned()));
                         break;
                     }
                     Ok(n) => self.conns[k].buf.extend_from_slice(&buf[..n]),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) => {
-                        closed = Some(format!("control connection failed: {e}"));
+                        closed = Some((CloseReason::PeerGone, format!("control connection failed: {e}")));
                         break;
                     }
                 }
             }
             // At most a few frames per connection per pass, so one chatty peer cannot hold up the others.
             for _ in 0..FRAMES_PER_PASS {
-                match take_frame(&mut self.conns[k].buf) {
-                    Frame::Incomplete => break,
-                    Frame::Bad(reason) => {
-                        closed = Some(format!("bad control message: {reason}"));
+                match control::take_frame(&mut self.conns[k].buf) {
+                    None => break,
+                    Some(Err(e)) => {
+                        closed = Some((CloseReason::ProtocolError, format!("bad control message: {e}")));
                         self.conns[k].buf.clear();
                         break;
                     }
-                    Frame::Msg(ControlMsg::SnapshotRequest(req)) => {
+                    Some(Ok(ControlMsg::SnapshotRequest(req))) => {
                         let c = &mut self.conns[k];
                         if !c.snapshot_pending {
                             self.serve_snapshot(k, req.gap_from_seq);
@@ -806,24 +782,25 @@ impl Conductor<'_> {
                             c.rerequest = Some(c.rerequest.unwrap_or(0).max(req.gap_from_seq));
                         }
                     }
-                    Frame::Msg(ControlMsg::Bye { reason }) => {
-                        closed = Some(format!("subscriber said bye: {reason}"));
+                    Some(Ok(ControlMsg::Bye(bye))) => {
+                        let said = format!("subscriber said bye: {} {}", bye.reason.as_str(), bye.detail);
+                        closed = Some((CloseReason::PeerGone, said.trim_end().to_owned()));
                         break;
                     }
-                    Frame::Msg(other) => {
-                        let kind = format!("{other:?}");
-                        let kind = kind.split(['(', ' ', '{']).next().unwrap_or("?").to_owned();
-                        closed = Some(format!("unexpected control message {kind}"));
+                    Some(Ok(other)) => {
+                        closed =
+                            Some((CloseReason::ProtocolError, format!("unexpected control message {}", other.kind())));
                         break;
                     }
                 }
             }
-            if let Some(why) = closed {
+            if let Some((reason, detail)) = closed {
                 let mut conn = self.conns.swap_remove(k);
-                tracing::info!(session = conn.session_id, name = %conn.name, %why, "subscriber leaving");
+                tracing::info!(session = conn.session_id, name = %conn.name, reason = reason.as_str(), %detail,
+                    "subscriber leaving");
                 let _ = conn.stream.set_nonblocking(false);
-                let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye { reason: why });
-                self.send(Command::Remove { id: conn.session_id, reason: CloseReason::PeerGone });
+                let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
+                self.send(Command::Remove { id: conn.session_id, reason });
             } else {
                 k += 1;
             }
@@ -875,9 +852,9 @@ impl Conductor<'_> {
             Event::Retired { mut session, reason } => {
                 session.ring_mut().drain(DRAIN_TIMEOUT);
                 self.record_end(&session, reason);
+                let failure = session.ring_mut().failure();
                 if reason != CloseReason::EndOfStream {
                     let sent = session.counters.sent.load(Ordering::Relaxed);
-                    let failure = session.ring_mut().failure();
                     let (id, name) = (session.id, &session.name);
                     match failure {
                         Some(detail) => tracing::warn!(session = id, %name, reason = reason.as_str(), %detail, sent,
@@ -890,7 +867,7 @@ impl Conductor<'_> {
                 if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
                     let mut conn = self.conns.swap_remove(i);
                     let _ = conn.stream.set_nonblocking(false);
-                    let bye = ControlMsg::Bye { reason: reason.as_str().into() };
+                    let bye = ControlMsg::Bye(Bye { reason, detail: failure.unwrap_or_default().to_owned() });
                     let _ = control::write_msg(&mut conn.stream, &bye);
                 }
                 drop(session); // unmaps the ring, here, off the hot path
@@ -901,7 +878,7 @@ impl Conductor<'_> {
     fn say_bye(&mut self, end: CloseReason) {
         for conn in &mut self.conns {
             let _ = conn.stream.set_nonblocking(false);
-            let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye { reason: end.as_str().into() });
+            let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye::new(end)));
         }
     }
 }

@@ -66,7 +66,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         idler.idle(n);
         match sub.maintain_if_due() {
             Some(Health::Gone) => {
-                eprintln!("publisher gone: {}", sub.bye_reason().unwrap_or("no reason given"));
+                match sub.bye() {
+                    Some(bye) => eprintln!("publisher ended the session: {} {}", bye.reason.as_str(), bye.detail),
+                    None => eprintln!("publisher gone (no bye)"),
+                }
                 break;
             }
             Some(Health::Silent(quiet)) if !silent => {

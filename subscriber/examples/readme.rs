@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // PAUSE on an empty poll (no syscall); housekeeping at most once per ms (else one TSC read)
         idler.idle(n);
         match sub.maintain_if_due() {
-            Some(Health::Gone) => break,           // ended (sub.bye_reason() says why) or vanished
+            Some(Health::Gone) => break,           // ended (sub.bye() says why) or vanished
             Some(Health::Silent(_quiet_for)) => {} // no record or heartbeat within the silence timeout
             Some(Health::Ok) | None => {}
         }

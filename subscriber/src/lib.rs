@@ -22,7 +22,7 @@
 //!     });
 //!     idler.idle(n); // PAUSE when nothing came
 //!     if let Some(Health::Gone) = sub.maintain_if_due() {
-//!         break; // the publisher ended the session (sub.bye_reason() says why) or vanished
+//!         break; // the publisher ended the session (sub.bye() says why) or vanished
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -69,7 +69,7 @@ pub use receiver::{Event, Receiver, StreamStats};
 // What a strategy needs besides this crate's own types, so one dependency is enough.
 pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
-pub use mdfan_wire::control::SlowConsumerPolicy;
+pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::format_price_e9;
 pub use mdfan_wire::{Book, BookError, BookUpdate, Books, Kind, Level, Side};
 
@@ -161,7 +161,7 @@ pub enum SubscribeError {
     Unexpected {
         /// The publisher's control endpoint.
         endpoint: String,
-        /// The answer, debug-printed.
+        /// The answer's message type (`ControlMsg::kind`).
         answer: String,
     },
 }
@@ -182,7 +182,7 @@ pub struct Subscriber {
     cfg: SubscriberConfig,
     rx: Receiver<AnyLocalRing>,
     /// The publisher's `Bye` reason, once it said one.
-    bye: Option<String>,
+    bye: Option<Bye>,
     /// Bytes of an incomplete control frame.
     control_buf: Vec<u8>,
     control: TcpStream,
@@ -275,7 +275,7 @@ impl Subscriber {
         let accept = match answer {
             ControlMsg::Accept(a) => a,
             ControlMsg::Reject(r) => return Err(SubscribeError::Rejected { endpoint, reason: r.reason }),
-            other => return Err(SubscribeError::Unexpected { endpoint, answer: format!("{other:?}") }),
+            other => return Err(SubscribeError::Unexpected { endpoint, answer: other.kind().to_owned() }),
         };
         let ring = ring.connect(&accept.fabric).map_err(ring_err)?;
         stream.set_nonblocking(true).map_err(connect_err)?;
@@ -365,23 +365,15 @@ impl Subscriber {
                 }
             }
             // The publisher says why it ends a session in a Bye (on verbs, the ring cannot carry it).
-            while self.control_buf.len() >= 4 {
-                let len = u32::from_le_bytes([
-                    self.control_buf[0],
-                    self.control_buf[1],
-                    self.control_buf[2],
-                    self.control_buf[3],
-                ]) as usize;
-                if len > control::MAX_FRAME_BYTES as usize {
-                    self.control_buf.clear();
-                    break;
-                }
-                if self.control_buf.len() < 4 + len {
-                    break;
-                }
-                let body: Vec<u8> = self.control_buf.drain(..4 + len).skip(4).collect();
-                if let Ok(ControlMsg::Bye { reason }) = control::decode_body(&body) {
-                    self.bye = Some(reason);
+            while let Some(frame) = control::take_frame(&mut self.control_buf) {
+                match frame {
+                    Ok(ControlMsg::Bye(bye)) => self.bye = Some(bye),
+                    Ok(_) => {} // nothing else is sent after the accept; ignored
+                    Err(_) => {
+                        // an oversized or garbled frame: the stream cannot be trusted past it
+                        self.control_buf.clear();
+                        break;
+                    }
                 }
             }
         }
@@ -429,9 +421,10 @@ impl Subscriber {
         }
     }
 
-    /// The reason the publisher gave when it ended this session (`Bye`), once it has.
-    pub fn bye_reason(&self) -> Option<&str> {
-        self.bye.as_deref()
+    /// What the publisher said when it ended this session ([`Bye`]: a typed [`CloseReason`] and a detail),
+    /// once it has. Read it after [`Health::Gone`].
+    pub fn bye(&self) -> Option<&Bye> {
+        self.bye.as_ref()
     }
 
     /// Whether a gap is not yet repaired by a snapshot (the books are stale).

@@ -156,8 +156,11 @@ fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_he
         let accept = control::read_msg_within(s, timeout).unwrap();
         assert!(matches!(accept, ControlMsg::Accept(_)), "{accept:?}");
         match control::read_msg_within(s, timeout).unwrap() {
-            ControlMsg::Bye { reason } => {
-                assert_eq!(reason, "fabric_error: the subscriber's QP never connected")
+            ControlMsg::Bye(bye) => {
+                assert_eq!(
+                    (bye.reason, bye.detail.as_str()),
+                    (CloseReason::FabricError, "the subscriber's QP never connected")
+                )
             }
             other => panic!("expected a bye, got {other:?}"),
         }

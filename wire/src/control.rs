@@ -12,8 +12,9 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// The control protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The control protocol version this build speaks. 2: [`Bye`] carries a typed [`CloseReason`] and a separate
+/// detail (1 had one free-text reason).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest control frame accepted, in bytes (the length prefix excluded).
 pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
 
@@ -173,11 +174,94 @@ pub enum ControlMsg {
     Reject(Reject),
     /// See [`SnapshotRequest`].
     SnapshotRequest(SnapshotRequest),
-    /// Orderly close, with a reason.
-    Bye {
-        /// Why the sender is closing.
-        reason: String,
-    },
+    /// See [`Bye`].
+    Bye(Bye),
+}
+
+impl ControlMsg {
+    /// The message's type as it is spelt on the wire (`subscribe`, `accept`, `reject`, `snapshot_request`,
+    /// `bye`), for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ControlMsg::Subscribe(_) => "subscribe",
+            ControlMsg::Accept(_) => "accept",
+            ControlMsg::Reject(_) => "reject",
+            ControlMsg::SnapshotRequest(_) => "snapshot_request",
+            ControlMsg::Bye(_) => "bye",
+        }
+    }
+}
+
+/// Either side -> the other: an orderly close, and why. The publisher sends one for every session it ends (on
+/// verbs the ring cannot carry the reason, so this is the only place a subscriber learns it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bye {
+    /// Why, typed: what a program acts on (exit codes, reconnect or not).
+    pub reason: CloseReason,
+    /// What a person reads: the failure named (a `ibv_wc_status`, a control message kind). Empty when the
+    /// reason says it all.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl Bye {
+    /// A bye with no detail.
+    pub fn new(reason: CloseReason) -> Bye {
+        Bye { reason, detail: String::new() }
+    }
+}
+
+/// Why a session ended, as both sides name it: stored as a `u32` in a shared-memory ring's header, and sent
+/// in a [`Bye`] by name ([`CloseReason::as_str`]).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The stream ended normally (an end-of-stream record was sent first).
+    EndOfStream = 1,
+    /// The receiver fell a whole ring behind and was dropped (slow-consumer policy `disconnect`).
+    RingFull = 2,
+    /// The publisher shut down (SIGINT/SIGTERM).
+    #[serde(rename = "publisher_shutdown")]
+    Shutdown = 3,
+    /// The publisher dropped this receiver for a fabric error.
+    FabricError = 4,
+    /// The receiver released nothing for longer than the publisher's stall timeout while its ring was full.
+    Stalled = 5,
+    /// The receiver's control connection closed (it died or left).
+    PeerGone = 6,
+    /// The peer sent a control message the protocol does not allow at that point.
+    ProtocolError = 7,
+}
+
+impl CloseReason {
+    /// Decodes the stored word; `None` for 0 (not closed) or an unknown value.
+    pub fn from_u32(v: u32) -> Option<CloseReason> {
+        Some(match v {
+            1 => CloseReason::EndOfStream,
+            2 => CloseReason::RingFull,
+            3 => CloseReason::Shutdown,
+            4 => CloseReason::FabricError,
+            5 => CloseReason::Stalled,
+            6 => CloseReason::PeerGone,
+            7 => CloseReason::ProtocolError,
+            _ => return None,
+        })
+    }
+
+    /// Lower-case name for logs, summaries and the wire (the same as its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::EndOfStream => "end_of_stream",
+            CloseReason::RingFull => "ring_full",
+            CloseReason::Shutdown => "publisher_shutdown",
+            CloseReason::FabricError => "fabric_error",
+            CloseReason::Stalled => "stalled",
+            CloseReason::PeerGone => "peer_gone",
+            CloseReason::ProtocolError => "protocol_error",
+        }
+    }
 }
 
 /// Why a control frame could not be read.
@@ -239,6 +323,25 @@ pub fn decode_body(body: &[u8]) -> Result<ControlMsg, ControlError> {
     }
     let msg = obj.get("msg").ok_or_else(|| ControlError::Malformed("envelope field `msg` missing".into()))?;
     serde_json::from_value(msg.clone()).map_err(|e| ControlError::Malformed(format!("field `msg`: {e}")))
+}
+
+/// Takes one whole frame off the front of `buf` (bytes read so far from a non-blocking socket), if there is one:
+/// the sans-IO frame reader both ends use. `None`: the frame is not complete yet. `Some(Err(..))` for a frame
+/// that cannot be used ([`ControlError::TooLarge`]: `buf` is left as it is, the stream cannot be resynchronised;
+/// otherwise the frame is consumed).
+pub fn take_frame(buf: &mut Vec<u8>) -> Option<Result<ControlMsg, ControlError>> {
+    let prefix: [u8; 4] = buf.get(..4)?.try_into().expect("4 bytes");
+    let len = u32::from_le_bytes(prefix);
+    if len > MAX_FRAME_BYTES {
+        return Some(Err(ControlError::TooLarge(len)));
+    }
+    let end = 4 + len as usize;
+    if buf.len() < end {
+        return None;
+    }
+    let msg = decode_body(&buf[4..end]);
+    buf.drain(..end);
+    Some(msg)
 }
 
 /// Writes one message as a frame.
@@ -328,6 +431,46 @@ mod tests {
     }
 
     #[test]
+    fn a_bye_carries_a_typed_reason_and_its_detail_apart() {
+        let bye = ControlMsg::Bye(Bye {
+            reason: CloseReason::FabricError,
+            detail: "the subscriber's QP never connected".into(),
+        });
+        let frame = encode(&bye);
+        assert_eq!(
+            std::str::from_utf8(&frame[4..]).unwrap(),
+            r#"{"v":2,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
+        );
+        assert_eq!(read_msg(&mut &frame[..]).unwrap(), bye);
+        let shutdown = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
+        assert_eq!(shutdown, ControlMsg::Bye(Bye::new(CloseReason::Shutdown)));
+        assert_eq!(shutdown.kind(), "bye");
+        // a free-text reason (protocol 1) is not a reason any more
+        let e = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
+        for v in 1..=7 {
+            let r = CloseReason::from_u32(v).unwrap();
+            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.as_str()));
+        }
+    }
+
+    #[test]
+    fn take_frame_waits_for_a_whole_frame_and_takes_one_at_a_time() {
+        let mut buf = encode(&subscribe());
+        buf.extend_from_slice(&encode(&ControlMsg::Bye(Bye::new(CloseReason::PeerGone))));
+        let whole = buf.len();
+        let mut partial = buf[..whole - 1].to_vec();
+        assert_eq!(take_frame(&mut partial).unwrap().unwrap(), subscribe());
+        assert!(take_frame(&mut partial).is_none(), "the bye lacks its last byte");
+        assert_eq!(take_frame(&mut buf).unwrap().unwrap().kind(), "subscribe");
+        assert_eq!(take_frame(&mut buf).unwrap().unwrap(), ControlMsg::Bye(Bye::new(CloseReason::PeerGone)));
+        assert!(buf.is_empty() && take_frame(&mut buf).is_none());
+        let mut huge = (MAX_FRAME_BYTES + 1).to_le_bytes().to_vec();
+        assert!(matches!(take_frame(&mut huge), Some(Err(ControlError::TooLarge(_)))));
+        assert_eq!(huge.len(), 4, "an oversized frame is left in place");
+    }
+
+    #[test]
     fn another_version_is_refused_by_number() {
         let body = br#"{"v":0,"msg":{"type":"bye","reason":"x"}}"#;
         match decode_body(body) {
@@ -345,7 +488,7 @@ mod tests {
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
         assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
         assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
-        assert!(matches!(decode_body(br#"{"v":1,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":2,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
         assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
     }
 }

@@ -218,7 +218,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut closed: Option<CloseReason> = None;
     let mut out = Vec::<String>::new();
     let mut gone = false;
-    let mut end_owned: Option<String> = None;
     while end.is_none() {
         let mut stale = sub.is_stale();
         let n = sub.poll(256, |event| match event {
@@ -311,16 +310,15 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 }
                 // The library says Gone only once a poll after the close found the ring drained: everything the
                 // publisher wrote before it left has been delivered.
-                Health::Gone => match sub.bye_reason() {
+                Health::Gone => match sub.bye() {
                     // the publisher ended this session and said why (on verbs this is the only way)
-                    Some(reason) => {
-                        let (head, detail) = reason.split_once(':').unwrap_or((reason, ""));
-                        match detail.trim() {
-                            _ if head == CloseReason::EndOfStream.as_str() => {} // the normal end says nothing
-                            "" => println!("bye reason={head}"),
-                            detail => println!("bye reason={head} detail=\"{detail}\""),
+                    Some(bye) => {
+                        match bye.detail.as_str() {
+                            _ if bye.reason == CloseReason::EndOfStream => {} // the normal end says nothing
+                            "" => println!("bye reason={}", bye.reason.as_str()),
+                            detail => println!("bye reason={} detail=\"{detail}\"", bye.reason.as_str()),
                         }
-                        end_owned = Some(head.to_owned());
+                        end = Some(bye.reason.as_str());
                         break;
                     }
                     None => gone = true,
@@ -344,7 +342,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
         }
     }
 
-    let end: Option<&str> = end_owned.as_deref().or(end);
     let stats = sub.stats();
     for (id, book) in books.iter_sorted() {
         println!("{}", summary_line(id, book, stats.gaps));
