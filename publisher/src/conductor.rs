@@ -1,0 +1,478 @@
+//! The conductor: the publisher's control plane, on the thread that calls [`crate::Publisher::run`]. It accepts
+//! subscribers, checks their subscribe message, attaches their rings, hands sessions to the hot loop, watches
+//! control connections, serves snapshots, logs what the hot loop reports and frees retired sessions' memory.
+//! Everything here may block briefly, allocate and log; nothing here runs on the hot loop's thread.
+
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
+use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
+use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
+use mdfan_wire::Books;
+
+use crate::agent::{AgentCounters, Command, Event};
+use crate::config::Config;
+use crate::queue;
+use crate::report::SessionReport;
+use crate::session::{Session, SessionCounters};
+use crate::HANDSHAKE_TIMEOUT;
+
+/// The conductor's idle sleep between passes (it is off the hot path).
+pub(crate) const CONDUCTOR_TICK: Duration = Duration::from_millis(1);
+/// How long an accepted subscriber's side has to come up (verbs: its QP to RTS and first credit).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Control frames read from one connection per conductor pass.
+pub(crate) const FRAMES_PER_PASS: usize = 8;
+/// How long a retiring ring may take to complete what was posted to it.
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Ids for a message: at most 20, then how many more.
+fn id_list(ids: &[u32]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = ids.iter().take(SHOWN).map(u32::to_string).collect::<Vec<_>>().join(", ");
+    if ids.len() > SHOWN {
+        text.push_str(&format!(" and {} more", ids.len() - SHOWN));
+    }
+    text
+}
+
+/// The instrument_ids a feed carries, sorted.
+pub(crate) fn feed_instruments(records: &[DbnMboMsg]) -> Vec<u32> {
+    let mut ids: Vec<u32> = records.iter().map(|r| r.hd.instrument_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// A subscriber's control connection, read without blocking.
+pub(crate) struct Conn {
+    session_id: u64,
+    stream: TcpStream,
+    name: String,
+    filter: Option<Vec<u32>>,
+    /// Bytes read but not yet a whole frame.
+    buf: Vec<u8>,
+    /// A snapshot for this session is on its way to the hot loop or being sent.
+    snapshot_pending: bool,
+    /// The gap seq of the last request served.
+    served_gap: u64,
+    /// A request for a later gap that came while a snapshot was pending: served when that one is done. Any
+    /// number of requests in between collapse into this one, so a flood costs one snapshot per delivery.
+    rerequest: Option<u64>,
+}
+
+/// A live session's counters, for dumps.
+pub(crate) struct Live {
+    id: u64,
+    counters: Arc<SessionCounters>,
+}
+
+type Handshake = (TcpStream, SocketAddr, Result<ControlMsg, ControlError>);
+
+pub(crate) struct Conductor<'a> {
+    pub(crate) cfg: &'a Config,
+    /// To the hot loop; what does not fit waits, in order, for the next pass.
+    pub(crate) cmd_tx: queue::Outbox<Command>,
+    pub(crate) next_id: u64,
+    pub(crate) conns: Vec<Conn>,
+    pub(crate) reports: Vec<SessionReport>,
+    pub(crate) live: Vec<Live>,
+    pub(crate) handshakes: (mpsc::Sender<Handshake>, mpsc::Receiver<Handshake>),
+    pub(crate) records: Arc<[DbnMboMsg]>,
+    /// The instrument_ids of the feed, sorted.
+    pub(crate) instruments: Vec<u32>,
+    pub(crate) counters: Arc<AgentCounters>,
+    /// The publisher's books, brought up to the hot loop's position when a snapshot is needed.
+    pub(crate) books: Books,
+    /// Feed records applied to `books`.
+    pub(crate) applied: u64,
+    pub(crate) clock: quanta::Clock,
+    /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
+    pub(crate) pending: Vec<(Session, std::time::Instant)>,
+    /// The fabric provider, opened once; attaches each subscriber's ring.
+    pub(crate) sender: AnySender,
+}
+
+impl Conductor<'_> {
+    /// Accepts new control connections; each reads its subscribe message on a short-lived thread with a
+    /// timeout, so a silent or slow peer never holds up the conductor.
+    pub(crate) fn accept(&mut self, listener: &TcpListener) {
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    let tx = self.handshakes.0.clone();
+                    let spawned = std::thread::Builder::new().name("mdfan-handshake".into()).spawn(move || {
+                        let mut stream = stream;
+                        let _ = stream.set_nonblocking(false);
+                        let msg = control::read_msg_within(&mut stream, HANDSHAKE_TIMEOUT);
+                        let _ = tx.send((stream, peer, msg));
+                    });
+                    if let Err(e) = spawned {
+                        tracing::warn!(%peer, cause = %e, "cannot start a handshake thread; connection closed");
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(cause = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn reject(stream: &mut TcpStream, peer: SocketAddr, reason: String) {
+        tracing::warn!(%peer, %reason, "subscriber refused");
+        let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
+        let _ = control::write_msg(stream, &msg);
+    }
+
+    pub(crate) fn finish_handshakes(&mut self) {
+        while let Ok((mut stream, peer, msg)) = self.handshakes.1.try_recv() {
+            let sub = match msg {
+                Ok(ControlMsg::Subscribe(sub)) => sub,
+                Ok(other) => {
+                    Self::reject(&mut stream, peer, format!("expected a subscribe message, got {}", other.kind()));
+                    continue;
+                }
+                Err(ControlError::Version { got }) => {
+                    Self::reject(
+                        &mut stream,
+                        peer,
+                        format!(
+                            "control protocol version {got} is not supported; this publisher speaks version {}",
+                            control::PROTOCOL_VERSION
+                        ),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    Self::reject(&mut stream, peer, format!("bad subscribe message: {e}"));
+                    continue;
+                }
+            };
+            match self.attach(&sub) {
+                Ok((ring, fabric)) => self.admit(stream, peer, sub, ring, fabric),
+                Err(reason) => Self::reject(&mut stream, peer, reason),
+            }
+        }
+    }
+
+    pub(crate) fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
+        if sub.name.len() > 64 {
+            return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
+        }
+        if self.live.len() >= self.cfg.publisher.max_subscribers {
+            return Err(format!("publisher is full: {} subscribers", self.cfg.publisher.max_subscribers));
+        }
+        if !self.cfg.publisher.policies.contains(&sub.policy) {
+            let allowed: Vec<&str> = self.cfg.publisher.policies.iter().map(|p| p.as_str()).collect();
+            return Err(format!(
+                "field policy: {} is not allowed by this publisher (allowed: {})",
+                sub.policy.as_str(),
+                allowed.join(", ")
+            ));
+        }
+        let slots = sub.ring.slot_count();
+        let (lo, hi) = (self.cfg.fabric.ring_slots_min, self.cfg.fabric.ring_slots_max);
+        if !slots.is_power_of_two() || slots < lo || slots > hi {
+            return Err(format!("field ring.slot_count: {slots} is not a power of two in {lo}..={hi}"));
+        }
+        if let Some(ids) = &sub.instruments {
+            if ids.len() > 1 << 16 {
+                return Err(format!("field instruments: {} ids, at most 65536", ids.len()));
+            }
+            // A file feed knows every instrument it will ever carry: an id it does not have is a mistake (a
+            // live feed, which learns instruments as it goes, will keep such a request pending instead).
+            let unknown: Vec<u32> =
+                ids.iter().copied().filter(|id| self.instruments.binary_search(id).is_err()).collect();
+            if !unknown.is_empty() {
+                return Err(format!(
+                    "field instruments: {} not in this feed (it has {})",
+                    id_list(&unknown),
+                    id_list(&self.instruments)
+                ));
+            }
+        }
+        self.sender.attach(&sub.ring).map_err(|e| match e {
+            FabricError::Mismatch { .. } => format!("field ring: {e}"),
+            e => e.to_string(),
+        })
+    }
+
+    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
+    /// Returns the records and the position (feed records included).
+    pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
+        let position = self.counters.records.load(Ordering::Relaxed);
+        while self.applied < position {
+            if let Ok(r) = normalize_mbo(&self.records[self.applied as usize]) {
+                if let Err(e) = self.books.apply(&r) {
+                    tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
+                }
+            }
+            self.applied += 1;
+        }
+        (self.books.snapshot(filter, position), position)
+    }
+
+    pub(crate) fn admit(
+        &mut self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        sub: Subscribe,
+        ring: AnyRemoteRing,
+        fabric: AcceptFabric,
+    ) {
+        let id = self.next_id;
+        let accept = ControlMsg::Accept(Accept {
+            session_id: id,
+            first_seq: 1,
+            fabric,
+            policy: sub.policy,
+            heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
+        });
+        if let Err(e) = control::write_msg(&mut stream, &accept) {
+            tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");
+            return;
+        }
+        self.next_id += 1;
+        // Mid-stream joiners start from a snapshot at the hot loop's position; the hot loop then sends them
+        // the feed from that position on, and they go live once caught up. Before the replay starts the
+        // position is 0 and the snapshot empty.
+        let started = self.counters.records.load(Ordering::Relaxed) > 0;
+        let (snapshot, position) = if started && sub.snapshot {
+            let (records, position) = self.snapshot(sub.instruments.as_deref());
+            (Some(records), position)
+        } else {
+            (None, self.counters.records.load(Ordering::Relaxed))
+        };
+        let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
+        let session = Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
+        let counters = Arc::clone(&session.counters);
+        // The hot loop gets the session once the subscriber's side is connected (at once on shm).
+        self.pending.push((session, std::time::Instant::now() + CONNECT_TIMEOUT));
+        tracing::info!(
+            %peer,
+            session = id,
+            name = %sub.name,
+            slots = sub.ring.slot_count(),
+            policy = sub.policy.as_str(),
+            from_record = position,
+            snapshot_records,
+            "subscriber attached"
+        );
+        let _ = stream.set_nonblocking(true);
+        self.conns.push(Conn {
+            session_id: id,
+            stream,
+            name: sub.name.clone(),
+            filter: sub.instruments.clone(),
+            buf: Vec::new(),
+            snapshot_pending: false,
+            served_gap: 0,
+            rerequest: None,
+        });
+        self.reports.push(SessionReport::new(id, sub.name, sub.policy));
+        self.live.push(Live { id, counters });
+    }
+
+    /// Sends a command to the hot loop, or keeps it (in order) until the queue has room: nothing is dropped.
+    pub(crate) fn send(&mut self, cmd: Command) {
+        self.cmd_tx.send(cmd);
+    }
+
+    pub(crate) fn flush_backlog(&mut self) {
+        self.cmd_tx.flush();
+    }
+
+    /// Builds a snapshot for the session of connection `k` (asked for after the gap at `gap_from_seq`) and sends
+    /// it to the hot loop.
+    pub(crate) fn serve_snapshot(&mut self, k: usize, gap_from_seq: u64) {
+        self.conns[k].snapshot_pending = true;
+        self.conns[k].served_gap = gap_from_seq;
+        let id = self.conns[k].session_id;
+        let filter = self.conns[k].filter.clone();
+        let (records, position) = self.snapshot(filter.as_deref());
+        tracing::info!(
+            session = id,
+            name = %self.conns[k].name,
+            gap_from_seq,
+            records = records.len(),
+            position,
+            "snapshot requested"
+        );
+        self.send(Command::Snapshot { id, records, position });
+    }
+
+    /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
+    pub(crate) fn admit_ready(&mut self) {
+        let mut k = 0;
+        while k < self.pending.len() {
+            let (session, deadline) = &mut self.pending[k];
+            if session.ring_mut().ready() {
+                let (session, _) = self.pending.swap_remove(k);
+                let id = session.id;
+                tracing::debug!(session = id, "subscriber connected; handed to the hot loop");
+                self.send(Command::Add(session));
+            } else if std::time::Instant::now() > *deadline {
+                let (mut session, _) = self.pending.swap_remove(k);
+                tracing::warn!(session = session.id, name = %session.name, "subscriber's side never connected; dropped");
+                session.close(CloseReason::FabricError);
+                self.record_end(&session, CloseReason::FabricError);
+                if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
+                    let mut conn = self.conns.swap_remove(i);
+                    let _ = conn.stream.set_nonblocking(false);
+                    let bye = ControlMsg::Bye(Bye {
+                        reason: CloseReason::FabricError,
+                        detail: "the subscriber's QP never connected".into(),
+                    });
+                    let _ = control::write_msg(&mut conn.stream, &bye);
+                }
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Reads every control connection: snapshot requests are served; a closed connection means a dead
+    /// subscriber, whose session is removed from the hot loop; garbage closes the connection with a reason.
+    pub(crate) fn watch_connections(&mut self) {
+        let mut buf = [0u8; 4096];
+        let mut k = 0;
+        while k < self.conns.len() {
+            let mut closed = None;
+            loop {
+                match self.conns[k].stream.read(&mut buf) {
+                    Ok(0) => {
+                        closed = Some((CloseReason::PeerGone, "control connection closed".to_owned()));
+                        break;
+                    }
+                    Ok(n) => self.conns[k].buf.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        closed = Some((CloseReason::PeerGone, format!("control connection failed: {e}")));
+                        break;
+                    }
+                }
+            }
+            // At most a few frames per connection per pass, so one chatty peer cannot hold up the others.
+            for _ in 0..FRAMES_PER_PASS {
+                match control::take_frame(&mut self.conns[k].buf) {
+                    None => break,
+                    Some(Err(e)) => {
+                        closed = Some((CloseReason::ProtocolError, format!("bad control message: {e}")));
+                        self.conns[k].buf.clear();
+                        break;
+                    }
+                    Some(Ok(ControlMsg::SnapshotRequest(req))) => {
+                        let c = &mut self.conns[k];
+                        if !c.snapshot_pending {
+                            self.serve_snapshot(k, req.gap_from_seq);
+                        } else if req.gap_from_seq > c.served_gap {
+                            // one snapshot at a time per session; a later gap is served when this one is done
+                            c.rerequest = Some(c.rerequest.unwrap_or(0).max(req.gap_from_seq));
+                        }
+                    }
+                    Some(Ok(ControlMsg::Bye(bye))) => {
+                        let said = format!("subscriber said bye: {} {}", bye.reason.as_str(), bye.detail);
+                        closed = Some((CloseReason::PeerGone, said.trim_end().to_owned()));
+                        break;
+                    }
+                    Some(Ok(other)) => {
+                        closed =
+                            Some((CloseReason::ProtocolError, format!("unexpected control message {}", other.kind())));
+                        break;
+                    }
+                }
+            }
+            if let Some((reason, detail)) = closed {
+                let mut conn = self.conns.swap_remove(k);
+                tracing::info!(session = conn.session_id, name = %conn.name, reason = reason.as_str(), %detail,
+                    "subscriber leaving");
+                let _ = conn.stream.set_nonblocking(false);
+                let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
+                self.send(Command::Remove { id: conn.session_id, reason });
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    pub(crate) fn record_end(&mut self, s: &Session, end: CloseReason) {
+        if let Some(r) = self.reports.iter_mut().find(|r| r.id == s.id) {
+            r.update(&s.counters, &self.clock);
+            r.end = Some(end);
+        }
+        self.live.retain(|l| l.id != s.id);
+    }
+
+    pub(crate) fn dump(&mut self) {
+        for l in &self.live {
+            if let Some(r) = self.reports.iter_mut().find(|r| r.id == l.id) {
+                r.update(&l.counters, &self.clock);
+            }
+        }
+        // Marked `counters` (the final report's lines are not), with the final report's names.
+        for r in &self.reports {
+            println!("counters {}", r.line());
+        }
+        let c = &self.counters.cycles;
+        let to_ns = |t| self.clock.delta_as_nanos(0, t);
+        println!(
+            "counters replay records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end=running",
+            self.counters.records.load(Ordering::Relaxed),
+            to_ns(c.quantile(0.5)),
+            to_ns(c.quantile(0.999)),
+            to_ns(c.max())
+        );
+    }
+
+    pub(crate) fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Started { sessions } => tracing::info!(sessions, "replay started"),
+            Event::SnapshotDone { id, delivered, records } => {
+                tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
+                if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
+                    self.conns[k].snapshot_pending = false;
+                    if let Some(gap) = self.conns[k].rerequest.take() {
+                        self.serve_snapshot(k, gap);
+                    }
+                }
+                drop(records); // freed here, off the hot path
+            }
+            Event::Retired { mut session, reason } => {
+                session.ring_mut().drain(DRAIN_TIMEOUT);
+                self.record_end(&session, reason);
+                let failure = session.ring_mut().failure();
+                if reason != CloseReason::EndOfStream {
+                    let sent = session.counters.sent.load(Ordering::Relaxed);
+                    let (id, name) = (session.id, &session.name);
+                    match failure {
+                        Some(detail) => tracing::warn!(session = id, %name, reason = reason.as_str(), %detail, sent,
+                            "subscriber dropped"),
+                        None => {
+                            tracing::warn!(session = id, %name, reason = reason.as_str(), sent, "subscriber dropped")
+                        }
+                    }
+                }
+                if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
+                    let mut conn = self.conns.swap_remove(i);
+                    let _ = conn.stream.set_nonblocking(false);
+                    let bye = ControlMsg::Bye(Bye { reason, detail: failure.unwrap_or_default().to_owned() });
+                    let _ = control::write_msg(&mut conn.stream, &bye);
+                }
+                drop(session); // unmaps the ring, here, off the hot path
+            }
+        }
+    }
+
+    pub(crate) fn say_bye(&mut self, end: CloseReason) {
+        for conn in &mut self.conns {
+            let _ = conn.stream.set_nonblocking(false);
+            let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye::new(end)));
+        }
+    }
+}
