@@ -378,17 +378,13 @@ impl RemoteRing for VerbsRemoteRing {
     /// Rings the doorbell on what is batched and refuses later writes. The QP stays up, so the records already
     /// posted (end-of-stream first) still arrive; call [`VerbsRemoteRing::drain`] before dropping the ring to be
     /// sure they did. The subscriber does not see the reason through the ring (see the module docs).
-    fn close(&mut self, reason: CloseReason) {
-        if !self.closed && self.failed.is_none() && self.post_batch().is_err() {
-            // Recorded in `self.failed`; `drain` and every later write report it.
-            tracing::warn!(qpn = self.qp.qpn(), code = ?self.failed, "verbs: posting the last batch failed at close");
+    ///
+    /// Called on the publisher's hot thread, so it logs nothing: a failed last post is recorded in `failed`,
+    /// which `drain`, every later write and [`VerbsRemoteRing::failure`] report (the conductor logs it).
+    fn close(&mut self, _reason: CloseReason) {
+        if !self.closed && self.failed.is_none() {
+            let _ = self.post_batch(); // an error is recorded in `self.failed`
         }
         self.closed = true;
-        tracing::debug!(
-            qpn = self.qp.qpn(),
-            reason = reason.as_str(),
-            posted = self.posted,
-            "verbs: publisher closed a ring"
-        );
     }
 }
