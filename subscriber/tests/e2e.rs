@@ -146,16 +146,8 @@ fn the_bbo_example_prints_the_reference_bbo() {
     }
     // Built by this test (a no-op when `cargo test` already built it), so it is never older than the library;
     // in the profile this test was built with.
-    let bin_dir = bin_dir();
-    let release = bin_dir.file_name().is_some_and(|d| d == "release");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "mdfan-subscriber", "--example", "bbo"])
-        .args(release.then_some("--release"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the example failed");
-    let example = bin_dir.join("examples").join("bbo");
+    cargo_build(&["-p", "mdfan-subscriber", "--example", "bbo"]);
+    let example = bin_dir().join("examples").join("bbo");
     let publisher = start_publisher(&esh4::snapshot_file(), 1, "");
     let out = Command::new(&example).arg(publisher.addr.to_string()).output().expect("the example runs");
     let report = publisher.handle.join().unwrap().unwrap();

@@ -66,17 +66,22 @@ pub fn bin(name: &str) -> std::path::PathBuf {
         return Path::new(&dir).join(name);
     }
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let release = bin_dir().file_name().is_some_and(|d| d == "release");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "mdfan-publisher", "-p", "mdfan-subscribe"])
-            .args(release.then_some("--release"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building mdfan-publisher and mdfan-subscribe failed");
-    });
+    BUILT.get_or_init(|| cargo_build(&["-p", "mdfan-publisher", "-p", "mdfan-subscribe"]));
     bin_dir().join(name)
+}
+
+/// `cargo build -q ARGS` in the profile this test was built with (its artifacts land in [`bin_dir`]); panics
+/// naming the arguments if the build fails.
+pub fn cargo_build(args: &[&str]) {
+    let release = bin_dir().file_name().is_some_and(|d| d == "release");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q"])
+        .args(args)
+        .args(release.then_some("--release"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build {} failed", args.join(" "));
 }
 
 pub struct RunningPublisher {
