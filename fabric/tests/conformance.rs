@@ -1,0 +1,230 @@
+//! The ring conformance suite: what every fabric provider promises through [`LocalRing`] and [`RemoteRing`]
+//! (the contract in the crate docs), checked through the provider-agnostic layer the product uses
+//! (`PreparedLocalRing::create`, `AnySender::open`/`attach`, `connect`), so a new provider passes the same tests
+//! by adding its arm there.
+//!
+//! Runs on shared memory in every `cargo test`, and on RDMA verbs inside the Soft-RoCE VM (`ops/softroce/run-e2e`)
+//! with `MDFAN_TEST_FABRIC=verbs` (device `MDFAN_TEST_DEVICE`, default rxe0; GID index `MDFAN_TEST_GID_INDEX`,
+//! default 1), built with `--features verbs`.
+//!
+//! Shared-memory-only behaviour (CQ laps, torn slots, a writer racing the reader's close) is in the subscriber
+//! crate's `ring_stress` and `ring_model` tests.
+
+use std::time::{Duration, Instant};
+
+use mdfan_fabric::wire::ring::{imm_from_seq, seq_from_imm, slot_index};
+use mdfan_fabric::wire::{BookUpdate, Kind};
+use mdfan_fabric::{
+    AnyLocalRing, AnyRemoteRing, AnySender, CloseReason, Completion, FabricConfig, LocalRing, PeerState, PostError,
+    PreparedLocalRing, Provider, RemoteRing,
+};
+
+/// How long any one expected event may take (the VM runs under software emulation).
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn provider() -> Provider {
+    match std::env::var("MDFAN_TEST_FABRIC").as_deref() {
+        Ok("verbs") => Provider::Verbs,
+        _ => Provider::Shm,
+    }
+}
+
+fn config() -> FabricConfig {
+    match provider() {
+        Provider::Shm => FabricConfig::default(),
+        Provider::Verbs => verbs_config(),
+    }
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_config() -> FabricConfig {
+    let gid_index = std::env::var("MDFAN_TEST_GID_INDEX").ok().map(|g| g.parse().expect("MDFAN_TEST_GID_INDEX"));
+    FabricConfig::Verbs(mdfan_fabric::verbs::VerbsConfig {
+        device: Some(std::env::var("MDFAN_TEST_DEVICE").unwrap_or_else(|_| "rxe0".into())),
+        gid_index: Some(gid_index.unwrap_or(1)),
+        ..Default::default()
+    })
+}
+
+#[cfg(not(feature = "verbs"))]
+fn verbs_config() -> FabricConfig {
+    panic!("MDFAN_TEST_FABRIC=verbs needs this test built with --features verbs");
+}
+
+/// A connected ring of `slots` slots: created and granted by the receiver, attached by a sender opened for it,
+/// connected with the sender's accept, and ready (verbs: the receiver's first credit has landed).
+fn pair(slots: u32) -> (AnyLocalRing, AnyRemoteRing, AnySender) {
+    let cfg = config();
+    let sender = AnySender::open(&cfg).expect("the sender opens");
+    let (mut prepared, grant) = PreparedLocalRing::create(&cfg, slots).expect("the ring is created");
+    let (remote, accept) = sender.attach(&grant).expect("the sender attaches the grant");
+    prepared.unlink();
+    let mut local = prepared.connect(&accept).expect("the ring connects");
+    let start = Instant::now();
+    while !remote.ready() {
+        assert!(local.poll_cq().is_none(), "a completion before any write");
+        assert!(start.elapsed() < DEADLINE, "the receiver's side never became ready");
+    }
+    (local, remote, sender)
+}
+
+/// The record written as `seq`: its fields derived from `seq`, so a reader can tell it is whole and its own.
+fn record(seq: u64) -> BookUpdate {
+    BookUpdate {
+        seq,
+        order_id: seq * 7,
+        price_e9: seq as i64 * 1_000_000_000,
+        size: seq as u32,
+        ..BookUpdate::control(Kind::Add)
+    }
+}
+
+/// Writes `seq` into its slot (flushing when the send queue is full).
+fn write(remote: &mut AnyRemoteRing, seq: u64) {
+    let slots = remote.slot_count();
+    loop {
+        match remote.write_with_imm(slot_index(seq, slots), &record(seq), imm_from_seq(seq)) {
+            Ok(()) => return,
+            Err(PostError::SendQueueFull) => remote.flush().expect("flush"),
+            Err(e) => panic!("writing seq {seq}: {e}"),
+        }
+    }
+}
+
+/// Polls (as the subscriber does, expecting `expected`) until a completion comes; checks its slot holds the
+/// record of the seq it names, and returns that seq.
+fn reap(local: &mut AnyLocalRing, expected: u64) -> u64 {
+    let start = Instant::now();
+    loop {
+        if let Some(Completion { imm_data }) = local.poll_cq_expecting(expected) {
+            let seq = seq_from_imm(imm_data, expected);
+            let r = *local.slot(slot_index(seq, local.slot_count()));
+            assert_eq!(r, record(seq), "the slot of seq {seq} holds another record");
+            return seq;
+        }
+        assert!(start.elapsed() < DEADLINE, "no completion while expecting seq {expected}");
+    }
+}
+
+/// Polls an empty ring until the sender's view of the consumed seq is `want` (verbs credits travel by RDMA
+/// WRITE, at the latest after an idle stretch of polls).
+fn wait_consumed(local: &mut AnyLocalRing, remote: &mut AnyRemoteRing, want: u64) {
+    let start = Instant::now();
+    while remote.consumed_seq() != want {
+        assert!(local.poll_cq().is_none(), "a completion nobody wrote");
+        assert!(start.elapsed() < DEADLINE, "the sender saw consumed {}, not {want}", remote.consumed_seq());
+    }
+}
+
+#[test]
+fn writes_arrive_in_order_each_with_its_record_whole() {
+    let (mut local, mut remote, _sender) = pair(64);
+    for seq in 1..=40 {
+        write(&mut remote, seq);
+    }
+    remote.flush().unwrap();
+    for expected in 1..=40 {
+        assert_eq!(reap(&mut local, expected), expected);
+        local.release(expected);
+    }
+    assert_eq!(local.peer_state(), PeerState::Attached);
+}
+
+#[test]
+fn a_ring_wraps_many_times_under_flow_control() {
+    const SLOTS: u32 = 64;
+    const TOTAL: u64 = SLOTS as u64 * 20 + 13;
+    let (mut local, mut remote, _sender) = pair(SLOTS);
+    let (mut next_write, mut next_read) = (1u64, 1u64);
+    let start = Instant::now();
+    while next_read <= TOTAL {
+        // the writer fills what the reader has released, as the publisher's flow control does
+        let consumed = remote.consumed_seq();
+        assert!(consumed < next_write, "consumed {consumed} is ahead of what was written ({})", next_write - 1);
+        while next_write <= TOTAL && next_write <= consumed + SLOTS as u64 {
+            write(&mut remote, next_write);
+            next_write += 1;
+        }
+        remote.flush().unwrap();
+        // the reader takes what is there, releasing as it goes
+        while let Some(c) = local.poll_cq_expecting(next_read) {
+            let seq = seq_from_imm(c.imm_data, next_read);
+            assert_eq!(seq, next_read, "out of order");
+            assert_eq!(*local.slot(slot_index(seq, SLOTS)), record(seq), "seq {seq} after a wrap");
+            local.release(seq);
+            next_read += 1;
+        }
+        assert!(start.elapsed() < 3 * DEADLINE, "stuck at read {next_read}, write {next_write}");
+    }
+    wait_consumed(&mut local, &mut remote, TOTAL);
+}
+
+#[test]
+fn a_skipped_seq_shows_as_a_jump_to_the_next_written_one() {
+    // The publisher under `resync` skips seqs it has no room for; the reader must get the next written one.
+    let (mut local, mut remote, _sender) = pair(64);
+    for seq in [1, 2, 5] {
+        write(&mut remote, seq);
+    }
+    remote.flush().unwrap();
+    assert_eq!(reap(&mut local, 1), 1);
+    assert_eq!(reap(&mut local, 2), 2);
+    assert_eq!(reap(&mut local, 3), 5, "expecting 3, the reader gets 5");
+    local.release(5);
+    wait_consumed(&mut local, &mut remote, 5);
+}
+
+#[test]
+fn what_the_reader_releases_reaches_the_writer_and_nothing_more() {
+    let (mut local, mut remote, _sender) = pair(64);
+    assert_eq!(remote.consumed_seq(), 0);
+    for seq in 1..=10 {
+        write(&mut remote, seq);
+    }
+    remote.flush().unwrap();
+    for expected in 1..=10 {
+        reap(&mut local, expected);
+    }
+    // read but not released: the writer must not see them consumed
+    for _ in 0..4096 {
+        assert!(local.poll_cq().is_none());
+    }
+    assert_eq!(remote.consumed_seq(), 0, "records read but not released are not consumed");
+    local.release(6);
+    wait_consumed(&mut local, &mut remote, 6);
+    local.release(10);
+    wait_consumed(&mut local, &mut remote, 10);
+}
+
+#[test]
+fn writes_before_a_close_are_delivered() {
+    let (mut local, mut remote, _sender) = pair(64);
+    for seq in 1..=5 {
+        write(&mut remote, seq);
+    }
+    remote.close(CloseReason::EndOfStream);
+    for expected in 1..=5 {
+        assert_eq!(reap(&mut local, expected), expected);
+    }
+    // Shared memory carries the reason in the ring's header; on verbs the ring cannot (the publisher's Bye on
+    // the control connection does), and the QP stays up for what was posted.
+    let want = match provider() {
+        Provider::Shm => PeerState::Closed(CloseReason::EndOfStream),
+        Provider::Verbs => PeerState::Attached,
+    };
+    assert_eq!(local.peer_state(), want);
+}
+
+#[test]
+fn a_slot_outside_the_ring_is_refused_and_nothing_is_delivered() {
+    let (mut local, mut remote, _sender) = pair(64);
+    let err = remote.write_with_imm(64, &record(1), imm_from_seq(1)).unwrap_err();
+    assert_eq!(err, PostError::SlotOutOfRange { slot: 64, slot_count: 64 });
+    remote.flush().unwrap();
+    write(&mut remote, 1);
+    remote.flush().unwrap();
+    assert_eq!(reap(&mut local, 1), 1);
+    for _ in 0..4096 {
+        assert!(local.poll_cq().is_none(), "only the one valid write arrives");
+    }
+}
