@@ -56,7 +56,7 @@ pub mod latency;
 pub mod receiver;
 pub mod report;
 
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -185,6 +185,8 @@ pub struct Subscriber {
     bye: Option<Bye>,
     /// Bytes of an incomplete control frame.
     control_buf: Vec<u8>,
+    /// Frames queued for the publisher (snapshot requests), written without blocking by `maintain`.
+    control_out: Vec<u8>,
     control: TcpStream,
     endpoint: String,
     session_id: u64,
@@ -227,6 +229,7 @@ impl Subscriber {
             rx: Receiver::new(ring),
             bye: None,
             control_buf: Vec::new(),
+            control_out: Vec::new(),
             control,
             endpoint: cfg.endpoint.clone(),
             session_id,
@@ -299,6 +302,7 @@ impl Subscriber {
         self.silence_suspected = None;
         self.bye = None;
         self.control_buf.clear();
+        self.control_out.clear();
         self.resync_requested = false;
         self.last_rx = self.clock.raw();
         Ok(())
@@ -343,9 +347,9 @@ impl Subscriber {
         Some(self.maintain())
     }
 
-    /// Housekeeping for idle time (it makes syscalls): reads the control connection, sends the snapshot
-    /// request a gap made owed (policy resync), and checks liveness. Call it on a timer, not on every empty poll:
-    /// [`Subscriber::maintain_if_due`] does that.
+    /// Housekeeping for idle time (it makes syscalls, none of them blocking): reads the control connection,
+    /// queues and writes the snapshot request a gap made owed (policy resync), and checks liveness. Call it on a
+    /// timer, not on every empty poll: [`Subscriber::maintain_if_due`] does that.
     pub fn maintain(&mut self) -> Health {
         let was_closed = self.control_closed;
         if !self.control_closed {
@@ -383,16 +387,14 @@ impl Subscriber {
         if let Some(gap_from_seq) = self.rx.unrepaired_gap() {
             if self.policy == SlowConsumerPolicy::Resync && !self.resync_requested && !self.control_closed {
                 let req = ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq });
-                let _ = self.control.set_nonblocking(false);
-                if control::write_msg(&mut self.control, &req).is_ok() {
-                    self.resync_requested = true;
-                    self.snapshots_at_request = self.rx.stats().snapshots_received;
-                    self.snapshots_requested += 1;
-                    self.rx.take_gap();
-                }
-                let _ = self.control.set_nonblocking(true);
+                self.control_out.extend_from_slice(&control::encode(&req));
+                self.resync_requested = true;
+                self.snapshots_at_request = self.rx.stats().snapshots_received;
+                self.snapshots_requested += 1;
+                self.rx.take_gap();
             }
         }
+        self.flush_control();
         if self.control_closed {
             if !was_closed {
                 self.empty_polls_at_close = self.empty_polls;
@@ -417,6 +419,22 @@ impl Subscriber {
             _ => {
                 self.silence_suspected = Some((self.last_rx, self.empty_polls));
                 Health::Ok
+            }
+        }
+    }
+
+    /// Writes what is queued for the publisher as far as the socket takes it now, never blocking (the rest waits
+    /// for the next `maintain`). A write error means the connection is gone.
+    fn flush_control(&mut self) {
+        while !self.control_out.is_empty() && !self.control_closed {
+            match self.control.write(&self.control_out) {
+                Ok(0) => self.control_closed = true,
+                Ok(n) => {
+                    self.control_out.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => self.control_closed = true,
             }
         }
     }
