@@ -246,6 +246,28 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
     })
 }
 
+/// The 1-based line that sets the dotted `key` (`publisher.hot_core`), or holds the `[table]` header when `key`
+/// names a table (`fabric.verbs`). `None` when the text does not set it (a default).
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    let mut table = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            table = header.trim().to_owned();
+            if table == key {
+                return Some(i + 1);
+            }
+        } else if let Some((k, _)) = line.split_once('=') {
+            let k = k.trim();
+            let dotted = if table.is_empty() { k.to_owned() } else { format!("{table}.{k}") };
+            if dotted == key {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
 impl Config {
     /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
     ///
@@ -253,6 +275,11 @@ impl Config {
     /// [`ConfigError`] naming the line and key: TOML syntax, an unknown or mistyped key, a bad value.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let err = |detail: String| ConfigError { path: path.display().to_string(), detail };
+        // A value that parsed but is not allowed: named with the line that set it, like a parse error.
+        let bad = |key: &str, detail: String| {
+            let at = line_of_key(text, key).map_or(String::new(), |n| format!("line {n}: "));
+            err(format!("{at}key {key}: {detail}"))
+        };
         let mut cfg: Config = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
@@ -269,10 +296,10 @@ impl Config {
         }
         let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
         for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
-            mdfan_wire::ring::check_slot_count(v as u64).map_err(|e| err(format!("{key}: {e}")))?;
+            mdfan_wire::ring::check_slot_count(v as u64).map_err(|e| bad(key, e.to_string()))?;
         }
         if lo > hi {
-            return Err(err(format!("fabric.ring_slots_min {lo} is above fabric.ring_slots_max {hi}")));
+            return Err(bad("fabric.ring_slots_min", format!("{lo} is above fabric.ring_slots_max {hi}")));
         }
         const HOUR_MS: u64 = 3_600_000;
         for (key, v) in [
@@ -281,20 +308,19 @@ impl Config {
             ("feed.max_gap_ms", cfg.feed.max_gap_ms.max(1)),
         ] {
             if !(1..=HOUR_MS).contains(&v) {
-                return Err(err(format!("{key} = {v}: must be between 1 and {HOUR_MS} (one hour)")));
+                return Err(bad(key, format!("{v}: must be between 1 and {HOUR_MS} (one hour)")));
             }
         }
         if !(1..=MAX_SUBSCRIBERS).contains(&cfg.publisher.max_subscribers) {
-            return Err(err(format!(
-                "publisher.max_subscribers = {}: must be between 1 and {MAX_SUBSCRIBERS}",
-                cfg.publisher.max_subscribers
-            )));
+            let n = cfg.publisher.max_subscribers;
+            return Err(bad("publisher.max_subscribers", format!("{n}: must be between 1 and {MAX_SUBSCRIBERS}")));
         }
         if let Pace::Factor(f) = cfg.feed.pace {
             if !(MIN_PACE..=MAX_PACE).contains(&f) {
-                return Err(err(format!(
-                    "feed.pace = {f}: a speed-up factor must be between {MIN_PACE} and {MAX_PACE}"
-                )));
+                return Err(bad(
+                    "feed.pace",
+                    format!("{f:?}: a speed-up factor must be between {MIN_PACE} and {MAX_PACE}"),
+                ));
             }
         }
         let allowed = mdfan_tuning::allowed_cores();
@@ -303,18 +329,22 @@ impl Config {
         {
             if let Some(core) = core {
                 if !allowed.is_empty() && !allowed.contains(&core) {
-                    return Err(err(format!("{key} = {core}: not one of the cores this process may use {allowed:?}")));
+                    return Err(bad(key, format!("{core}: not one of the cores this process may use {allowed:?}")));
                 }
             }
         }
+        if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(cfg.publisher.listen.as_str()) {
+            return Err(bad("publisher.listen", format!("{}: {e} (host:port)", cfg.publisher.listen)));
+        }
         if cfg.publisher.policies.is_empty() {
-            return Err(err("publisher.policies is empty: no subscriber could ever be accepted".into()));
+            return Err(bad("publisher.policies", "empty: no subscriber could ever be accepted".into()));
         }
         if cfg.publisher.wait_for_subscribers > cfg.publisher.max_subscribers {
-            return Err(err(format!(
-                "publisher.wait_for_subscribers {} is above publisher.max_subscribers {}",
-                cfg.publisher.wait_for_subscribers, cfg.publisher.max_subscribers
-            )));
+            let (wait, max) = (cfg.publisher.wait_for_subscribers, cfg.publisher.max_subscribers);
+            return Err(bad(
+                "publisher.wait_for_subscribers",
+                format!("{wait} is above publisher.max_subscribers {max}"),
+            ));
         }
         // Checked whatever the provider and the build, so a typo under [fabric.verbs] never waits for the day it
         // is used.
@@ -322,13 +352,13 @@ impl Config {
         let verbs = {
             let table = cfg.fabric.verbs.clone().unwrap_or_default();
             let verbs = mdfan_fabric::verbs_config::VerbsConfig::deserialize(table)
-                .map_err(|e| err(format!("fabric.verbs: {}", e.message().trim())))?;
-            verbs.validate().map_err(|e| err(format!("fabric.verbs: {e}")))?;
+                .map_err(|e| bad("fabric.verbs", e.message().trim().to_owned()))?;
+            verbs.validate().map_err(|e| bad("fabric.verbs", e.to_string()))?;
             verbs
         };
         cfg.fabric.resolved = match cfg.fabric.provider {
             Provider::Shm if !cfg.fabric.shm_dir.is_dir() => {
-                return Err(err(format!("fabric.shm_dir {}: not a directory", cfg.fabric.shm_dir.display())));
+                return Err(bad("fabric.shm_dir", format!("{}: not a directory", cfg.fabric.shm_dir.display())));
             }
             Provider::Shm => FabricConfig::Shm { dir: cfg.fabric.shm_dir.clone() },
             #[cfg(feature = "verbs")]
@@ -336,7 +366,7 @@ impl Config {
             #[cfg(not(feature = "verbs"))]
             Provider::Verbs => {
                 let missing = mdfan_fabric::FabricError::NotBuilt(Provider::Verbs);
-                return Err(err(format!("fabric.provider = \"verbs\": {missing}")));
+                return Err(bad("fabric.provider", format!("\"verbs\": {missing}")));
             }
         };
         Ok(cfg)
@@ -418,21 +448,30 @@ provider = "shm"
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
         assert!(e.contains("missing field `path`"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();
-        assert!(e.contains("publisher.max_subscribers = 4611686018427387904: must be between 1 and 4096"), "{e}");
+        assert!(
+            e.ends_with("line 4: key publisher.max_subscribers: 4611686018427387904: must be between 1 and 4096"),
+            "{e}"
+        );
         let e = parse(&GOOD.replace("pace = 10", "pace = 1e-300")).unwrap_err().to_string();
-        assert!(e.contains("feed.pace") && e.contains("between 0.001"), "{e}");
+        assert!(e.contains("line 10: key feed.pace: 1e-300: a speed-up factor must be between 0.001"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "policies = []")).unwrap_err().to_string();
-        assert!(e.contains("publisher.policies is empty"), "{e}");
+        assert!(e.ends_with("line 4: key publisher.policies: empty: no subscriber could ever be accepted"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "stall_timeout_ms = 9223372036854775807")).unwrap_err().to_string();
-        assert!(e.contains("publisher.stall_timeout_ms"), "{e}");
+        assert!(e.contains("line 4: key publisher.stall_timeout_ms: 9223372036854775807: must be between 1"), "{e}");
         let e = parse(&GOOD.replace("provider = \"shm\"", "provider = \"shm\"\nshm_dir = \"/nonexistent\""))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("fabric.shm_dir /nonexistent: not a directory"), "{e}");
+        assert!(e.contains("key fabric.shm_dir: /nonexistent: not a directory"), "{e}");
+        assert!(
+            e.contains(&format!("line {}: ", GOOD.lines().position(|l| l.starts_with("provider")).unwrap() + 2)),
+            "{e}"
+        );
+        let e = parse(&GOOD.replace("\"127.0.0.1:0\"", "\"nohost\"")).unwrap_err().to_string();
+        assert!(e.contains("line 3: key publisher.listen: nohost: ") && e.ends_with("(host:port)"), "{e}");
         // [fabric.verbs] is checked even when the provider is shm and in builds without the verbs feature
         let e = parse(&format!("{GOOD}\n[fabric.verbs]\ndevicee = \"mlx5_0\"\n")).unwrap_err().to_string();
-        assert!(e.contains("fabric.verbs: unknown field `devicee`"), "{e}");
+        assert!(e.contains("key fabric.verbs: unknown field `devicee`"), "{e}");
         let e = parse(&format!("{GOOD}\n[fabric.verbs]\ntimeout = 32\n")).unwrap_err().to_string();
-        assert!(e.contains("fabric.verbs: ") && e.contains("timeout 32 must be 0..=31"), "{e}");
+        assert!(e.contains("key fabric.verbs: ") && e.contains("timeout 32 must be 0..=31"), "{e}");
     }
 }
