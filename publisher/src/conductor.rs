@@ -415,13 +415,17 @@ impl Conductor<'_> {
                 r.update(&l.counters, &self.clock);
             }
         }
-        // Marked `counters` (the final report's lines are not), with the final report's names.
+        // Marked `counters` (the final report's lines are not), with the final report's names. A stdout that
+        // cannot take them (a closed pipe) loses the dump, nothing else.
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
         for r in &self.reports {
-            println!("counters {}", r.line());
+            let _ = writeln!(out, "counters {}", r.line());
         }
         let c = &self.counters.cycles;
         let to_ns = |t| self.clock.delta_as_nanos(0, t);
-        println!(
+        let _ = writeln!(
+            out,
             "counters replay records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end=running",
             self.counters.records.load(Ordering::Relaxed),
             to_ns(c.quantile(0.5)),

@@ -125,6 +125,35 @@ fn sigusr1_prints_marked_counters_and_sigint_logs_the_shutdown() {
     assert!(err.contains("stopped by SIGINT/SIGTERM"), "{err}");
 }
 
+/// A stdout that closes early (`mdfan-publisher ... | head -1`) ends the publisher with exit 141, as a shell
+/// reports SIGPIPE, not with a panic.
+#[test]
+fn a_closed_stdout_pipe_is_a_quiet_exit_not_a_panic() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = scratch();
+    let cfg = config(&dir, "pipe.toml", &data("esh4-glbx-mdp3-20231225.mbo.dbn.zst"), "pace = 1");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("publisher listening="), "{first}");
+    drop(out); // what `head -1` does after its line
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let code = child.wait().unwrap().code();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code, Some(141), "the report went to a closed pipe: {err}");
+}
+
 #[test]
 fn a_missing_config_file_is_named() {
     let (code, err) = run(std::path::Path::new("/nonexistent/mdfan.toml"));

@@ -4,6 +4,22 @@
 //! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM. SIGUSR1 prints every counter, each line starting
 //! with `counters ` (`counters subscriber ...` per session, `counters replay ... end=running` for the hot loop).
 
+/// `println!` for a process whose stdout may be a pipe that closes early (`| head`): a closed pipe ends the
+/// process at once with exit 141 (what a shell reports for SIGPIPE) instead of a panic; another write error is one
+/// line on stderr and exit 1.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(141);
+            }
+            eprintln!("cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -48,7 +64,7 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     let cfg_wait_for = cfg.publisher.wait_for_subscribers;
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
-    println!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
+    out!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
     let bar = progress_bar(publisher.progress(), cfg_wait_for);
     let report = publisher.run(shutdown)?;
     if let Some((done, thread)) = bar {
@@ -63,9 +79,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         );
     }
     for s in &report.sessions {
-        println!("{}", s.line());
+        out!("{}", s.line());
     }
-    println!(
+    out!(
         "replay records={} elapsed_ms={:.1} rate_per_s={:.0} subscribers={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end={}",
         report.records,
         report.replay_ns as f64 / 1e6,

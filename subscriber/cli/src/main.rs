@@ -4,6 +4,22 @@
 //! the endpoint); 3 when the publisher dropped this subscriber; 4 when the publisher went away without ending
 //! the stream (and reconnecting was off or failed); 130 on SIGINT/SIGTERM.
 
+/// `println!` for a process whose stdout may be a pipe that closes early (`| head`): a closed pipe ends the
+/// process at once with exit 141 (what a shell reports for SIGPIPE) instead of a panic; another write error is one
+/// line on stderr and exit 1.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(141);
+            }
+            eprintln!("cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }};
+}
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -194,7 +210,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     cfg.snapshot = !args.no_snapshot;
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     let mut sub = connect(&cfg, args.reconnect_ms.map(Duration::from_millis), &stop)?.with_latency();
-    println!(
+    out!(
         "subscribed endpoint={} session={} ring_slots={} policy={}",
         sub.endpoint(),
         sub.session_id(),
@@ -282,7 +298,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         });
         if !out.is_empty() {
             for line in out.drain(..) {
-                println!("{line}");
+                out!("{line}");
             }
         }
         if let Some(reason) = closed.take() {
@@ -305,7 +321,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Silent(d) => {
                     if !silent_reported {
                         silent_reported = true;
-                        println!("publisher_silent ms={}", d.as_millis());
+                        out!("publisher_silent ms={}", d.as_millis());
                     }
                 }
                 // The library says Gone only once a poll after the close found the ring drained: everything the
@@ -315,8 +331,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     Some(bye) => {
                         match bye.detail.as_str() {
                             _ if bye.reason == CloseReason::EndOfStream => {} // the normal end says nothing
-                            "" => println!("bye reason={}", bye.reason.as_str()),
-                            detail => println!("bye reason={} detail=\"{detail}\"", bye.reason.as_str()),
+                            "" => out!("bye reason={}", bye.reason.as_str()),
+                            detail => out!("bye reason={} detail=\"{detail}\"", bye.reason.as_str()),
                         }
                         end = Some(bye.reason.as_str());
                         break;
@@ -327,14 +343,14 @@ fn run(args: &Args) -> Result<i32, CliError> {
         }
         if gone {
             gone = false;
-            println!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
+            out!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
             match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
                 Some(Ok(())) => {
                     books = Books::new();
-                    println!("reconnected session={}", sub.session_id());
+                    out!("reconnected session={}", sub.session_id());
                 }
                 Some(Err((tries, e))) => {
-                    println!("reconnect_failed tries={tries} after_ms={}: {e}", args.reconnect_ms.unwrap_or_default());
+                    out!("reconnect_failed tries={tries} after_ms={}: {e}", args.reconnect_ms.unwrap_or_default());
                     end = Some("publisher_gone");
                 }
                 None => end = Some("publisher_gone"),
@@ -344,12 +360,12 @@ fn run(args: &Args) -> Result<i32, CliError> {
 
     let stats = sub.stats();
     for (id, book) in books.iter_sorted() {
-        println!("{}", summary_line(id, book, stats.gaps));
+        out!("{}", summary_line(id, book, stats.gaps));
         for line in level_lines(id, book, args.levels) {
-            println!("{line}");
+            out!("{line}");
         }
     }
-    println!(
+    out!(
         "stream records={} heartbeats={heartbeats} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} snapshots={} reconnects={} stale_book_errors={stale_book_errors} end={}",
         stats.records,
         stats.gaps,
@@ -361,7 +377,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         end.unwrap_or("unknown")
     );
     if let Some(l) = sub.latency() {
-        println!("{}", latency_line(l));
+        out!("{}", latency_line(l));
     }
     Ok(match end {
         Some("end_of_stream" | "publisher_shutdown") => 0,
