@@ -37,6 +37,17 @@ fn run(config: &std::path::Path) -> (Option<i32>, String) {
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Starts the publisher with stdout and stderr piped and `RUST_LOG` set to `log`.
+fn spawn_piped(config: &std::path::Path, log: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
+        .args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn assert_one_line_error(code: Option<i32>, stderr: &str, needles: &[&str]) {
     assert_eq!(code, Some(1), "stderr: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
@@ -91,16 +102,9 @@ fn a_config_typo_or_bad_value_is_named_with_key_and_line() {
 #[test]
 fn sigusr1_prints_marked_counters_and_sigint_logs_the_shutdown() {
     use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
     let dir = scratch();
     let cfg = config(&dir, "signals.toml", &data("esh4-glbx-mdp3-20231225.mbo.dbn.zst"), "pace = 1");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&cfg, "info");
     let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = out.next().unwrap().unwrap();
     assert!(first.starts_with("publisher listening="), "{first}");
@@ -130,16 +134,9 @@ fn sigusr1_prints_marked_counters_and_sigint_logs_the_shutdown() {
 #[test]
 fn a_closed_stdout_pipe_is_a_quiet_exit_not_a_panic() {
     use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
     let dir = scratch();
     let cfg = config(&dir, "pipe.toml", &data("esh4-glbx-mdp3-20231225.mbo.dbn.zst"), "pace = 1");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
-        .args(["--config", cfg.to_str().unwrap()])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&cfg, "off");
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
