@@ -11,7 +11,7 @@
 //! port_num = 1
 //! gid_index = 3              # default: chosen from sysfs (RoCE v2, IPv4-mapped first)
 //! path_mtu_bytes = 1024
-//! timeout = 14               # 4.096 us * 2^14 = 67 ms per ACK timeout
+//! timeout = 14               # 4.096 us * 2^14 = 67 ms per ACK timeout (1..=31; 0 = forever is refused)
 //! retry_cnt = 7
 //! rnr_retry = 7              # 7 = retry forever
 //! min_rnr_timer = 12         # IB code 12 = 0.64 ms
@@ -62,8 +62,9 @@ pub struct VerbsConfig {
     /// Largest payload per packet, in bytes: 256, 512, 1024, 2048 or 4096; lowered to the port's active MTU.
     /// Default 1024 (a record is 64 bytes, so this only matters for the path, not the payload). IB vol. 1, 9.7.7.
     pub path_mtu_bytes: u32,
-    /// Local ACK timeout as the IB exponent: 4.096 us * 2^timeout (0 = infinite). Valid 0..=31. Default 14
-    /// (67 ms). IB vol. 1, 9.7.6.1.3 / `ibv_modify_qp(3)` `timeout`.
+    /// Local ACK timeout as the IB exponent: 4.096 us * 2^timeout. Valid 1..=31 (0 means infinite and is refused:
+    /// a dead peer would never be noticed). Default 14 (67 ms). IB vol. 1, 9.7.6.1.3 / `ibv_modify_qp(3)`
+    /// `timeout`. See [`VerbsConfig::dead_peer_detection`].
     pub timeout: u8,
     /// Transport retries after an ACK timeout before the QP goes to ERR (`IBV_WC_RETRY_EXC_ERR`). Valid 0..=7.
     /// Default 7.
@@ -157,6 +158,15 @@ pub const fn path_mtu_bytes(code: u32) -> u32 {
 impl VerbsConfig {
     /// Checks every field against its documented range.
     ///
+    /// How long a sender takes, at worst, to see a dead receiver: its QP goes to ERR (`IBV_WC_RETRY_EXC_ERR`)
+    /// after `retry_cnt + 1` local ACK timeouts of 4.096 us * 2^`timeout` each (IB vol. 1, 9.7.6.1.3; C9-140).
+    /// A receiver that answers but has no receive WR posted is not dead: RNR retries (`rnr_retry`, 7 = forever)
+    /// are not counted here.
+    pub fn dead_peer_detection(&self) -> std::time::Duration {
+        let ack_timeout_ns = 4_096u64 << self.timeout.min(31);
+        std::time::Duration::from_nanos(ack_timeout_ns * (self.retry_cnt as u64 + 1))
+    }
+
     /// # Errors
     /// [`FabricError::BadRing`] with `path` = `verbs config` and the field name and value in `detail`.
     pub fn validate(&self) -> Result<(), FabricError> {
@@ -172,8 +182,13 @@ impl VerbsConfig {
         if path_mtu_code(self.path_mtu_bytes).is_none() {
             return bad(format!("path_mtu_bytes {} must be 256, 512, 1024, 2048 or 4096", self.path_mtu_bytes));
         }
+        if self.timeout == 0 {
+            return bad("timeout 0 waits forever for an ACK: a dead subscriber would hang its QP with no error; \
+                 use 1..=31 (an exponent: 4.096 us * 2^timeout; 14 = 67 ms)"
+                .into());
+        }
         if self.timeout > 31 {
-            return bad(format!("timeout {} must be 0..=31 (an exponent: 4.096 us * 2^timeout)", self.timeout));
+            return bad(format!("timeout {} must be 1..=31 (an exponent: 4.096 us * 2^timeout)", self.timeout));
         }
         if self.retry_cnt > 7 {
             return bad(format!("retry_cnt {} must be 0..=7", self.retry_cnt));
@@ -266,14 +281,23 @@ mod tests {
     }
 
     #[test]
+    fn the_dead_peer_bound_follows_timeout_and_retry_cnt() {
+        // defaults: 8 ACK timeouts of 4.096 us * 2^14 = 67.1 ms each
+        assert_eq!(VerbsConfig::default().dead_peer_detection().as_nanos(), 8 * 4_096 * (1 << 14));
+        let fast = VerbsConfig { timeout: 10, retry_cnt: 2, ..Default::default() };
+        assert_eq!(fast.dead_peer_detection().as_nanos(), 3 * 4_096 * (1 << 10));
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused_by_name() {
         let e = toml::from_str::<VerbsConfig>("gid_idx = 1").unwrap_err().to_string();
         assert!(e.contains("gid_idx"), "{e}");
         let e = toml::from_str::<VerbsConfig>("cq_api = \"fast\"").unwrap_err().to_string();
         assert!(e.contains("fast"), "{e}");
-        let cases: [(VerbsConfig, &str); 10] = [
+        let cases: [(VerbsConfig, &str); 11] = [
             (VerbsConfig { path_mtu_bytes: 1500, ..Default::default() }, "path_mtu_bytes 1500"),
             (VerbsConfig { timeout: 32, ..Default::default() }, "timeout 32"),
+            (VerbsConfig { timeout: 0, ..Default::default() }, "timeout 0 waits forever for an ACK"),
             (VerbsConfig { retry_cnt: 8, ..Default::default() }, "retry_cnt 8"),
             (VerbsConfig { signal_every: 0, ..Default::default() }, "signal_every 0"),
             (VerbsConfig { post_batch: 257, ..Default::default() }, "post_batch 257"),

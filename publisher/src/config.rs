@@ -471,7 +471,9 @@ provider = "shm"
         // [fabric.verbs] is checked even when the provider is shm and in builds without the verbs feature
         let e = parse(&format!("{GOOD}\n[fabric.verbs]\ndevicee = \"mlx5_0\"\n")).unwrap_err().to_string();
         assert!(e.contains("key fabric.verbs: unknown field `devicee`"), "{e}");
+        let e = parse(&format!("{GOOD}\n[fabric.verbs]\ntimeout = 0\n")).unwrap_err().to_string();
+        assert!(e.contains("key fabric.verbs: ") && e.contains("timeout 0 waits forever for an ACK"), "{e}");
         let e = parse(&format!("{GOOD}\n[fabric.verbs]\ntimeout = 32\n")).unwrap_err().to_string();
-        assert!(e.contains("key fabric.verbs: ") && e.contains("timeout 32 must be 0..=31"), "{e}");
+        assert!(e.contains("key fabric.verbs: ") && e.contains("timeout 32 must be 1..=31"), "{e}");
     }
 }

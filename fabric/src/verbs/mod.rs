@@ -176,6 +176,8 @@ impl VerbsDevice {
             how = gid_choice.as_str(),
             path_mtu_bytes = config::path_mtu_bytes(path_mtu_code),
             completion_timestamps = clock.is_some(),
+            dead_peer_detection_ms = cfg.dead_peer_detection().as_millis() as u64,
+            rnr_retry_forever = cfg.rnr_retry == 7,
             "verbs: device open, GID chosen"
         );
         let port = PortInfo {
