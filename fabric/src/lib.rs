@@ -108,6 +108,9 @@ pub enum FabricError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A provider setting is out of its range; the message names the field and the value it had.
+    #[error("{0}")]
+    BadSetting(String),
     /// A provider this build does not have (verbs without the `verbs` feature).
     #[error("fabric {0} is not in this build (rebuild with its feature: --features mdfan-publisher/{0},mdfan-subscribe/{0})")]
     NotBuilt(Provider),

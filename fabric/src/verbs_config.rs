@@ -168,9 +168,9 @@ impl VerbsConfig {
     }
 
     /// # Errors
-    /// [`FabricError::BadRing`] with `path` = `verbs config` and the field name and value in `detail`.
+    /// [`FabricError::BadSetting`] naming the field and its value.
     pub fn validate(&self) -> Result<(), FabricError> {
-        let bad = |detail: String| Err(FabricError::BadRing { path: "verbs config".into(), detail });
+        let bad = |detail: String| Err(FabricError::BadSetting(detail));
         if self.port_num == 0 {
             return bad("port_num 0: ports are numbered from 1".into());
         }
@@ -312,7 +312,7 @@ mod tests {
         ];
         for (cfg, want) in cases {
             let e = cfg.validate().unwrap_err().to_string();
-            assert!(e.contains(want) && e.contains("verbs config"), "{want}: {e}");
+            assert!(e.starts_with(want), "{want}: {e}");
         }
     }
 
