@@ -45,7 +45,7 @@ use mdfan_fabric::shm::{ShmLocalRing, ShmRemoteRing, DEFAULT_DIR};
 use mdfan_fabric::{LocalRing, PeerState, RemoteRing};
 use mdfan_feed::dbn::{decode_mbo_bytes, normalize_mbo};
 use mdfan_wire::record::RECORD_SIZE_BYTES;
-use mdfan_wire::ring::{imm_from_seq, seq_from_imm, slot_index};
+use mdfan_wire::ring::{imm_from_seq, slot_index};
 use mdfan_wire::{BookUpdate, Books, Kind, Side};
 
 /// The capture, loaded once for every group.
@@ -325,22 +325,24 @@ fn ring_pair(slots: u32) -> (ShmLocalRing, ShmRemoteRing) {
 }
 
 /// One record through the ring, as publisher and subscriber do it: write with the seq's immediate, reap the
-/// completion, rebuild the seq from the one expected, read the slot in place and check its seq, release.
+/// completion (the ring rebuilds the seq), read the slot in place through it and check its seq, release. Returns
+/// the record (a copy, for the checked lap).
 #[inline]
-fn round_trip(local: &mut ShmLocalRing, remote: &mut ShmRemoteRing, template: &BookUpdate, seq: u64) {
+fn round_trip(local: &mut ShmLocalRing, remote: &mut ShmRemoteRing, template: &BookUpdate, seq: u64) -> BookUpdate {
     let slots = remote.slot_count();
     let r = BookUpdate { seq, ..*template };
     if let Err(e) = remote.write_with_imm(slot_index(seq, slots), &r, imm_from_seq(seq)) {
         panic!("ring: write of seq {seq}: {e}");
     }
     let Some(c) = local.poll_cq() else { panic!("ring: no completion for seq {seq}") };
-    let got = seq_from_imm(c.imm_data, seq);
-    let slot = local.slot(slot_index(got, slots));
-    if slot.seq != seq {
-        panic!("ring: slot holds seq {}, completion named {seq}", slot.seq);
+    let got = c.seq();
+    let Some(slot) = c.record() else { panic!("ring: the completion of seq {got} has no record") };
+    if slot.seq != seq || got != seq {
+        panic!("ring: slot holds seq {}, completion named {got}, {seq} was written", slot.seq);
     }
-    black_box(slot);
+    let copy = *black_box(slot);
     local.release(got);
+    copy
 }
 
 fn ring(c: &mut Criterion) {
@@ -352,11 +354,10 @@ fn ring(c: &mut Criterion) {
         assert_eq!(local.peer_state(), PeerState::Attached);
         // One full lap, checked: it also faults every page in before timing.
         for seq in 1..=slots as u64 {
-            round_trip(&mut local, &mut remote, &template, seq);
-            assert_eq!(*local.slot(slot_index(seq, slots)), BookUpdate { seq, ..template });
+            assert_eq!(round_trip(&mut local, &mut remote, &template, seq), BookUpdate { seq, ..template });
             assert_eq!(remote.consumed_seq(), seq);
         }
-        assert_eq!(local.poll_cq(), None, "one completion per write");
+        assert!(local.poll_cq().is_none(), "one completion per write");
         let mut seq = slots as u64;
         g.bench_with_input(BenchmarkId::new("write_poll_read_release", slots), &slots, |b, _| {
             b.iter(|| {

@@ -37,9 +37,8 @@ fn write(remote: &mut ShmRemoteRing, seq: u64, ts_send_ticks: u64, intended_tick
 fn reap(local: &mut ShmLocalRing, expect_seq: u64) -> BookUpdate {
     loop {
         if let Some(c) = local.poll_cq_expecting(expect_seq) {
-            let slots = local.slot_count();
-            // the seq in the slot names itself; the benchmark rings never wrap faster than they are read
-            let r = *local.slot(slot_index(c.imm_data as u64, slots));
+            // the benchmark rings never wrap faster than they are read: every completion has its record
+            let r = *c.record().expect("a bench ring's completion has its record");
             local.release(r.seq);
             return r;
         }

@@ -27,7 +27,7 @@ use anyhow::{anyhow, bail, Context as _};
 use hdrhistogram::Histogram;
 use mdfan_fabric::verbs::{wc_status_name, VerbsConfig, VerbsDevice, VerbsLocalRing, VerbsPublisher, VerbsRemoteRing};
 use mdfan_fabric::{LocalRing, PostError, RemoteRing};
-use mdfan_wire::ring::{imm_from_seq, seq_from_imm, slot_index};
+use mdfan_wire::ring::{imm_from_seq, slot_index};
 use mdfan_wire::{BookUpdate, Kind};
 
 /// Slots per ring. One record is in flight at a time, so the ring never fills (a credit comes every 128).
@@ -92,8 +92,10 @@ fn reap(local: &mut VerbsLocalRing, expected: u64) -> anyhow::Result<BookUpdate>
     let mut since: Option<Instant> = None;
     loop {
         if let Some(c) = local.poll_cq() {
-            let seq = seq_from_imm(c.imm_data, expected);
-            let r = *local.slot(slot_index(seq, SLOTS));
+            let seq = c.seq();
+            let Some(&r) = c.record() else {
+                bail!("verbs ring: expected seq {expected}, got a stale completion {seq}")
+            };
             if seq != expected || r.seq != expected {
                 bail!("verbs ring: expected seq {expected}, got a completion for {seq} and a slot holding {}", r.seq);
             }

@@ -35,7 +35,7 @@ use mdfan_fabric::verbs::{
 use mdfan_fabric::wire::control::{AcceptFabric, RingGrant};
 use mdfan_fabric::wire::ring::{has_space, imm_from_seq, seq_from_imm, slot_index};
 use mdfan_fabric::wire::{BookUpdate, Kind};
-use mdfan_fabric::{CloseReason, LocalRing, PeerState, PostError, RemoteRing};
+use mdfan_fabric::{CloseReason, Completion, LocalRing, PeerState, PostError, RemoteRing};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -124,15 +124,17 @@ fn connect_pair(
     Ok((local, remote))
 }
 
-fn check(local: &VerbsLocalRing, imm: u32, expected: u64, slots: u32) -> Res<u64> {
-    let seq = seq_from_imm(imm, expected);
-    if seq != expected {
-        return Err(
-            format!("completion for seq {seq} while expecting {expected} (lost, duplicated or reordered)").into()
-        );
+fn check(c: &Completion<'_>, expected: u64, slots: u32) -> Res<u64> {
+    let seq = seq_from_imm(c.imm_data, expected);
+    if seq != expected || c.seq() != seq {
+        return Err(format!(
+            "completion for seq {seq} (ring says {}) while expecting {expected} (lost, duplicated or reordered)",
+            c.seq()
+        )
+        .into());
     }
-    let got = *local.slot(slot_index(seq, slots));
-    if got != record(seq) {
+    let got = c.record().ok_or_else(|| format!("the completion of seq {seq} hands out no record"))?;
+    if *got != record(seq) {
         return Err(format!("slot {} holds {got:?}, expected the record of seq {seq}", slot_index(seq, slots)).into());
     }
     Ok(seq)
@@ -220,7 +222,7 @@ fn run() -> Res<()> {
         }
         remote.flush().map_err(transport)?;
         while let Some(c) = local.poll_cq() {
-            let seq = check(&local, c.imm_data, expected, slots)?;
+            let seq = check(&c, expected, slots)?;
             local.release(seq);
             expected += 1;
         }
@@ -263,8 +265,9 @@ fn run() -> Res<()> {
             std::hint::spin_loop();
         };
         lat_ns.push(t.elapsed().as_nanos() as u64);
+        let seq = check(&c, expected, slots)?;
         nic_ts |= local.last_completion_timestamp_ns().is_some();
-        local.release(check(&local, c.imm_data, expected, slots)?);
+        local.release(seq);
         next += 1;
         expected += 1;
     }
@@ -332,7 +335,7 @@ fn run() -> Res<()> {
         }
     };
     let seq = seq_from_imm(c.imm_data, expected);
-    let last = *local.slot(slot_index(seq, slots));
+    let last = *c.record().ok_or("the end-of-stream completion hands out no record")?;
     if seq != expected || last.kind() != Some(Kind::EndOfStream) || last.seq != seq {
         return Err(format!("expected end-of-stream seq {expected}, got seq {seq} {last:?}").into());
     }

@@ -228,15 +228,11 @@ impl LocalRing for AnyLocalRing {
         dispatch!(AnyLocalRing, self, r => r.slot_count())
     }
     #[inline]
-    fn poll_cq(&mut self) -> Option<Completion> {
+    fn poll_cq(&mut self) -> Option<Completion<'_>> {
         dispatch!(AnyLocalRing, self, r => r.poll_cq())
     }
     #[inline]
-    fn slot(&self, index: u32) -> &BookUpdate {
-        dispatch!(AnyLocalRing, self, r => r.slot(index))
-    }
-    #[inline]
-    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion<'_>> {
         dispatch!(AnyLocalRing, self, r => r.poll_cq_expecting(expected_seq))
     }
     #[inline]

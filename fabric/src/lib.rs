@@ -6,8 +6,9 @@
 //!   grants the sender write access to that ring only ([`wire::control::RingGrant`]).
 //! - The **sender** (publisher) writes a record into a remote slot and delivers a 32-bit immediate
 //!   ([`RemoteRing::write_with_imm`]); the receiver reaps the immediate from its CQ by busy polling
-//!   ([`LocalRing::poll_cq`]) and only then reads the slot ([`LocalRing::slot`]), as with RDMA (IB vol. 1,
-//!   9.4.3 and o9-20: WRITE data is visible once its completion is).
+//!   ([`LocalRing::poll_cq`]) and only then reads the slot, through the [`Completion`] (borrowed from the ring:
+//!   no slot is reachable otherwise), as with RDMA (IB vol. 1, 9.4.3 and o9-20: WRITE data is visible once its
+//!   completion is).
 //! - The receiver publishes how far it has consumed ([`LocalRing::release`]); the sender reads it
 //!   ([`RemoteRing::consumed_seq`]) to know when the ring is full. No sender ever waits on a receiver inside
 //!   these calls: a full ring is the caller's decision (its slow-consumer policy).
@@ -31,11 +32,112 @@ pub use mdfan_wire as wire;
 pub use mdfan_wire::control::CloseReason;
 use mdfan_wire::BookUpdate;
 
-/// One reaped completion: the immediate a WRITE-with-immediate delivered.
+/// One reaped completion: the immediate a WRITE-with-immediate delivered, and the record it names, borrowed in
+/// place from the ring.
+///
+/// Returned by [`LocalRing::poll_cq`] with the lifetime of that `&mut` borrow of the ring, so the record can be
+/// read only while nothing else touches the ring: it cannot outlive a later poll, nor a [`LocalRing::release`]
+/// (after which the sender may be rewriting the slot).
+///
+/// ```compile_fail,E0499
+/// use mdfan_fabric::LocalRing;
+/// fn read_after_release(ring: &mut impl LocalRing) -> u64 {
+///     let Some(c) = ring.poll_cq() else { return 0 };
+///     ring.release(c.seq()); // `*ring` is still borrowed by `c`
+///     c.record().map_or(0, |r| r.seq)
+/// }
+/// ```
+///
+/// Copy what you need first:
+///
+/// ```
+/// use mdfan_fabric::LocalRing;
+/// fn read_then_release(ring: &mut impl LocalRing) -> Option<u64> {
+///     let c = ring.poll_cq()?;
+///     let (seq, order_id) = (c.seq(), c.record()?.order_id);
+///     ring.release(seq);
+///     Some(order_id)
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
+pub struct Completion<'ring> {
     /// The 32-bit immediate: the low 32 bits of the record's seq (`wire::ring::imm_from_seq`).
     pub imm_data: u32,
+    seq: u64,
+    record: Option<&'ring BookUpdate>,
+}
+
+impl<'ring> Completion<'ring> {
+    /// What a provider hands out: `record` only for a seq its [`ReadWindow`] says is readable.
+    #[inline]
+    pub(crate) fn new(imm_data: u32, seq: u64, record: Option<&'ring BookUpdate>) -> Completion<'ring> {
+        Completion { imm_data, seq, record }
+    }
+
+    /// The seq the immediate names: rebuilt from `imm_data` against the ring's release position
+    /// (`wire::ring::seq_from_imm`).
+    #[inline]
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The record in the slot [`Completion::seq`] maps to (`seq mod slot_count`), read in place: 64 bytes, align 64.
+    /// `None` when that seq is at or below what was already released (a duplicate or stale completion): its slot
+    /// may be being rewritten by then, so it is not readable. Check the record's own `seq` against
+    /// [`Completion::seq`] before trusting it (a sender that broke the protocol may have put another there).
+    #[inline]
+    pub fn record(&self) -> Option<&'ring BookUpdate> {
+        self.record
+    }
+}
+
+/// Which seqs a receiver may read and release: every provider's [`LocalRing`] keeps one, so that safe code cannot
+/// read a slot the sender may be writing.
+///
+/// - A completion for seq `s` hands out its slot only if `s > released` (the sender writes seq `s` into that slot
+///   only after the seq it replaces, `s - slot_count`, was released, and never reuses it before `s` is released).
+/// - [`LocalRing::release`] never goes past the highest seq a completion named (`completed`): a release of seqs
+///   not yet completed would let the sender overwrite slots a later completion hands out.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReadWindow {
+    released: u64,
+    completed: u64,
+}
+
+impl ReadWindow {
+    /// The seq `imm_data` names, and whether its slot may be read.
+    #[inline]
+    pub(crate) fn complete_imm(&mut self, imm_data: u32) -> (u64, bool) {
+        let seq = mdfan_wire::ring::seq_from_imm(imm_data, self.released + 1);
+        (seq, self.complete_seq(seq))
+    }
+
+    /// Records a completion of `seq`; whether its slot may be read.
+    #[inline]
+    pub(crate) fn complete_seq(&mut self, seq: u64) -> bool {
+        if seq <= self.released {
+            return false;
+        }
+        self.completed = self.completed.max(seq);
+        true
+    }
+
+    /// The release to publish for `consumed_seq`: clamped to what was completed; `None` if nothing moves.
+    #[inline]
+    pub(crate) fn release(&mut self, consumed_seq: u64) -> Option<u64> {
+        let seq = consumed_seq.min(self.completed);
+        if seq <= self.released {
+            return None;
+        }
+        self.released = seq;
+        Some(seq)
+    }
+
+    /// The highest seq released.
+    #[inline]
+    pub(crate) fn released(&self) -> u64 {
+        self.released
+    }
 }
 
 /// What the receiver knows about its sender.
@@ -133,20 +235,20 @@ pub enum FabricError {
 pub trait LocalRing {
     /// Slots in the ring (a power of two).
     fn slot_count(&self) -> u32;
-    /// Reaps at most one completion, without blocking. `None`: nothing new.
-    fn poll_cq(&mut self) -> Option<Completion>;
-    /// The record in slot `index` (`< slot_count`), borrowed in place. Read it only after the completion that
-    /// named it was reaped, and only until its seq is released.
-    fn slot(&self, index: u32) -> &BookUpdate;
+    /// Reaps at most one completion, without blocking, and hands out the record it names ([`Completion::record`]),
+    /// borrowed from the ring until the next call on it. `None`: nothing new.
+    fn poll_cq(&mut self) -> Option<Completion<'_>>;
     /// [`LocalRing::poll_cq`] for a caller that knows the seq it expects next: a provider may use it to complete
     /// that record's write sooner (the shm provider also polls the expected slot's stamp, which saves a cache-line
-    /// transfer). Either way, what is returned is a completion: the slot it names may be read.
+    /// transfer). Either way, what is returned is a completion.
     #[inline]
-    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion<'_>> {
         let _ = expected_seq;
         self.poll_cq()
     }
-    /// Publishes that every seq up to and including `consumed_seq` has been read: those slots may be reused.
+    /// Publishes that every seq up to and including `consumed_seq` has been read: those slots may be reused. Never
+    /// goes past the highest seq a completion named, nor backwards (a larger value is clamped, a smaller one
+    /// ignored).
     fn release(&mut self, consumed_seq: u64);
     /// What the sender last said about the ring.
     fn peer_state(&self) -> PeerState;
@@ -171,4 +273,35 @@ pub trait RemoteRing {
     fn flush(&mut self) -> Result<(), PostError>;
     /// Tells the receiver the ring is closed, and why. Writes after this are not delivered.
     fn close(&mut self, reason: CloseReason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadWindow;
+
+    #[test]
+    fn a_release_never_passes_the_highest_completed_seq_nor_goes_back() {
+        let mut w = ReadWindow::default();
+        assert_eq!(w.release(5), None, "nothing completed yet: nothing may be released");
+        assert_eq!(w.complete_imm(1), (1, true));
+        assert_eq!(w.complete_imm(2), (2, true));
+        assert_eq!(w.release(10), Some(2), "clamped to the highest completed seq");
+        assert_eq!(w.release(1), None, "never backwards");
+        assert_eq!(w.complete_imm(2), (2, false), "a released seq's slot is not handed out again");
+        assert_eq!(w.complete_imm(7), (7, true), "a gap: 3..7 were never written");
+        assert_eq!(w.release(7), Some(7));
+        assert_eq!(w.released(), 7);
+    }
+
+    #[test]
+    fn seqs_are_rebuilt_across_the_32_bit_immediate_wrap() {
+        let mut w = ReadWindow::default();
+        let near = (1u64 << 32) - 2;
+        assert!(w.complete_seq(near));
+        assert_eq!(w.release(near), Some(near));
+        assert_eq!(w.complete_imm(u32::MAX), ((1 << 32) - 1, true));
+        assert_eq!(w.complete_imm(0), (1 << 32, true));
+        assert_eq!(w.complete_imm(1), ((1 << 32) + 1, true));
+        assert_eq!(w.complete_imm((near & 0xffff_ffff) as u32), (near, false), "stale: already released");
+    }
 }

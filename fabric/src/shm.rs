@@ -49,7 +49,7 @@ use mdfan_wire::ring::{check_slot_count, imm_from_seq, slot_index, RingHeader, R
 use mdfan_wire::BookUpdate;
 use memmap2::{MmapMut, MmapOptions};
 
-use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, Provider, RemoteRing};
+use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, PostError, Provider, ReadWindow, RemoteRing};
 
 /// Where rings are created unless told otherwise.
 pub const DEFAULT_DIR: &str = "/dev/shm";
@@ -196,6 +196,8 @@ pub struct ShmLocalRing {
     linked: bool,
     /// Polls that found the expected stamp absent (the CQ is read on every [`CQ_POLL_INTERVAL`]-th).
     idle_polls: u32,
+    /// Which slots completions may hand out, and how far a release may go.
+    window: ReadWindow,
 }
 
 static RING_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -244,6 +246,7 @@ impl ShmLocalRing {
             cq_shift: slot_count.trailing_zeros(),
             linked: true,
             idle_polls: 0,
+            window: ReadWindow::default(),
         };
         Ok((ring, grant))
     }
@@ -272,26 +275,25 @@ impl Drop for ShmLocalRing {
 pub const CQ_POLL_INTERVAL: u32 = 1024;
 
 impl ShmLocalRing {
-    /// Completes the write of `expected_seq` if its slot's stamp shows it; it takes the next CQ position.
+    /// Completes the write of `expected_seq` if its slot's stamp shows it; it takes the next CQ position. A seq
+    /// already released is never completed this way (its slot may hold a newer record by now).
     #[inline]
-    fn complete_from_stamp(&mut self, expected_seq: u64) -> Option<Completion> {
+    fn complete_from_stamp(&mut self, expected_seq: u64) -> bool {
+        if expected_seq <= self.window.released() {
+            return false;
+        }
         // SYNC POINT: Acquire pairs with the Release store of the seq word in `ShmRemoteRing::store_slot`.
         let stamp = self.seg.slot_word(slot_index(expected_seq, self.seg.slot_count), 0).load(Ordering::Acquire);
-        if stamp != expected_seq || expected_seq == 0 {
-            return None;
+        if stamp != expected_seq {
+            return false;
         }
         self.cq_pos += 1;
-        Some(Completion { imm_data: imm_from_seq(expected_seq) })
-    }
-}
-
-impl LocalRing for ShmLocalRing {
-    fn slot_count(&self) -> u32 {
-        self.seg.slot_count
+        self.window.complete_seq(expected_seq)
     }
 
+    /// Reaps one CQ entry: its immediate.
     #[inline]
-    fn poll_cq(&mut self) -> Option<Completion> {
+    fn reap_cq(&mut self) -> Option<u32> {
         loop {
             let index = self.cq_pos as u32; // masked in cq_entry
             let lap = ((self.cq_pos >> self.cq_shift) as u32).wrapping_add(1);
@@ -301,7 +303,7 @@ impl LocalRing for ShmLocalRing {
             let entry_lap = (entry >> 32) as u32;
             if entry_lap == lap {
                 self.cq_pos += 1;
-                return Some(Completion { imm_data: entry as u32 });
+                return Some(entry as u32);
             }
             if entry_lap != lap.wrapping_add(1) {
                 return None;
@@ -311,6 +313,32 @@ impl LocalRing for ShmLocalRing {
         }
     }
 
+    /// The completion of `seq`, with its slot when the window says it may be read.
+    #[inline]
+    fn completion(&self, imm_data: u32, seq: u64, readable: bool) -> Completion<'_> {
+        let record = readable.then(|| {
+            // SAFETY: the pointer is in bounds and 64-byte aligned (page-aligned segment, 64-byte slots). `seq` was
+            // completed (its stamp or CQ entry seen with acquire ordering, so its bytes are visible) and is above
+            // the released seq: a writer keeping the protocol does not touch this slot again until `seq` is
+            // released, which needs `&mut self`, and the returned borrow of `self` ends before that.
+            unsafe { &*self.seg.slot_ptr(slot_index(seq, self.seg.slot_count)) }
+        });
+        Completion::new(imm_data, seq, record)
+    }
+}
+
+impl LocalRing for ShmLocalRing {
+    fn slot_count(&self) -> u32 {
+        self.seg.slot_count
+    }
+
+    #[inline]
+    fn poll_cq(&mut self) -> Option<Completion<'_>> {
+        let imm_data = self.reap_cq()?;
+        let (seq, readable) = self.window.complete_imm(imm_data);
+        Some(self.completion(imm_data, seq, readable))
+    }
+
     /// Completes the write of `expected_seq` from its slot's stamp, or reaps the CQ. The writer stores a record's
     /// seq word last, with release ordering, after the other 56 bytes (see [`ShmRemoteRing::write_with_imm`]):
     /// once this side's acquire load sees `expected_seq` there, the whole record is visible, as it would be after
@@ -318,9 +346,9 @@ impl LocalRing for ShmLocalRing {
     /// (so a gap shows that much later). A reader that also spins on the CQ line pulls it back from the writer on
     /// every record: about 1.4x a cache-line hand-off against about 1.05x for the stamp alone (mdfan-bench).
     #[inline]
-    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion> {
-        if let Some(c) = self.complete_from_stamp(expected_seq) {
-            return Some(c);
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion<'_>> {
+        if self.complete_from_stamp(expected_seq) {
+            return Some(self.completion(imm_from_seq(expected_seq), expected_seq, true));
         }
         self.idle_polls = self.idle_polls.wrapping_add(1);
         if self.idle_polls & (CQ_POLL_INTERVAL - 1) != 0 {
@@ -330,18 +358,12 @@ impl LocalRing for ShmLocalRing {
     }
 
     #[inline]
-    fn slot(&self, index: u32) -> &BookUpdate {
-        // SAFETY: the pointer is in bounds and 64-byte aligned (page-aligned map, 64-byte slots). The writer
-        // does not touch this slot again until the seq in it is released (it checks `consumed_seq` first), and
-        // the borrow of `self` ends before the caller can release.
-        unsafe { &*self.seg.slot_ptr(index) }
-    }
-
-    #[inline]
     fn release(&mut self, consumed_seq: u64) {
-        // SYNC POINT: Release pairs with the Acquire load in `ShmRemoteRing::consumed_seq`: every read of the
-        // released slots happens before the writer may reuse them.
-        self.seg.consumed().store(consumed_seq, Ordering::Release);
+        if let Some(seq) = self.window.release(consumed_seq) {
+            // SYNC POINT: Release pairs with the Acquire load in `ShmRemoteRing::consumed_seq`: every read of the
+            // released slots happens before the writer may reuse them.
+            self.seg.consumed().store(seq, Ordering::Release);
+        }
     }
 
     fn peer_state(&self) -> PeerState {
@@ -514,7 +536,7 @@ mod tests {
     fn a_write_is_seen_only_through_its_completion_and_wraps_the_ring() {
         let (mut local, mut remote) = pair(64);
         assert_eq!(local.peer_state(), PeerState::Attached);
-        assert_eq!(local.poll_cq(), None);
+        assert!(local.poll_cq().is_none());
         let mut last = 0u64;
         // three laps of the ring and the CQ
         for seq in 1..=200u64 {
@@ -522,9 +544,9 @@ mod tests {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
             let c = local.poll_cq().expect("one completion per write");
             let got = seq_from_imm(c.imm_data, last + 1);
-            assert_eq!(got, seq);
-            assert_eq!(*local.slot(slot_index(got, 64)), rec(seq));
-            assert_eq!(local.poll_cq(), None);
+            assert_eq!((got, c.seq()), (seq, seq));
+            assert_eq!(c.record(), Some(&rec(seq)));
+            assert!(local.poll_cq().is_none());
             local.release(got);
             last = got;
         }
@@ -549,8 +571,27 @@ mod tests {
     }
 
     /// Polls with `expected` until a completion, at most two CQ poll intervals.
-    fn reap(local: &mut ShmLocalRing, expected: u64) -> Option<Completion> {
-        (0..2 * CQ_POLL_INTERVAL).find_map(|_| local.poll_cq_expecting(expected))
+    fn reap(local: &mut ShmLocalRing, expected: u64) -> Option<Reaped> {
+        (0..2 * CQ_POLL_INTERVAL).find_map(|_| local.poll_cq_expecting(expected).map(Reaped::from))
+    }
+
+    /// A completion, copied out of the ring.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Reaped {
+        imm_data: u32,
+        seq: u64,
+        record: Option<BookUpdate>,
+    }
+
+    impl From<Completion<'_>> for Reaped {
+        fn from(c: Completion<'_>) -> Reaped {
+            Reaped { imm_data: c.imm_data, seq: c.seq(), record: c.record().copied() }
+        }
+    }
+
+    /// What a completion of `seq` carries when its slot holds `rec(seq)`.
+    fn got(seq: u64) -> Option<Reaped> {
+        Some(Reaped { imm_data: imm_from_seq(seq), seq, record: Some(rec(seq)) })
     }
 
     #[test]
@@ -558,19 +599,18 @@ mod tests {
         let (mut local, mut remote) = pair(64);
         // The writer stored record 1 but not yet its CQ entry: the CQ alone shows nothing...
         remote.store_slot(slot_index(1, 64), &rec(1));
-        assert_eq!(local.poll_cq(), None);
+        assert!(local.poll_cq().is_none());
         // ...the expected slot's stamp completes it (and only for that seq).
-        assert_eq!(reap(&mut local, 2), None);
-        assert_eq!(local.poll_cq_expecting(1), Some(Completion { imm_data: 1 }));
-        assert_eq!(*local.slot(1), rec(1));
+        assert!(reap(&mut local, 2).is_none());
+        assert_eq!(local.poll_cq_expecting(1).map(Reaped::from), got(1));
         local.release(1);
         assert_eq!(remote.consumed_seq(), 1);
         // The entry arrives late; it is not delivered again, and the next write completes in order.
         remote.store_cq_entry(imm_from_seq(1));
-        assert_eq!(reap(&mut local, 2), None);
+        assert!(reap(&mut local, 2).is_none());
         remote.write_with_imm(slot_index(2, 64), &rec(2), imm_from_seq(2)).unwrap();
-        assert_eq!(local.poll_cq_expecting(2), Some(Completion { imm_data: 2 }));
-        assert_eq!(reap(&mut local, 3), None);
+        assert_eq!(local.poll_cq_expecting(2).map(|c| c.imm_data), Some(2));
+        assert!(reap(&mut local, 3).is_none());
         assert_eq!(local.cq_pos, 2);
     }
 
@@ -579,7 +619,7 @@ mod tests {
         let (mut local, mut remote) = pair(64);
         for seq in 1..=3 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
-            assert_eq!(local.poll_cq_expecting(seq), Some(Completion { imm_data: seq as u32 }));
+            assert_eq!(local.poll_cq_expecting(seq).map(|c| c.imm_data), Some(seq as u32));
         }
         local.release(3);
         // The writer skips 4 and 5 (a gap): slot 4 never holds seq 4, so only the CQ names 6.
@@ -589,23 +629,24 @@ mod tests {
         assert_eq!(local.cq_pos, 4);
         // Back on the stamp path for 7.
         remote.write_with_imm(slot_index(7, 64), &rec(7), imm_from_seq(7)).unwrap();
-        assert_eq!(local.poll_cq_expecting(7), Some(Completion { imm_data: 7 }));
+        assert_eq!(local.poll_cq_expecting(7).map(|c| c.imm_data), Some(7));
     }
 
     #[test]
     fn a_writer_breaking_seq_order_costs_a_stale_completion_never_a_lost_or_stuck_one() {
         let (mut local, mut remote) = pair(64);
         remote.write_with_imm(slot_index(1, 64), &rec(1), imm_from_seq(1)).unwrap();
-        assert_eq!(local.poll_cq_expecting(1), Some(Completion { imm_data: 1 }));
+        assert_eq!(local.poll_cq_expecting(1).map(|c| c.imm_data), Some(1));
         local.release(1);
         // A rewrite of seq 1 (a broken writer), then 2: the stamp completes 2 at the rewrite's CQ position...
         remote.write_with_imm(slot_index(1, 64), &rec(1), imm_from_seq(1)).unwrap();
         remote.write_with_imm(slot_index(2, 64), &rec(2), imm_from_seq(2)).unwrap();
-        assert_eq!(local.poll_cq_expecting(2), Some(Completion { imm_data: 2 }));
+        assert_eq!(local.poll_cq_expecting(2).map(|c| c.imm_data), Some(2));
         local.release(2);
         // ...so the CQ, read when idle, hands over 2's entry again: seq 2 < expected 3, a stale completion the
         // receiver reports, after which reader and writer agree again.
-        assert_eq!(reap(&mut local, 3), Some(Completion { imm_data: 2 }));
+        // Its slot is not handed out: seq 2 was released, so the writer may be reusing it.
+        assert_eq!(reap(&mut local, 3), Some(Reaped { imm_data: 2, seq: 2, record: None }));
         // A whole ring more arrives in order, from stamps and (when idle) the CQ.
         for seq in 3..=66u64 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
@@ -615,7 +656,7 @@ mod tests {
             assert_eq!(seq_from_imm(c.imm_data, seq), seq);
             local.release(seq);
         }
-        assert_eq!(reap(&mut local, 67), None);
+        assert!(reap(&mut local, 67).is_none());
     }
 
     #[test]
@@ -626,7 +667,7 @@ mod tests {
         for seq in 1..=66u64 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
         }
-        assert_eq!(local.poll_cq(), Some(Completion { imm_data: 3 }), "positions 0 and 1 were a lap ahead");
+        assert_eq!(local.poll_cq().map(|c| c.imm_data), Some(3), "positions 0 and 1 were a lap ahead");
     }
 
     #[test]
@@ -640,7 +681,7 @@ mod tests {
             local.release(seq);
         }
         assert_eq!((local.cq_pos, local.idle_polls), (1000, 0));
-        assert_eq!(local.poll_cq(), None, "every entry's position was taken by its stamp completion");
+        assert!(local.poll_cq().is_none(), "every entry's position was taken by its stamp completion");
     }
 
     #[test]
@@ -687,17 +728,16 @@ mod tests {
         let (mut local, mut remote) = pair(64);
         for seq in 1..=64u64 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
-            assert_eq!(reap(&mut local, seq), Some(Completion { imm_data: seq as u32 }));
+            assert_eq!(reap(&mut local, seq).map(|r| r.imm_data), Some(seq as u32));
             local.release(seq);
         }
         // Slot 1 holds seq 1 (released); 65 is due there. Its words 1..8 are being written, its stamp not yet.
         let mut half = rec(65);
         half.seq = 1;
         remote.store_slot(slot_index(65, 64), &half);
-        assert_eq!(reap(&mut local, 65), None, "seq 1's stamp (and 65's words) do not complete 65");
+        assert!(reap(&mut local, 65).is_none(), "seq 1's stamp (and 65's words) do not complete 65");
         remote.store_slot(slot_index(65, 64), &rec(65));
-        assert_eq!(local.poll_cq_expecting(65), Some(Completion { imm_data: 65 }));
-        assert_eq!(*local.slot(slot_index(65, 64)), rec(65));
+        assert_eq!(local.poll_cq_expecting(65).map(Reaped::from), got(65));
     }
 
     #[test]
@@ -706,7 +746,7 @@ mod tests {
         // Eight records from their stamps, released.
         for seq in 1..=8u64 {
             remote.write_with_imm(slot_index(seq, 64), &rec(seq), imm_from_seq(seq)).unwrap();
-            assert_eq!(local.poll_cq_expecting(seq), Some(Completion { imm_data: seq as u32 }));
+            assert_eq!(local.poll_cq_expecting(seq).map(|c| c.imm_data), Some(seq as u32));
             local.release(seq);
         }
         // The writer skips 9 and fills the ring with 10..=72: CQ positions 8..=70, the last seven of which lap the
@@ -717,16 +757,14 @@ mod tests {
         }
         assert!(!mdfan_wire::ring::has_space(73, remote.consumed_seq(), 64));
         // 9's slot never held 9; the CQ names 10 next: the gap.
-        assert_eq!(reap(&mut local, 9), Some(Completion { imm_data: 10 }));
+        assert_eq!(reap(&mut local, 9), got(10));
         let mut expected = 11;
         while expected <= 72 {
-            let c = reap(&mut local, expected).expect("every record after the gap");
-            assert_eq!(seq_from_imm(c.imm_data, expected), expected);
-            assert_eq!(*local.slot(slot_index(expected, 64)), rec(expected));
+            assert_eq!(reap(&mut local, expected), got(expected), "every record after the gap");
             local.release(expected);
             expected += 1;
         }
-        assert_eq!(reap(&mut local, 73), None);
+        assert!(reap(&mut local, 73).is_none());
     }
 
     /// One step of a model of the protocol at the granularity of the writer's two stores (the slot with its
@@ -803,10 +841,14 @@ mod tests {
                 let Some(c) = self.local.poll_cq_expecting(self.expected) else { break };
                 n += 1;
                 let seq = seq_from_imm(c.imm_data, self.expected);
-                if seq < self.expected {
-                    return Err(format!("stale completion {seq} while {} was due", self.expected));
+                if seq < self.expected || c.seq() != seq {
+                    return Err(format!(
+                        "stale completion {seq} (ring says {}) while {} was due",
+                        c.seq(),
+                        self.expected
+                    ));
                 }
-                let r = *self.local.slot(slot_index(seq, self.slots));
+                let Some(&r) = c.record() else { return Err(format!("completion {seq} hands out no slot")) };
                 if r != rec(seq) {
                     return Err(format!("completion {seq} found slot {r:?}"));
                 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use mdfan_fabric::wire::ring::{imm_from_seq, seq_from_imm, slot_index};
 use mdfan_fabric::wire::{BookUpdate, Kind};
 use mdfan_fabric::{
-    AnyLocalRing, AnyRemoteRing, AnySender, CloseReason, Completion, FabricConfig, LocalRing, PeerState, PostError,
+    AnyLocalRing, AnyRemoteRing, AnySender, CloseReason, FabricConfig, LocalRing, PeerState, PostError,
     PreparedLocalRing, Provider, RemoteRing,
 };
 
@@ -96,10 +96,10 @@ fn write(remote: &mut AnyRemoteRing, seq: u64) {
 fn reap(local: &mut AnyLocalRing, expected: u64) -> u64 {
     let start = Instant::now();
     loop {
-        if let Some(Completion { imm_data }) = local.poll_cq_expecting(expected) {
-            let seq = seq_from_imm(imm_data, expected);
-            let r = *local.slot(slot_index(seq, local.slot_count()));
-            assert_eq!(r, record(seq), "the slot of seq {seq} holds another record");
+        if let Some(c) = local.poll_cq_expecting(expected) {
+            let seq = seq_from_imm(c.imm_data, expected);
+            assert_eq!(c.seq(), seq, "the ring rebuilt another seq from imm_data {:#x}", c.imm_data);
+            assert_eq!(c.record(), Some(&record(seq)), "the slot of seq {seq} holds another record");
             return seq;
         }
         assert!(start.elapsed() < DEADLINE, "no completion while expecting seq {expected}");
@@ -149,8 +149,8 @@ fn a_ring_wraps_many_times_under_flow_control() {
         // the reader takes what is there, releasing as it goes
         while let Some(c) = local.poll_cq_expecting(next_read) {
             let seq = seq_from_imm(c.imm_data, next_read);
-            assert_eq!(seq, next_read, "out of order");
-            assert_eq!(*local.slot(slot_index(seq, SLOTS)), record(seq), "seq {seq} after a wrap");
+            assert_eq!((seq, c.seq()), (next_read, next_read), "out of order");
+            assert_eq!(c.record(), Some(&record(seq)), "seq {seq} after a wrap");
             local.release(seq);
             next_read += 1;
         }
@@ -194,6 +194,28 @@ fn what_the_reader_releases_reaches_the_writer_and_nothing_more() {
     wait_consumed(&mut local, &mut remote, 6);
     local.release(10);
     wait_consumed(&mut local, &mut remote, 10);
+}
+
+#[test]
+fn a_release_never_passes_the_last_completion_nor_goes_back() {
+    let (mut local, mut remote, _sender) = pair(64);
+    for seq in 1..=8 {
+        write(&mut remote, seq);
+    }
+    remote.flush().unwrap();
+    for expected in 1..=5 {
+        reap(&mut local, expected);
+    }
+    // 6..=8 are written but not reaped: releasing them would let the writer reuse slots still to be read
+    local.release(1_000);
+    wait_consumed(&mut local, &mut remote, 5);
+    local.release(3);
+    assert_eq!(remote.consumed_seq(), 5, "a smaller release is ignored");
+    for expected in 6..=8 {
+        reap(&mut local, expected);
+    }
+    local.release(8);
+    wait_consumed(&mut local, &mut remote, 8);
 }
 
 #[test]

@@ -3,7 +3,6 @@
 //! directly over any [`LocalRing`].
 
 use mdfan_fabric::{CloseReason, LocalRing, PeerState};
-use mdfan_wire::ring::{seq_from_imm, slot_index};
 use mdfan_wire::{BookUpdate, Kind};
 
 use crate::latency::Latency;
@@ -144,19 +143,20 @@ impl<R: LocalRing> Receiver<R> {
     #[inline(always)]
     fn reap<F: FnMut(Event<'_>)>(&mut self, max: usize, cq_only: bool, f: &mut F) -> usize {
         let mut n = 0;
-        let slot_count = self.ring.slot_count();
         while n < max {
             let polled = if cq_only { self.ring.poll_cq() } else { self.ring.poll_cq_expecting(self.stats.next_seq) };
             let Some(c) = polled else { break };
             n += 1;
             let expected = self.stats.next_seq;
-            let seq = seq_from_imm(c.imm_data, expected);
-            if seq < expected {
-                self.stats.stale += 1;
-                f(Event::Stale { seq, expected });
-                continue;
-            }
-            let record = self.ring.slot(slot_index(seq, slot_count));
+            let seq = c.seq();
+            let record = match c.record() {
+                Some(record) if seq >= expected => record,
+                _ => {
+                    self.stats.stale += 1;
+                    f(Event::Stale { seq, expected });
+                    continue;
+                }
+            };
             if record.seq != seq {
                 self.stats.corrupt += 1;
                 f(Event::Corrupt { seq, slot_seq: record.seq });

@@ -459,10 +459,10 @@ impl mdfan_fabric::LocalRing for WriterBetweenPollAndClose {
     fn slot_count(&self) -> u32 {
         self.local.slot_count()
     }
-    fn poll_cq(&mut self) -> Option<mdfan_fabric::Completion> {
+    fn poll_cq(&mut self) -> Option<mdfan_fabric::Completion<'_>> {
         self.local.poll_cq()
     }
-    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<mdfan_fabric::Completion> {
+    fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<mdfan_fabric::Completion<'_>> {
         let c = self.local.poll_cq_expecting(expected_seq);
         if c.is_none() {
             if let Some(mut remote) = self.remote.take() {
@@ -477,9 +477,6 @@ impl mdfan_fabric::LocalRing for WriterBetweenPollAndClose {
             }
         }
         c
-    }
-    fn slot(&self, index: u32) -> &BookUpdate {
-        self.local.slot(index)
     }
     fn release(&mut self, consumed_seq: u64) {
         self.local.release(consumed_seq)

@@ -5,8 +5,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use mdfan_wire::control::{AcceptFabric, RingGrant, VerbsEndpoint};
-use mdfan_wire::ring::{check_slot_count, RECORD_SIZE_BYTES};
-use mdfan_wire::BookUpdate;
+use mdfan_wire::ring::{check_slot_count, slot_index, RECORD_SIZE_BYTES};
 
 use super::ffi::{
     self, verbs_error, Access, MemoryRegion, QpCaps, QueuePair, RdmaWrite, RecvBatch, Wc, WriteBatch, POLL_BATCH,
@@ -14,7 +13,7 @@ use super::ffi::{
 use super::timestamp::TickExtender;
 use super::{parse_endpoint, random_psn, VerbsDevice};
 use crate::credit::CreditWriter;
-use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, Provider};
+use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, Provider, ReadWindow};
 
 /// `wr_id` of every receive WR.
 const RECV_WR_ID: u64 = 0x5245_4356; // "RECV"
@@ -49,28 +48,8 @@ pub struct PreparedVerbsLocalRing {
 
 /// A connected subscriber ring over RDMA verbs (the receiver side). Busy-poll it from one thread.
 ///
-/// A slot is borrowed from the ring, so it cannot be read after its seq was released (the publisher may be
-/// overwriting it by then):
-///
-/// ```compile_fail,E0502
-/// use mdfan_fabric::LocalRing;
-/// fn read_after_release(ring: &mut mdfan_fabric::verbs::VerbsLocalRing) -> u64 {
-///     let record = ring.slot(1);
-///     ring.release(1);
-///     record.seq // `*ring` was borrowed mutably by `release` while `record` lives
-/// }
-/// ```
-///
-/// Copy what you need first:
-///
-/// ```
-/// use mdfan_fabric::LocalRing;
-/// fn read_then_release(ring: &mut mdfan_fabric::verbs::VerbsLocalRing) -> u64 {
-///     let seq = ring.slot(1).seq;
-///     ring.release(seq);
-///     seq
-/// }
-/// ```
+/// A record is read in place through the [`Completion`] that named it, which borrows the ring (see
+/// [`Completion`] for why it cannot outlive a release).
 pub struct VerbsLocalRing {
     parts: Parts,
     endpoint: VerbsEndpoint,
@@ -90,6 +69,8 @@ pub struct VerbsLocalRing {
     scratch: [Wc; POLL_BATCH],
     /// The transport code that closed the ring (see [`super::status`]).
     failed: Option<i32>,
+    /// Which slots completions may hand out, and how far a release may go.
+    window: ReadWindow,
     extender: Option<TickExtender>,
     last_ts_ticks: Option<u64>,
 }
@@ -335,6 +316,7 @@ impl PreparedVerbsLocalRing {
             len: 0,
             scratch: [Wc::default(); POLL_BATCH],
             failed: None,
+            window: ReadWindow::default(),
             extender,
             last_ts_ticks: None,
         };
@@ -358,7 +340,7 @@ impl LocalRing for VerbsLocalRing {
     }
 
     #[inline]
-    fn poll_cq(&mut self) -> Option<Completion> {
+    fn poll_cq(&mut self) -> Option<Completion<'_>> {
         if self.head == self.len && !self.refill() {
             return None;
         }
@@ -369,17 +351,18 @@ impl LocalRing for VerbsLocalRing {
         }
         // A WRITE_WITH_IMM always carries its immediate; 0 would only come from a provider that dropped it, and
         // the reader's seq check against the slot catches that.
-        Some(Completion { imm_data: wc.imm_data.unwrap_or(0) })
-    }
-
-    #[inline]
-    fn slot(&self, index: u32) -> &BookUpdate {
-        self.parts.ring.record((index & (self.parts.slot_count - 1)) as usize)
+        let imm_data = wc.imm_data.unwrap_or(0);
+        let (seq, readable) = self.window.complete_imm(imm_data);
+        // The WC was reaped, so the WRITE's data is in the MR (IB vol. 1, o9-20); the publisher writes this slot
+        // again only after `seq` is released, which needs `&mut self`.
+        let record = readable.then(|| self.parts.ring.record(slot_index(seq, self.parts.slot_count) as usize));
+        Some(Completion::new(imm_data, seq, record))
     }
 
     #[inline]
     fn release(&mut self, consumed_seq: u64) {
-        if let Some(seq) = self.credit.on_release(consumed_seq) {
+        let Some(released) = self.window.release(consumed_seq) else { return };
+        if let Some(seq) = self.credit.on_release(released) {
             self.send_credit(seq);
         }
     }
