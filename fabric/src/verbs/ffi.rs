@@ -868,11 +868,17 @@ pub struct RtsAttrs {
 
 /// A reliable-connected queue pair: `ibv_create_qp(3)` with `IBV_QPT_RC`, destroyed with `ibv_destroy_qp`.
 /// Send and receive completions both go to one CQ.
+///
+/// The QP owns the [`WriteBatch`] its send WRs are built in ([`QueuePair::send_batch`], posted with
+/// [`QueuePair::post_send`]), so the registered staging memory the NIC reads for a posted WRITE cannot be freed
+/// while the QP can still process it: `Drop` destroys the QP (no WR is processed after `ibv_destroy_qp`
+/// returns) before the batch is dropped.
 pub struct QueuePair {
     raw: *mut sys::ibv_qp,
     qpn: u32,
     caps: QpCaps,
-    // Drop order: the QP is destroyed in Drop before these Arcs are released.
+    // Drop order: the QP is destroyed in Drop before these fields are released.
+    send: WriteBatch,
     cq: Arc<CompletionQueue>,
     pd: Arc<ProtectionDomain>,
 }
@@ -887,8 +893,9 @@ pub type PostErrno = i32;
 
 impl QueuePair {
     /// `ibv_create_qp(3)`: an RC QP in `pd` with `cq` for both queues, one SGE per WR, no SRQ, and
-    /// `sq_sig_all = 0` (WRs are signalled one by one). If the device refuses the inline size (EINVAL), it is
-    /// retried once with `max_inline_data = 0`. The QP starts in RESET.
+    /// `sq_sig_all = 0` (WRs are signalled one by one), owning `send` (registered in `pd`) for its send WRs. If
+    /// the device refuses the inline size (EINVAL), it is retried once with `max_inline_data = 0`. The QP starts
+    /// in RESET.
     ///
     /// # Errors
     /// [`FabricError::Verbs`] with the errno (EINVAL for capacities over the device's, ENOMEM, ENOSYS).
@@ -896,6 +903,7 @@ impl QueuePair {
         pd: &Arc<ProtectionDomain>,
         cq: &Arc<CompletionQueue>,
         want: QpCaps,
+        send: WriteBatch,
     ) -> Result<QueuePair, FabricError> {
         let mut caps = want;
         loop {
@@ -938,7 +946,7 @@ impl QueuePair {
                 max_recv_wr: attr.cap.max_recv_wr,
                 max_inline_data: attr.cap.max_inline_data,
             };
-            return Ok(QueuePair { raw, qpn, caps: granted, cq: Arc::clone(cq), pd: Arc::clone(pd) });
+            return Ok(QueuePair { raw, qpn, caps: granted, send, cq: Arc::clone(cq), pd: Arc::clone(pd) });
         }
     }
 
@@ -1095,17 +1103,22 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Posts every WR collected in `batch` with one `ibv_post_send(3)` (one doorbell), and empties it.
-    ///
-    /// The staging memory the WRs point to belongs to `batch`, which must not be dropped before the QP is
-    /// destroyed or the WRs complete: keep the QP before the batch in a struct's fields (the NIC reads staging
-    /// slots until the WC; inline WRs are copied during this call).
+    /// The batch send WRs are collected in ([`WriteBatch::push`]) before [`QueuePair::post_send`].
+    #[inline]
+    pub fn send_batch(&mut self) -> &mut WriteBatch {
+        &mut self.send
+    }
+
+    /// Posts every WR collected in the QP's send batch with one `ibv_post_send(3)` (one doorbell), and empties it.
+    /// The NIC reads the staging slots until each WR's WC (inline WRs are copied during this call); the batch
+    /// lives as long as the QP.
     ///
     /// # Errors
     /// The errno `ibv_post_send` returned (ENOMEM: the send queue is full; EINVAL: bad WR or QP state). The WRs
     /// from the failing one on were not posted; the batch is emptied either way.
     #[inline]
-    pub fn post_send(&self, batch: &mut WriteBatch) -> Result<(), PostErrno> {
+    pub fn post_send(&mut self) -> Result<(), PostErrno> {
+        let batch = &mut self.send;
         let count = batch.len;
         if count == 0 {
             return Ok(());
@@ -1114,8 +1127,8 @@ impl QueuePair {
         batch.wrs[last].next = ptr::null_mut();
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: `raw` is a live QP; the list is `count` WRs filled by `WriteBatch::push` and linked, ending in
-        // NULL; each SGE points into `batch.staging`, registered in this QP's PD and alive at least until the WR
-        // completes or the QP is destroyed (see above); inline payloads are read during the call.
+        // NULL; each SGE points into `batch.staging`, registered in this QP's PD and owned by the QP, so alive
+        // until the QP is destroyed; inline payloads are read during the call.
         let rc = unsafe { sys::ibv_post_send(self.raw, batch.wrs.as_mut_ptr(), &mut bad) };
         if let Some(next) = batch.wrs.get_mut(last + 1).map(|w| w as *mut sys::ibv_send_wr) {
             batch.wrs[last].next = next;
@@ -1190,8 +1203,8 @@ pub struct RdmaWrite<'a> {
     pub inline: bool,
 }
 
-/// A preallocated, pre-linked list of send WRs with one registered staging slot per send-queue entry, posted with
-/// [`QueuePair::post_send`] (doorbell batching). Pushing copies the payload into its staging slot; nothing is
+/// A preallocated, pre-linked list of send WRs with one registered staging slot per send-queue entry, owned by a
+/// [`QueuePair`] and posted with [`QueuePair::post_send`] (doorbell batching). Pushing copies the payload into its staging slot; nothing is
 /// allocated after construction.
 pub struct WriteBatch {
     wrs: Box<[sys::ibv_send_wr]>,

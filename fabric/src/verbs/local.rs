@@ -28,8 +28,8 @@ const CREDIT_BYTES: usize = 8;
 /// The parts both typestates own. Field order is drop order: the QP goes first, so the NIC stops before the
 /// memory it could touch is deregistered.
 struct Parts {
+    /// Owns the credit write's source (its send batch).
     qp: QueuePair,
-    credit_src: WriteBatch,
     recv: RecvBatch,
     ring: MemoryRegion,
     device: VerbsDevice,
@@ -102,13 +102,14 @@ impl VerbsLocalRing {
         let pd = ffi::ProtectionDomain::alloc(device.context())?;
         // Every receive WR and every credit write can complete at once: the CQ holds them all.
         let cq = device.create_cq(recv_depth + CREDIT_SEND_DEPTH, true)?;
+        let credit_src = WriteBatch::new(&pd, 1, 1, CREDIT_BYTES)?;
         let qp = QueuePair::create_rc(
             &pd,
             &cq,
             QpCaps { max_send_wr: CREDIT_SEND_DEPTH, max_recv_wr: recv_depth, max_inline_data: CREDIT_BYTES as u32 },
+            credit_src,
         )?;
         let ring = MemoryRegion::register(&pd, slot_count as usize * RECORD_SIZE_BYTES, Access::REMOTE_WRITE)?;
-        let credit_src = WriteBatch::new(&pd, 1, 1, CREDIT_BYTES)?;
         let mut recv = RecvBatch::new(repost as usize, RECV_WR_ID);
         qp.to_init(device.port().port_num, Access::REMOTE_WRITE)?;
         let mut left = recv_depth as usize;
@@ -125,7 +126,7 @@ impl VerbsLocalRing {
             RingGrant::Verbs { endpoint: endpoint.clone(), ring_addr: ring.addr(), ring_rkey: ring.rkey(), slot_count };
         tracing::debug!(device = %device.name(), qpn = qp.qpn(), slot_count, recv_depth, cq = ?cq.kind(),
             "verbs: subscriber ring registered");
-        let parts = Parts { qp, credit_src, recv, ring, device: device.clone(), slot_count, recv_depth, psn };
+        let parts = Parts { qp, recv, ring, device: device.clone(), slot_count, recv_depth, psn };
         Ok((PreparedVerbsLocalRing { parts, endpoint }, grant))
     }
 
@@ -193,12 +194,12 @@ impl VerbsLocalRing {
             signaled: true,
             inline: self.credit_inline,
         };
-        if !self.parts.credit_src.push(&w) {
+        if !self.parts.qp.send_batch().push(&w) {
             // The batch holds one WR and is emptied by every post: unreachable unless a post was skipped.
             self.failed = Some(-libc::ENOMEM);
             return;
         }
-        match self.parts.qp.post_send(&mut self.parts.credit_src) {
+        match self.parts.qp.post_send() {
             Ok(()) => self.credit.posted(seq),
             Err(errno) => self.failed = Some(-errno),
         }

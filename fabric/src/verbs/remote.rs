@@ -83,6 +83,8 @@ impl VerbsPublisher {
         // At most `sq_depth` WRs are outstanding and only signalled ones (or flushes of outstanding ones) make
         // CQEs, so `sq_depth` entries can never overflow.
         let cq = device.create_cq(sq_depth, false)?;
+        let batch = WriteBatch::new(&pd, cfg.post_batch.min(sq_depth) as usize, sq_depth as usize, RECORD_SIZE_BYTES)?;
+        let post_batch = batch.capacity();
         let qp = QueuePair::create_rc(
             &pd,
             &cq,
@@ -91,9 +93,9 @@ impl VerbsPublisher {
                 max_recv_wr: PUBLISHER_RECV_DEPTH,
                 max_inline_data: RECORD_SIZE_BYTES as u32,
             },
+            batch,
         )?;
         let inline = qp.caps().max_inline_data >= RECORD_SIZE_BYTES as u32;
-        let batch = WriteBatch::new(&pd, cfg.post_batch.min(sq_depth) as usize, sq_depth as usize, RECORD_SIZE_BYTES)?;
         let credit = MemoryRegion::register(&pd, 8, Access::REMOTE_WRITE)?;
         // Relaxed: nothing else is published with it; the subscriber cannot write before it has our accept.
         credit.word(0).store(NOT_CONNECTED, Ordering::Relaxed);
@@ -105,11 +107,10 @@ impl VerbsPublisher {
         let accept =
             AcceptFabric::Verbs { endpoint: local.clone(), credit_addr: credit.addr(), credit_rkey: credit.rkey() };
         tracing::info!(device = %device.name(), qpn = qp.qpn(), subscriber_qpn = remote.qpn, slot_count,
-            send_queue_depth = sq_depth, signal_every = cfg.signal_every, post_batch = batch.capacity(), inline,
+            send_queue_depth = sq_depth, signal_every = cfg.signal_every, post_batch, inline,
             "verbs: publisher attached to a subscriber ring");
         let ring = VerbsRemoteRing {
             qp,
-            batch,
             credit,
             ring_addr: *ring_addr,
             ring_rkey: *ring_rkey,
@@ -144,7 +145,6 @@ impl VerbsPublisher {
 pub struct VerbsRemoteRing {
     // Field order is drop order: the QP is destroyed before the staging slots and the credit word.
     qp: QueuePair,
-    batch: WriteBatch,
     credit: MemoryRegion,
     ring_addr: u64,
     ring_rkey: u32,
@@ -237,7 +237,7 @@ impl VerbsRemoteRing {
                 signaled: true,
                 inline: false,
             };
-            if self.batch.push(&fence) {
+            if self.qp.send_batch().push(&fence) {
                 self.posted += 1;
                 self.signaled_end = self.posted;
                 self.post_batch()?;
@@ -265,10 +265,10 @@ impl VerbsRemoteRing {
     /// One `ibv_post_send` for everything batched.
     #[inline]
     fn post_batch(&mut self) -> Result<(), PostError> {
-        if self.batch.is_empty() {
+        if self.qp.send_batch().is_empty() {
             return Ok(());
         }
-        match self.qp.post_send(&mut self.batch) {
+        match self.qp.post_send() {
             Ok(()) => Ok(()),
             Err(errno) => Err(self.fail(-errno)),
         }
@@ -347,7 +347,7 @@ impl RemoteRing for VerbsRemoteRing {
             signaled,
             inline: self.inline,
         };
-        if !self.batch.push(&w) {
+        if !self.qp.send_batch().push(&w) {
             // Only when the batch is full, and it is posted as soon as it fills: a bug, reported as a failure.
             return Err(self.fail(-libc::ENOBUFS));
         }
@@ -360,7 +360,8 @@ impl RemoteRing for VerbsRemoteRing {
             self.signaled_end = self.posted;
         }
         self.last_written_seq = seq_from_imm(imm_data, self.last_written_seq.wrapping_add(1));
-        if self.batch.len() == self.batch.capacity() {
+        let batch = self.qp.send_batch();
+        if batch.len() == batch.capacity() {
             self.post_batch()?;
         }
         Ok(())
