@@ -77,19 +77,43 @@ pub const fn segment_bytes(slot_count: u32) -> usize {
 
 /// A mapped ring segment, with typed views of its moving words.
 struct Segment {
-    map: MmapMut,
+    /// The first byte of the segment: page-aligned, [`segment_bytes`] long, valid while `memory` is.
+    base: *mut u8,
+    len: usize,
+    /// Owns the memory `base` points to.
+    #[allow(dead_code)] // held for its Drop
+    memory: Memory,
     path: PathBuf,
     slot_count: u32,
 }
 
+/// The memory a [`Segment`] views.
+enum Memory {
+    /// A shared mapping of the ring file (both processes map the same file).
+    Map(#[allow(dead_code)] MmapMut), // held for its Drop (munmap)
+    /// One heap allocation shared by both ends in this process: what the tests (and Miri, which cannot map
+    /// files) run the protocol on.
+    #[cfg(test)]
+    Heap(std::sync::Arc<heap::HeapSegment>),
+}
+
+// SAFETY: `base` points into `memory`, which the segment owns (a mapping, or a shared heap allocation kept alive
+// by its Arc); the segment is used by one thread at a time (through `&mut` of its ring), and every word another
+// thread or process may touch at the same time is accessed atomically (see the layout above).
+unsafe impl Send for Segment {}
+
 impl Segment {
+    fn mapped(mut map: MmapMut, path: PathBuf, slot_count: u32) -> Segment {
+        Segment { base: map.as_mut_ptr(), len: map.len(), memory: Memory::Map(map), path, slot_count }
+    }
+
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len());
-        // SAFETY: the map is page-aligned and `offset` a multiple of 8 inside it (checked against the segment
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.len);
+        // SAFETY: the segment is page-aligned and `offset` a multiple of 8 inside it (checked against the segment
         // size when the segment was created or attached), so the pointer is valid and aligned for AtomicU64,
         // which has u64's layout. The words at these offsets are only ever accessed atomically, by every
-        // process that maps the file, and the reference lives no longer than `self.map`.
-        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
+        // process that maps the file, and the reference lives no longer than `self.memory`.
+        unsafe { &*(self.base.add(offset) as *const AtomicU64) }
     }
 
     fn consumed(&self) -> &AtomicU64 {
@@ -106,8 +130,8 @@ impl Segment {
 
     fn slot_ptr(&self, index: u32) -> *const BookUpdate {
         let offset = slots_offset(self.slot_count) + (index & (self.slot_count - 1)) as usize * RECORD_SIZE_BYTES;
-        // SAFETY: `offset` is inside the map (index masked to the slot count, size checked at set-up).
-        unsafe { self.map.as_ptr().add(offset) as *const BookUpdate }
+        // SAFETY: `offset` is inside the segment (index masked to the slot count, size checked at set-up).
+        unsafe { self.base.add(offset) as *const BookUpdate }
     }
 
     /// Word `word` (0..8) of slot `index`; word 0 is the record's `seq`, the slot's stamp.
@@ -241,7 +265,7 @@ impl ShmLocalRing {
         map[..64].copy_from_slice(bytemuck::bytes_of(&header));
         let grant = RingGrant::Shm { path: path.display().to_string(), slot_count };
         let ring = ShmLocalRing {
-            seg: Segment { map, path, slot_count },
+            seg: Segment::mapped(map, path, slot_count),
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
             linked: true,
@@ -435,7 +459,7 @@ impl ShmRemoteRing {
             return Err(bad(format!("header slot_count {} differs from the grant's {slot_count}", header.slot_count)));
         }
         let ring = ShmRemoteRing {
-            seg: Segment { map, path: path_buf, slot_count },
+            seg: Segment::mapped(map, path_buf, slot_count),
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
             closed: false,
@@ -515,6 +539,67 @@ impl RemoteRing for ShmRemoteRing {
     }
 }
 
+/// A segment on the heap, shared by both ends in one process: the protocol without files or mappings, for the
+/// tests and for Miri (which cannot map files).
+#[cfg(test)]
+mod heap {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// One zeroed, page-aligned allocation of [`segment_bytes`].
+    pub(super) struct HeapSegment {
+        ptr: *mut u8,
+        layout: Layout,
+    }
+
+    // SAFETY: the allocation is only reached through `Segment`s, whose shared words are atomics (see `Segment`).
+    unsafe impl Send for HeapSegment {}
+    // SAFETY: as above; `HeapSegment` itself exposes nothing but its Drop.
+    unsafe impl Sync for HeapSegment {}
+
+    impl Drop for HeapSegment {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `pair` with this layout, freed once (the last Arc).
+            unsafe { dealloc(self.ptr, self.layout) }
+        }
+    }
+
+    /// A connected ring pair of `slot_count` slots on one heap segment, as `create` + `attach` leave it.
+    pub(super) fn pair(slot_count: u32) -> (ShmLocalRing, ShmRemoteRing) {
+        let header = RingHeader::new(slot_count, 1).expect("a valid slot count");
+        let len = segment_bytes(slot_count);
+        let layout = Layout::from_size_align(len, PAGE_BYTES).expect("a segment layout");
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory for a {len}-byte segment");
+        // SAFETY: the allocation is `len >= 64` bytes, nobody else holds it yet.
+        unsafe { std::ptr::copy_nonoverlapping(bytemuck::bytes_of(&header).as_ptr(), ptr, 64) };
+        let memory = Arc::new(HeapSegment { ptr, layout });
+        let seg = || Segment {
+            base: ptr,
+            len,
+            memory: Memory::Heap(Arc::clone(&memory)),
+            path: PathBuf::new(),
+            slot_count,
+        };
+        let local = ShmLocalRing {
+            seg: seg(),
+            cq_pos: 0,
+            cq_shift: slot_count.trailing_zeros(),
+            linked: false,
+            idle_polls: 0,
+            window: ReadWindow::default(),
+        };
+        let remote = ShmRemoteRing { seg: seg(), cq_pos: 0, cq_shift: slot_count.trailing_zeros(), closed: false };
+        remote.seg.producer().store(STATE_ATTACHED as u64, Ordering::Release);
+        (local, remote)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,7 +610,12 @@ mod tests {
         BookUpdate { seq, order_id: seq * 10, ..BookUpdate::control(Kind::Add) }
     }
 
+    /// A connected pair through a ring file in /dev/shm, as in production; on the heap under Miri (which cannot
+    /// map files).
     fn pair(slots: u32) -> (ShmLocalRing, ShmRemoteRing) {
+        if cfg!(miri) {
+            return super::heap::pair(slots);
+        }
         let dir = Path::new(DEFAULT_DIR);
         let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
         let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
@@ -685,6 +775,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "files and mappings")]
     fn attach_refuses_paths_outside_the_dir_wrong_sizes_and_bad_headers() {
         let dir = Path::new(DEFAULT_DIR);
         let outside = RingGrant::Shm { path: "/etc/passwd".into(), slot_count: 64 };
@@ -917,6 +1008,7 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
 
         #[test]
+        #[cfg_attr(miri, ignore = "256 cases: too slow under Miri")]
         fn split_writes_interleaved_with_polls_deliver_each_record_once_in_order_and_report_each_skip(
             steps in steps()
         ) {
@@ -928,6 +1020,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "16,000 steps: too slow under Miri")]
     fn split_writes_one_step_apart_from_each_poll_over_many_laps() {
         // The tightest interleaving: every write's slot, then a poll, then its CQ entry, then a poll; with a skip
         // run every few laps.
@@ -943,5 +1036,45 @@ mod tests {
         }
         m.run(&steps).unwrap();
         assert!(!m.skipped.is_empty() && !m.gaps.is_empty());
+    }
+
+    /// Writer and reader on two threads, as publisher and subscriber are: every record arrives whole, in order,
+    /// through both completion paths (the stamp, and the CQ when the reader idles), over several laps. Under Miri
+    /// this is the data-race check of the slot hand-off: the writer's relaxed word stores and release stamp / CQ
+    /// entry against the reader's acquire loads and plain reads of the slot, and the consumed seq back.
+    #[test]
+    fn a_writer_thread_and_a_reader_thread_hand_over_every_record_whole() {
+        const SLOTS: u32 = 64;
+        let total: u64 = if cfg!(miri) { 200 } else { 20_000 };
+        let (mut local, mut remote) = pair(SLOTS);
+        let writer = std::thread::spawn(move || {
+            let mut seq = 1;
+            while seq <= total {
+                if mdfan_wire::ring::has_space(seq, remote.consumed_seq(), SLOTS) {
+                    remote.write_with_imm(slot_index(seq, SLOTS), &rec(seq), imm_from_seq(seq)).unwrap();
+                    seq += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            remote.close(CloseReason::EndOfStream);
+        });
+        let (mut expected, mut from_cq) = (1u64, 0u64);
+        while expected <= total {
+            // every 7th record is looked for on the CQ only, as a reader after a gap does
+            let polled = if expected % 7 == 0 { local.poll_cq() } else { local.poll_cq_expecting(expected) };
+            let Some(c) = polled else {
+                std::thread::yield_now();
+                continue;
+            };
+            assert_eq!((c.seq(), c.record()), (expected, Some(&rec(expected))), "seq {expected}");
+            from_cq += u64::from(expected % 7 == 0);
+            local.release(expected);
+            expected += 1;
+        }
+        writer.join().unwrap();
+        assert!(local.poll_cq().is_none(), "one completion per record");
+        assert_eq!(local.peer_state(), PeerState::Closed(CloseReason::EndOfStream));
+        assert_eq!(from_cq, total / 7);
     }
 }
