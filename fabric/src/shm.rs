@@ -94,7 +94,7 @@ enum Memory {
     /// One heap allocation shared by both ends in this process: what the tests (and Miri, which cannot map
     /// files) run the protocol on.
     #[cfg(test)]
-    Heap(std::sync::Arc<heap::HeapSegment>),
+    Heap(#[allow(dead_code)] std::sync::Arc<heap::HeapSegment>), // held for its Drop
 }
 
 // SAFETY: `base` points into `memory`, which the segment owns (a mapping, or a shared heap allocation kept alive

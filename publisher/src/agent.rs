@@ -54,6 +54,8 @@ pub enum Command {
 }
 
 /// Hot loop -> conductor.
+// Moved by value through a preallocated rtrb queue: boxing the session would make the hot thread allocate.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// The replay started with this many sessions.
     Started {
