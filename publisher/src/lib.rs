@@ -232,6 +232,9 @@ impl Publisher {
                 let _ = pinned_tx.send(pinned);
                 run_agent_until(&mut fanout, agent::WAITING_IDLE, |a| !a.is_waiting());
                 run_agent(&mut fanout, IdleStrategy::BusySpin);
+                // Handed back, so what it still holds (commands that came after the end: sessions, snapshot
+                // buffers) is freed on the conductor's thread, where a teardown failure may be logged.
+                fanout
             })
             .map_err(|e| PublisherError::Thread("hot loop", e))?;
         match pinned_rx.recv() {
@@ -251,9 +254,10 @@ impl Publisher {
         }
         tracing::info!(%endpoint, feed = %feed_path.display(), records, wait_for, "publisher ready");
         run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
-        hot.join().expect("the hot loop does not panic");
+        let fanout = hot.join().expect("the hot loop does not panic");
         // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
         run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
+        drop(fanout);
         Ok(conductor.take_report().expect("a finished conductor has its report"))
     }
 }
