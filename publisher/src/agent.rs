@@ -1,22 +1,34 @@
-//! The fan-out agent: the hot loop, pinned to its core.
+//! The fan-out agent: the hot loop, an [`Agent`] whose duty cycle [`FanoutAgent::do_work`] steps a small state
+//! machine. A runner calls it on the pinned hot thread ([`crate::Publisher::run`]); a test can step it beside the
+//! conductor on one thread ([`crate::Publisher::into_agents`]).
 //!
-//! One duty cycle: drain control commands from the conductor's rtrb queue (new sessions, removals, snapshots),
-//! check the shutdown flag, serve sessions that are sending a snapshot or catching up (a bounded number of
-//! records each), wait for the next record's pacing time (serving catch-ups and heartbeats meanwhile),
-//! normalise the record into a [`BookUpdate`] on the stack, offer it to every live session (rotating the
-//! start so no subscriber is always first) under that session's slow-consumer policy, flush, retire sessions
-//! that must go.
+//! Phases:
+//! - **waiting** for `wait_for_subscribers` sessions: each cycle drains commands and sends heartbeats; it
+//!   returns 0 when nothing changed, and the hot runner idles this phase with [`WAITING_IDLE`] (a backoff up to
+//!   1 ms sleeps), so a publisher nobody has subscribed to yet does not burn a core.
+//! - **live**: one cycle drains control commands from the conductor's rtrb queue (new sessions, removals,
+//!   snapshots), checks the shutdown flag, serves sessions that are sending a snapshot or catching up (a bounded
+//!   number of records each); then, if the next record is not due yet (paced replay), flushes those catch-up
+//!   writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
+//!   the pacing wait); otherwise normalises the record into a [`BookUpdate`] on the stack, offers it to every
+//!   live session (rotating the start so no subscriber is always first) under that session's slow-consumer
+//!   policy, flushes, retires sessions that must go and returns 1. After the last record the cycles wait
+//!   (bounded by the stall timeout) for sessions still catching up or owing a resync request.
+//! - **finishing**: end of stream to every session, then the sessions go to the conductor in
+//!   [`Event::Finished`]; once every event is in the queue the agent is done.
 //!
 //! Nothing here allocates, frees, makes a syscall, locks or logs: sessions and snapshot buffers move in and
-//! out by value through the rtrb queues into preallocated storage; counters are atomics the conductor reads.
-//! The only waits are the pacing spin, and the spin on a full ring of a `block` subscriber (bounded by the
-//! stall timeout, and counted).
+//! out by value through the rtrb queues into preallocated storage; counters are atomics the conductor reads;
+//! what the conductor should log travels as an [`Event`]. The only waits inside a cycle are the spin on a full
+//! ring of a `block` subscriber (bounded by the stall timeout, and counted) and, at the end, on a full ring
+//! that must take end of stream (bounded the same way).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::CloseReason;
 use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
+use mdfan_tuning::{Agent, IdleStrategy};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::{BookUpdate, Kind};
 
@@ -69,6 +81,9 @@ pub enum Event {
         /// Why.
         reason: CloseReason,
     },
+    /// The last event: the replay ended (end of stream sent to every session, each closed). The conductor
+    /// drains the sessions' rings, says bye on their control connections and writes the run report.
+    Finished(AgentReport),
     /// A snapshot buffer the hot loop is done with (sent, replaced, or for a session that is gone): freed by
     /// the conductor.
     SnapshotDone {
@@ -105,7 +120,7 @@ pub struct AgentTiming {
     pub stall_ticks: u64,
 }
 
-/// What the hot loop did, returned when it ends.
+/// What the hot loop did, sent to the conductor when it ends ([`Event::Finished`]).
 pub struct AgentReport {
     /// Records replayed.
     pub records: u64,
@@ -115,6 +130,19 @@ pub struct AgentReport {
     pub sessions: Vec<Session>,
     /// Why the replay ended.
     pub end: CloseReason,
+}
+
+/// Where the agent is in its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for `wait_for_subscribers` sessions.
+    Waiting,
+    /// Replaying from `pos`; once the feed is done, waiting (bounded) for sessions still catching up.
+    Live,
+    /// End of stream sent, the report handed over; events still waiting for room in the queue.
+    Finishing,
+    /// Nothing more to do.
+    Done,
 }
 
 /// The hot loop's owned state.
@@ -133,6 +161,17 @@ pub struct FanoutAgent {
     pub(crate) rotate: usize,
     /// TSC of the last look for sessions owed a heartbeat.
     pub(crate) last_heartbeat_check: u64,
+    pub(crate) phase: Phase,
+    /// The next feed record to fan out.
+    pub(crate) pos: u64,
+    /// TSC when the replay started (the first live cycle).
+    pub(crate) start_ticks: u64,
+    /// The same moment, for the pacing schedule.
+    pub(crate) start_instant: quanta::Instant,
+    /// TSC at which the current duty cycle started, for the cycle histogram.
+    pub(crate) cycle_start: u64,
+    /// TSC ticks from the first record to the last one fanned out; 0 until the feed is done.
+    pub(crate) replay_ticks: u64,
 }
 
 impl FanoutAgent {
@@ -374,89 +413,93 @@ impl FanoutAgent {
         behind
     }
 
-    /// Runs the replay to its end or to shutdown. Blocks the calling (pinned) thread.
-    pub fn run(mut self) -> AgentReport {
-        // Wait for the first subscribers. Nothing is live yet, so a short sleep is fine here.
-        while self.sessions.len() < self.wait_for {
-            self.housekeeping(0);
-            if self.shutdown.load(Ordering::Relaxed) {
-                return self.finish(CloseReason::Shutdown, 0, 0);
-            }
-            self.heartbeat_if_due(0);
-            std::thread::sleep(std::time::Duration::from_millis(1));
+    /// The waiting phase: housekeeping (sessions arrive as commands, heartbeats go to those already here) until
+    /// `wait_for` sessions are attached. Returns the sessions that arrived or left (0: idle).
+    fn wait_cycle(&mut self) -> usize {
+        let before = self.sessions.len();
+        self.housekeeping(0);
+        if self.shutdown.load(Ordering::Relaxed) {
+            self.finish(CloseReason::Shutdown, 0, 0);
+            return 1;
         }
-        self.emit(Event::Started { sessions: self.sessions.len() });
-        let records = Arc::clone(&self.records);
-        let schedule = self.schedule_ns.clone();
-        let start = self.clock.raw();
-        let start_instant = self.clock.now();
-        let mut end = CloseReason::EndOfStream;
-        let mut cycle_start = start;
-        let mut replay_ticks = 0;
-        let total = records.len() as u64;
-        let mut pos = 0u64;
-        loop {
-            let behind = self.housekeeping(pos);
-            if self.shutdown.load(Ordering::Relaxed) {
-                end = CloseReason::Shutdown;
-                break;
+        self.heartbeat_if_due(0);
+        if self.sessions.len() >= self.wait_for {
+            self.emit(Event::Started { sessions: self.sessions.len() });
+            self.start_ticks = self.clock.raw();
+            self.start_instant = self.clock.now();
+            self.cycle_start = self.start_ticks;
+            self.phase = Phase::Live;
+            return 1;
+        }
+        self.sessions.len().abs_diff(before)
+    }
+
+    /// One live duty cycle: housekeeping, then the next record if it is due (returns 1), or, while it is not
+    /// (or once the feed is done and sessions are still catching up), what the old pacing spin did between two
+    /// looks at the clock (flush catch-up writes, heartbeats) and 0, so the runner's idle strategy spins once.
+    #[inline]
+    fn live_cycle(&mut self) -> usize {
+        let pos = self.pos;
+        let behind = self.housekeeping(pos);
+        if self.shutdown.load(Ordering::Relaxed) {
+            self.end_replay(CloseReason::Shutdown);
+            return 1;
+        }
+        if pos == self.records.len() as u64 {
+            if self.replay_ticks == 0 {
+                self.replay_ticks = self.clock.raw().wrapping_sub(self.start_ticks);
             }
-            if pos == total {
-                if replay_ticks == 0 {
-                    replay_ticks = self.clock.raw().wrapping_sub(start);
-                }
-                // The feed is done; wait (bounded) for sessions that are catching up or owe a resync request.
-                let owed = self.sessions.iter().any(|s| s.dead.is_none() && s.owes_resync);
-                if !behind && !owed {
-                    break;
-                }
-                if self.clock.raw().wrapping_sub(start + replay_ticks) > self.timing.stall_ticks {
-                    break;
-                }
-                self.flush_all();
-                self.heartbeat_if_due(pos);
-                std::hint::spin_loop();
-                continue;
-            }
-            if let Some(schedule) = &schedule {
-                let due = schedule[pos as usize] as u128;
-                while (self.clock.now() - start_instant).as_nanos() < due {
-                    if self.shutdown.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    if self.housekeeping(pos) {
-                        self.flush_all();
-                    }
-                    self.heartbeat_if_due(pos);
-                    std::hint::spin_loop();
-                }
-                cycle_start = self.clock.raw();
-            }
-            let t_decode = self.clock.raw();
-            match normalize_mbo(&records[pos as usize]) {
-                Ok(record) => self.fan_out_live(&record, pos, t_decode),
-                Err(_) => bump(&self.counters.feed_errors),
+            // The feed is done; wait (bounded) for sessions that are catching up or owe a resync request.
+            let owed = self.sessions.iter().any(|s| s.dead.is_none() && s.owes_resync);
+            if (!behind && !owed)
+                || self.clock.raw().wrapping_sub(self.start_ticks + self.replay_ticks) > self.timing.stall_ticks
+            {
+                self.end_replay(CloseReason::EndOfStream);
+                return 1;
             }
             self.flush_all();
-            pos += 1;
-            self.counters.records.store(pos, Ordering::Relaxed);
-            let now = self.clock.raw();
-            if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
-                // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.
+            self.heartbeat_if_due(pos);
+            return 0;
+        }
+        if let Some(due) = self.schedule_ns.as_ref().map(|s| s[pos as usize] as u128) {
+            if (self.clock.now() - self.start_instant).as_nanos() < due {
+                if behind {
+                    self.flush_all();
+                }
                 self.heartbeat_if_due(pos);
+                return 0;
             }
-            self.counters.cycles.record(now.wrapping_sub(cycle_start));
-            cycle_start = now;
+            // A paced cycle is timed from the moment its record was due, not from the end of the last one.
+            self.cycle_start = self.clock.raw();
         }
-        if replay_ticks == 0 {
-            replay_ticks = self.clock.raw().wrapping_sub(start);
+        let t_decode = self.clock.raw();
+        match normalize_mbo(&self.records[pos as usize]) {
+            Ok(record) => self.fan_out_live(&record, pos, t_decode),
+            Err(_) => bump(&self.counters.feed_errors),
         }
-        self.finish(end, pos, replay_ticks)
+        self.flush_all();
+        self.pos = pos + 1;
+        self.counters.records.store(pos + 1, Ordering::Relaxed);
+        let now = self.clock.raw();
+        if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
+            // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.
+            self.heartbeat_if_due(pos + 1);
+        }
+        self.counters.cycles.record(now.wrapping_sub(self.cycle_start));
+        self.cycle_start = now;
+        1
+    }
+
+    fn end_replay(&mut self, end: CloseReason) {
+        if self.replay_ticks == 0 {
+            self.replay_ticks = self.clock.raw().wrapping_sub(self.start_ticks);
+        }
+        self.finish(end, self.pos, self.replay_ticks);
     }
 
     /// Sends end of stream to every session (waiting, bounded by the stall timeout, for a full ring), closes
-    /// each with `end`, and hands them back.
-    fn finish(mut self, end: CloseReason, records: u64, replay_ticks: u64) -> AgentReport {
+    /// each with `end`, and hands them to the conductor in [`Event::Finished`].
+    fn finish(&mut self, end: CloseReason, records: u64, replay_ticks: u64) {
         self.drain_commands();
         let start = self.clock.raw();
         for s in self.sessions.iter_mut() {
@@ -475,8 +518,53 @@ impl FanoutAgent {
             s.refresh_consumed();
             s.close(end);
         }
-        self.drain_backlog();
-        AgentReport { records, replay_ticks, sessions: std::mem::take(&mut self.sessions), end }
+        let report = AgentReport { records, replay_ticks, sessions: std::mem::take(&mut self.sessions), end };
+        self.emit(Event::Finished(report));
+        self.finish_cycle();
+    }
+
+    /// After [`FanoutAgent::finish`]: moves what is still waiting into the event queue; done once it is empty.
+    fn finish_cycle(&mut self) -> usize {
+        let waiting = self.events.has_waiting();
+        if waiting {
+            self.drain_backlog();
+        }
+        self.phase = if self.events.has_waiting() { Phase::Finishing } else { Phase::Done };
+        waiting as usize
+    }
+
+    /// Whether the agent is still waiting for its first `wait_for_subscribers` sessions (no record sent yet).
+    /// The hot thread's runner idles this phase with a backoff ([`WAITING_IDLE`]) and busy-spins once it ends.
+    pub fn is_waiting(&self) -> bool {
+        self.phase == Phase::Waiting
+    }
+}
+
+/// The hot runner's idle strategy while the agent [is waiting](FanoutAgent::is_waiting) for subscribers: nothing
+/// is live yet, so it sleeps (up to 1 ms per empty duty cycle, as the loop did before it was an agent) instead
+/// of burning a core a subscriber process on the same host may need. Once live: [`IdleStrategy::BusySpin`].
+pub const WAITING_IDLE: IdleStrategy =
+    IdleStrategy::Backoff { spins: 0, yields: 0, max_park: std::time::Duration::from_millis(1) };
+
+impl Agent for FanoutAgent {
+    fn role_name(&self) -> &str {
+        "mdfan-hot"
+    }
+
+    /// One duty cycle of the phase the agent is in (see the module docs). Returns the records fanned out (1 or
+    /// 0), or while waiting the sessions that came or went; 1 too for a cycle that changed phase.
+    #[inline]
+    fn do_work(&mut self) -> usize {
+        match self.phase {
+            Phase::Live => self.live_cycle(),
+            Phase::Waiting => self.wait_cycle(),
+            Phase::Finishing => self.finish_cycle(),
+            Phase::Done => 0,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.phase == Phase::Done
     }
 }
 

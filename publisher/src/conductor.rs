@@ -1,11 +1,16 @@
-//! The conductor: the publisher's control plane, on the thread that calls [`crate::Publisher::run`]. It accepts
-//! subscribers, checks their subscribe message, attaches their rings, hands sessions to the hot loop, watches
-//! control connections, serves snapshots, logs what the hot loop reports and frees retired sessions' memory.
-//! Everything here may block briefly, allocate and log; nothing here runs on the hot loop's thread.
+//! The conductor: the publisher's control plane, an [`Agent`] run on the thread that calls
+//! [`crate::Publisher::run`] under a backoff idle strategy ([`CONDUCTOR_IDLE`]). One duty cycle
+//! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, accept new control
+//! connections, finish handshakes (attach rings), hand connected sessions to the hot loop, read control
+//! connections (snapshot requests, departures), handle what the hot loop reports (retirements, snapshot buffers,
+//! the end of the replay) and print the counters when asked. It logs what the hot loop cannot and frees retired
+//! sessions' memory. Everything here may block briefly, allocate and log; nothing here runs on the hot loop's
+//! thread. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
+//! [`Conductor::take_report`].
 
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -14,15 +19,20 @@ use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
 use mdfan_wire::Books;
 
-use crate::agent::{AgentCounters, Command, Event};
+use mdfan_tuning::{Agent, IdleStrategy};
+
+use crate::agent::{AgentCounters, AgentReport, Command, Event};
 use crate::config::Config;
 use crate::queue;
-use crate::report::SessionReport;
+use crate::report::{RunReport, SessionReport};
 use crate::session::{Session, SessionCounters};
 use crate::HANDSHAKE_TIMEOUT;
 
-/// The conductor's idle sleep between passes (it is off the hot path).
-pub(crate) const CONDUCTOR_TICK: Duration = Duration::from_millis(1);
+/// The conductor runner's idle strategy: after a pass that did nothing it sleeps, from 1 us doubling to 1 ms (it is
+/// off the hot path; a pass that did something resets it, so a handshake in progress is served promptly).
+pub const CONDUCTOR_IDLE: IdleStrategy = IdleStrategy::Backoff { spins: 0, yields: 0, max_park: CONDUCTOR_MAX_PARK };
+/// The conductor's longest idle sleep between passes.
+pub(crate) const CONDUCTOR_MAX_PARK: Duration = Duration::from_millis(1);
 /// How long an accepted subscriber's side has to come up (verbs: its QP to RTS and first credit).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Control frames read from one connection per conductor pass.
@@ -73,8 +83,19 @@ pub(crate) struct Live {
 
 type Handshake = (TcpStream, SocketAddr, Result<ControlMsg, ControlError>);
 
-pub(crate) struct Conductor<'a> {
-    pub(crate) cfg: &'a Config,
+/// The control plane's state. See the module docs.
+pub struct Conductor {
+    pub(crate) cfg: Config,
+    /// The control endpoint, non-blocking.
+    pub(crate) listener: TcpListener,
+    /// From the hot loop.
+    pub(crate) events: rtrb::Consumer<Event>,
+    /// Set (e.g. by SIGUSR1) to have the next pass print every counter.
+    pub(crate) dump: Arc<AtomicBool>,
+    /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
+    pub(crate) report: Option<RunReport>,
+    /// The hot loop's end has been handled: nothing more to do.
+    pub(crate) finished: bool,
     /// To the hot loop; what does not fit waits, in order, for the next pass.
     pub(crate) cmd_tx: queue::Outbox<Command>,
     pub(crate) next_id: u64,
@@ -97,13 +118,15 @@ pub(crate) struct Conductor<'a> {
     pub(crate) sender: AnySender,
 }
 
-impl Conductor<'_> {
+impl Conductor {
     /// Accepts new control connections; each reads its subscribe message on a short-lived thread with a
-    /// timeout, so a silent or slow peer never holds up the conductor.
-    pub(crate) fn accept(&mut self, listener: &TcpListener) {
+    /// timeout, so a silent or slow peer never holds up the conductor. Returns the connections accepted.
+    pub(crate) fn accept(&mut self) -> usize {
+        let mut n = 0;
         loop {
-            match listener.accept() {
+            match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    n += 1;
                     let tx = self.handshakes.0.clone();
                     let spawned = std::thread::Builder::new().name("mdfan-handshake".into()).spawn(move || {
                         let mut stream = stream;
@@ -115,10 +138,10 @@ impl Conductor<'_> {
                         tracing::warn!(%peer, cause = %e, "cannot start a handshake thread; connection closed");
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
                 Err(e) => {
                     tracing::warn!(cause = %e, "accept failed");
-                    return;
+                    return n;
                 }
             }
         }
@@ -130,8 +153,11 @@ impl Conductor<'_> {
         let _ = control::write_msg(stream, &msg);
     }
 
-    pub(crate) fn finish_handshakes(&mut self) {
+    /// Answers every subscribe message read so far (attach and accept, or reject). Returns how many.
+    pub(crate) fn finish_handshakes(&mut self) -> usize {
+        let mut n = 0;
         while let Ok((mut stream, peer, msg)) = self.handshakes.1.try_recv() {
+            n += 1;
             let sub = match msg {
                 Ok(ControlMsg::Subscribe(sub)) => sub,
                 Ok(other) => {
@@ -159,6 +185,7 @@ impl Conductor<'_> {
                 Err(reason) => Self::reject(&mut stream, peer, reason),
             }
         }
+        n
     }
 
     pub(crate) fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
@@ -284,8 +311,13 @@ impl Conductor<'_> {
         self.cmd_tx.send(cmd);
     }
 
-    pub(crate) fn flush_backlog(&mut self) {
-        self.cmd_tx.flush();
+    /// Moves waiting commands into the hot loop's queue; returns whether any were waiting.
+    pub(crate) fn flush_backlog(&mut self) -> usize {
+        let waiting = self.cmd_tx.has_waiting();
+        if waiting {
+            self.cmd_tx.flush();
+        }
+        waiting as usize
     }
 
     /// Builds a snapshot for the session of connection `k` (asked for after the gap at `gap_from_seq`) and sends
@@ -307,18 +339,22 @@ impl Conductor<'_> {
         self.send(Command::Snapshot { id, records, position });
     }
 
-    /// Hands connected sessions to the hot loop; drops those whose subscriber never connected.
-    pub(crate) fn admit_ready(&mut self) {
+    /// Hands connected sessions to the hot loop; drops those whose subscriber never connected. Returns how many
+    /// it handed over or dropped.
+    pub(crate) fn admit_ready(&mut self) -> usize {
+        let mut n = 0;
         let mut k = 0;
         while k < self.pending.len() {
             let (session, deadline) = &mut self.pending[k];
             if session.ring_mut().ready() {
                 let (session, _) = self.pending.swap_remove(k);
+                n += 1;
                 let id = session.id;
                 tracing::debug!(session = id, "subscriber connected; handed to the hot loop");
                 self.send(Command::Add(session));
             } else if std::time::Instant::now() > *deadline {
                 let (mut session, _) = self.pending.swap_remove(k);
+                n += 1;
                 tracing::warn!(session = session.id, name = %session.name, "subscriber's side never connected; dropped");
                 session.close(CloseReason::FabricError);
                 self.record_end(&session, CloseReason::FabricError);
@@ -335,11 +371,14 @@ impl Conductor<'_> {
                 k += 1;
             }
         }
+        n
     }
 
     /// Reads every control connection: snapshot requests are served; a closed connection means a dead
     /// subscriber, whose session is removed from the hot loop; garbage closes the connection with a reason.
-    pub(crate) fn watch_connections(&mut self) {
+    /// Returns the reads that brought bytes plus the connections closed.
+    pub(crate) fn watch_connections(&mut self) -> usize {
+        let mut n = 0;
         let mut buf = [0u8; 4096];
         let mut k = 0;
         while k < self.conns.len() {
@@ -350,7 +389,10 @@ impl Conductor<'_> {
                         closed = Some((CloseReason::PeerGone, "control connection closed".to_owned()));
                         break;
                     }
-                    Ok(n) => self.conns[k].buf.extend_from_slice(&buf[..n]),
+                    Ok(got) => {
+                        n += 1;
+                        self.conns[k].buf.extend_from_slice(&buf[..got]);
+                    }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) => {
                         closed = Some((CloseReason::PeerGone, format!("control connection failed: {e}")));
@@ -395,10 +437,12 @@ impl Conductor<'_> {
                 let _ = conn.stream.set_nonblocking(false);
                 let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
                 self.send(Command::Remove { id: conn.session_id, reason });
+                n += 1;
             } else {
                 k += 1;
             }
         }
+        n
     }
 
     pub(crate) fn record_end(&mut self, s: &Session, end: CloseReason) {
@@ -437,6 +481,7 @@ impl Conductor<'_> {
     pub(crate) fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
+            Event::Finished(report) => self.wrap_up(report),
             Event::SnapshotDone { id, delivered, records } => {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
                 if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
@@ -478,5 +523,79 @@ impl Conductor<'_> {
             let _ = conn.stream.set_nonblocking(false);
             let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye::new(end)));
         }
+    }
+
+    /// The end of the run, after the hot loop's last event: waits (bounded) for each remaining session's last
+    /// writes to complete, records how it ended, frees it, says bye on every control connection and writes the
+    /// run report.
+    fn wrap_up(&mut self, agent: AgentReport) {
+        self.finished = true;
+        let mut sessions = agent.sessions;
+        for s in sessions.iter_mut() {
+            s.ring_mut().drain(DRAIN_TIMEOUT);
+            self.record_end(s, agent.end);
+        }
+        drop(sessions); // unmapped here, off the hot path
+        self.say_bye(agent.end);
+        let clock = &self.clock;
+        let to_ns = |t: u64| clock.delta_as_nanos(0, t);
+        let cycles = &self.counters.cycles;
+        self.report = Some(RunReport {
+            records: agent.records,
+            replay_ns: to_ns(agent.replay_ticks),
+            sessions: std::mem::take(&mut self.reports),
+            cycle_p50_ns: to_ns(cycles.quantile(0.5)),
+            cycle_p999_ns: to_ns(cycles.quantile(0.999)),
+            cycle_max_ns: to_ns(cycles.max()),
+            cycle_buckets_ns: cycles.buckets().into_iter().map(|(t, n)| (to_ns(t), n)).collect(),
+            decode_to_post_buckets_ns: self
+                .counters
+                .decode_to_post
+                .buckets()
+                .into_iter()
+                .map(|(t, n)| (to_ns(t), n))
+                .collect(),
+            end: agent.end,
+        });
+    }
+
+    /// The run report, once the conductor [is done](Agent::is_done) (taken once).
+    pub fn take_report(&mut self) -> Option<RunReport> {
+        self.report.take()
+    }
+}
+
+impl Agent for Conductor {
+    fn role_name(&self) -> &str {
+        "mdfan-conductor"
+    }
+
+    /// One pass (see the module docs). Returns the work it found: commands moved, connections accepted,
+    /// handshakes answered, sessions handed over or dropped, control reads and departures, hot-loop events,
+    /// a counter dump. After the hot loop's [`Event::Finished`] nothing more is read: the pass that handled it
+    /// is the last.
+    fn do_work(&mut self) -> usize {
+        if self.finished {
+            return 0;
+        }
+        let mut work = self.flush_backlog();
+        work += self.accept();
+        work += self.finish_handshakes();
+        work += self.admit_ready();
+        work += self.watch_connections();
+        while !self.finished {
+            let Ok(event) = self.events.pop() else { break };
+            self.on_event(event);
+            work += 1;
+        }
+        if self.dump.swap(false, Ordering::Relaxed) {
+            self.dump();
+            work += 1;
+        }
+        work
+    }
+
+    fn is_done(&self) -> bool {
+        self.finished
     }
 }

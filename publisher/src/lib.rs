@@ -1,19 +1,23 @@
 //! mdfan-publisher: replay a feed, normalise it, fan every record out to every subscriber's ring.
 //!
-//! Threads:
-//! - the **hot loop** ([`agent::FanoutAgent`]), pinned to `publisher.hot_core`, busy-polling;
-//! - the **conductor** (the thread that calls [`Publisher::run`]): accepts subscribers on the control
-//!   endpoint, checks their [`Subscribe`](mdfan_wire::control::Subscribe), attaches their rings, hands sessions
-//!   to the hot loop through an rtrb queue, watches control connections for dead peers, logs what the hot loop
-//!   reports (drops, retirements) and frees retired sessions' memory off the hot path.
+//! Two agents ([`mdfan_tuning::Agent`]: a `do_work` duty cycle that returns the work it did, run by a runner
+//! that idles on 0):
+//! - the **hot loop** ([`agent::FanoutAgent`]), on thread `mdfan-hot` pinned to `publisher.hot_core`: idling with
+//!   a backoff ([`agent::WAITING_IDLE`]) while it waits for its first subscribers, busy-spinning once live;
+//! - the **conductor** ([`Conductor`], on the thread that calls [`Publisher::run`], backoff up to 1 ms when
+//!   idle): accepts subscribers on the control endpoint, checks their
+//!   [`Subscribe`](mdfan_wire::control::Subscribe), attaches their rings, hands sessions to the hot loop through
+//!   an rtrb queue, watches control connections for dead peers, logs what the hot loop reports (drops,
+//!   retirements, the end) and frees retired sessions' memory off the hot path.
 //!
 //! [`Publisher::bind`] loads and checks the feed and binds the endpoint, so every input error surfaces before
-//! anything runs; [`Publisher::run`] takes a shutdown flag (set by SIGINT/SIGTERM in the binary).
+//! anything runs; [`Publisher::run`] takes a shutdown flag (set by SIGINT/SIGTERM in the binary);
+//! [`Publisher::into_agents`] builds the two agents without threads, for a caller (a test) that steps both.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod agent;
-mod conductor;
+pub mod conductor;
 pub mod config;
 pub mod cycles;
 mod pacing;
@@ -30,7 +34,10 @@ use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{load_mbo_file, DbnMboMsg, FeedError, MboFile};
 use mdfan_wire::Books;
 
-use crate::agent::{AgentCounters, AgentReport, AgentTiming, Command, Event, FanoutAgent};
+use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
+
+use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
+pub use crate::conductor::Conductor;
 use crate::config::Config;
 
 pub use config::ConfigError;
@@ -143,25 +150,26 @@ impl Publisher {
         Arc::clone(&self.dump)
     }
 
-    /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor.
-    ///
-    /// # Errors
-    /// [`PublisherError::Thread`] if the hot loop cannot be started.
-    pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
+    /// Builds the two agents of a run without starting any thread: the hot loop ([`FanoutAgent`]) and the
+    /// conductor ([`Conductor`]), joined by their rtrb queues. [`Publisher::run`] runs each on its own thread;
+    /// a test can step both on one (`fanout.do_work(); conductor.do_work();` until the conductor
+    /// [is done](mdfan_tuning::Agent::is_done), then [`Conductor::take_report`]). Measures the TSC rate (a 5 ms
+    /// sleep) and builds the pacing schedule.
+    pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
         let Publisher { cfg, listener, feed, dump, counters, sender } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
-        let (evt_tx, mut evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
+        let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
         let clock = quanta::Clock::new();
         let ticks_per_ms = pacing::ticks_per_ms(&clock);
         let records: Arc<[DbnMboMsg]> = feed.records.into();
-        let agent = FanoutAgent {
+        let fanout = FanoutAgent {
             records: Arc::clone(&records),
             schedule_ns: schedule(&records, cfg.feed.pace, cfg.feed.max_gap_ms),
             sessions: Vec::with_capacity(max),
             commands: cmd_rx,
             events: queue::Outbox::new(evt_tx, max * 4),
-            shutdown: Arc::clone(&shutdown),
+            shutdown,
             wait_for: cfg.publisher.wait_for_subscribers,
             clock: clock.clone(),
             timing: AgentTiming {
@@ -171,99 +179,93 @@ impl Publisher {
             counters: Arc::clone(&counters),
             rotate: 0,
             last_heartbeat_check: 0,
+            phase: Phase::Waiting,
+            pos: 0,
+            start_ticks: 0,
+            start_instant: clock.now(),
+            cycle_start: 0,
+            replay_ticks: 0,
         };
-        let hot_core = cfg.publisher.hot_core;
-        let hot = std::thread::Builder::new()
-            .name("mdfan-hot".into())
-            .spawn(move || {
-                if let Some(core) = hot_core {
-                    match mdfan_tuning::pin_current_thread(core) {
-                        Ok(()) => tracing::info!(core, "hot loop pinned"),
-                        Err(e) => tracing::warn!(cause = %e, "hot loop not pinned"),
-                    }
-                }
-                agent.run()
-            })
-            .map_err(|e| PublisherError::Thread("hot loop", e))?;
-        if let Some(core) = cfg.publisher.control_core {
-            if let Err(e) = mdfan_tuning::pin_current_thread(core) {
-                tracing::warn!(cause = %e, "control thread not pinned");
-            }
-        }
-        if cfg.publisher.lock_memory {
-            if let Err(e) = mdfan_tuning::lock_memory() {
-                tracing::warn!(cause = %e, "memory not locked");
-            }
-        }
-        tracing::info!(
-            endpoint = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            feed = %feed.path.display(),
-            records = records.len(),
-            wait_for = cfg.publisher.wait_for_subscribers,
-            "publisher ready"
-        );
-
-        let mut conductor = conductor::Conductor {
-            cfg: &cfg,
+        let conductor = Conductor {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
+            listener,
+            events: evt_rx,
+            dump,
+            report: None,
+            finished: false,
             next_id: 1,
             conns: Vec::new(),
             reports: Vec::new(),
             live: Vec::new(),
             handshakes: mpsc::channel(),
-            records: Arc::clone(&records),
             instruments: conductor::feed_instruments(&records),
-            counters: Arc::clone(&counters),
+            records,
+            counters,
             books: Books::new(),
             applied: 0,
-            clock: clock.clone(),
+            clock,
             pending: Vec::new(),
             sender,
+            cfg,
         };
-        let agent_report: AgentReport = loop {
-            conductor.flush_backlog();
-            conductor.accept(&listener);
-            conductor.finish_handshakes();
-            conductor.admit_ready();
-            conductor.watch_connections();
-            while let Ok(event) = evt_rx.pop() {
-                conductor.on_event(event);
-            }
-            if dump.swap(false, Ordering::Relaxed) {
-                conductor.dump();
-            }
-            if hot.is_finished() {
-                break hot.join().expect("the hot loop does not panic");
-            }
-            std::thread::sleep(conductor::CONDUCTOR_TICK);
-        };
-        while let Ok(event) = evt_rx.pop() {
-            conductor.on_event(event);
-        }
-        let mut sessions = agent_report.sessions;
-        for s in sessions.iter_mut() {
-            s.ring_mut().drain(conductor::DRAIN_TIMEOUT);
-            conductor.record_end(s, agent_report.end);
-        }
-        drop(sessions);
-        conductor.say_bye(agent_report.end);
-        let to_ns = |t: u64| clock.delta_as_nanos(0, t);
-        let cycles = &counters.cycles;
-        Ok(RunReport {
-            records: agent_report.records,
-            replay_ns: to_ns(agent_report.replay_ticks),
-            sessions: conductor.reports,
-            cycle_p50_ns: to_ns(cycles.quantile(0.5)),
-            cycle_p999_ns: to_ns(cycles.quantile(0.999)),
-            cycle_max_ns: to_ns(cycles.max()),
-            cycle_buckets_ns: cycles.buckets().into_iter().map(|(t, n)| (to_ns(t), n)).collect(),
-            decode_to_post_buckets_ns: counters
-                .decode_to_post
-                .buckets()
-                .into_iter()
-                .map(|(t, n)| (to_ns(t), n))
-                .collect(),
-            end: agent_report.end,
-        })
+        Agents { fanout, conductor }
     }
+
+    /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor's,
+    /// under [`conductor::CONDUCTOR_IDLE`]. The hot loop runs on thread `mdfan-hot`, pinned to
+    /// `publisher.hot_core`: under [`agent::WAITING_IDLE`] while it waits for subscribers, then busy-spinning.
+    /// The pinning is logged here, not on the hot thread.
+    ///
+    /// # Errors
+    /// [`PublisherError::Thread`] if the hot loop cannot be started.
+    pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
+        let endpoint = self.local_addr();
+        let (feed_path, records) = (self.feed.path.clone(), self.feed.records.len());
+        let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
+        let (lock_memory, wait_for) = (self.cfg.publisher.lock_memory, self.cfg.publisher.wait_for_subscribers);
+        let Agents { mut fanout, mut conductor } = self.into_agents(shutdown);
+        let (pinned_tx, pinned_rx) = mpsc::sync_channel(1);
+        let hot = std::thread::Builder::new()
+            .name(fanout.role_name().to_owned())
+            .spawn(move || {
+                let pinned = hot_core.map(|core| (core, mdfan_tuning::pin_current_thread(core)));
+                let _ = pinned_tx.send(pinned);
+                run_agent_until(&mut fanout, agent::WAITING_IDLE, |a| !a.is_waiting());
+                run_agent(&mut fanout, IdleStrategy::BusySpin);
+                // Handed back, so what it still holds (commands that came after the end: sessions, snapshot
+                // buffers) is freed on the conductor's thread, where a teardown failure may be logged.
+                fanout
+            })
+            .map_err(|e| PublisherError::Thread("hot loop", e))?;
+        match pinned_rx.recv() {
+            Ok(Some((core, Ok(())))) => tracing::info!(core, "hot loop pinned"),
+            Ok(Some((core, Err(e)))) => tracing::warn!(core, cause = %e, "hot loop not pinned"),
+            Ok(None) | Err(_) => {}
+        }
+        if let Some(core) = control_core {
+            if let Err(e) = mdfan_tuning::pin_current_thread(core) {
+                tracing::warn!(cause = %e, "control thread not pinned");
+            }
+        }
+        if lock_memory {
+            if let Err(e) = mdfan_tuning::lock_memory() {
+                tracing::warn!(cause = %e, "memory not locked");
+            }
+        }
+        tracing::info!(%endpoint, feed = %feed_path.display(), records, wait_for, "publisher ready");
+        run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
+        let fanout = hot.join().expect("the hot loop does not panic");
+        // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
+        run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
+        drop(fanout);
+        Ok(conductor.take_report().expect("a finished conductor has its report"))
+    }
+}
+
+/// The two agents of a run, built by [`Publisher::into_agents`].
+pub struct Agents {
+    /// The hot loop.
+    pub fanout: FanoutAgent,
+    /// The control plane.
+    pub conductor: Conductor,
 }

@@ -1,0 +1,154 @@
+//! The publisher's two agents, the hot loop and the conductor, built without threads
+//! ([`Publisher::into_agents`]) and stepped on the test's one thread, with the subscriber's end (its control
+//! connection and a [`Receiver`] over its ring) driven in the same loop: the whole bundled capture is delivered,
+//! and the agents' duty cycles add up to exact counts.
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mdfan_fabric::shm::DEFAULT_DIR;
+use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, PreparedLocalRing};
+use mdfan_publisher::config::Config;
+use mdfan_publisher::{Agents, Publisher};
+use mdfan_subscriber::{Event, Receiver};
+use mdfan_tuning::Agent;
+use mdfan_wire::control::{self, ControlMsg, SlowConsumerPolicy, Subscribe};
+use mdfan_wire::{Books, Kind, Level, Side};
+
+/// The bundled capture (data/README.md): 68,792 MBO records of ESH4, instrument_id 17077.
+const RECORDS: u64 = 68_792;
+const INSTRUMENT: u32 = 17_077;
+
+/// Longest the stepping loop may take before the test fails (a watchdog against a hang, not a timing assertion).
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+fn feed() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/cme-glbx-mdp3-es-mbo-dbn/esh4-glbx-mdp3-20231225.mbo.dbn.zst")
+}
+
+/// A price in units of 1e-9 from one in hundredths (4810.25 -> 481025).
+fn px(hundredths: i64) -> i64 {
+    hundredths * 10_000_000
+}
+
+#[test]
+fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
+    // pace "max" (the default): the hot loop never waits for a record's time
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[fabric]\nprovider = \"shm\"\n",
+        feed().display()
+    );
+    let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
+    let publisher = Publisher::bind(cfg).expect("publisher binds");
+    let addr = publisher.local_addr();
+    let Agents { mut fanout, mut conductor } = publisher.into_agents(Arc::new(AtomicBool::new(false)));
+    assert_eq!((fanout.role_name(), conductor.role_name()), ("mdfan-hot", "mdfan-conductor"));
+    assert!(fanout.is_waiting());
+
+    // The subscriber's end: a ring (4,096 slots: polled after every duty cycle, it never fills) and a subscribe
+    // message, which waits in the socket until the conductor accepts the connection.
+    let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
+    let (ring, grant) = PreparedLocalRing::create(&fabric, 4096).expect("shm ring");
+    let mut ring = Some(ring);
+    let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
+    let subscribe = Subscribe {
+        name: "one-thread".into(),
+        instruments: None,
+        ring: grant,
+        policy: SlowConsumerPolicy::Disconnect,
+        snapshot: true,
+    };
+    control::write_msg(&mut ctl, &ControlMsg::Subscribe(subscribe)).expect("send subscribe");
+    ctl.set_nonblocking(true).unwrap();
+    let mut ctl_buf = Vec::new();
+    let mut ctl_msgs = Vec::new();
+
+    let mut rx: Option<Receiver<AnyLocalRing>> = None;
+    let mut books = Books::new();
+    let (mut book_records, mut heartbeats, mut last_venue_seq) = (0u64, 0u64, 0u32);
+    let mut end_of_stream = None;
+    let mut fanout_work = 0u64;
+    let deadline = Instant::now() + WATCHDOG;
+    while !(conductor.is_done() && rx.as_ref().is_some_and(|r| r.closed().is_some())) {
+        assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
+        if !fanout.is_done() {
+            fanout_work += fanout.do_work() as u64;
+        }
+        if !conductor.is_done() {
+            conductor.do_work();
+        }
+        // the control connection: the accept (then the ring is connected), and at the end the bye
+        let mut buf = [0u8; 4096];
+        match ctl.read(&mut buf) {
+            Ok(n) => ctl_buf.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("control connection: {e}"),
+        }
+        while let Some(msg) = control::take_frame(&mut ctl_buf) {
+            let msg = msg.expect("a well-formed control frame");
+            if let ControlMsg::Accept(accept) = &msg {
+                assert_eq!((accept.session_id, accept.first_seq), (1, 1));
+                let mut prepared = ring.take().expect("one accept");
+                prepared.unlink();
+                rx = Some(Receiver::new(prepared.connect(&accept.fabric).expect("connect the ring")));
+            }
+            ctl_msgs.push(msg);
+        }
+        let Some(rx) = rx.as_mut() else { continue };
+        rx.poll(256, |event| match event {
+            Event::Record(r) => {
+                match r.kind() {
+                    Some(Kind::Heartbeat) => heartbeats += 1,
+                    Some(Kind::EndOfStream) => end_of_stream = Some(r.size),
+                    Some(Kind::SnapshotBegin | Kind::SnapshotEnd) => panic!("no snapshot for a subscriber at start"),
+                    _ => {
+                        book_records += 1;
+                        last_venue_seq = r.venue_seq;
+                    }
+                }
+                books.apply(r).expect("every record applies");
+            }
+            Event::Closed(_) => {}
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    let rx = rx.expect("accepted");
+    let report = conductor.take_report().expect("a done conductor has the run report");
+    assert!(fanout.is_done());
+
+    // every record, in order, once; then end of stream, then the close
+    let stats = rx.stats();
+    assert_eq!(book_records, RECORDS);
+    assert_eq!(last_venue_seq, 59_585, "the capture's last venue seq");
+    assert_eq!(end_of_stream, Some(CloseReason::EndOfStream as u32));
+    assert_eq!(rx.closed(), Some(CloseReason::EndOfStream));
+    assert_eq!((stats.gaps, stats.missed, stats.corrupt, stats.stale), (0, 0, 0, 0));
+    assert_eq!(stats.records, RECORDS + heartbeats + 1, "book records, heartbeats and end of stream");
+    assert_eq!(stats.next_seq, stats.records + 1, "seq ran from 1 without a hole");
+
+    // the final book: data/README.md's reference values
+    let book = books.get(INSTRUMENT).expect("the ESH4 book");
+    assert_eq!(book.order_count(), 11_217);
+    assert_eq!((book.level_count(Side::Bid), book.level_count(Side::Ask)), (922, 565));
+    let (bid, ask) = book.bbo();
+    assert_eq!(bid, Some(Level { price_e9: px(481_000), size: 22, orders: 22 }));
+    assert_eq!(ask, Some(Level { price_e9: px(481_025), size: 28, orders: 18 }));
+
+    // what the conductor reported and told the subscriber
+    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
+    assert_eq!(report.sessions.len(), 1);
+    let s = &report.sessions[0];
+    assert_eq!((s.id, s.name.as_str(), s.end), (1, "one-thread", Some(CloseReason::EndOfStream)));
+    assert_eq!((s.sent, s.heartbeats, s.last_seq, s.skipped), (stats.records, heartbeats, stats.records, 0));
+    assert_eq!(ctl_msgs.iter().map(ControlMsg::kind).collect::<Vec<_>>(), ["accept", "bye"]);
+    assert!(matches!(&ctl_msgs[1], ControlMsg::Bye(b) if b.reason == CloseReason::EndOfStream), "{:?}", ctl_msgs[1]);
+
+    // The hot loop's work: 1 for the cycle that saw the subscriber and went live, 1 per record, 1 for the cycle
+    // that sent end of stream; every other cycle (waiting, heartbeats only) was idle.
+    assert_eq!(fanout_work, 1 + RECORDS + 1);
+}
