@@ -77,9 +77,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     //    waits the same way for a publisher that is not up yet.
     let mut cfg = SubscriberConfig::new(&endpoint, "strategy-example");
     cfg.reconnect = Some(Reconnect::within(Duration::from_secs(30)));
-    let mut sub = Subscriber::connect_with_retry(&cfg, || false)?.with_latency(); // latency: one histogram add per record
+    // `|| false`: nothing asks it to stop waiting (pass a signal flag's load here). with_latency: one histogram
+    // add per record, allocated now.
+    let mut sub = Subscriber::connect_with_retry(&cfg, || false)?.with_latency();
 
-    // 3. Everything the loop touches is allocated here, before the first poll.
+    // 3. The loop's state, created before the first poll. `Books` is the reference book: it allocates as orders
+    //    and price levels appear; a production strategy swaps in a book with its memory reserved up front.
     let mut books = Books::new();
     let mut strategy = Strategy::default();
     let mut idler = Idler::new(idle);
