@@ -65,10 +65,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         });
         idler.idle(n);
         match sub.maintain_if_due() {
-            Some(Health::Gone) => {
+            Some(Health::Ended(end)) => {
                 match sub.bye() {
                     Some(bye) => eprintln!("publisher ended the session: {} {}", bye.reason.as_str(), bye.detail),
-                    None => eprintln!("publisher gone (no bye)"),
+                    None => eprintln!("session ended: {}", end.as_str()),
                 }
                 break;
             }
@@ -77,7 +77,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 eprintln!("publisher silent for {} ms", quiet.as_millis());
             }
             Some(Health::Ok) => silent = false,
-            Some(Health::Silent(_)) | None => {}
+            // no reconnect policy in this config, so never Reconnecting (examples/strategy.rs has one)
+            Some(Health::Silent(_) | Health::Reconnecting { .. } | Health::Reconnected { .. }) | None => {}
         }
     }
     let side = |l: Option<Level>| l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size));

@@ -22,8 +22,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // PAUSE on an empty poll (no syscall); housekeeping at most once per ms (else one TSC read)
         idler.idle(n);
         match sub.maintain_if_due() {
-            Some(Health::Gone) => break,           // ended (sub.bye() says why) or vanished
+            Some(Health::Ended(_why)) => break, // for good (End says why; sub.bye() has the detail)
             Some(Health::Silent(_quiet_for)) => {} // no record or heartbeat within the silence timeout
+            Some(Health::Reconnecting { .. } | Health::Reconnected { .. }) => {} // with cfg.reconnect set only
             Some(Health::Ok) | None => {}
         }
     }

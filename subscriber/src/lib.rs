@@ -21,20 +21,24 @@
 //!         Event::Stale { .. } | Event::Corrupt { .. } => {}
 //!     });
 //!     idler.idle(n); // PAUSE when nothing came
-//!     if let Some(Health::Gone) = sub.maintain_if_due() {
-//!         break; // the publisher ended the session (sub.bye() says why) or vanished
+//!     if let Some(Health::Ended(_why)) = sub.maintain_if_due() {
+//!         break; // the publisher ended the session (sub.bye() has its words) or vanished
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `examples/bbo.rs` is this loop as a program.
+//! Two programs to start from, each run against a publisher the way its header says (e.g. beside
+//! `ops/run-demo`): `examples/bbo.rs` is this loop as a program; `examples/strategy.rs` is a strategy skeleton
+//! to copy: a pinned thread, a spin poll, books applied per record, the BBO after each venue event, gaps and
+//! stale books, reconnects under a [`Reconnect`] policy, and latency percentiles at the end.
 //!
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
 //! seq is reported as [`Event::Gap`] before the record that follows it, never skipped silently. `poll` makes no
-//! syscall and allocates nothing; [`Subscriber::maintain`] (control socket, snapshot requests, liveness) makes
-//! syscalls: call it through [`Subscriber::maintain_if_due`], which runs it at most once per millisecond.
+//! syscall and allocates nothing; [`Subscriber::maintain`] (control socket, snapshot requests, liveness,
+//! reconnects) makes syscalls: call it through [`Subscriber::maintain_if_due`], which runs it at most once per
+//! millisecond.
 //!
 //! # What a strategy sees
 //!
@@ -47,8 +51,58 @@
 //! - Policy `disconnect`: what was written before the drop, then `Closed(RingFull)`.
 //! - Policy `block`: never a gap; the publisher waits (up to its stall timeout) for this subscriber.
 //! - A dead or silent publisher: [`Subscriber::maintain`] returns [`Health::Silent`] after the silence
-//!   timeout and [`Health::Gone`] once the control connection is closed; [`Subscriber::reconnect`] then makes a
-//!   new session (seq restarts at 1; drop your books: a snapshot or the replay from the start follows).
+//!   timeout, and once the session is lost either [`Health::Ended`] or, with a reconnect policy
+//!   ([`SubscriberConfig::reconnect`]), [`Health::Reconnecting`] and then [`Health::Reconnected`] (seq restarts
+//!   at 1; drop your books: a snapshot or the replay from the start follows). The state machine below.
+//!
+//! # Session lifecycle
+//!
+//! A [`Subscriber`] is a session state machine ([`Subscriber::state`] says where it stands). `poll` moves it
+//! between `Live` and `Stale` (by what it delivers); [`Subscriber::maintain`] makes every other move and
+//! reports it as a [`Health`]. A session is *lost* when the ring was closed ([`Event::Closed`] delivered), or
+//! when the control connection closed and a poll since found the ring empty (so everything the publisher wrote
+//! before it left has been delivered).
+//!
+//! ```text
+//!  Subscriber::connect / connect_with_retry   (they block until accepted: no Connecting state to observe)
+//!    |
+//!    v         poll: Event::Gap                  maintain: nothing for silence_timeout
+//!  Live  ----------------------> Stale { .. }    Live or Stale ------------------------> Silent(d)
+//!    ^   <----------------------                 Silent(d) ---- poll: a record ----> Live or Stale
+//!    |         poll: its SnapshotEnd
+//!    |
+//!    |  maintain: the session is lost (from Live, Stale or Silent), with an End
+//!    |    +-- no policy, or not End::allows_reconnect() -------------------> Ended(End)
+//!    |    +-- a policy and End::allows_reconnect() ---> Reconnecting { tries: 0 }
+//!    |                                                   | maintain: one try per interval (blocks <= timeout)
+//!    |                                                   +-- fails, budget left ---> Reconnecting { tries + 1 }
+//!    |                                                   +-- fails past budget ----> Ended(GaveUp { tries })
+//!    +---------- succeeds: Health::Reconnected { session_id } ---+
+//! ```
+//!
+//! | state | entered when (the [`Health`] that says so) | what the strategy does | left when |
+//! |---|---|---|---|
+//! | [`State::Live`] | connected; reconnected ([`Health::Reconnected`]); the `SnapshotEnd` after a gap | apply records; trade on the books after a record with `is_last()` | a gap, a silence, a loss |
+//! | [`State::Stale`] | a poll delivered [`Event::Gap`] ([`Subscriber::is_stale`]) | keep applying but do not trust the books; `maintain` asks for a snapshot (policy resync; `snapshot_requested` once it has) | the poll that delivers that snapshot's `SnapshotEnd` (`SnapshotBegin` has emptied the books) |
+//! | [`State::Silent`] | `maintain` found nothing, heartbeats included, for `silence_timeout` and a poll since found the ring empty ([`Health::Silent`]) | the publisher is hung, stopped or cut off: the books may be old | the next record or heartbeat |
+//! | [`State::Reconnecting`] | a loss that [`End::allows_reconnect`] with [`SubscriberConfig::reconnect`] set ([`Health::Reconnecting`] `{ tries: 0 }`, then one per `maintain`) | the books are dead: stop trading on them | a try succeeds ([`Health::Reconnected`]: drop the books, seq restarts at 1) or fails past the budget |
+//! | [`State::Ended`] | any other loss, or the budget ran out ([`Health::Ended`], repeated by every later `maintain`) | stop; [`End`] says why, [`Subscriber::bye`] has the publisher's words | never (but [`Subscriber::reconnect`] by hand starts a new session) |
+//!
+//! When several hold, `state()` names the first of `Ended`, `Reconnecting`, `Silent`, `Stale`, `Live`.
+//!
+//! **Reconnect policy.** [`SubscriberConfig::reconnect`] is `None` by default: a loss is [`Health::Ended`] and
+//! reconnecting is the caller's ([`Subscriber::reconnect`]). With `Some(`[`Reconnect`]` { budget, interval })`,
+//! a loss that [`End::allows_reconnect`] (the publisher vanished without a `Bye`, or the ring's transport broke:
+//! `End::Closed(FabricError)`) makes `maintain` try a new session every `interval` (100 ms with
+//! [`Reconnect::within`]) until a try fails `budget` after the loss; an end the publisher chose (end of stream,
+//! shutdown, ring full, stalled, any `Bye`) is never retried. Each try creates a ring and makes the control
+//! exchange: the `maintain` call that makes it blocks for up to [`SubscriberConfig::timeout`] (default 2 s)
+//! when the endpoint accepts but does not answer (a refused connection fails at once), so a strategy that
+//! cannot afford that stall on its trading thread should watch [`State::Reconnecting`] and not count on
+//! `maintain` being quick meanwhile. [`Subscriber::connect_with_retry`] applies the same policy to the first
+//! connection (waiting for a publisher that is not up yet). [`Subscriber::reconnect_error`] has the last failed
+//! try's error. Books: drop them at [`Health::Reconnected`]; counters ([`Subscriber::stats`]) carry on, with
+//! `reconnects` counting the new sessions and `next_seq` the new stream.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -58,7 +112,7 @@ pub mod report;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
@@ -98,6 +152,31 @@ pub struct SubscriberConfig {
     pub silence_timeout: Duration,
     /// How often [`Subscriber::maintain_if_due`] lets [`Subscriber::maintain`] run. Default 1 ms.
     pub maintain_interval: Duration,
+    /// What [`Subscriber::maintain`] does when the session is lost in a way that allows it
+    /// ([`End::allows_reconnect`]), and how long [`Subscriber::connect_with_retry`] keeps trying. `None`
+    /// (default): never reconnect; [`Health::Ended`] is reported and [`Subscriber::reconnect`] is the caller's.
+    pub reconnect: Option<Reconnect>,
+}
+
+/// A reconnect policy ([`SubscriberConfig::reconnect`]): try every `interval` until `budget` has passed.
+///
+/// Each try is [`Subscriber::reconnect`] (or [`Subscriber::connect`]): it creates a ring and makes the control
+/// exchange, so it blocks its thread for up to [`SubscriberConfig::timeout`] (default 2 s) when the endpoint
+/// accepts but does not answer; a refused connection fails at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// Give up once a try fails this long after the loss was found (for
+    /// [`Subscriber::connect_with_retry`]: after the first try began). The try that runs over it is the last.
+    pub budget: Duration,
+    /// Wait between the end of a failed try and the start of the next. Default 100 ms.
+    pub interval: Duration,
+}
+
+impl Reconnect {
+    /// Tries every 100 ms for up to `budget`.
+    pub fn within(budget: Duration) -> Reconnect {
+        Reconnect { budget, interval: Duration::from_millis(100) }
+    }
 }
 
 impl SubscriberConfig {
@@ -114,6 +193,7 @@ impl SubscriberConfig {
             snapshot: true,
             silence_timeout: Duration::from_millis(50),
             maintain_interval: Duration::from_millis(1),
+            reconnect: None,
         }
     }
 }
@@ -164,17 +244,118 @@ pub enum SubscribeError {
         /// The answer's message type (`ControlMsg::kind`).
         answer: String,
     },
+    /// [`Subscriber::connect_with_retry`] made more than one try and the last failed: nobody accepted within the
+    /// [`Reconnect::budget`], or a later try failed otherwise.
+    #[error("gave up after {tries} tries in {} ms: {source}", budget.as_millis())]
+    GaveUp {
+        /// Tries made, the failed last one included.
+        tries: u32,
+        /// The policy's budget.
+        budget: Duration,
+        /// The last try's error.
+        #[source]
+        source: Box<SubscribeError>,
+    },
 }
 
-/// What [`Subscriber::maintain`] found.
+/// What [`Subscriber::maintain`] found: the transitions of [`State`] a strategy acts on (see the crate docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
-    /// Records or heartbeats are arriving.
+    /// Records or heartbeats are arriving (the books may still be stale after a gap: [`Subscriber::is_stale`]).
     Ok,
     /// Nothing arrived for longer than the silence timeout (the publisher may be hung or stopped).
     Silent(Duration),
-    /// The publisher's control connection is closed and nothing more is in the ring: it is gone.
-    Gone,
+    /// The session is lost (everything it delivered has been polled) and the reconnect policy is trying to make
+    /// a new one: `tries` made so far. Reported first with `tries: 0` by the `maintain` that found the loss:
+    /// from there the books are dead (stop trading on them); then once per `maintain` until it succeeds or gives
+    /// up.
+    Reconnecting {
+        /// Tries made so far (each failed).
+        tries: u32,
+    },
+    /// Once, after a successful reconnect: a new session. Its stream restarts at seq 1; drop the books (a
+    /// snapshot, or the publisher's replay from its start, follows).
+    Reconnected {
+        /// The new session's id.
+        session_id: u64,
+    },
+    /// The subscription ended for good, and why; every later `maintain` says the same. Nothing more will
+    /// arrive (a caller may still [`Subscriber::reconnect`] by hand).
+    Ended(End),
+}
+
+/// Why a subscription ended ([`Health::Ended`], [`State::Ended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The ring was closed with this reason ([`Event::Closed`] was delivered): on shm the publisher's reason;
+    /// on verbs `FabricError` when this side's QP failed (its peer may have died).
+    Closed(CloseReason),
+    /// The publisher ended the session and said why on the control connection ([`Subscriber::bye`] has the
+    /// detail); on verbs this is how every publisher-side close is learnt.
+    Bye(CloseReason),
+    /// The control connection closed without a `Bye`: the publisher was killed, or its host or the network
+    /// failed.
+    Vanished,
+    /// The reconnect policy ran out of budget; [`Subscriber::reconnect_error`] has the last try's error.
+    GaveUp {
+        /// Tries made.
+        tries: u32,
+    },
+}
+
+impl End {
+    /// Whether a reconnect policy reconnects after this end: when the publisher vanished ([`End::Vanished`]) or
+    /// the transport under the ring broke (`Closed(FabricError)`), so a publisher restarted, or a path repaired,
+    /// can be found again. Never after the publisher ended the session itself: any other close reason in the
+    /// ring (end of stream, shutdown, ring full, stalled, ...) or any [`End::Bye`] (one sent because this
+    /// subscriber's QP never connected would come back after every reconnect).
+    pub fn allows_reconnect(self) -> bool {
+        matches!(self, End::Vanished | End::Closed(CloseReason::FabricError))
+    }
+
+    /// The close reason, when the publisher or the ring gave one.
+    pub fn reason(self) -> Option<CloseReason> {
+        match self {
+            End::Closed(r) | End::Bye(r) => Some(r),
+            End::Vanished | End::GaveUp { .. } => None,
+        }
+    }
+
+    /// A name for reports: the close reason's ([`CloseReason::as_str`]), else `publisher_gone`.
+    pub fn as_str(self) -> &'static str {
+        self.reason().map_or("publisher_gone", CloseReason::as_str)
+    }
+}
+
+/// Where a subscription stands ([`Subscriber::state`]); the crate docs draw the transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Records arrive in seq order; books built from them are exact.
+    Live,
+    /// A gap has not been repaired yet: the books are stale. `snapshot_requested`: `maintain` has asked for the
+    /// snapshot (policy resync) and it has not ended yet; `false` while it is owed (the next `maintain` asks).
+    Stale {
+        /// The snapshot request is sent and pending.
+        snapshot_requested: bool,
+    },
+    /// `maintain` found nothing (not even a heartbeat) for this long, past the silence timeout, and nothing has
+    /// arrived since.
+    Silent(Duration),
+    /// The session is lost and the reconnect policy is trying: tries made so far.
+    Reconnecting {
+        /// Tries made so far (each failed).
+        tries: u32,
+    },
+    /// Ended for good.
+    Ended(End),
+}
+
+/// Lifecycle beyond a running session, driven by [`Subscriber::maintain`].
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Running,
+    Reconnecting { tries: u32, since: Instant, next_try: Instant },
+    Ended(End),
 }
 
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
@@ -213,6 +394,12 @@ pub struct Subscriber {
     /// Snapshots received when the last one was requested.
     snapshots_at_request: u64,
     reconnects: u64,
+    /// Where the lifecycle stands beyond the running session (reconnecting, ended).
+    phase: Phase,
+    /// `(quiet_for, last_rx)` when `maintain` last reported [`Health::Silent`]: silent while `last_rx` is unchanged.
+    silent: Option<(Duration, u64)>,
+    /// The last failed reconnect try's error.
+    reconnect_error: Option<SubscribeError>,
 }
 
 impl Subscriber {
@@ -245,7 +432,41 @@ impl Subscriber {
             snapshots_requested: 0,
             snapshots_at_request: 0,
             reconnects: 0,
+            phase: Phase::Running,
+            silent: None,
+            reconnect_error: None,
         })
+    }
+
+    /// [`Subscriber::connect`], tried again every [`Reconnect::interval`] while nobody accepts at the endpoint
+    /// (the publisher is not up yet: [`SubscribeError::Connect`]), for up to the [`Reconnect::budget`] of
+    /// [`SubscriberConfig::reconnect`]; one try when that is `None`. `stop` is asked before each wait: `true`
+    /// gives up at once (e.g. a signal flag). Blocks its thread meanwhile; each try may block up to
+    /// [`SubscriberConfig::timeout`].
+    ///
+    /// # Errors
+    /// The first try's error when it was the only one; otherwise [`SubscribeError::GaveUp`] with the number of
+    /// tries and the last error (nobody accepted within the budget, or a later try failed for another reason,
+    /// which is not retried: a refusal or a ring that cannot be created would fail again).
+    pub fn connect_with_retry(
+        cfg: &SubscriberConfig,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<Subscriber, SubscribeError> {
+        let Some(policy) = cfg.reconnect else { return Subscriber::connect(cfg) };
+        let start = Instant::now();
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match Subscriber::connect(cfg) {
+                Err(SubscribeError::Connect { .. }) if start.elapsed() < policy.budget && !stop() => {
+                    std::thread::sleep(policy.interval)
+                }
+                Err(e) if tries > 1 => {
+                    return Err(SubscribeError::GaveUp { tries, budget: policy.budget, source: Box::new(e) })
+                }
+                other => return other,
+            }
+        }
     }
 
     fn open(cfg: &SubscriberConfig) -> Result<(AnyLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
@@ -285,12 +506,13 @@ impl Subscriber {
         Ok((ring, stream, accept.session_id, accept.policy))
     }
 
-    /// Makes a new session with the same config (after [`Health::Gone`]). The stream restarts at seq 1; the
-    /// caller must drop its books: a snapshot (when the publisher is mid-stream) or the replay from its start
-    /// follows.
+    /// Makes a new session with the same config, now (one try; it blocks up to [`SubscriberConfig::timeout`]).
+    /// With a reconnect policy [`Subscriber::maintain`] calls it; without one, call it after [`Health::Ended`]
+    /// if you want to go on. The stream restarts at seq 1; the caller must drop its books: a snapshot (when the
+    /// publisher is mid-stream) or the replay from its start follows. On success the state is [`State::Live`].
     ///
     /// # Errors
-    /// As [`Subscriber::connect`]; the old session is gone either way.
+    /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
         let (ring, control, session_id, policy) = Self::open(&self.cfg)?;
         self.rx.restart(ring);
@@ -305,6 +527,9 @@ impl Subscriber {
         self.control_out.clear();
         self.resync_requested = false;
         self.last_rx = self.clock.raw();
+        self.phase = Phase::Running;
+        self.silent = None;
+        self.reconnect_error = None;
         Ok(())
     }
 
@@ -350,7 +575,17 @@ impl Subscriber {
     /// Housekeeping for idle time (it makes syscalls, none of them blocking): reads the control connection,
     /// queues and writes the snapshot request a gap made owed (policy resync), and checks liveness. Call it on a
     /// timer, not on every empty poll: [`Subscriber::maintain_if_due`] does that.
+    ///
+    /// It drives the session's [`State`]: it reports the loss of a session once a poll has drained the ring
+    /// ([`Health::Ended`], or with a reconnect policy that allows it [`Health::Reconnecting`]), and while
+    /// reconnecting it makes one try per [`Reconnect::interval`]: such a call blocks for up to
+    /// [`SubscriberConfig::timeout`] (a refused connection fails at once).
     pub fn maintain(&mut self) -> Health {
+        match self.phase {
+            Phase::Ended(end) => return Health::Ended(end),
+            Phase::Reconnecting { tries, since, next_try } => return self.reconnect_step(tries, since, next_try),
+            Phase::Running => {}
+        }
         let was_closed = self.control_closed;
         if !self.control_closed {
             let mut buf = [0u8; 512];
@@ -395,30 +630,83 @@ impl Subscriber {
             }
         }
         self.flush_control();
+        // The ring's close comes after its last record (the receiver reads the CQ once more before reporting it).
+        if let Some(reason) = self.rx.closed() {
+            return self.lose(End::Closed(reason));
+        }
         if self.control_closed {
             if !was_closed {
                 self.empty_polls_at_close = self.empty_polls;
             }
-            // Gone only once a poll after the close found the ring empty: the publisher wrote everything before
+            // Lost only once a poll after the close found the ring empty: the publisher wrote everything before
             // it closed the connection, and a poll that starts after we saw the close sees all of it.
             let drained = self.empty_polls > self.empty_polls_at_close;
-            return if drained { Health::Gone } else { Health::Ok };
+            if !drained {
+                return Health::Ok;
+            }
+            let end = self.bye.as_ref().map_or(End::Vanished, |bye| End::Bye(bye.reason));
+            return self.lose(end);
         }
         let quiet_ns = self.clock.delta_as_nanos(self.last_rx, self.clock.raw());
         if quiet_ns <= self.cfg.silence_timeout.as_nanos() as u64 {
             self.silence_suspected = None;
+            self.silent = None;
             return Health::Ok;
         }
         match self.silence_suspected {
             // nothing arrived since the suspicion and a poll since found the ring empty: the publisher's silence
             Some((rx, polls)) if rx == self.last_rx && self.empty_polls > polls => {
-                Health::Silent(Duration::from_nanos(quiet_ns))
+                let quiet = Duration::from_nanos(quiet_ns);
+                self.silent = Some((quiet, self.last_rx));
+                Health::Silent(quiet)
             }
             Some((rx, _)) if rx == self.last_rx => Health::Ok,
             // this thread may simply not have run (descheduled, a long callback): wait for a poll to say
             _ => {
                 self.silence_suspected = Some((self.last_rx, self.empty_polls));
                 Health::Ok
+            }
+        }
+    }
+
+    /// The session is over (`end`): reconnecting under the policy when it allows, else ended for good.
+    fn lose(&mut self, end: End) -> Health {
+        self.silent = None;
+        match self.cfg.reconnect {
+            Some(_) if end.allows_reconnect() => {
+                let now = Instant::now();
+                self.phase = Phase::Reconnecting { tries: 0, since: now, next_try: now };
+                Health::Reconnecting { tries: 0 }
+            }
+            _ => {
+                self.phase = Phase::Ended(end);
+                Health::Ended(end)
+            }
+        }
+    }
+
+    /// One reconnect try when it is due (the loss was found at `since`; `tries` failed so far).
+    fn reconnect_step(&mut self, tries: u32, since: Instant, next_try: Instant) -> Health {
+        let Some(policy) = self.cfg.reconnect else {
+            // `lose` enters Reconnecting only with a policy, and the config is not changed afterwards
+            self.phase = Phase::Ended(End::GaveUp { tries });
+            return Health::Ended(End::GaveUp { tries });
+        };
+        if Instant::now() < next_try {
+            return Health::Reconnecting { tries };
+        }
+        let tries = tries + 1;
+        match self.reconnect() {
+            Ok(()) => Health::Reconnected { session_id: self.session_id },
+            Err(e) => {
+                self.reconnect_error = Some(e);
+                if since.elapsed() >= policy.budget {
+                    self.phase = Phase::Ended(End::GaveUp { tries });
+                    Health::Ended(End::GaveUp { tries })
+                } else {
+                    self.phase = Phase::Reconnecting { tries, since, next_try: Instant::now() + policy.interval };
+                    Health::Reconnecting { tries }
+                }
             }
         }
     }
@@ -440,14 +728,41 @@ impl Subscriber {
     }
 
     /// What the publisher said when it ended this session ([`Bye`]: a typed [`CloseReason`] and a detail),
-    /// once it has. Read it after [`Health::Gone`].
+    /// once it has. Read it after [`Health::Ended`] with [`End::Bye`].
     pub fn bye(&self) -> Option<&Bye> {
         self.bye.as_ref()
     }
 
-    /// Whether a gap is not yet repaired by a snapshot (the books are stale).
+    /// Whether a gap is not yet repaired by a snapshot (the books are stale): from the poll that delivered the
+    /// [`Event::Gap`] to the one that delivered the `SnapshotEnd` of the snapshot it asked for.
     pub fn is_stale(&self) -> bool {
-        self.rx.unrepaired_gap().is_some() || self.resync_requested
+        self.rx.unrepaired_gap().is_some() || self.snapshot_pending()
+    }
+
+    /// A snapshot was requested and its `SnapshotEnd` has not been delivered yet.
+    fn snapshot_pending(&self) -> bool {
+        self.resync_requested && self.rx.stats().snapshots_received <= self.snapshots_at_request
+    }
+
+    /// Where the subscription stands (see the crate docs' state machine). `Ended` and `Reconnecting` are as the
+    /// last [`Subscriber::maintain`] left them; `Silent` as it found it, until a record arrives; `Stale` as the
+    /// last poll left it. No syscall.
+    pub fn state(&self) -> State {
+        match self.phase {
+            Phase::Ended(end) => State::Ended(end),
+            Phase::Reconnecting { tries, .. } => State::Reconnecting { tries },
+            Phase::Running => match self.silent {
+                Some((quiet, rx)) if rx == self.last_rx => State::Silent(quiet),
+                _ if self.is_stale() => State::Stale { snapshot_requested: self.snapshot_pending() },
+                _ => State::Live,
+            },
+        }
+    }
+
+    /// The error of the last failed reconnect try (while [`State::Reconnecting`] with `tries > 0`, and after
+    /// [`End::GaveUp`]); `None` after a successful one.
+    pub fn reconnect_error(&self) -> Option<&SubscribeError> {
+        self.reconnect_error.as_ref()
     }
 
     /// The policy the publisher applies to this subscriber.

@@ -161,3 +161,42 @@ fn the_bbo_example_prints_the_reference_bbo() {
     );
     assert_eq!(report.session("bbo-example").unwrap().end, Some(CloseReason::EndOfStream));
 }
+
+/// `examples/strategy.rs`, the skeleton the crate docs point strategies at, beside `mdfan-subscribe --bbo` on the
+/// same replay: asked for a core this process may not use, it says so and runs unpinned; it acts on exactly the
+/// BBO changes the CLI prints, ends with the reference BBO, and counts every record it received in its latency.
+#[test]
+fn the_strategy_example_acts_on_every_bbo_change_and_reports_latency() {
+    if std::env::var_os("MDFAN_TEST_BIN_DIR").is_some() {
+        eprintln!("skipped: the example is not among the binaries copied into the VM");
+        return;
+    }
+    cargo_build(&["-p", "mdfan-subscriber", "--example", "strategy"]);
+    let example = bin_dir().join("examples").join("strategy");
+    let publisher = start_publisher(&esh4::main_file(), 2, "");
+    let cli = Watched::new(spawn_subscriber(publisher.addr, "cli", &["--bbo"])); // read as it prints: thousands of lines
+    let beyond = mdfan_tuning::allowed_cores().iter().max().copied().unwrap_or(0) + 1;
+    let out = Command::new(&example).args([publisher.addr.to_string(), beyond.to_string()]).output().unwrap();
+    let (code, cli, _) = cli.finish();
+    assert_eq!(code, Some(0), "{cli:?}");
+    let report = publisher.handle.join().unwrap().unwrap();
+    let (lines, err) = (stdout_lines(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "{lines:?}\n{err}");
+    assert!(err.starts_with("strategy: running unpinned, yielding when idle: "), "{err}");
+    assert!(err.contains(&format!("{beyond}")), "{err}");
+    let bbo_changes = cli.iter().filter(|l| l.starts_with("bbo ")).count();
+    assert!(bbo_changes > 1_000, "{bbo_changes}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let summary = fields(&lines[0]);
+    assert_eq!(
+        (summary["end"], summary["gaps"], summary["snapshots"], summary["reconnects"]),
+        ("end_of_stream", "0", "0", "0"),
+        "{lines:?}"
+    );
+    assert_eq!(summary["decisions"], bbo_changes.to_string(), "{lines:?}");
+    assert_eq!(lines[1], "bbo instrument=17077 4810.00x22/4810.25x28");
+    let records: u64 = summary["records"].parse().unwrap();
+    assert!(records > esh4::RECORDS, "every record, the end of stream and heartbeats: {records}");
+    assert!(lines[2].starts_with(&format!("latency count={records} p50_ns=")), "{lines:?}");
+    assert_eq!(report.session("strategy-example").unwrap().end, Some(CloseReason::EndOfStream));
+}

@@ -11,9 +11,6 @@ mod common;
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -53,34 +50,9 @@ fn a_killed_subscriber_is_noticed_and_a_late_joiner_ends_exact() {
     assert!(l.sent > 1_000, "{}", l.line());
 }
 
-/// A publisher process (not in-process: these tests kill or stop it) replaying the capture, paced, on a free
-/// port, with its config in a folder of its own named after `tag`. Returns the endpoint, the config's folder
-/// (remove it at the end) and a function that starts the process and waits until it says it listens (it loads and
-/// checks the feed first, which takes a while under software emulation).
-fn publisher_process(tag: &str, wait_for: usize) -> (SocketAddr, PathBuf, impl Fn() -> Watched) {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("publisher.toml");
-    std::fs::write(&cfg, config_text(&listen, &esh4::main_file(), wait_for, "", PACE)).unwrap();
-    let start = move || {
-        let child = Command::new(bin("mdfan-publisher"))
-            .args(["--config", cfg.to_str().unwrap()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut publisher = Watched::new(child);
-        publisher.wait_for_line("publisher listening=");
-        publisher
-    };
-    (listen.parse().unwrap(), dir, start)
-}
-
 #[test]
 fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_restart() {
-    let (addr, dir, start) = publisher_process("resilience", 2);
+    let (addr, dir, start) = publisher_process("resilience", &esh4::main_file(), 2, PACE);
     let mut first = start();
     let args = ["--reconnect-ms", "30000"];
     let mut a = Watched::new(spawn_subscriber(addr, "a", &args));
@@ -218,7 +190,7 @@ fn a_subscriber_filtered_to_a_quiet_instrument_hears_heartbeats_and_never_report
 /// the stream goes on and ends exact: silence is judged on what arrives, and only after a poll found nothing.
 #[test]
 fn a_stopped_publisher_is_reported_silent_and_the_stream_resumes() {
-    let (addr, dir, start) = publisher_process("silent", 1);
+    let (addr, dir, start) = publisher_process("silent", &esh4::main_file(), 1, PACE);
     let publisher = start();
     let mut sub = Watched::new(spawn_subscriber(addr, "watcher", &["--silence-timeout-ms", "200"]));
     sub.wait_for_line("subscribed ");

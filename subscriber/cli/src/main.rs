@@ -28,8 +28,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
 use mdfan_subscriber::{
-    format_price_e9, Books, CloseReason, Event, FabricConfig, Health, Kind, Provider, SlowConsumerPolicy, Subscriber,
-    SubscriberConfig,
+    format_price_e9, Books, CloseReason, End, Event, FabricConfig, Health, Kind, Provider, Reconnect,
+    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
 };
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -144,7 +144,7 @@ fn main() {
 #[derive(Debug, thiserror::Error)]
 enum CliError {
     #[error(transparent)]
-    Subscribe(#[from] mdfan_subscriber::SubscribeError),
+    Subscribe(#[from] SubscribeError),
     #[error("{0}")]
     Usage(String),
     #[error("gave up after {tries} tries in {ms} ms (--reconnect-ms): {source}")]
@@ -152,7 +152,7 @@ enum CliError {
         tries: u32,
         ms: u128,
         #[source]
-        source: mdfan_subscriber::SubscribeError,
+        source: SubscribeError,
     },
 }
 
@@ -209,7 +209,16 @@ fn run(args: &Args) -> Result<i32, CliError> {
     };
     cfg.snapshot = !args.no_snapshot;
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
-    let mut sub = connect(&cfg, args.reconnect_ms.map(Duration::from_millis), &stop)?.with_latency();
+    // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
+    // breaks, and retries the first connect while nobody listens yet.
+    cfg.reconnect = args.reconnect_ms.map(|ms| Reconnect::within(Duration::from_millis(ms)));
+    let mut sub = match Subscriber::connect_with_retry(&cfg, || stop.load(Ordering::Relaxed)) {
+        Ok(sub) => sub.with_latency(),
+        Err(SubscribeError::GaveUp { tries, budget, source }) => {
+            return Err(CliError::GaveUp { tries, ms: budget.as_millis(), source: *source })
+        }
+        Err(e) => return Err(e.into()),
+    };
     out!(
         "subscribed endpoint={} session={} ring_slots={} policy={}",
         sub.endpoint(),
@@ -231,9 +240,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         Idle::Yield => mdfan_subscriber::IdleStrategy::SpinThenYield { spins: 0 },
     });
     let mut end: Option<&'static str> = None;
-    let mut closed: Option<CloseReason> = None;
     let mut out = Vec::<String>::new();
-    let mut gone = false;
     while end.is_none() {
         let mut stale = sub.is_stale();
         let n = sub.poll(256, |event| match event {
@@ -294,21 +301,11 @@ fn run(args: &Args) -> Result<i32, CliError> {
             }
             Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
             Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
-            Event::Closed(reason) => closed = Some(reason),
+            Event::Closed(_) => {} // maintain reports it, with what follows from it (reconnect or end)
         });
         if !out.is_empty() {
             for line in out.drain(..) {
                 out!("{line}");
-            }
-        }
-        if let Some(reason) = closed.take() {
-            if end.is_none() {
-                if reason == CloseReason::FabricError && args.reconnect_ms.is_some() {
-                    // The transport broke (on verbs: the publisher's QP is gone): like a vanished publisher.
-                    gone = true;
-                } else {
-                    end = Some(reason.as_str());
-                }
             }
         }
         idler.idle(n);
@@ -324,36 +321,34 @@ fn run(args: &Args) -> Result<i32, CliError> {
                         out!("publisher_silent ms={}", d.as_millis());
                     }
                 }
-                // The library says Gone only once a poll after the close found the ring drained: everything the
-                // publisher wrote before it left has been delivered.
-                Health::Gone => match sub.bye() {
-                    // the publisher ended this session and said why (on verbs this is the only way)
-                    Some(bye) => {
-                        match bye.detail.as_str() {
-                            _ if bye.reason == CloseReason::EndOfStream => {} // the normal end says nothing
-                            "" => out!("bye reason={}", bye.reason.as_str()),
-                            detail => out!("bye reason={} detail=\"{detail}\"", bye.reason.as_str()),
-                        }
-                        end = Some(bye.reason.as_str());
-                        break;
-                    }
-                    None => gone = true,
-                },
-            }
-        }
-        if gone {
-            gone = false;
-            out!("publisher_gone after_seq={}", sub.stats().next_seq - 1);
-            match args.reconnect_ms.map(|ms| reconnect(&mut sub, Duration::from_millis(ms), &stop)) {
-                Some(Ok(())) => {
+                // The library reports a loss only once a poll after it found the ring drained: everything the
+                // publisher wrote before it left has been delivered. The first report says it; tries follow.
+                Health::Reconnecting { tries: 0 } => out!("publisher_gone after_seq={}", sub.stats().next_seq - 1),
+                Health::Reconnecting { .. } => {}
+                Health::Reconnected { session_id } => {
                     books = Books::new();
-                    out!("reconnected session={}", sub.session_id());
+                    out!("reconnected session={session_id}");
                 }
-                Some(Err((tries, e))) => {
-                    out!("reconnect_failed tries={tries} after_ms={}: {e}", args.reconnect_ms.unwrap_or_default());
-                    end = Some("publisher_gone");
+                Health::Ended(e) => {
+                    match e {
+                        // the publisher ended this session and said why (on verbs this is the only way)
+                        End::Bye(reason) => match sub.bye().map_or("", |bye| bye.detail.as_str()) {
+                            _ if reason == CloseReason::EndOfStream => {} // the normal end says nothing
+                            "" => out!("bye reason={}", reason.as_str()),
+                            detail => out!("bye reason={} detail=\"{detail}\"", reason.as_str()),
+                        },
+                        End::Vanished => out!("publisher_gone after_seq={}", sub.stats().next_seq - 1),
+                        End::GaveUp { tries } => {
+                            let why = sub.reconnect_error().map(ToString::to_string).unwrap_or_default();
+                            out!(
+                                "reconnect_failed tries={tries} after_ms={}: {why}",
+                                args.reconnect_ms.unwrap_or_default()
+                            )
+                        }
+                        End::Closed(_) => {}
+                    }
+                    end = Some(e.as_str());
                 }
-                None => end = Some("publisher_gone"),
             }
         }
     }
@@ -385,44 +380,4 @@ fn run(args: &Args) -> Result<i32, CliError> {
         Some("publisher_gone") => 4,
         _ => 3,
     })
-}
-
-/// Tries to reconnect every 100 ms until `budget` runs out; the error comes with the number of tries made.
-fn reconnect(
-    sub: &mut Subscriber,
-    budget: Duration,
-    stop: &AtomicBool,
-) -> Result<(), (u32, mdfan_subscriber::SubscribeError)> {
-    let start = std::time::Instant::now();
-    let mut tries = 0u32;
-    loop {
-        tries += 1;
-        match sub.reconnect() {
-            Ok(()) => return Ok(()),
-            Err(e) if start.elapsed() >= budget || stop.load(Ordering::Relaxed) => return Err((tries, e)),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-/// Connects; with a reconnect budget, keeps trying every 100 ms while nobody listens yet, and says how many
-/// tries it made when it gives up.
-fn connect(cfg: &SubscriberConfig, budget: Option<Duration>, stop: &AtomicBool) -> Result<Subscriber, CliError> {
-    let start = std::time::Instant::now();
-    let mut tries = 0u32;
-    loop {
-        tries += 1;
-        match Subscriber::connect(cfg) {
-            Err(mdfan_subscriber::SubscribeError::Connect { .. })
-                if budget.is_some_and(|b| start.elapsed() < b) && !stop.load(Ordering::Relaxed) =>
-            {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) if budget.is_some() && tries > 1 => {
-                let ms = budget.unwrap_or_default().as_millis();
-                return Err(CliError::GaveUp { tries, ms, source: e });
-            }
-            other => return other.map_err(CliError::from),
-        }
-    }
 }

@@ -118,6 +118,37 @@ pub fn start_publisher_with(feed: &Path, wait_for: usize, extra_publisher: &str,
     RunningPublisher { addr, shutdown, handle }
 }
 
+/// A publisher process (not in-process: the tests that use it kill or stop it) replaying `feed` with `extra_feed`
+/// in its `[feed]` section (e.g. `pace = 500`), on a free port, with its config in a folder of its own named after
+/// `tag`. Returns the endpoint, the config's folder (remove it at the end) and a function that starts the process
+/// and waits until it says it listens (it loads and checks the feed first, which takes a while under software
+/// emulation); call it again to restart the publisher on the same endpoint.
+pub fn publisher_process(
+    tag: &str,
+    feed: &Path,
+    wait_for: usize,
+    extra_feed: &str,
+) -> (SocketAddr, std::path::PathBuf, impl Fn() -> Watched) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("publisher.toml");
+    std::fs::write(&cfg, config_text(&listen, feed, wait_for, "", extra_feed)).unwrap();
+    let start = move || {
+        let child = Command::new(bin("mdfan-publisher"))
+            .args(["--config", cfg.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut publisher = Watched::new(child);
+        publisher.wait_for_line("publisher listening=");
+        publisher
+    };
+    (listen.parse().unwrap(), dir, start)
+}
+
 /// Spawns `mdfan-subscribe` against `addr` with extra arguments; stdout and stderr are captured.
 pub fn spawn_subscriber(addr: SocketAddr, name: &str, extra: &[&str]) -> Child {
     let mut cmd = Command::new(bin("mdfan-subscribe"));
