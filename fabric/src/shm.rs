@@ -579,13 +579,8 @@ mod heap {
         // SAFETY: the allocation is `len >= 64` bytes, nobody else holds it yet.
         unsafe { std::ptr::copy_nonoverlapping(bytemuck::bytes_of(&header).as_ptr(), ptr, 64) };
         let memory = Arc::new(HeapSegment { ptr, layout });
-        let seg = || Segment {
-            base: ptr,
-            len,
-            memory: Memory::Heap(Arc::clone(&memory)),
-            path: PathBuf::new(),
-            slot_count,
-        };
+        let seg =
+            || Segment { base: ptr, len, memory: Memory::Heap(Arc::clone(&memory)), path: PathBuf::new(), slot_count };
         let local = ShmLocalRing {
             seg: seg(),
             cq_pos: 0,
