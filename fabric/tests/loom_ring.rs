@@ -57,6 +57,7 @@ fn writer(ring: &Ring, p: Protocol) {
             thread::yield_now();
         }
         let slot = &ring.slots[(seq % SLOTS) as usize];
+        // SAFETY: a valid pointer to the cell's value; loom checks the write is not concurrent with a read.
         slot.body.with_mut(|b| unsafe { *b = body_of(seq) });
         slot.stamp.store(seq, p.stamp);
         let pos = seq - 1; // one CQ entry per write, in seq order
@@ -88,6 +89,7 @@ fn reader(ring: &Ring, stamp_first: [bool; RECORDS as usize]) -> Vec<u64> {
             entry & 0xffff_ffff
         };
         assert_eq!(seq, expected, "records complete in seq order");
+        // SAFETY: a valid pointer to the cell's value; loom checks the read is not concurrent with a write.
         let body = ring.slots[(seq % SLOTS) as usize].body.with(|b| unsafe { *b });
         assert_eq!(body, body_of(seq), "seq {seq}: a torn or overwritten slot");
         got.push(seq);
