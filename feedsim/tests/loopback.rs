@@ -44,6 +44,11 @@ fn run_loopback(a: SocketAddrV4, b: SocketAddrV4, tweak: impl FnOnce(&mut SimCon
     let mut rcfg = ReceiverConfig::new(big(a), big(b));
     rcfg.arbiter = ArbiterConfig { gap_timeout_ns: 10_000_000_000, ..ArbiterConfig::default() };
     let mut rx = LineReceiver::open(&rcfg, Mdp3Seq).expect("open the lines");
+    for line in [Line::A, Line::B] {
+        // Linux reports twice the size set; anything less means SO_RCVBUFFORCE was refused and rmem_max capped it.
+        let got = rx.socket(line).rcvbuf_bytes();
+        assert!(got >= 32 << 20, "line {line:?}: SO_RCVBUF {got} bytes: run as root or raise net.core.rmem_max");
+    }
     let mut cfg = SimConfig {
         pcap: capture(),
         line_a: None,

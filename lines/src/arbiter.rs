@@ -10,9 +10,9 @@
 //! - A copy of a seq already delivered (or already waiting) is a duplicate: counted and dropped. A copy of a seq
 //!   already declared a gap is counted as `late` and dropped.
 //! - The expected seq is declared missing (a gap) when each line has moved past it by more than
-//!   `line_tolerance` seqs (both lines lost it), when packets have waited behind it for `gap_timeout_ns` (a
-//!   line is silent or dead; applied by [`Arbiter::tick`] only, which the caller runs once both sockets are
-//!   drained), or when an arriving seq would not fit in the window. Consecutive missing seqs
+//!   `line_tolerance` seqs (both lines lost it), when packets have waited ahead of it while it did not move for
+//!   `gap_timeout_ns` (a line is silent or dead; applied by [`Arbiter::tick`] only, which the caller runs once
+//!   both sockets are drained), or when an arriving seq would not fit in the window. Consecutive missing seqs
 //!   come out as one [`Event::Gap`], emitted right before the datagram that ends the run.
 //!
 //! Decisions depend only on the arrival order and the `now_ns` values passed in, so the machine can be tested and
@@ -62,7 +62,8 @@ pub struct ArbiterConfig {
     /// A missing seq is a gap once every line has delivered a seq more than this many seqs past it. 0 suits
     /// lines that never reorder; raise it to the deepest reordering a line shows.
     pub line_tolerance: u64,
-    /// A missing seq is a gap once packets have waited behind it this long, ns of the caller's clock.
+    /// A missing seq is a gap once packets have waited ahead of it while the expected seq did not move for this
+    /// long, ns of the caller's clock.
     pub gap_timeout_ns: u64,
 }
 
@@ -164,7 +165,10 @@ pub struct Arbiter {
     slots: Vec<Slot>,
     store: Vec<u8>,
     waiting: usize,
+    /// Since when the expected seq has not moved while packets wait ahead of it (the caller's clock).
     stalled_since_ns: Option<u64>,
+    /// The caller's clock at the current `offer` or `tick`.
+    now_ns: u64,
     /// Missing seqs declared but not yet reported: one `Event::Gap` per run, emitted when the run closes.
     open_gap: Option<(u64, u64)>,
     /// `history[s & mask]` = `s << 1 | was_gap` for recent seqs `s` below `next`.
@@ -184,6 +188,7 @@ impl Arbiter {
             store: vec![0; window * cfg.max_payload_bytes],
             waiting: 0,
             stalled_since_ns: None,
+            now_ns: 0,
             open_gap: None,
             history: vec![HISTORY_NONE; window],
             counters: ArbiterCounters::default(),
@@ -208,6 +213,7 @@ impl Arbiter {
 
     /// Offers one datagram received on `line`; delivers through `out` whatever became deliverable.
     pub fn offer(&mut self, d: Datagram<'_>, now_ns: u64, out: &mut impl FnMut(Event<'_>)) {
+        self.now_ns = now_ns;
         let li = d.line.index();
         self.counters.received[li] += 1;
         self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
@@ -251,6 +257,7 @@ impl Arbiter {
     /// Applies the gap timeout with the caller's clock. Call it only when both lines have nothing more to read
     /// (their sockets are drained): a packet still queued on the slower line must not lose to the clock.
     pub fn tick(&mut self, now_ns: u64, out: &mut impl FnMut(Event<'_>)) {
+        self.now_ns = now_ns;
         self.resolve_progress(out);
         self.resolve_timeout(now_ns, out);
     }
@@ -285,14 +292,15 @@ impl Arbiter {
         self.history[(seq & self.mask) as usize] = seq << 1 | u64::from(gap);
     }
 
-    /// Delivers the waiting packets from the expected seq on, up to the first hole.
+    /// Delivers the waiting packets from the expected seq on, up to the first hole. Called after every move
+    /// of the expected seq: restarts the stall clock while packets still wait.
     fn drain(&mut self, out: &mut impl FnMut(Event<'_>)) {
         while self.waiting > 0 {
-            let Some(next) = self.next else { return };
+            let Some(next) = self.next else { break };
             let idx = (next & self.mask) as usize;
             let slot = self.slots[idx];
             if !(slot.occupied && slot.seq == next) {
-                return;
+                break;
             }
             self.slots[idx].occupied = false;
             self.waiting -= 1;
@@ -309,7 +317,7 @@ impl Arbiter {
                 payload: &self.store[at..at + slot.len],
             }));
         }
-        self.stalled_since_ns = None;
+        self.stalled_since_ns = if self.waiting == 0 { None } else { Some(self.now_ns) };
     }
 
     /// Declares the missing seqs below `target` (delivering the waiting ones between) as gaps.
@@ -489,6 +497,20 @@ mod tests {
         assert_eq!(got, vec![true, true, true]);
         assert_eq!(a.counters().gap_timeouts, 1);
         assert_eq!(a.next_seq(), Some(5));
+    }
+
+    #[test]
+    fn the_timeout_restarts_when_the_expected_seq_moves() {
+        let mut a = Arbiter::new(cfg(0));
+        assert_eq!(run(&mut a, &[(A, 1), (A, 3), (A, 5)], 0), vec![Ok(1)]);
+        // 2 comes at 500: 2 and 3 go out, 4 is missing from then on.
+        assert_eq!(run(&mut a, &[(B, 2)], 500), vec![Ok(2), Ok(3)]);
+        let mut gaps = Vec::new();
+        a.tick(1_499, &mut |e| gaps.push(matches!(e, Event::Gap { .. })));
+        assert!(gaps.is_empty());
+        a.tick(1_500, &mut |e| gaps.push(matches!(e, Event::Gap { first: 4, last: 4 })));
+        assert_eq!(gaps, vec![true, false], "the gap, then 5");
+        assert_eq!((a.next_seq(), a.waiting()), (Some(6), 0));
     }
 
     #[test]
