@@ -1,0 +1,85 @@
+//! Where a line's datagrams go: a multicast group sent on the loopback interface with TTL 0, or a unicast
+//! address on loopback. No other destination is accepted: the simulator never sends off this machine.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// A destination was refused or its socket could not be set up or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Not a multicast group and not a loopback address.
+    #[error("line {line} destination {dest}: only a multicast group (sent on 127.0.0.1 with TTL 0) or a loopback address (127.0.0.0/8) is allowed")]
+    NotLocal {
+        /// "A" or "B".
+        line: &'static str,
+        /// The destination given.
+        dest: SocketAddrV4,
+    },
+    /// A socket call failed.
+    #[error("line {line} destination {dest}: {what}: {source}")]
+    Socket {
+        /// "A" or "B".
+        line: &'static str,
+        /// The destination.
+        dest: SocketAddrV4,
+        /// The call that failed.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Refuses a destination that is neither a multicast group nor a loopback address.
+pub fn check_dest(line: &'static str, dest: SocketAddrV4) -> Result<(), SendError> {
+    if dest.ip().is_multicast() || dest.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(SendError::NotLocal { line, dest })
+    }
+}
+
+/// One line's sending socket.
+pub struct LineSender {
+    sock: Socket,
+    line: &'static str,
+    dest: SocketAddrV4,
+    to: SockAddr,
+}
+
+impl LineSender {
+    /// A socket for `dest`: multicast with `IP_MULTICAST_IF` 127.0.0.1, TTL 0 and loop on, or unicast to a
+    /// loopback address.
+    pub fn open(line: &'static str, dest: SocketAddrV4) -> Result<Self, SendError> {
+        let err = |what: &'static str| move |source| SendError::Socket { line, dest, what, source };
+        check_dest(line, dest)?;
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(err("socket"))?;
+        if dest.ip().is_multicast() {
+            sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).map_err(err("IP_MULTICAST_IF"))?;
+            sock.set_multicast_ttl_v4(0).map_err(err("IP_MULTICAST_TTL"))?;
+            sock.set_multicast_loop_v4(true).map_err(err("IP_MULTICAST_LOOP"))?;
+        }
+        Ok(Self { sock, line, dest, to: SockAddr::from(dest) })
+    }
+
+    /// The destination.
+    pub fn dest(&self) -> SocketAddrV4 {
+        self.dest
+    }
+
+    /// Sends one datagram (blocking).
+    pub fn send(&self, payload: &[u8]) -> Result<(), SendError> {
+        let (line, dest) = (self.line, self.dest);
+        let n = self.sock.send_to(payload, &self.to).map_err(|source| SendError::Socket {
+            line,
+            dest,
+            what: "sendto",
+            source,
+        })?;
+        if n != payload.len() {
+            let source = std::io::Error::other(format!("sent {n} of {} bytes", payload.len()));
+            return Err(SendError::Socket { line, dest, what: "sendto", source });
+        }
+        Ok(())
+    }
+}

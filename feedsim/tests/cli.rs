@@ -1,0 +1,54 @@
+//! The `mdfan-feedsim` binary: its summary lines and exit codes.
+
+use std::net::UdpSocket;
+use std::process::Command;
+
+const CAPTURE: &str = "../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap";
+
+fn feedsim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mdfan-feedsim"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+#[test]
+fn prints_a_summary_line_per_line_and_a_total() {
+    // Bound but never read: the datagrams only need somewhere on loopback to go.
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dest = sink.local_addr().unwrap().to_string();
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &dest, "--send-b", &dest, "--speed", "0"])
+        .args(["--loss-a", "0.02", "--seed", "13", "--drop-seqs", "17350000-17350039"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    // Seed 13 loses 100 of line A's packets at random, none inside the dropped range.
+    let a = format!(
+        "feedsim line=A group=224.0.31.11:14320 dest={dest} read=5000 sent=4860 dropped=140 dropped_by_seq=40 \
+         duplicated=0 reordered=0"
+    );
+    assert_eq!(lines[0], a);
+    assert!(lines[1].ends_with("read=5000 sent=4960 dropped=40 dropped_by_seq=40 duplicated=0 reordered=0"), "{text}");
+    assert!(lines[2].starts_with("feedsim feed=mdp3 packets=10000 skipped=0 sent="), "{text}");
+    assert!(lines[2].ends_with("end=complete"), "{text}");
+}
+
+#[test]
+fn a_missing_file_and_a_remote_destination_exit_1_naming_them() {
+    let out = feedsim()
+        .args(["--pcap", "no/such.pcap", "--send-a", "127.0.0.1:9", "--send-b", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("mdfan-feedsim: no/such.pcap: "), "{err}");
+    let out =
+        feedsim().args(["--pcap", CAPTURE, "--send-a", "192.0.2.1:9", "--send-b", "127.0.0.1:9"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line A destination 192.0.2.1:9: only a multicast group"));
+    let out = feedsim().args(["--pcap", CAPTURE, "--send-a", "127.0.0.1:9"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "missing --send-b is a usage error");
+}
