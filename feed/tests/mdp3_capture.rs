@@ -407,3 +407,27 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_cut_or_garbage_capture_is_refused_naming_the_file_and_block() {
+    use mdfan_feed::pcap::{parse_udp_pcapng, CaptureError};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap");
+    let bytes = std::fs::read(&path).unwrap();
+    let name = std::path::Path::new("cut.pcapng");
+    match parse_udp_pcapng(&bytes[..bytes.len() - 10], name) {
+        // section header, interface description, then 10,000 packets: the last one is cut
+        Err(CaptureError::Block { block, path, .. }) => assert_eq!((block, path.as_path()), (10_002, name)),
+        other => panic!("{other:?}"),
+    }
+    let e = parse_udp_pcapng(&[0x42; 64], name).unwrap_err();
+    assert!(matches!(e, CaptureError::Block { block: 1, .. }), "{e}");
+    assert!(e.to_string().starts_with("capture cut.pcapng: pcapng block 1:"), "{e}");
+    // every cut of the first 4 KiB: an error or fewer packets, never a panic
+    for cut in 0..4096 {
+        if let Ok(c) = parse_udp_pcapng(&bytes[..cut], name) {
+            assert!(c.packets.len() < 30);
+        }
+    }
+    assert!(matches!(read_udp_pcapng(std::path::Path::new("/nonexistent/x.pcapng")), Err(CaptureError::Open { .. })));
+}

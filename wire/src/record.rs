@@ -310,7 +310,10 @@ mod tests {
         assert_eq!(b[60], 3);
         assert_eq!(b[61], b'A');
         assert_eq!(b[62], 0xA0);
+        assert_eq!(b[63], 0);
         assert_eq!(BookUpdate::from_bytes(b), r);
+        let l = BookUpdate { level: 10, flags: flags::MBP | flags::IMPLIED, ..BookUpdate::control(Kind::LevelNew) };
+        assert_eq!((l.as_bytes()[60], l.as_bytes()[62], l.as_bytes()[63]), (11, 0x11, 10));
     }
 
     #[test]
