@@ -152,7 +152,7 @@ pub fn normalize_mbo(msg: &MboMsg) -> Result<BookUpdate, NormalizeError> {
         kind: kind as u8,
         side: side as u8,
         flags: msg.flags.raw(),
-        _pad: 0,
+        level: 0,
     })
 }
 

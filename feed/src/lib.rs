@@ -1,6 +1,9 @@
 //! mdfan-feed: exchange input, decoded and normalised into [`BookUpdate`](mdfan_wire::BookUpdate) records.
 //!
 //! - [`dbn`]: Databento Binary Encoding, MBO schema (CME Globex MDP 3.0 via `GLBX.MDP3`).
+//! - [`mdp3`]: CME Globex MDP 3.0 itself (SBE schema 1 v8): packets, messages, sequence checks, and price-level
+//!   records for [`mdfan_wire::MbpBooks`].
+//! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng capture, for tests and replay.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
@@ -9,3 +12,5 @@
 #![warn(missing_docs)]
 
 pub mod dbn;
+pub mod mdp3;
+pub mod pcap;

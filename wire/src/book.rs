@@ -9,8 +9,8 @@
 //! - `Clear` empties the book.
 //! - `Trade` and `Fill` do not change the book: each fill is followed by its own `Cancel`/`Modify`.
 //!
-//! Records with the `SNAPSHOT` flag are applied like any other; snapshot markers, heartbeats and end of stream
-//! do not touch the book. Errors never leave the book half-changed: the record is refused whole.
+//! Records with the `SNAPSHOT` flag are applied like any other; snapshot markers, heartbeats, end of stream and
+//! the price-level kinds (`Level*`, `InstrumentStale`: those are for [`crate::mbp`]) do not touch the book. Errors never leave the book half-changed: the record is refused whole.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -217,6 +217,13 @@ impl Book {
             }
             Kind::Trade | Kind::Fill => {}
             Kind::SnapshotBegin | Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream => return Ok(()),
+            // Price-level records belong to a price-level book (`crate::mbp`), not to this order book.
+            Kind::LevelNew
+            | Kind::LevelChange
+            | Kind::LevelDelete
+            | Kind::LevelDeleteThru
+            | Kind::LevelDeleteFrom
+            | Kind::InstrumentStale => return Ok(()),
         }
         self.last_venue_seq = r.venue_seq;
         self.last_ts_recv_ns = r.ts_recv_ns;
@@ -321,6 +328,8 @@ impl Books {
                 Ok(())
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
+            // Price-level records (for `crate::mbp::MbpBooks`) are ignored here, without making a book.
+            Some(k) if k.is_level() || k == Kind::InstrumentStale => Ok(()),
             _ => match self.books.get_mut(&r.instrument_id) {
                 Some(book) => book.apply(r),
                 None => {
@@ -529,6 +538,28 @@ mod tests {
         let mut books = Books::new();
         assert!(books.apply(&rec(Kind::Cancel, Side::Bid, 9, 100, 1)).is_err());
         assert!(books.get(7).is_none() && books.iter_sorted().is_empty());
+        assert_eq!(b.top(Side::Bid, 10), vec![lvl(100, 5, 1)]);
+        assert_eq!(b.records, 1);
+    }
+
+    #[test]
+    fn price_level_kinds_are_ignored_by_the_order_book() {
+        let mut books = Books::new();
+        books.apply(&rec(Kind::Add, Side::Bid, 1, 100, 5)).unwrap();
+        for kind in [
+            Kind::LevelNew,
+            Kind::LevelChange,
+            Kind::LevelDelete,
+            Kind::LevelDeleteThru,
+            Kind::LevelDeleteFrom,
+            Kind::InstrumentStale,
+        ] {
+            let r = BookUpdate { level: 1, ..rec(kind, Side::Bid, 3, 100, 2) };
+            books.apply(&r).unwrap();
+            books.apply(&BookUpdate { instrument_id: 99, ..r }).unwrap();
+        }
+        assert!(books.get(99).is_none(), "a level record makes no order book");
+        let b = books.get(7).unwrap();
         assert_eq!(b.top(Side::Bid, 10), vec![lvl(100, 5, 1)]);
         assert_eq!(b.records, 1);
     }

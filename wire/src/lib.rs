@@ -4,6 +4,7 @@
 //! - [`ring`]: the subscriber ring's header and slot layout, and how `imm_data` carries the seq.
 //! - [`control`]: the versioned control-plane handshake (subscribe, accept, reject).
 //! - [`book`]: L3 orders aggregated to L2 levels, per instrument, with Databento's replay rules.
+//! - [`mbp`]: price-level (MBP-10) books fed the level kinds, with CME MDP 3.0's rules.
 //!
 //! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
@@ -11,8 +12,10 @@
 
 pub mod book;
 pub mod control;
+pub mod mbp;
 pub mod record;
 pub mod ring;
 
 pub use book::{Book, BookError, Books, Level};
+pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
 pub use record::{flags, BookUpdate, Kind, Side};

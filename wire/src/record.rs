@@ -12,16 +12,38 @@
 //! |     16 |    8 | `ts_recv_ns`     | capture time, ns since the UNIX epoch (DBN `ts_recv`)               |
 //! |     24 |    8 | `ts_send_ticks`  | publisher TSC at post time (raw `quanta` counter, same-host only)   |
 //! |     32 |    8 | `price_e9`       | price in units of 1e-9 (DBN fixed point); `i64::MAX` = undefined    |
-//! |     40 |    8 | `order_id`       | venue order id (DBN `order_id`)                                     |
-//! |     48 |    4 | `instrument_id`  | venue instrument id (DBN `instrument_id`)                           |
-//! |     52 |    4 | `size`           | quantity (DBN `size`)                                               |
-//! |     56 |    4 | `venue_seq`      | the feed's own sequence number (DBN `sequence`), unchanged          |
+//! |     40 |    8 | `order_id`       | venue order id (DBN `order_id`); level kinds: the level's order count |
+//! |     48 |    4 | `instrument_id`  | venue instrument id (DBN `instrument_id`; MDP 3.0 `SecurityID`)     |
+//! |     52 |    4 | `size`           | quantity (DBN `size`); level kinds: the level's total quantity      |
+//! |     56 |    4 | `venue_seq`      | the feed's own sequence number (DBN `sequence`; MDP 3.0 `MsgSeqNum`)|
 //! |     60 |    1 | `kind`           | [`Kind`]                                                            |
 //! |     61 |    1 | `side`           | [`Side`] as ASCII: `B`, `A`, `N`                                    |
 //! |     62 |    1 | `flags`          | DBN flags, passed through ([`flags::LAST`], [`flags::SNAPSHOT`] ...)|
-//! |     63 |    1 | `_pad`           | zero                                                                |
+//! |     63 |    1 | `level`          | level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`); else 0 |
 //!
 //! Sources: DBN `MboMsg` field definitions (Databento DBN docs, "MBO" schema; `dbn::MboMsg`).
+//!
+//! ## Price-level (MBP) records
+//!
+//! The level kinds ([`Kind::LevelNew`], [`Kind::LevelChange`], [`Kind::LevelDelete`], [`Kind::LevelDeleteThru`],
+//! [`Kind::LevelDeleteFrom`]) carry one aggregated price level of a market-by-price book, as CME MDP 3.0 sends
+//! them in `MDIncrementalRefreshBook32` (SBE schema 1 v8, group `NoMDEntries`). Same 64 bytes, the fields reused:
+//!
+//! | field           | MDP 3.0 source (template 32 entry)                    | meaning                                   |
+//! |-----------------|-------------------------------------------------------|-------------------------------------------|
+//! | `price_e9`      | `MDEntryPx` (mantissa x 1e-7) x 100, exact            | the level's price; `i64::MAX` when null   |
+//! | `size`          | `MDEntrySize` (Int32NULL)                             | total quantity at the level; 0 when null  |
+//! | `order_id`      | `NumberOfOrders` (Int32NULL)                          | orders at the level; 0 when null          |
+//! | `level`         | `MDPriceLevel` (uInt8)                                | 1 = best                                  |
+//! | `side`          | `MDEntryType` `0`/`E` -> `B`, `1`/`F` -> `A`          | bid or ask                                |
+//! | `flags`         | [`flags::MBP`] always; [`flags::IMPLIED`] for `E`/`F`; [`flags::LAST`] on the last entry of a message with `MatchEventIndicator` bit 7 (EndOfEvent) | |
+//! | `venue_seq`     | the packet's `MsgSeqNum`                              |                                           |
+//! | `ts_event_ns`   | `TransactTime`                                        | ns since the UNIX epoch                   |
+//! | `ts_recv_ns`    | the capture (or socket) time of the packet            | ns since the UNIX epoch                   |
+//!
+//! [`Kind::InstrumentStale`] names an instrument whose book can no longer be trusted (a per-instrument
+//! `RptSeq` gap); `venue_seq` is the packet that showed it, `order_id` the `RptSeq` expected and `size` the one
+//! received (saturated to `u32`). It stays stale until a `Clear` (a snapshot or book reset) rebuilds it.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -45,6 +67,9 @@ pub mod flags {
     pub const BAD_TS_RECV: u8 = 0x08;
     /// The venue reported a gap or a book it could not keep (DBN `F_MAYBE_BAD_BOOK`).
     pub const MAYBE_BAD_BOOK: u8 = 0x04;
+    /// mdfan's own (DBN leaves bit 0 unused): a level record of the implied book (MDP 3.0 `MDEntryType`
+    /// `E` implied bid / `F` implied offer), kept apart from the outright book.
+    pub const IMPLIED: u8 = 0x01;
 }
 
 /// What a record does. Stored as one byte at offset 60.
@@ -72,6 +97,22 @@ pub enum Kind {
     /// The publisher has sent everything it will send on this stream; `size` holds why (the fabric's
     /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown).
     EndOfStream = 10,
+    /// Insert a price level at `level` on `side`, shifting the deeper levels down one (the one pushed past the
+    /// book's depth goes). MDP 3.0 `MDUpdateAction` 0 (New). Layout: module docs, "Price-level (MBP) records".
+    LevelNew = 11,
+    /// Replace the price level at `level` (price, size, order count). MDP 3.0 `MDUpdateAction` 1 (Change), and
+    /// 5 (Overlay), which replaces the entry in place the same way.
+    LevelChange = 12,
+    /// Remove the price level at `level`, shifting the deeper levels up one. MDP 3.0 `MDUpdateAction` 2 (Delete).
+    LevelDelete = 13,
+    /// Remove every price level of `side`. MDP 3.0 `MDUpdateAction` 3 (DeleteThru).
+    LevelDeleteThru = 14,
+    /// Remove the price levels 1 through `level` of `side`, shifting the deeper ones up. MDP 3.0
+    /// `MDUpdateAction` 4 (DeleteFrom).
+    LevelDeleteFrom = 15,
+    /// The instrument's price-level book missed updates (a per-instrument sequence gap) and is stale until a
+    /// `Clear` rebuilds it; `order_id` = the sequence expected, `size` = the one received.
+    InstrumentStale = 16,
 }
 
 impl Kind {
@@ -88,8 +129,22 @@ impl Kind {
             8 => Kind::SnapshotEnd,
             9 => Kind::Heartbeat,
             10 => Kind::EndOfStream,
+            11 => Kind::LevelNew,
+            12 => Kind::LevelChange,
+            13 => Kind::LevelDelete,
+            14 => Kind::LevelDeleteThru,
+            15 => Kind::LevelDeleteFrom,
+            16 => Kind::InstrumentStale,
             _ => return None,
         })
+    }
+
+    /// Whether this kind updates a price-level (MBP) book ([`Kind::LevelNew`] .. [`Kind::LevelDeleteFrom`]).
+    pub const fn is_level(self) -> bool {
+        matches!(
+            self,
+            Kind::LevelNew | Kind::LevelChange | Kind::LevelDelete | Kind::LevelDeleteThru | Kind::LevelDeleteFrom
+        )
     }
 }
 
@@ -148,8 +203,9 @@ pub struct BookUpdate {
     pub side: u8,
     /// DBN flags ([`flags`]). Offset 62.
     pub flags: u8,
-    /// Zero. Offset 63.
-    pub _pad: u8,
+    /// Level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`, 1 = best); zero for every other kind.
+    /// Offset 63.
+    pub level: u8,
 }
 
 const _: () = assert!(core::mem::size_of::<BookUpdate>() == RECORD_SIZE_BYTES);
@@ -171,7 +227,7 @@ impl BookUpdate {
             kind: kind as u8,
             side: Side::None as u8,
             flags: 0,
-            _pad: 0,
+            level: 0,
         }
     }
 
@@ -236,7 +292,7 @@ mod tests {
         assert_eq!(offset_of!(BookUpdate, kind), 60);
         assert_eq!(offset_of!(BookUpdate, side), 61);
         assert_eq!(offset_of!(BookUpdate, flags), 62);
-        assert_eq!(offset_of!(BookUpdate, _pad), 63);
+        assert_eq!(offset_of!(BookUpdate, level), 63);
     }
 
     #[test]
@@ -254,16 +310,20 @@ mod tests {
         assert_eq!(b[60], 3);
         assert_eq!(b[61], b'A');
         assert_eq!(b[62], 0xA0);
+        assert_eq!(b[63], 0);
         assert_eq!(BookUpdate::from_bytes(b), r);
+        let l = BookUpdate { level: 10, flags: flags::MBP | flags::IMPLIED, ..BookUpdate::control(Kind::LevelNew) };
+        assert_eq!((l.as_bytes()[60], l.as_bytes()[62], l.as_bytes()[63]), (11, 0x11, 10));
     }
 
     #[test]
     fn enum_bytes_decode_and_garbage_is_refused() {
-        for v in 1..=10u8 {
+        for v in 1..=16u8 {
             assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
         }
         assert_eq!(Kind::from_u8(0), None);
-        assert_eq!(Kind::from_u8(11), None);
+        assert_eq!(Kind::from_u8(17), None);
+        assert!(Kind::LevelDeleteFrom.is_level() && !Kind::InstrumentStale.is_level() && !Kind::Add.is_level());
         assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
         assert_eq!(Side::from_u8(b'X'), None);
     }

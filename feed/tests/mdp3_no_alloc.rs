@@ -1,0 +1,70 @@
+//! The MDP 3.0 hot path allocates nothing: decoding every packet of feed A, normalising its book entries and
+//! applying them to `MbpBooks` (reserved up front) makes no heap allocation. A counting global allocator, in a
+//! test binary of its own so no other test's allocations are counted.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use mdfan_feed::mdp3::{book_record, stale_record, Event, Mdp3Decoder};
+use mdfan_feed::pcap::read_udp_pcapng;
+use mdfan_wire::MbpBooks;
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to `System`, which upholds `GlobalAlloc`'s contract; the counter is a
+// relaxed atomic add with no effect on the memory handed out.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this `layout` (every allocation goes through `alloc` above).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`; `new_size` is the caller's, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn decoding_normalising_and_applying_feed_a_allocates_nothing() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap");
+    let cap = read_udp_pcapng(&path).unwrap();
+    let a: Vec<_> = cap.packets.iter().filter(|p| p.dst.port() == 14_320).collect();
+    assert_eq!(a.len(), 5_000);
+    let mut dec = Mdp3Decoder::with_capacity(64);
+    let mut books = MbpBooks::with_capacity(64);
+    let (mut records, mut errors) = (0u64, 0u64);
+    COUNTING.store(true, Ordering::Relaxed);
+    for p in &a {
+        let out = dec.decode_packet(&p.payload, p.ts_ns, |info, ev| {
+            let r = match ev {
+                Event::Book(e) => book_record(info, e),
+                Event::RptSeqGap { security_id, expected, got } => stale_record(info, *security_id, *expected, *got),
+                _ => return,
+            };
+            records += 1;
+            errors += u64::from(books.apply(&r).is_err());
+        });
+        errors += u64::from(out.is_err());
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    assert_eq!((records, errors), (5_848, 0));
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "heap allocations while decoding");
+}
