@@ -13,7 +13,8 @@
 //!   922 bid and 565 ask levels): `add`, `cancel`, `modify` (to one tick away and back), `trade` and `fill` (the
 //!   capture's own records; they leave the levels alone) over many records per iteration, and `clear` of the
 //!   full book (one record, on a fresh copy each time). Each batch is undone untimed, so every iteration starts
-//!   from the same book.
+//!   from the same book. `hot_add` ... `hot_clear`: the same records on `HotBooks` (the hot-path book, sized for
+//!   the capture, checked against the same reference values and never growing), so the ratio shows in one run.
 //! - `ring`: shm `write_with_imm` + `poll_cq` + in-place slot read (seq checked, as the subscriber does) +
 //!   `release`, one record, one thread; rings of 64 slots (cache-resident) and 131,072 (the subscriber's
 //!   default, 8 MiB: each write lands on a line last touched a lap ago).
@@ -46,7 +47,7 @@ use mdfan_fabric::{LocalRing, PeerState, RemoteRing};
 use mdfan_feed::dbn::{decode_mbo_bytes, normalize_mbo};
 use mdfan_wire::record::RECORD_SIZE_BYTES;
 use mdfan_wire::ring::{imm_from_seq, slot_index};
-use mdfan_wire::{BookUpdate, Books, Kind, Side};
+use mdfan_wire::{BookCapacity, BookError, BookUpdate, Books, HotBooks, Kind, Level, Side};
 
 /// The capture, loaded once for every group.
 struct Capture {
@@ -148,27 +149,78 @@ fn record(c: &mut Criterion) {
 const BOOK_BATCH: usize = 1024;
 /// ES's tick: 0.25 in units of 1e-9.
 const TICK_E9: i64 = 250_000_000;
+/// The hot books' size: the capture's book (11,237 orders at most, 928 bid and 575 ask levels) plus `add`'s
+/// batch, without growing.
+const HOT_CAPACITY: BookCapacity = BookCapacity::new(16_384, 2_048, 1);
+
+/// ESH4's book as `book_apply` checks it: resting orders, bid and ask level counts, best bid and ask.
+type BookState = (usize, usize, usize, Option<Level>, Option<Level>);
+
+/// What `book_apply` measures and checks, for the reference `Books` and for `HotBooks`.
+trait BenchBooks: Clone {
+    fn apply(&mut self, r: &BookUpdate) -> Result<(), BookError>;
+    fn esh4(&self) -> Option<BookState>;
+    /// Sum of price x size over every level of both sides of ESH4's book (units of 1e-9).
+    fn resting_value(&self) -> i128;
+}
+
+impl BenchBooks for Books {
+    #[inline]
+    fn apply(&mut self, r: &BookUpdate) -> Result<(), BookError> {
+        Books::apply(self, r)
+    }
+
+    fn esh4(&self) -> Option<BookState> {
+        let b = self.get(esh4::INSTRUMENT_ID)?;
+        let (bid, ask) = b.bbo();
+        Some((b.order_count(), b.level_count(Side::Bid), b.level_count(Side::Ask), bid, ask))
+    }
+
+    fn resting_value(&self) -> i128 {
+        let Some(book) = self.get(esh4::INSTRUMENT_ID) else { return 0 };
+        [Side::Bid, Side::Ask]
+            .into_iter()
+            .flat_map(|side| book.top(side, usize::MAX))
+            .map(|l| l.price_e9 as i128 * l.size as i128)
+            .sum()
+    }
+}
+
+impl BenchBooks for HotBooks {
+    #[inline]
+    fn apply(&mut self, r: &BookUpdate) -> Result<(), BookError> {
+        HotBooks::apply(self, r)
+    }
+
+    fn esh4(&self) -> Option<BookState> {
+        let b = self.get(esh4::INSTRUMENT_ID)?;
+        let (bid, ask) = b.bbo();
+        Some((b.order_count(), b.level_count(Side::Bid), b.level_count(Side::Ask), bid, ask))
+    }
+
+    fn resting_value(&self) -> i128 {
+        let Some(book) = self.get(esh4::INSTRUMENT_ID) else { return 0 };
+        [Side::Bid, Side::Ask]
+            .into_iter()
+            .flat_map(|side| book.levels(side))
+            .map(|l| l.price_e9 as i128 * l.size as i128)
+            .sum()
+    }
+}
 
 /// Checks the whole-capture book against the reference end state (data/README.md).
-fn check_end_book(books: &Books, what: &str) {
+fn check_end_book(books: &impl BenchBooks, what: &str) {
     let end = &esh4::CHECKPOINTS[esh4::CHECKPOINTS.len() - 1];
-    let book = books.get(esh4::INSTRUMENT_ID).unwrap_or_else(|| panic!("{what}: no book for ESH4"));
-    let (bid, ask) = book.bbo();
+    let (orders, bids, asks, bid, ask) = books.esh4().unwrap_or_else(|| panic!("{what}: no book for ESH4"));
     let (bid, ask) = (bid.expect("a best bid"), ask.expect("a best ask"));
-    let got = (
-        book.order_count(),
-        book.level_count(Side::Bid),
-        book.level_count(Side::Ask),
-        (bid.price_e9, bid.size, bid.orders),
-        (ask.price_e9, ask.size, ask.orders),
-    );
+    let got = (orders, bids, asks, (bid.price_e9, bid.size, bid.orders), (ask.price_e9, ask.size, ask.orders));
     let want = (end.orders, end.levels_bid, end.levels_ask, end.best_bid, end.best_ask);
     assert_eq!(got, want, "{what}: book differs from the reference end state");
 }
 
 /// Applies every record of `batch`; a refusal is a broken benchmark.
 #[inline]
-fn apply_all(books: &mut Books, batch: &[BookUpdate]) {
+fn apply_all(books: &mut impl BenchBooks, batch: &[BookUpdate]) {
     for r in batch {
         if let Err(e) = books.apply(black_box(r)) {
             panic!("book_apply: {e}");
@@ -180,7 +232,7 @@ fn apply_all(books: &mut Books, batch: &[BookUpdate]) {
 fn bench_batch(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
-    books: &mut Books,
+    books: &mut impl BenchBooks,
     timed: &[BookUpdate],
     undo: &[BookUpdate],
 ) {
@@ -200,31 +252,88 @@ fn bench_batch(
     check_end_book(books, name);
 }
 
-fn order_count(books: &Books) -> usize {
-    books.get(esh4::INSTRUMENT_ID).map_or(0, |b| b.order_count())
-}
-
-/// Sum of price x size over every level of both sides (units of 1e-9).
-fn resting_value(books: &Books) -> i128 {
-    let Some(book) = books.get(esh4::INSTRUMENT_ID) else { return 0 };
-    [Side::Bid, Side::Ask]
-        .into_iter()
-        .flat_map(|side| book.top(side, usize::MAX))
-        .map(|l| l.price_e9 as i128 * l.size as i128)
-        .sum()
+fn order_count(books: &impl BenchBooks) -> usize {
+    books.esh4().map_or(0, |b| b.0)
 }
 
 fn with_kind(r: &BookUpdate, kind: Kind, price_e9: i64, size: u32) -> BookUpdate {
     BookUpdate { kind: kind as u8, price_e9, size, ..*r }
 }
 
+/// The batches `book_apply` times, and their undos.
+struct Batches {
+    /// The capture's last live Adds of orders that are gone by the end, with their own ids, prices and sizes.
+    adds: Vec<BookUpdate>,
+    /// A full cancel of each of `adds`.
+    add_undo: Vec<BookUpdate>,
+    /// Every 10th resting order as the Add that would rebuild it: BOOK_BATCH spread over all levels.
+    sample: Vec<BookUpdate>,
+    /// All of each sampled order's size; the undo is `sample`.
+    cancels: Vec<BookUpdate>,
+    /// Each sampled order one tick away (same side and size), then back.
+    modifies: Vec<BookUpdate>,
+    /// Every trade and fill of the capture (they change counters only).
+    trades: Vec<BookUpdate>,
+    fills: Vec<BookUpdate>,
+    clear: BookUpdate,
+}
+
+/// Each batch must change the book exactly as its records say, and its undo must bring back the reference book
+/// (checked again after each benchmark). Modify is checked halfway: every sampled order one tick up.
+fn check_batches(books: &mut impl BenchBooks, b: &Batches, which: &str) {
+    check_end_book(books, &format!("{which}: pre-fill"));
+    let (orders, value) = (order_count(books), books.resting_value());
+    let value_of = |rs: &[BookUpdate]| rs.iter().map(|r| r.price_e9 as i128 * r.size as i128).sum::<i128>();
+    let sizes = b.sample.iter().map(|r| r.size as i128).sum::<i128>();
+    let (up, back) = b.modifies.split_at(BOOK_BATCH);
+    for (what, timed, undo, orders_after, value_after) in [
+        ("add", &b.adds[..], &b.add_undo[..], orders + BOOK_BATCH, value + value_of(&b.adds)),
+        ("cancel", &b.cancels, &b.sample, orders - BOOK_BATCH, value - value_of(&b.sample)),
+        ("modify", up, back, orders, value + TICK_E9 as i128 * sizes),
+    ] {
+        apply_all(books, timed);
+        assert_eq!(
+            (order_count(books), books.resting_value()),
+            (orders_after, value_after),
+            "{which} {what}: book after"
+        );
+        apply_all(books, undo);
+        check_end_book(books, &format!("{which}: {what}"));
+    }
+    apply_all(books, &b.trades);
+    apply_all(books, &b.fills);
+    check_end_book(books, &format!("{which}: trades and fills"));
+    let mut cleared = books.clone();
+    apply_all(&mut cleared, &[b.clear]);
+    assert_eq!((order_count(&cleared), cleared.resting_value()), (0, 0), "{which}: clear empties the book");
+}
+
+/// One clear of the full book, on a fresh copy each time. One clear takes microseconds, the untimed copy of the
+/// book it needs far longer, and criterion sizes its warm-up and samples by the timed part: keep both short, or a
+/// full run spends minutes copying books.
+fn bench_clear<B: BenchBooks>(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, books: &B, clear: BookUpdate) {
+    g.throughput(Throughput::Elements(1));
+    g.sampling_mode(SamplingMode::Flat).sample_size(20);
+    g.warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(1));
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || books.clone(),
+            |mut full: B| {
+                apply_all(&mut full, &[clear]);
+                full // dropped untimed
+            },
+            BatchSize::PerIteration,
+        )
+    });
+}
+
 fn book_apply(c: &mut Criterion) {
     let cap = capture();
     let mut books = Books::new();
     apply_all(&mut books, &cap.records);
-    check_end_book(&books, "pre-fill");
+    let mut hot = HotBooks::with_capacity(HOT_CAPACITY);
+    apply_all(&mut hot, &cap.records);
 
-    // The resting orders, as the Adds that would rebuild them; every 10th gives BOOK_BATCH spread over all levels.
     let mut resting = Vec::new();
     books.get(esh4::INSTRUMENT_ID).expect("checked").snapshot_into(esh4::INSTRUMENT_ID, &mut resting);
     let resting = &resting[1..]; // [0] is the Clear
@@ -236,8 +345,6 @@ fn book_apply(c: &mut Criterion) {
     let cancels_of = |adds: &[BookUpdate]| -> Vec<BookUpdate> {
         adds.iter().map(|r| with_kind(r, Kind::Cancel, r.price_e9, r.size)).collect()
     };
-
-    // add: the capture's last live Adds of orders that are gone by the end, with their own ids, prices and sizes.
     let mut seen = HashSet::new();
     let mut adds: Vec<BookUpdate> = live(cap)
         .iter()
@@ -248,66 +355,43 @@ fn book_apply(c: &mut Criterion) {
         .collect();
     adds.reverse();
     assert_eq!(adds.len(), BOOK_BATCH, "live adds of orders no longer resting");
-    // cancel: all of each sampled order's size; the undo adds it back.
-    let cancels = cancels_of(&sample);
-    // modify: each sampled order one tick away (same side and size), then back.
-    let modifies: Vec<BookUpdate> = sample
-        .iter()
-        .map(|r| with_kind(r, Kind::Modify, r.price_e9 + TICK_E9, r.size))
-        .chain(sample.iter().map(|r| with_kind(r, Kind::Modify, r.price_e9, r.size)))
-        .collect();
-    // trade, fill: every one of the capture (they change counters only).
     let of_kind =
         |k: Kind| -> Vec<BookUpdate> { cap.records.iter().filter(|r| r.kind() == Some(k)).copied().collect() };
     let (trades, fills) = (of_kind(Kind::Trade), of_kind(Kind::Fill));
     assert!(!trades.is_empty() && !fills.is_empty(), "the capture has trades and fills");
+    let batches = Batches {
+        add_undo: cancels_of(&adds),
+        adds,
+        cancels: cancels_of(&sample),
+        modifies: sample
+            .iter()
+            .map(|r| with_kind(r, Kind::Modify, r.price_e9 + TICK_E9, r.size))
+            .chain(sample.iter().map(|r| with_kind(r, Kind::Modify, r.price_e9, r.size)))
+            .collect(),
+        sample,
+        trades,
+        fills,
+        clear: BookUpdate { instrument_id: esh4::INSTRUMENT_ID, ..BookUpdate::control(Kind::Clear) },
+    };
+    check_batches(&mut books, &batches, "Books");
+    check_batches(&mut hot, &batches, "HotBooks");
 
-    // Each batch must change the book exactly as its records say, and its undo must bring back the reference
-    // book (checked again after each benchmark). Modify is checked halfway: every sampled order one tick up.
-    let (orders, value) = (order_count(&books), resting_value(&books));
-    let value_of = |rs: &[BookUpdate]| rs.iter().map(|r| r.price_e9 as i128 * r.size as i128).sum::<i128>();
-    let sizes = sample.iter().map(|r| r.size as i128).sum::<i128>();
-    let (up, back) = modifies.split_at(BOOK_BATCH);
-    for (what, timed, undo, orders_after, value_after) in [
-        ("add", &adds[..], &cancels_of(&adds)[..], orders + BOOK_BATCH, value + value_of(&adds)),
-        ("cancel", &cancels, &sample, orders - BOOK_BATCH, value - value_of(&sample)),
-        ("modify", up, back, orders, value + TICK_E9 as i128 * sizes),
-    ] {
-        apply_all(&mut books, timed);
-        assert_eq!((order_count(&books), resting_value(&books)), (orders_after, value_after), "{what}: book after");
-        apply_all(&mut books, undo);
-        check_end_book(&books, what);
-    }
-    apply_all(&mut books, &trades);
-    apply_all(&mut books, &fills);
-    check_end_book(&books, "trades and fills");
-    let clear = BookUpdate { instrument_id: esh4::INSTRUMENT_ID, ..BookUpdate::control(Kind::Clear) };
-    let mut cleared = books.clone();
-    apply_all(&mut cleared, &[clear]);
-    assert_eq!((order_count(&cleared), resting_value(&cleared)), (0, 0), "clear empties the book");
-    drop(cleared);
-
+    // Each kind on the reference `Books`, then the same records on `HotBooks` (`hot_`), side by side.
+    let b = &batches;
     let mut g = c.benchmark_group("book_apply");
-    bench_batch(&mut g, "add", &mut books, &adds, &cancels_of(&adds));
-    bench_batch(&mut g, "cancel", &mut books, &cancels, &sample);
-    bench_batch(&mut g, "modify", &mut books, &modifies, &[]);
-    bench_batch(&mut g, "trade", &mut books, &trades, &[]);
-    bench_batch(&mut g, "fill", &mut books, &fills, &[]);
-    // One clear takes microseconds, the untimed copy of the book it needs far longer, and criterion sizes its
-    // warm-up and samples by the timed part: keep both short, or a full run spends minutes copying books.
-    g.throughput(Throughput::Elements(1));
-    g.sampling_mode(SamplingMode::Flat).sample_size(20);
-    g.warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(1));
-    g.bench_function("clear", |b| {
-        b.iter_batched(
-            || books.clone(),
-            |mut full| {
-                apply_all(&mut full, &[clear]);
-                full // dropped untimed
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    for (name, timed, undo) in [
+        ("add", &b.adds[..], &b.add_undo[..]),
+        ("cancel", &b.cancels, &b.sample),
+        ("modify", &b.modifies, &[]),
+        ("trade", &b.trades, &[]),
+        ("fill", &b.fills, &[]),
+    ] {
+        bench_batch(&mut g, name, &mut books, timed, undo);
+        bench_batch(&mut g, &format!("hot_{name}"), &mut hot, timed, undo);
+    }
+    assert_eq!(hot.growths(), 0, "HotBooks grew: {HOT_CAPACITY:?} is too small for the benchmark");
+    bench_clear(&mut g, "clear", &books, b.clear);
+    bench_clear(&mut g, "hot_clear", &hot, b.clear);
     g.finish();
 }
 

@@ -33,6 +33,9 @@
 //! to copy: a pinned thread, a spin poll, books applied per record, the BBO after each venue event, gaps and
 //! stale books, reconnects under a [`Reconnect`] policy, and latency percentiles at the end.
 //!
+//! On a hot path, [`HotBooks`] is a drop-in for [`Books`] (the same results, record for record) that allocates
+//! everything in [`HotBooks::with_capacity`] and nothing per record.
+//!
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
 //! seq is reported as [`Event::Gap`] before the record that follows it, never skipped silently. `poll` makes no
@@ -125,7 +128,9 @@ pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::format_price_e9;
-pub use mdfan_wire::{Book, BookError, BookUpdate, Books, Kind, Level, Side};
+pub use mdfan_wire::{
+    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, Kind, Level, LevelIter, RestingOrder, Side,
+};
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
