@@ -8,7 +8,7 @@
 //!
 //! | DBN field      | record field    | note                                          |
 //! |----------------|-----------------|-----------------------------------------------|
-//! | `action`       | `kind`          | `A` Add, `M` Modify, `C` Cancel, `T` Trade, `F` Fill, `R` Clear |
+//! | `action`       | `kind`          | `A` Add, `M` Modify, `C` Cancel, `T` Trade, `F` Fill, `R` Clear, `N` NoAction (no book change) |
 //! | `side`         | `side`          | `B`, `A`, `N` unchanged                        |
 //! | `flags`        | `flags`         | unchanged (LAST 0x80, SNAPSHOT 0x20, ...)      |
 //! | `hd.instrument_id` | `instrument_id` |                                           |
@@ -103,8 +103,8 @@ pub enum FeedError {
 /// Why one MBO message could not be normalised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NormalizeError {
-    /// `action` is not one of `A M C T F R`.
-    #[error("action {0:?} is not one of A, M, C, T, F, R")]
+    /// `action` is not one of `A M C T F R N`.
+    #[error("action {0:?} is not one of A, M, C, T, F, R, N")]
     Action(char),
     /// `side` is not one of `B A N`.
     #[error("side {0:?} is not one of B, A, N")]
@@ -130,6 +130,7 @@ pub fn kind_from_action(action: u8) -> Result<Kind, NormalizeError> {
         b'T' => Kind::Trade,
         b'F' => Kind::Fill,
         b'R' => Kind::Clear,
+        b'N' => Kind::NoAction,
         other => return Err(NormalizeError::Action(other as char)),
     })
 }

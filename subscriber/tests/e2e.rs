@@ -3,6 +3,8 @@
 
 #[path = "support/mod.rs"]
 mod common;
+#[path = "../../feed/tests/support/dbn_file.rs"]
+mod dbn_file;
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
@@ -199,4 +201,45 @@ fn the_strategy_example_acts_on_every_bbo_change_and_reports_latency() {
     assert!(records > esh4::RECORDS, "every record, the end of stream and heartbeats: {records}");
     assert!(lines[2].starts_with(&format!("latency count={records} p50_ns=")), "{lines:?}");
     assert_eq!(report.session("strategy-example").unwrap().end, Some(CloseReason::EndOfStream));
+}
+
+/// Prices print exactly, whatever their decimals: adds at 0.1234 (bid x500), 0.1236 (ask x400) and 0.1233 (bid
+/// x100) once printed `bbo=0.12x500/0.12x400` (truncated to two decimals, a book that looked locked).
+#[test]
+fn prices_print_exactly_at_every_decimal_they_carry() {
+    use dbn_file::{mbo, write_dbn, LAST};
+    let px = |ten_thousandths: i64| ten_thousandths * 100_000;
+    let feed = write_dbn(
+        "e2e-prices",
+        &[
+            mbo(42, 1, b'A', b'B', 1, px(1234), 500, LAST),
+            mbo(42, 2, b'A', b'A', 2, px(1236), 400, LAST),
+            mbo(42, 3, b'A', b'B', 3, px(1233), 100, LAST),
+        ],
+    );
+    let publisher = start_publisher(&feed, 1, "");
+    let out = wait_with_watchdog(spawn_subscriber(publisher.addr, "prices", &["--bbo"]));
+    publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
+    let lines = stdout_lines(&out);
+    assert_eq!(out.status.code(), Some(0), "{lines:?}");
+    let bbo: Vec<&str> =
+        lines.iter().filter(|l| l.starts_with("bbo ")).map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(bbo, ["0.1234x500/-", "0.1234x500/0.1236x400"], "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "instrument=42 records=3 gaps=0 last_seq=3 orders=3 levels_bid=2 levels_ask=1 bbo=0.1234x500/0.1236x400"
+        )),
+        "{lines:?}"
+    );
+    let levels: Vec<&str> = lines.iter().filter(|l| l.starts_with("instrument=42 side=")).map(String::as_str).collect();
+    assert_eq!(
+        levels,
+        [
+            "instrument=42 side=bid level=1 price=0.1234 size=500 orders=1",
+            "instrument=42 side=bid level=2 price=0.1233 size=100 orders=1",
+            "instrument=42 side=ask level=1 price=0.1236 size=400 orders=1",
+        ],
+        "{lines:?}"
+    );
 }
