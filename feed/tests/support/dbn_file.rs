@@ -64,3 +64,14 @@ pub fn encode(version: u8, records: &[MboMsg]) -> Vec<u8> {
     }
     encoder.get_ref().clone()
 }
+
+/// `bytes` compressed as one zstd frame.
+pub fn zstd_frame(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = Vec::new();
+    {
+        let mut w = dbn::encode::DynWriter::new(&mut out, dbn::Compression::Zstd).unwrap();
+        w.write_all(bytes).unwrap();
+    } // the frame ends when the writer drops
+    out
+}
