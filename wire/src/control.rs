@@ -233,6 +233,10 @@ pub enum CloseReason {
     PeerGone = 6,
     /// The peer sent a control message the protocol does not allow at that point.
     ProtocolError = 7,
+    /// The publisher's feed failed (a truncated or corrupt file, a broken feed connection): the stream ended
+    /// after the last record the feed delivered, and it is not complete. The publisher logs the feed's error
+    /// (file, byte offset, record) and exits non-zero.
+    FeedError = 8,
 }
 
 impl CloseReason {
@@ -246,6 +250,7 @@ impl CloseReason {
             5 => CloseReason::Stalled,
             6 => CloseReason::PeerGone,
             7 => CloseReason::ProtocolError,
+            8 => CloseReason::FeedError,
             _ => return None,
         })
     }
@@ -260,6 +265,7 @@ impl CloseReason {
             CloseReason::Stalled => "stalled",
             CloseReason::PeerGone => "peer_gone",
             CloseReason::ProtocolError => "protocol_error",
+            CloseReason::FeedError => "feed_error",
         }
     }
 }

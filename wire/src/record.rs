@@ -70,7 +70,7 @@ pub enum Kind {
     /// Liveness only: the feed is idle. Carries a seq so the subscriber can prove nothing was missed.
     Heartbeat = 9,
     /// The publisher has sent everything it will send on this stream; `size` holds why (the fabric's
-    /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown).
+    /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown, 8 the feed failed).
     EndOfStream = 10,
     /// No book change (DBN action `N`): the venue's event carries only flags or other information, e.g. a
     /// record with `F_LAST` that closes an event. Books count it and move their venue seq, nothing else.
