@@ -10,7 +10,8 @@
 //!   snapshots), checks the shutdown flag, serves sessions that are sending a snapshot or catching up (a bounded
 //!   number of records each); then, if the next record is not due yet (paced replay), flushes those catch-up
 //!   writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
-//!   the pacing wait); otherwise normalises the record into a [`BookUpdate`] on the stack, offers it to every
+//!   the pacing wait; the same when the feed handler has not published the next record yet); otherwise copies
+//!   the record from the [`Journal`] into a [`BookUpdate`] on the stack, offers it to every
 //!   live session (rotating the start so no subscriber is always first) under that session's slow-consumer
 //!   policy, flushes, retires sessions that must go and returns 1. After the last record the cycles wait
 //!   (bounded by the stall timeout) for sessions still catching up or owing a resync request.
@@ -114,7 +115,7 @@ pub struct AgentCounters {
     pub feed_errors: AtomicU64,
     /// Duty-cycle times in TSC ticks.
     pub cycles: CycleHistogram,
-    /// Per live record posted to at least one session: TSC ticks from the start of its normalization to the stamp
+    /// Per live record posted to at least one session: TSC ticks from its read out of the journal to the stamp
     /// its posts carry.
     pub decode_to_post: CycleHistogram,
 }

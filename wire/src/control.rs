@@ -454,10 +454,13 @@ mod tests {
         // a free-text reason (protocol 1) is not a reason any more
         let e = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
-        for v in 1..=7 {
+        for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
             assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.as_str()));
         }
+        assert_eq!(CloseReason::from_u32(8), Some(CloseReason::FeedError));
+        assert_eq!(CloseReason::FeedError.as_str(), "feed_error");
+        assert_eq!(CloseReason::from_u32(9), None);
     }
 
     #[test]

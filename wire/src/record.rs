@@ -268,11 +268,12 @@ mod tests {
 
     #[test]
     fn enum_bytes_decode_and_garbage_is_refused() {
-        for v in 1..=10u8 {
+        for v in 1..=11u8 {
             assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
         }
+        assert_eq!(Kind::from_u8(11), Some(Kind::NoAction));
         assert_eq!(Kind::from_u8(0), None);
-        assert_eq!(Kind::from_u8(11), None);
+        assert_eq!(Kind::from_u8(12), None);
         assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
         assert_eq!(Side::from_u8(b'X'), None);
     }
