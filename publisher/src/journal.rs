@@ -281,3 +281,73 @@ impl Agent for FeedAgent {
         self.done || self.stop.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::Kind;
+
+    fn rec(i: u64) -> BookUpdate {
+        BookUpdate { order_id: i, price_e9: i as i64 * 7, venue_seq: i as u32, ..BookUpdate::control(Kind::Add) }
+    }
+
+    #[test]
+    fn the_writer_waits_for_both_readers_and_an_overwritten_position_reads_as_none() {
+        let j = Journal::new(MIN_RECORDS);
+        let mut w = JournalWriter::new(Arc::clone(&j));
+        for i in 0..MIN_RECORDS {
+            assert!(w.try_push(&rec(i)));
+        }
+        assert!(j.is_full());
+        assert!(!w.try_push(&rec(MIN_RECORDS)), "full: neither reader is done with position 0");
+        j.hot_done(10);
+        assert!(!w.try_push(&rec(MIN_RECORDS)), "the conductor still needs position 0");
+        j.conductor_done(3);
+        for i in MIN_RECORDS..MIN_RECORDS + 3 {
+            assert!(w.try_push(&rec(i)), "positions 0..3 are free");
+        }
+        assert!(!w.try_push(&rec(MIN_RECORDS + 3)));
+        assert_eq!(j.published(), MIN_RECORDS + 3);
+        assert_eq!(j.read(2), None, "position 2 was overwritten by position 2 + capacity");
+        assert_eq!(j.read(3), Some(rec(3)));
+        assert_eq!(j.read(MIN_RECORDS + 2), Some(rec(MIN_RECORDS + 2)));
+        assert_eq!(j.read(MIN_RECORDS + 3), None, "not written yet");
+        assert_eq!(j.state(), FeedState::Running);
+        w.fail("feed x: record 9 at byte 99: truncated".into());
+        assert_eq!(
+            (j.state(), j.error().as_deref()),
+            (FeedState::Failed, Some("feed x: record 9 at byte 99: truncated"))
+        );
+    }
+
+    #[test]
+    fn a_reader_thread_sees_every_record_whole_while_the_writer_wraps() {
+        let j = Journal::new(MIN_RECORDS);
+        let mut w = JournalWriter::new(Arc::clone(&j));
+        const N: u64 = 50_000;
+        let reader = {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || {
+                let mut pos = 0;
+                while pos < N {
+                    if pos < j.published() {
+                        assert_eq!(j.read(pos), Some(rec(pos)), "position {pos}");
+                        pos += 1;
+                        j.hot_done(pos);
+                        j.conductor_done(pos);
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        for i in 0..N {
+            while !w.try_push(&rec(i)) {
+                std::thread::yield_now();
+            }
+        }
+        w.end();
+        reader.join().unwrap();
+        assert_eq!((j.state(), j.published()), (FeedState::Ended, N));
+    }
+}
