@@ -1,14 +1,21 @@
-//! DBN MBO files: load, validate and normalise.
+//! DBN MBO files: decoded as a stream, checked and normalised record by record.
 //!
-//! Source: Databento DBN docs ("DBN encoding", "MBO" schema; the `dbn` crate's `MboMsg`, 56 bytes, rtype
-//! 0xA0). Files may be plain or zstd-compressed, DBN version 1 to 3; records are read as they are (MBO's layout
-//! did not change between versions).
+//! Source: Databento DBN docs ("DBN encoding": the `DBN` prefix, version byte, u32 LE metadata length and
+//! metadata, then records whose first header byte is their length in 4-byte words; "MBO" schema: the `dbn`
+//! crate's `MboMsg`, 56 bytes, rtype 0xA0). Files may be plain or zstd-compressed (one or more concatenated
+//! zstd frames), DBN version 1 to 3: the metadata is decoded by the `dbn` crate for its version, and records
+//! are read as they are (MBO's layout did not change between versions).
+//!
+//! [`MboStream`] reads one record at a time from a buffered (decompressing) reader: memory does not grow with
+//! the file, and there is no size limit. A record that is truncated, of the wrong length or type, or with a
+//! field that is not valid MBO, stops the stream with a [`FeedError`] naming the file, the record (1-based) and
+//! its byte offset in the decompressed DBN stream; the records before it were delivered.
 //!
 //! Mapping from `MboMsg` to [`BookUpdate`]:
 //!
 //! | DBN field      | record field    | note                                          |
 //! |----------------|-----------------|-----------------------------------------------|
-//! | `action`       | `kind`          | `A` Add, `M` Modify, `C` Cancel, `T` Trade, `F` Fill, `R` Clear |
+//! | `action`       | `kind`          | `A` Add, `M` Modify, `C` Cancel, `T` Trade, `F` Fill, `R` Clear, `N` NoAction (no book change) |
 //! | `side`         | `side`          | `B`, `A`, `N` unchanged                        |
 //! | `flags`        | `flags`         | unchanged (LAST 0x80, SNAPSHOT 0x20, ...)      |
 //! | `hd.instrument_id` | `instrument_id` |                                           |
@@ -18,18 +25,19 @@
 //!
 //! `seq` and `ts_send_ticks` are the publisher's to fill per subscriber at post time.
 
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use std::io::Read;
-
-use dbn::decode::{DbnDecoder, DbnMetadata, DecodeRecordRef, DynReader};
-use dbn::{MboMsg, Schema, VersionUpgradePolicy};
+use dbn::decode::dbn::MetadataDecoder;
+use dbn::decode::DynReader;
+use dbn::{FlagSet, MboMsg, Schema};
 
 use mdfan_wire::{BookUpdate, Kind, Side};
 
 pub use dbn::MboMsg as DbnMboMsg;
 
-/// Why a DBN file could not be used. Every variant names the file; decode errors also name the record.
+/// Why a DBN file could not be used. Every variant names the file; decode errors also name the record and its
+/// byte offset in the decompressed DBN stream.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
     /// The file could not be opened, or its header (metadata) could not be decoded.
@@ -49,46 +57,46 @@ pub enum FeedError {
         schema: String,
     },
     /// A record could not be decoded (corrupt or truncated file). `record` is 1-based.
-    #[error("feed {path}: record {record}: {detail}")]
+    #[error("feed {path}: record {record} at byte {offset}: {detail}")]
     Decode {
         /// The DBN file.
         path: PathBuf,
         /// 1-based index of the record.
         record: u64,
-        /// The decoder's message.
+        /// Where the record starts, in bytes from the start of the decompressed DBN stream.
+        offset: u64,
+        /// What is wrong.
         detail: String,
     },
-    /// The (zstd) stream could not be read to its end: truncated or corrupt compressed data.
-    #[error("feed {path}: stream unreadable after {bytes_read} decompressed bytes (truncated or corrupt): {detail}")]
+    /// The (zstd) stream could not be read: truncated or corrupt compressed data.
+    #[error("feed {path}: record {record} at byte {offset}: stream unreadable (truncated or corrupt): {detail}")]
     Read {
         /// The DBN file.
         path: PathBuf,
+        /// 1-based index of the record being read.
+        record: u64,
         /// Decompressed bytes read before the failure.
-        bytes_read: usize,
-        /// The decoder's message.
+        offset: u64,
+        /// The decompressor's message.
         detail: String,
     },
     /// A record decoded but one of its fields is not valid for MBO. `record` is 1-based.
-    #[error("feed {path}: record {record}: field {field}: {detail}")]
+    #[error("feed {path}: record {record} at byte {offset}: field {field}: {detail}")]
     Field {
         /// The DBN file.
         path: PathBuf,
         /// 1-based index of the record.
         record: u64,
+        /// Where the record starts, in bytes from the start of the decompressed DBN stream.
+        offset: u64,
         /// The field's name in DBN's `MboMsg`.
         field: &'static str,
-        /// The decoder's message.
+        /// What is wrong.
         detail: String,
     },
     /// The file is not a regular file (a directory, a device, a FIFO).
     #[error("feed {path}: not a regular file")]
     NotAFile {
-        /// The DBN file.
-        path: PathBuf,
-    },
-    /// The decompressed stream is larger than [`MAX_FEED_BYTES`].
-    #[error("feed {path}: more than {MAX_FEED_BYTES} bytes once decompressed")]
-    TooLarge {
         /// The DBN file.
         path: PathBuf,
     },
@@ -103,8 +111,8 @@ pub enum FeedError {
 /// Why one MBO message could not be normalised.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NormalizeError {
-    /// `action` is not one of `A M C T F R`.
-    #[error("action {0:?} is not one of A, M, C, T, F, R")]
+    /// `action` is not one of `A M C T F R N`.
+    #[error("action {0:?} is not one of A, M, C, T, F, R, N")]
     Action(char),
     /// `side` is not one of `B A N`.
     #[error("side {0:?} is not one of B, A, N")]
@@ -130,6 +138,7 @@ pub fn kind_from_action(action: u8) -> Result<Kind, NormalizeError> {
         b'T' => Kind::Trade,
         b'F' => Kind::Fill,
         b'R' => Kind::Clear,
+        b'N' => Kind::NoAction,
         other => return Err(NormalizeError::Action(other as char)),
     })
 }
@@ -156,7 +165,8 @@ pub fn normalize_mbo(msg: &MboMsg) -> Result<BookUpdate, NormalizeError> {
     })
 }
 
-/// A whole MBO file, decoded and checked, ready to replay.
+/// A whole MBO file, decoded and checked (tests, benches and fuzz targets; the publisher streams with
+/// [`MboStream`]).
 #[derive(Debug, Clone)]
 pub struct MboFile {
     /// Where it was read from.
@@ -167,124 +177,235 @@ pub struct MboFile {
     pub records: Vec<MboMsg>,
 }
 
-/// Reads and checks a whole DBN MBO file (plain or zstd).
-///
-/// Every record is decoded and normalised once here, so a corrupt, truncated or foreign file is refused
-/// before anything is sent, with an error naming the file, the record number and the field.
+/// Reads and checks a whole DBN MBO file (plain or zstd) into memory, through [`MboStream`]: for tests and
+/// benches. Memory grows with the file; the publisher streams instead.
 ///
 /// # Errors
-/// [`FeedError`]: the file cannot be opened or its metadata decoded, it is not MBO, a record is corrupt or
-/// truncated, a field is invalid, or it holds no records.
+/// As [`MboStream::open`] and [`MboStream::next_msg`]; [`FeedError::Empty`] for a file without records.
 pub fn load_mbo_file(path: &Path) -> Result<MboFile, FeedError> {
-    let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return Err(FeedError::NotAFile { path: path.to_owned() }),
-        Err(e) => return Err(open_err(format!("opening file to decode at path '{}': {e}", path.display()))),
-    }
-    // Decompress (when zstd) into memory first: the `dbn` decoder stops quietly at a partial record, so the
-    // record framing is checked here before decoding, and a truncated file is an error, not a short replay.
-    let mut raw = Vec::new();
-    DynReader::from_file(path)
-        .map_err(|e| open_err(e.to_string()))?
-        .take(MAX_FEED_BYTES + 1)
-        .read_to_end(&mut raw)
-        .map_err(|e| FeedError::Read { path: path.to_owned(), bytes_read: raw.len(), detail: e.to_string() })?;
-    if raw.len() as u64 > MAX_FEED_BYTES {
-        return Err(FeedError::TooLarge { path: path.to_owned() });
-    }
-    decode_mbo_bytes(path, &raw)
+    collect(MboStream::open(path)?)
 }
-
-/// The largest decompressed feed file loaded into memory: 4 GiB (about 76 million MBO records).
-pub const MAX_FEED_BYTES: u64 = 4 << 30;
 
 /// Decodes and checks a decompressed DBN MBO stream already in memory; `path` only names it in errors.
 ///
 /// # Errors
 /// As [`load_mbo_file`], except opening and decompressing.
 pub fn decode_mbo_bytes(path: &Path, raw: &[u8]) -> Result<MboFile, FeedError> {
-    let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
-    check_framing(path, raw)?;
-    let mut decoder =
-        DbnDecoder::with_upgrade_policy(raw, VersionUpgradePolicy::AsIs).map_err(|e| open_err(e.to_string()))?;
-    let metadata = decoder.metadata().clone();
-    if metadata.schema != Some(Schema::Mbo) {
-        return Err(FeedError::Schema {
-            path: path.to_owned(),
-            schema: metadata.schema.map_or("mixed".to_owned(), |s| s.to_string()),
-        });
-    }
+    collect(MboStream::from_reader(path, raw)?)
+}
+
+fn collect<R: Read>(mut stream: MboStream<R>) -> Result<MboFile, FeedError> {
     let mut records = Vec::new();
-    loop {
-        let record = records.len() as u64 + 1;
-        let decode_err = |detail: String| FeedError::Decode { path: path.to_owned(), record, detail };
-        let rec = match decoder.decode_record_ref() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
-            Err(e) => return Err(decode_err(e.to_string())),
-        };
-        let Some(msg) = rec.get::<MboMsg>() else {
-            return Err(decode_err(format!("rtype {:#04x} is not an MBO record (0xa0)", rec.header().rtype)));
-        };
-        if let Err(e) = normalize_mbo(msg) {
-            return Err(FeedError::Field { path: path.to_owned(), record, field: e.field(), detail: e.to_string() });
-        }
-        records.push(*msg);
+    while let Some(msg) = stream.next_msg()? {
+        records.push(msg);
     }
     if records.is_empty() {
-        return Err(FeedError::Empty { path: path.to_owned() });
+        return Err(FeedError::Empty { path: stream.path });
     }
-    Ok(MboFile { path: path.to_owned(), dataset: metadata.dataset, records })
+    Ok(MboFile { path: stream.path, dataset: stream.dataset, records })
 }
 
 /// DBN rtype of `MboMsg`.
 const MBO_RTYPE: u8 = 0xa0;
 /// Size of `MboMsg` in bytes.
 const MBO_BYTES: usize = std::mem::size_of::<MboMsg>();
+/// The largest metadata block accepted, in bytes (a corrupt length must not allocate gigabytes).
+const MAX_METADATA_BYTES: usize = 64 << 20;
+/// Bytes of the (decompressing) read buffer.
+const READ_BUFFER_BYTES: usize = 1 << 16;
 
-/// Walks the record framing of a decompressed DBN stream: `b"DBN"`, a version byte, a u32 LE metadata length,
-/// the metadata, then records whose first header byte is their length in 4-byte words (DBN docs, "Record
-/// header"). The records must end exactly at the end of the stream.
-fn check_framing(path: &Path, raw: &[u8]) -> Result<(), FeedError> {
-    let open_err = |detail: &str| FeedError::Open { path: path.to_owned(), detail: detail.to_owned() };
-    if raw.len() < 8 || &raw[..3] != b"DBN" {
-        return Err(open_err("not a DBN stream (no `DBN` prefix)"));
+/// A DBN MBO file read record by record. See the module docs.
+pub struct MboStream<R> {
+    path: PathBuf,
+    reader: R,
+    dataset: String,
+    version: u8,
+    /// Records read so far.
+    records: u64,
+    /// Decompressed bytes consumed so far (the offset of the next record).
+    offset: u64,
+    /// Set once the stream ended or failed: nothing more is read.
+    done: bool,
+}
+
+impl MboStream<BufReader<DynReader<'static, BufReader<std::fs::File>>>> {
+    /// Opens a DBN MBO file (plain or zstd, detected from its first bytes) and decodes its metadata.
+    ///
+    /// # Errors
+    /// [`FeedError::NotAFile`], [`FeedError::Open`] (missing, unreadable, not DBN, bad metadata),
+    /// [`FeedError::Schema`] (not MBO).
+    pub fn open(path: &Path) -> Result<Self, FeedError> {
+        let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(FeedError::NotAFile { path: path.to_owned() }),
+            Err(e) => return Err(open_err(format!("opening file to decode at path '{}': {e}", path.display()))),
+        }
+        let reader = DynReader::from_file(path).map_err(|e| open_err(e.to_string()))?;
+        MboStream::from_reader(path, BufReader::with_capacity(READ_BUFFER_BYTES, reader))
     }
-    let metadata_len = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]) as usize;
-    let mut pos = 8usize.saturating_add(metadata_len);
-    if pos > raw.len() {
-        return Err(open_err("metadata runs past the end of the file"));
-    }
-    let mut record = 0u64;
-    while pos < raw.len() {
-        record += 1;
-        let len_bytes = raw[pos] as usize * 4;
-        let rtype = raw.get(pos + 1).copied().unwrap_or(0);
-        // Every record here must be a whole MboMsg: the decoder below assumes 8-byte aligned records of the
-        // size their rtype implies, and a shorter one would make it panic.
-        if rtype == MBO_RTYPE && len_bytes != MBO_BYTES {
-            return Err(FeedError::Decode {
+}
+
+impl<R: Read> MboStream<R> {
+    /// Reads the DBN prefix and metadata from `reader` (decompressed DBN bytes); `path` names it in errors.
+    ///
+    /// # Errors
+    /// [`FeedError::Open`] (not DBN, bad metadata), [`FeedError::Schema`] (not MBO).
+    pub fn from_reader(path: &Path, mut reader: R) -> Result<Self, FeedError> {
+        let open_err = |detail: String| FeedError::Open { path: path.to_owned(), detail };
+        let mut prefix = [0u8; 8];
+        read_full(&mut reader, &mut prefix).map_err(|e| open_err(format!("reading the DBN prefix: {e}")))?;
+        if &prefix[..3] != b"DBN" {
+            return Err(open_err("not a DBN stream (no `DBN` prefix)".to_owned()));
+        }
+        let version = prefix[3];
+        let metadata_len = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]) as usize;
+        if metadata_len > MAX_METADATA_BYTES {
+            return Err(open_err(format!("metadata length {metadata_len} bytes is over {MAX_METADATA_BYTES}")));
+        }
+        let mut header = prefix.to_vec();
+        header.resize(8 + metadata_len, 0);
+        read_full(&mut reader, &mut header[8..])
+            .map_err(|e| open_err(format!("metadata runs past the end of the file: {e}")))?;
+        let metadata = MetadataDecoder::new(&header[..]).decode().map_err(|e| open_err(e.to_string()))?;
+        if metadata.schema != Some(Schema::Mbo) {
+            return Err(FeedError::Schema {
                 path: path.to_owned(),
-                record,
-                detail: format!("MBO record length {len_bytes} bytes, expected {MBO_BYTES}"),
+                schema: metadata.schema.map_or("mixed".to_owned(), |s| s.to_string()),
             });
         }
-        if len_bytes < 16 || !len_bytes.is_multiple_of(8) {
-            return Err(FeedError::Decode {
-                path: path.to_owned(),
-                record,
-                detail: format!("record length {len_bytes} bytes is not a whole number of 8-byte words of at least 16"),
-            });
-        }
-        if pos + len_bytes > raw.len() {
-            return Err(FeedError::Decode {
-                path: path.to_owned(),
-                record,
-                detail: format!("truncated: record needs {len_bytes} bytes, {} left at end of file", raw.len() - pos),
-            });
-        }
-        pos += len_bytes;
+        Ok(MboStream {
+            path: path.to_owned(),
+            reader,
+            dataset: metadata.dataset,
+            version,
+            records: 0,
+            offset: header.len() as u64,
+            done: false,
+        })
     }
-    Ok(())
+
+    /// The file (or the name given to [`MboStream::from_reader`]).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The DBN dataset named in the metadata, e.g. `GLBX.MDP3`.
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
+    /// The DBN version byte of the file (1 to 3).
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    /// Records read so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The next record, checked (whole, MBO, 56 bytes, its action and side valid), or `None` at the end of
+    /// the file. After an error or the end, every call returns `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`FeedError::Read`] (the decompressor failed), [`FeedError::Decode`] (truncated record, bad length or
+    /// rtype), [`FeedError::Field`] (bad action or side); each names the record and its byte offset.
+    pub fn next_msg(&mut self) -> Result<Option<MboMsg>, FeedError> {
+        if self.done {
+            return Ok(None);
+        }
+        let result = self.read_msg();
+        if !matches!(result, Ok(Some(_))) {
+            self.done = true;
+        }
+        result
+    }
+
+    /// As [`MboStream::next_msg`], normalised into a [`BookUpdate`] (`seq` and `ts_send_ticks` zero).
+    ///
+    /// # Errors
+    /// As [`MboStream::next_msg`].
+    pub fn next_update(&mut self) -> Result<Option<BookUpdate>, FeedError> {
+        Ok(self.next_msg()?.map(|m| normalize_mbo(&m).expect("next_msg checked it normalises")))
+    }
+
+    fn read_msg(&mut self) -> Result<Option<MboMsg>, FeedError> {
+        let (record, offset) = (self.records + 1, self.offset);
+        let decode_err =
+            |path: &Path, detail: String| FeedError::Decode { path: path.to_owned(), record, offset, detail };
+        let mut buf = [0u8; MBO_BYTES];
+        // The first byte tells the end of the file (nothing more) from a record.
+        let first = loop {
+            match self.reader.read(&mut buf[..1]) {
+                Ok(0) => return Ok(None),
+                Ok(_) => break buf[0],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(FeedError::Read { path: self.path.clone(), record, offset, detail: e.to_string() })
+                }
+            }
+        };
+        let len_bytes = first as usize * 4;
+        // Every record of an MBO file is a whole 56-byte MboMsg (the rtype is checked once it is read).
+        if len_bytes != MBO_BYTES {
+            return Err(decode_err(&self.path, format!("MBO record length {len_bytes} bytes, expected {MBO_BYTES}")));
+        }
+        match read_full(&mut self.reader, &mut buf[1..]) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(decode_err(
+                    &self.path,
+                    format!("truncated: record needs {len_bytes} bytes, the file ends before"),
+                ))
+            }
+            Err(e) => return Err(FeedError::Read { path: self.path.clone(), record, offset, detail: e.to_string() }),
+        }
+        if buf[1] != MBO_RTYPE {
+            return Err(decode_err(&self.path, format!("rtype {:#04x} is not an MBO record (0xa0)", buf[1])));
+        }
+        let msg = mbo_from_bytes(&buf);
+        if let Err(e) = normalize_mbo(&msg) {
+            return Err(FeedError::Field {
+                path: self.path.clone(),
+                record,
+                offset,
+                field: e.field(),
+                detail: e.to_string(),
+            });
+        }
+        self.records = record;
+        self.offset += len_bytes as u64;
+        Ok(Some(msg))
+    }
+}
+
+/// Fills `buf` from `reader`; `UnexpectedEof` when the reader ends first.
+fn read_full<R: Read>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<()> {
+    reader.read_exact(buf)
+}
+
+/// An `MboMsg` from its 56 little-endian bytes (DBN docs, "MBO": header 16 B (length, rtype, publisher_id u16,
+/// instrument_id u32, ts_event u64), order_id u64 @16, price i64 @24, size u32 @32, flags u8 @36, channel_id u8
+/// @37, action @38, side @39, ts_recv u64 @40, ts_in_delta i32 @48, sequence u32 @52).
+fn mbo_from_bytes(b: &[u8; MBO_BYTES]) -> MboMsg {
+    let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let mut msg = MboMsg::default();
+    msg.hd.rtype = b[1];
+    msg.hd.publisher_id = u16_at(2);
+    msg.hd.instrument_id = u32_at(4);
+    msg.hd.ts_event = u64_at(8);
+    msg.order_id = u64_at(16);
+    msg.price = u64_at(24) as i64;
+    msg.size = u32_at(32);
+    msg.flags = FlagSet::new(b[36]);
+    msg.channel_id = b[37];
+    msg.action = b[38] as std::ffi::c_char;
+    msg.side = b[39] as std::ffi::c_char;
+    msg.ts_recv = u64_at(40);
+    msg.ts_in_delta = u32_at(48) as i32;
+    msg.sequence = u32_at(52);
+    msg
 }

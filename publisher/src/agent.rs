@@ -10,7 +10,8 @@
 //!   snapshots), checks the shutdown flag, serves sessions that are sending a snapshot or catching up (a bounded
 //!   number of records each); then, if the next record is not due yet (paced replay), flushes those catch-up
 //!   writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
-//!   the pacing wait); otherwise normalises the record into a [`BookUpdate`] on the stack, offers it to every
+//!   the pacing wait; the same when the feed handler has not published the next record yet); otherwise copies
+//!   the record from the [`Journal`] into a [`BookUpdate`] on the stack, offers it to every
 //!   live session (rotating the start so no subscriber is always first) under that session's slow-consumer
 //!   policy, flushes, retires sessions that must go and returns 1. After the last record the cycles wait
 //!   (bounded by the stall timeout) for sessions still catching up or owing a resync request.
@@ -27,12 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::CloseReason;
-use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_tuning::{Agent, IdleStrategy};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::{BookUpdate, Kind};
 
 use crate::cycles::CycleHistogram;
+use crate::journal::{FeedState, Journal};
+use crate::pacing::Pacer;
 use crate::queue::Outbox;
 use crate::session::{add, bump, Post, Session};
 
@@ -84,6 +86,12 @@ pub enum Event {
     /// The last event: the replay ended (end of stream sent to every session, each closed). The conductor
     /// drains the sessions' rings, says bye on their control connections and writes the run report.
     Finished(AgentReport),
+    /// A catching-up session needs a journal position that was overwritten: the conductor sends it a fresh
+    /// snapshot (its books are current); until then the session gets nothing.
+    CatchupLost {
+        /// Session id.
+        id: u64,
+    },
     /// A snapshot buffer the hot loop is done with (sent, replaced, or for a session that is gone): freed by
     /// the conductor.
     SnapshotDone {
@@ -102,11 +110,12 @@ pub enum Event {
 pub struct AgentCounters {
     /// Feed records fanned out: every live session has been offered records `0..records`.
     pub records: AtomicU64,
-    /// Feed records that failed to normalise (skipped; none for a file that loaded).
+    /// Journal records the hot loop found overwritten at its own position (skipped; never expected: the
+    /// journal does not overwrite a position before the hot loop is done with it).
     pub feed_errors: AtomicU64,
     /// Duty-cycle times in TSC ticks.
     pub cycles: CycleHistogram,
-    /// Per live record posted to at least one session: TSC ticks from the start of its normalization to the stamp
+    /// Per live record posted to at least one session: TSC ticks from its read out of the journal to the stamp
     /// its posts carry.
     pub decode_to_post: CycleHistogram,
 }
@@ -147,9 +156,10 @@ pub(crate) enum Phase {
 
 /// The hot loop's owned state.
 pub struct FanoutAgent {
-    pub(crate) records: Arc<[DbnMboMsg]>,
-    /// Per record, ns after the first at which it may be sent (`None`: pace `max`).
-    pub(crate) schedule_ns: Option<Arc<[u64]>>,
+    /// Normalised feed records, filled by the feed handler; the hot loop reads position `pos`.
+    pub(crate) journal: Arc<Journal>,
+    /// When each record is due (pace `feed.pace`).
+    pub(crate) pacer: Pacer,
     pub(crate) sessions: Vec<Session>,
     pub(crate) commands: rtrb::Consumer<Command>,
     pub(crate) events: Outbox<Event>,
@@ -208,6 +218,7 @@ impl FanoutAgent {
                             let old = s.snapshot.replace((records, 0));
                             s.feed_pos = position;
                             s.owes_resync = false;
+                            s.catchup_lost = false;
                             if let Some((records, _)) = old {
                                 self.emit(Event::SnapshotDone { id, delivered: false, records });
                             }
@@ -312,7 +323,12 @@ impl FanoutAgent {
             if s.dead.is_some() || s.is_live_at(pos) {
                 continue;
             }
+            if s.catchup_lost {
+                behind = true; // waiting for its fresh snapshot
+                continue;
+            }
             let mut budget = CATCHUP_BUDGET;
+            let mut lost = false;
             let mut done_snapshot = None;
             while budget > 0 {
                 let now = self.clock.raw();
@@ -331,9 +347,11 @@ impl FanoutAgent {
                     }
                     p
                 } else if s.feed_pos < pos {
-                    let Ok(mut r) = normalize_mbo(&self.records[s.feed_pos as usize]) else {
-                        s.feed_pos += 1;
-                        continue;
+                    let Some(mut r) = self.journal.read(s.feed_pos) else {
+                        // overwritten: the journal moved on past this session's position
+                        s.catchup_lost = true;
+                        lost = true;
+                        break;
                     };
                     if !s.wants(r.instrument_id) {
                         s.feed_pos += 1;
@@ -369,6 +387,9 @@ impl FanoutAgent {
             }
             if let Some(records) = done_snapshot {
                 self.emit(Event::SnapshotDone { id, delivered: true, records });
+            }
+            if lost {
+                self.emit(Event::CatchupLost { id });
             }
         }
         behind
@@ -445,24 +466,36 @@ impl FanoutAgent {
             self.end_replay(CloseReason::Shutdown);
             return 1;
         }
-        if pos == self.records.len() as u64 {
+        // The state first: once it is not `Running`, the `published` read after it is final.
+        let state = self.journal.state();
+        if pos == self.journal.published() {
+            if state == FeedState::Running {
+                // The feed handler is behind (or the feed is live and quiet): like a pacing wait.
+                if behind {
+                    self.flush_all();
+                }
+                self.heartbeat_if_due(pos);
+                return 0;
+            }
             if self.replay_ticks == 0 {
                 self.replay_ticks = self.clock.raw().wrapping_sub(self.start_ticks);
             }
+            let end = if state == FeedState::Ended { CloseReason::EndOfStream } else { CloseReason::FeedError };
             // The feed is done; wait (bounded) for sessions that are catching up or owe a resync request.
             let owed = self.sessions.iter().any(|s| s.dead.is_none() && s.owes_resync);
             if (!behind && !owed)
                 || self.clock.raw().wrapping_sub(self.start_ticks + self.replay_ticks) > self.timing.stall_ticks
             {
-                self.end_replay(CloseReason::EndOfStream);
+                self.end_replay(end);
                 return 1;
             }
             self.flush_all();
             self.heartbeat_if_due(pos);
             return 0;
         }
-        if let Some(due) = self.schedule_ns.as_ref().map(|s| s[pos as usize] as u128) {
-            if (self.clock.now() - self.start_instant).as_nanos() < due {
+        let record = self.journal.read(pos);
+        if let Some(due) = record.and_then(|r| self.pacer.due_ns(pos, r.ts_recv_ns)) {
+            if (self.clock.now() - self.start_instant).as_nanos() < due as u128 {
                 if behind {
                     self.flush_all();
                 }
@@ -473,13 +506,14 @@ impl FanoutAgent {
             self.cycle_start = self.clock.raw();
         }
         let t_decode = self.clock.raw();
-        match normalize_mbo(&self.records[pos as usize]) {
-            Ok(record) => self.fan_out_live(&record, pos, t_decode),
-            Err(_) => bump(&self.counters.feed_errors),
+        match record {
+            Some(record) => self.fan_out_live(&record, pos, t_decode),
+            None => bump(&self.counters.feed_errors),
         }
         self.flush_all();
         self.pos = pos + 1;
         self.counters.records.store(pos + 1, Ordering::Relaxed);
+        self.journal.hot_done(pos + 1);
         let now = self.clock.raw();
         if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
             // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.

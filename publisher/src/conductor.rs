@@ -15,7 +15,6 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
-use mdfan_feed::dbn::{normalize_mbo, DbnMboMsg};
 use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
 use mdfan_wire::Books;
 
@@ -23,6 +22,7 @@ use mdfan_tuning::{Agent, IdleStrategy};
 
 use crate::agent::{AgentCounters, AgentReport, Command, Event};
 use crate::config::Config;
+use crate::journal::{FeedState, Journal};
 use crate::queue;
 use crate::report::{RunReport, SessionReport};
 use crate::session::{Session, SessionCounters};
@@ -48,14 +48,6 @@ fn id_list(ids: &[u32]) -> String {
         text.push_str(&format!(" and {} more", ids.len() - SHOWN));
     }
     text
-}
-
-/// The instrument_ids a feed carries, sorted.
-pub(crate) fn feed_instruments(records: &[DbnMboMsg]) -> Vec<u32> {
-    let mut ids: Vec<u32> = records.iter().map(|r| r.hd.instrument_id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
 }
 
 /// A subscriber's control connection, read without blocking.
@@ -103,11 +95,16 @@ pub struct Conductor {
     pub(crate) reports: Vec<SessionReport>,
     pub(crate) live: Vec<Live>,
     pub(crate) handshakes: (mpsc::Sender<Handshake>, mpsc::Receiver<Handshake>),
-    pub(crate) records: Arc<[DbnMboMsg]>,
-    /// The instrument_ids of the feed, sorted.
-    pub(crate) instruments: Vec<u32>,
+    /// Normalised feed records, filled by the feed handler.
+    pub(crate) journal: Arc<Journal>,
+    /// The instrument_ids seen in the journal so far.
+    pub(crate) instruments: std::collections::BTreeSet<u32>,
+    /// Journal positions scanned for instruments.
+    pub(crate) seen: u64,
+    /// Handshakes waiting for the feed to show the instruments they name ([`Conductor::instruments_unsettled`]).
+    pub(crate) deferred: Vec<Handshake>,
     pub(crate) counters: Arc<AgentCounters>,
-    /// The publisher's books, brought up to the hot loop's position when a snapshot is needed.
+    /// The publisher's books, kept at the hot loop's position from the journal (every pass).
     pub(crate) books: Books,
     /// Feed records applied to `books`.
     pub(crate) applied: u64,
@@ -156,8 +153,15 @@ impl Conductor {
     /// Answers every subscribe message read so far (attach and accept, or reject). Returns how many.
     pub(crate) fn finish_handshakes(&mut self) -> usize {
         let mut n = 0;
-        while let Ok((mut stream, peer, msg)) = self.handshakes.1.try_recv() {
-            n += 1;
+        let mut deferred = std::mem::take(&mut self.deferred).into_iter();
+        while let Some((mut stream, peer, msg)) = deferred.next().or_else(|| self.handshakes.1.try_recv().ok()) {
+            if !matches!(&msg, Ok(ControlMsg::Subscribe(sub)) if self.instruments_unsettled(sub)) {
+                n += 1;
+            } else {
+                // Names an instrument not seen yet while the feed is still being read: asked again next pass.
+                self.deferred.push((stream, peer, msg));
+                continue;
+            }
             let sub = match msg {
                 Ok(ControlMsg::Subscribe(sub)) => sub,
                 Ok(other) => {
@@ -188,6 +192,17 @@ impl Conductor {
         n
     }
 
+    /// Whether `sub` names an instrument not seen in the journal yet while more may still be learnt before the
+    /// replay: the feed is still being read and the journal has room (a file no longer than the journal is
+    /// read whole before anyone needs it). Such a handshake waits; once this is false, [`Conductor::attach`]
+    /// refuses ids the whole feed does not carry, and accepts unknown ids only for a feed longer than the journal.
+    pub(crate) fn instruments_unsettled(&self, sub: &Subscribe) -> bool {
+        let Some(ids) = &sub.instruments else { return false };
+        ids.iter().any(|id| !self.instruments.contains(id))
+            && self.journal.state() == FeedState::Running
+            && !self.journal.is_full()
+    }
+
     pub(crate) fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
         if sub.name.len() > 64 {
             return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
@@ -212,15 +227,17 @@ impl Conductor {
             if ids.len() > 1 << 16 {
                 return Err(format!("field instruments: {} ids, at most 65536", ids.len()));
             }
-            // A file feed knows every instrument it will ever carry: an id it does not have is a mistake (a
-            // live feed, which learns instruments as it goes, will keep such a request pending instead).
-            let unknown: Vec<u32> =
-                ids.iter().copied().filter(|id| self.instruments.binary_search(id).is_err()).collect();
-            if !unknown.is_empty() {
+            // Once the whole feed has been read (a file no longer than the journal is read before the replay
+            // starts) the publisher knows every instrument it carries: an id it does not have is a mistake.
+            // While the feed is still being read, an id not seen yet may still come: accepted.
+            let whole = self.journal.state() != FeedState::Running && self.seen == self.journal.published();
+            let unknown: Vec<u32> = ids.iter().copied().filter(|id| !self.instruments.contains(id)).collect();
+            if whole && !unknown.is_empty() {
+                let known: Vec<u32> = self.instruments.iter().copied().collect();
                 return Err(format!(
                     "field instruments: {} not in this feed (it has {})",
                     id_list(&unknown),
-                    id_list(&self.instruments)
+                    id_list(&known)
                 ));
             }
         }
@@ -230,18 +247,48 @@ impl Conductor {
         })
     }
 
-    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
-    /// Returns the records and the position (feed records included).
-    pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
+    /// Follows the journal: notes the instruments of records not seen yet, and applies to the publisher's
+    /// books every record the hot loop has fanned out, so they stay at its position; then tells the journal
+    /// it is done with them (the feed handler may reuse their slots). Returns the records applied or scanned.
+    pub(crate) fn follow_journal(&mut self) -> usize {
+        let mut work = 0;
+        let published = self.journal.published();
+        let mut last = None;
+        while self.seen < published {
+            if let Some(r) = self.journal.read(self.seen) {
+                if last != Some(r.instrument_id) {
+                    self.instruments.insert(r.instrument_id);
+                    last = Some(r.instrument_id);
+                }
+            }
+            self.seen += 1;
+            work += 1;
+        }
         let position = self.counters.records.load(Ordering::Relaxed);
         while self.applied < position {
-            if let Ok(r) = normalize_mbo(&self.records[self.applied as usize]) {
-                if let Err(e) = self.books.apply(&r) {
-                    tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
+            match self.journal.read(self.applied) {
+                Some(r) => {
+                    if let Err(e) = self.books.apply(&r) {
+                        tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
+                    }
+                }
+                // The journal keeps every position until this conductor is done with it: never expected.
+                None => {
+                    tracing::error!(record = self.applied + 1, "journal record gone before the conductor applied it")
                 }
             }
             self.applied += 1;
+            work += 1;
         }
+        self.journal.conductor_done(self.applied);
+        work
+    }
+
+    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
+    /// Returns the records and the position (feed records included).
+    pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
+        self.follow_journal();
+        let position = self.applied;
         (self.books.snapshot(filter, position), position)
     }
 
@@ -482,6 +529,16 @@ impl Conductor {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
             Event::Finished(report) => self.wrap_up(report),
+            Event::CatchupLost { id } => {
+                tracing::info!(session = id, "catch-up needs records the journal no longer holds: a fresh snapshot");
+                if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
+                    if self.conns[k].snapshot_pending {
+                        self.conns[k].rerequest = Some(self.conns[k].rerequest.unwrap_or(0));
+                    } else {
+                        self.serve_snapshot(k, 0);
+                    }
+                }
+            }
             Event::SnapshotDone { id, delivered, records } => {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
                 if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
@@ -556,6 +613,7 @@ impl Conductor {
                 .map(|(t, n)| (to_ns(t), n))
                 .collect(),
             end: agent.end,
+            feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
         });
     }
 
@@ -579,6 +637,7 @@ impl Agent for Conductor {
             return 0;
         }
         let mut work = self.flush_backlog();
+        work += self.follow_journal();
         work += self.accept();
         work += self.finish_handshakes();
         work += self.admit_ready();

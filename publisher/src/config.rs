@@ -18,6 +18,10 @@
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
 //!
+//! [journal]
+//! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
+//!                              # 1024 to 2^28; 128 B each, allocated at start). Default 131072 (16 MiB).
+//!
 //! [fabric]
 //! provider = "shm"             # "shm" (same host); "verbs" with the verbs feature
 //! shm_dir = "/dev/shm"         # where subscribers' ring files must be. Default /dev/shm.
@@ -60,6 +64,26 @@ pub struct Config {
     /// `[fabric]`.
     #[serde(default)]
     pub fabric: FabricSection,
+    /// `[journal]`.
+    #[serde(default)]
+    pub journal: JournalSection,
+}
+
+/// `[journal]`: the bounded ring of normalised records the feed reader fills and the hot loop and conductor
+/// read (`crate::journal`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalSection {
+    /// Slots, in records (a power of two, 1024 to 2^28; 128 bytes each, allocated and touched at start).
+    /// Default 131,072 (16 MiB), which holds the bundled capture whole. A feed longer than the journal still
+    /// replays in full; only a late joiner catching up from further back than this gets a fresh snapshot.
+    pub records: u64,
+}
+
+impl Default for JournalSection {
+    fn default() -> Self {
+        JournalSection { records: crate::journal::DEFAULT_RECORDS }
+    }
 }
 
 /// `[publisher]`: threads, endpoint, start condition.
@@ -310,6 +334,11 @@ impl Config {
             if !(1..=HOUR_MS).contains(&v) {
                 return Err(bad(key, format!("{v}: must be between 1 and {HOUR_MS} (one hour)")));
             }
+        }
+        let records = cfg.journal.records;
+        let (min, max) = (crate::journal::MIN_RECORDS, crate::journal::MAX_RECORDS);
+        if !records.is_power_of_two() || !(min..=max).contains(&records) {
+            return Err(bad("journal.records", format!("{records}: must be a power of two from {min} to {max}")));
         }
         if !(1..=MAX_SUBSCRIBERS).contains(&cfg.publisher.max_subscribers) {
             let n = cfg.publisher.max_subscribers;

@@ -10,9 +10,16 @@
 //!   an rtrb queue, watches control connections for dead peers, logs what the hot loop reports (drops,
 //!   retirements, the end) and frees retired sessions' memory off the hot path.
 //!
-//! [`Publisher::bind`] loads and checks the feed and binds the endpoint, so every input error surfaces before
-//! anything runs; [`Publisher::run`] takes a shutdown flag (set by SIGINT/SIGTERM in the binary);
-//! [`Publisher::into_agents`] builds the two agents without threads, for a caller (a test) that steps both.
+//! A third agent, the **feed handler** ([`journal::FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes
+//! and appends normalised records to the [`journal::Journal`], a bounded ring that the hot loop and the
+//! conductor read; no feed-format type is visible past it.
+//!
+//! [`Publisher::bind`] opens the feed (its header is checked) and binds the endpoint, so those input errors
+//! surface before anything runs; a record that is truncated or corrupt stops the feed where it is, after the
+//! records before it were sent, and the stream ends with [`CloseReason::FeedError`](mdfan_fabric::CloseReason)
+//! ([`RunReport::feed_error`] says why). [`Publisher::run`] takes a shutdown flag (set by SIGINT/SIGTERM in the
+//! binary); [`Publisher::into_agents`] builds the three agents without threads, for a caller (a test) that
+//! steps them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -20,6 +27,7 @@ pub mod agent;
 pub mod conductor;
 pub mod config;
 pub mod cycles;
+pub mod journal;
 mod pacing;
 pub mod queue;
 mod report;
@@ -31,7 +39,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::AnySender;
-use mdfan_feed::dbn::{load_mbo_file, DbnMboMsg, FeedError, MboFile};
+use mdfan_feed::dbn::{FeedError, MboStream};
 use mdfan_wire::Books;
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
@@ -39,9 +47,10 @@ use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
 use crate::config::Config;
+use crate::journal::{FeedAgent, Journal, JournalWriter};
 
 pub use config::ConfigError;
-pub use pacing::schedule;
+pub use pacing::Pacer;
 pub use report::{RunReport, SessionReport};
 
 /// How long a new control connection has to send its subscribe message.
@@ -79,11 +88,14 @@ pub enum PublisherError {
     },
 }
 
-/// A bound, loaded publisher, ready to run.
+/// A bound publisher with its feed opened, ready to run.
 pub struct Publisher {
     cfg: Config,
     listener: TcpListener,
-    feed: MboFile,
+    feed: FeedAgent,
+    journal: Arc<Journal>,
+    /// Set once the hot loop is gone: the feed handler stops.
+    feed_stop: Arc<AtomicBool>,
     dump: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
@@ -93,7 +105,7 @@ pub struct Publisher {
 #[derive(Clone)]
 pub struct Progress {
     counters: Arc<AgentCounters>,
-    total: u64,
+    journal: Arc<Journal>,
 }
 
 impl Progress {
@@ -102,19 +114,27 @@ impl Progress {
         self.counters.records.load(Ordering::Relaxed)
     }
 
-    /// Feed records in all.
-    pub fn total(&self) -> u64 {
-        self.total
+    /// Feed records read so far (the total once [`Progress::feed_done`]).
+    pub fn read(&self) -> u64 {
+        self.journal.published()
+    }
+
+    /// Whether the feed has been read to its end (or failed).
+    pub fn feed_done(&self) -> bool {
+        self.journal.state() != journal::FeedState::Running
     }
 }
 
 impl Publisher {
-    /// Loads and checks the feed, then binds the control endpoint.
+    /// Opens the feed (checks its header), allocates and pre-faults the journal, binds the control endpoint.
     ///
     /// # Errors
-    /// [`PublisherError::Feed`] naming the file and record; [`PublisherError::Listen`] naming the endpoint.
+    /// [`PublisherError::Feed`] naming the file; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
-        let feed = load_mbo_file(&cfg.feed.path)?;
+        let stream = MboStream::open(&cfg.feed.path)?;
+        let journal = Journal::new(cfg.journal.records);
+        let feed_stop = Arc::new(AtomicBool::new(false));
+        let feed = FeedAgent::new(stream, JournalWriter::new(Arc::clone(&journal)), Arc::clone(&feed_stop));
         let sender = AnySender::open(&cfg.fabric.resolved)
             .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
@@ -124,6 +144,8 @@ impl Publisher {
             cfg,
             listener,
             feed,
+            journal,
+            feed_stop,
             dump: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
             sender,
@@ -132,7 +154,7 @@ impl Publisher {
 
     /// A handle on the replay's progress.
     pub fn progress(&self) -> Progress {
-        Progress { counters: Arc::clone(&self.counters), total: self.feed.records.len() as u64 }
+        Progress { counters: Arc::clone(&self.counters), journal: Arc::clone(&self.journal) }
     }
 
     /// The bound control endpoint.
@@ -140,9 +162,14 @@ impl Publisher {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// The loaded feed.
-    pub fn feed(&self) -> &MboFile {
-        &self.feed
+    /// The feed file.
+    pub fn feed_path(&self) -> &std::path::Path {
+        &self.cfg.feed.path
+    }
+
+    /// The journal's size, in records.
+    pub fn journal_records(&self) -> u64 {
+        self.journal.capacity()
     }
 
     /// Set this flag (e.g. from SIGUSR1) to have the conductor print every counter once.
@@ -150,22 +177,21 @@ impl Publisher {
         Arc::clone(&self.dump)
     }
 
-    /// Builds the two agents of a run without starting any thread: the hot loop ([`FanoutAgent`]) and the
-    /// conductor ([`Conductor`]), joined by their rtrb queues. [`Publisher::run`] runs each on its own thread;
-    /// a test can step both on one (`fanout.do_work(); conductor.do_work();` until the conductor
-    /// [is done](mdfan_tuning::Agent::is_done), then [`Conductor::take_report`]). Measures the TSC rate (a 5 ms
-    /// sleep) and builds the pacing schedule.
+    /// Builds the three agents of a run without starting any thread: the feed handler ([`FeedAgent`]), the hot
+    /// loop ([`FanoutAgent`]) and the conductor ([`Conductor`]), joined by the journal and their rtrb queues.
+    /// [`Publisher::run`] runs each on its own thread; a test can step all on one (`feed.do_work();
+    /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
+    /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, dump, counters, sender } = self;
+        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
         let clock = quanta::Clock::new();
         let ticks_per_ms = pacing::ticks_per_ms(&clock);
-        let records: Arc<[DbnMboMsg]> = feed.records.into();
         let fanout = FanoutAgent {
-            records: Arc::clone(&records),
-            schedule_ns: schedule(&records, cfg.feed.pace, cfg.feed.max_gap_ms),
+            journal: Arc::clone(&journal),
+            pacer: Pacer::new(cfg.feed.pace, cfg.feed.max_gap_ms),
             sessions: Vec::with_capacity(max),
             commands: cmd_rx,
             events: queue::Outbox::new(evt_tx, max * 4),
@@ -198,8 +224,10 @@ impl Publisher {
             reports: Vec::new(),
             live: Vec::new(),
             handshakes: mpsc::channel(),
-            instruments: conductor::feed_instruments(&records),
-            records,
+            instruments: std::collections::BTreeSet::new(),
+            seen: 0,
+            deferred: Vec::new(),
+            journal,
             counters,
             books: Books::new(),
             applied: 0,
@@ -208,7 +236,7 @@ impl Publisher {
             sender,
             cfg,
         };
-        Agents { fanout, conductor }
+        Agents { feed, fanout, conductor }
     }
 
     /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor's,
@@ -220,10 +248,15 @@ impl Publisher {
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
         let endpoint = self.local_addr();
-        let (feed_path, records) = (self.feed.path.clone(), self.feed.records.len());
+        let (feed_path, journal_records) = (self.cfg.feed.path.clone(), self.journal.capacity());
+        let feed_stop = Arc::clone(&self.feed_stop);
         let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
         let (lock_memory, wait_for) = (self.cfg.publisher.lock_memory, self.cfg.publisher.wait_for_subscribers);
-        let Agents { mut fanout, mut conductor } = self.into_agents(shutdown);
+        let Agents { mut feed, mut fanout, mut conductor } = self.into_agents(shutdown);
+        let feed_thread = std::thread::Builder::new()
+            .name(feed.role_name().to_owned())
+            .spawn(move || run_agent(&mut feed, journal::FEED_IDLE))
+            .map_err(|e| PublisherError::Thread("feed", e))?;
         let (pinned_tx, pinned_rx) = mpsc::sync_channel(1);
         let hot = std::thread::Builder::new()
             .name(fanout.role_name().to_owned())
@@ -252,9 +285,11 @@ impl Publisher {
                 tracing::warn!(cause = %e, "memory not locked");
             }
         }
-        tracing::info!(%endpoint, feed = %feed_path.display(), records, wait_for, "publisher ready");
+        tracing::info!(%endpoint, feed = %feed_path.display(), journal_records, wait_for, "publisher ready");
         run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
         let fanout = hot.join().expect("the hot loop does not panic");
+        feed_stop.store(true, Ordering::Relaxed); // nobody reads the journal any more
+        let _ = feed_thread.join();
         // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
         run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
         drop(fanout);
@@ -262,8 +297,10 @@ impl Publisher {
     }
 }
 
-/// The two agents of a run, built by [`Publisher::into_agents`].
+/// The three agents of a run, built by [`Publisher::into_agents`].
 pub struct Agents {
+    /// The feed handler: decodes the feed into the journal.
+    pub feed: FeedAgent,
     /// The hot loop.
     pub fanout: FanoutAgent,
     /// The control plane.

@@ -117,6 +117,8 @@ pub struct RunReport {
     pub decode_to_post_buckets_ns: Vec<(u64, u64)>,
     /// Why the run ended.
     pub end: CloseReason,
+    /// With `end` [`CloseReason::FeedError`]: the feed's error (file, record, byte offset, what was wrong).
+    pub feed_error: Option<String>,
 }
 
 impl RunReport {

@@ -86,6 +86,8 @@ pub struct Session {
     pub(crate) snapshot: Option<(Vec<BookUpdate>, usize)>,
     /// Records were skipped since the last snapshot (policy `resync`): the subscriber owes us a request.
     pub(crate) owes_resync: bool,
+    /// Catching up, it needed a journal position already overwritten: it waits for a fresh snapshot.
+    pub(crate) catchup_lost: bool,
     /// TSC when the ring was first found full in the current stall; 0 when not stalled.
     pub(crate) stalled_since: u64,
     /// TSC stamp of the last record written (0 before any): heartbeats go to sessions quiet for an interval.
@@ -124,6 +126,7 @@ impl Session {
             feed_pos,
             snapshot: snapshot.map(|s| (s, 0)),
             owes_resync: false,
+            catchup_lost: false,
             stalled_since: 0,
             last_post_ticks: 0,
         }

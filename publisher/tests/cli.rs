@@ -66,13 +66,35 @@ fn a_missing_feed_file_is_named() {
 }
 
 #[test]
-fn a_truncated_feed_file_is_named() {
+fn a_truncated_feed_file_stops_the_replay_with_its_record_and_byte_offset() {
+    // The feed is streamed: the records before the cut go out (here to nobody: no subscriber is waited for), then
+    // the run ends with the feed's error on stderr and exit 1.
     let dir = scratch();
     let z = std::fs::read(data("esh4-glbx-mdp3-20231224.mbo.dbn.zst")).unwrap();
     let feed = dir.join("truncated.dbn.zst");
     std::fs::write(&feed, &z[..z.len() * 2 / 3]).unwrap();
-    let (code, err) = run(&config(&dir, "truncated.toml", &feed, ""));
-    assert_one_line_error(code, &err, &["truncated.dbn.zst", "truncated or corrupt"]);
+    let cfg = dir.join("truncated.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n",
+            feed.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-publisher"))
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_one_line_error(out.status.code(), &err, &["truncated.dbn.zst: record ", " at byte ", "truncated"]);
+    let replay = stdout.lines().find(|l| l.starts_with("replay records=")).expect("the run report");
+    assert!(replay.ends_with(" end=feed_error"), "{replay}");
+    let records: u64 = replay["replay records=".len()..].split(' ').next().unwrap().parse().unwrap();
+    let record: u64 = err.split("record ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(records > 0 && records < 8_725, "the records before the cut: {replay}");
+    assert_eq!(record, records + 1, "the error names the record after the last one replayed: {err}");
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 #[path = "support/mod.rs"]
 mod common;
+#[path = "../../feed/tests/support/dbn_file.rs"]
+mod dbn_file;
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
@@ -199,4 +201,99 @@ fn the_strategy_example_acts_on_every_bbo_change_and_reports_latency() {
     assert!(records > esh4::RECORDS, "every record, the end of stream and heartbeats: {records}");
     assert!(lines[2].starts_with(&format!("latency count={records} p50_ns=")), "{lines:?}");
     assert_eq!(report.session("strategy-example").unwrap().end, Some(CloseReason::EndOfStream));
+}
+
+/// Prices print exactly, whatever their decimals: adds at 0.1234 (bid x500), 0.1236 (ask x400) and 0.1233 (bid
+/// x100) once printed `bbo=0.12x500/0.12x400` (truncated to two decimals, a book that looked locked).
+#[test]
+fn prices_print_exactly_at_every_decimal_they_carry() {
+    use dbn_file::{mbo, write_dbn, LAST};
+    let px = |ten_thousandths: i64| ten_thousandths * 100_000;
+    let feed = write_dbn(
+        "e2e-prices",
+        &[
+            mbo(42, 1, b'A', b'B', 1, px(1234), 500, LAST),
+            mbo(42, 2, b'A', b'A', 2, px(1236), 400, LAST),
+            mbo(42, 3, b'A', b'B', 3, px(1233), 100, LAST),
+        ],
+    );
+    let publisher = start_publisher(&feed, 1, "");
+    let out = wait_with_watchdog(spawn_subscriber(publisher.addr, "prices", &["--bbo"]));
+    publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
+    let lines = stdout_lines(&out);
+    assert_eq!(out.status.code(), Some(0), "{lines:?}");
+    let bbo: Vec<&str> =
+        lines.iter().filter(|l| l.starts_with("bbo ")).map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(bbo, ["0.1234x500/-", "0.1234x500/0.1236x400"], "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "instrument=42 records=3 gaps=0 last_seq=3 orders=3 levels_bid=2 levels_ask=1 bbo=0.1234x500/0.1236x400"
+        )),
+        "{lines:?}"
+    );
+    let levels: Vec<&str> = lines.iter().filter(|l| l.starts_with("instrument=42 side=")).map(String::as_str).collect();
+    assert_eq!(
+        levels,
+        [
+            "instrument=42 side=bid level=1 price=0.1234 size=500 orders=1",
+            "instrument=42 side=bid level=2 price=0.1233 size=100 orders=1",
+            "instrument=42 side=ask level=1 price=0.1236 size=400 orders=1",
+        ],
+        "{lines:?}"
+    );
+}
+
+/// The whole capture through a journal of 4,096 records (the file has 68,792): the feed handler waits for the hot
+/// loop and the conductor again and again, and every subscriber still ends with the reference book, a late
+/// joiner (snapshot from the conductor's books, kept current from the journal) too.
+#[test]
+fn a_journal_much_smaller_than_the_feed_still_gives_every_subscriber_the_exact_book() {
+    let publisher = start_publisher(&esh4::main_file(), 2, "pace = 500\n\n[journal]\nrecords = 4096\n");
+    let mut a = Watched::new(spawn_subscriber(publisher.addr, "a", &[]));
+    let mut b = Watched::new(spawn_subscriber(publisher.addr, "b", &[]));
+    a.wait_for_line("subscribed ");
+    b.wait_for_line("subscribed ");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let late = wait_with_watchdog(spawn_subscriber(publisher.addr, "late", &[]));
+    let ((_, a, _), (_, b, _)) = (a.finish(), b.finish());
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert_clean(&a, "a");
+    assert_clean(&b, "b");
+    let late = stdout_lines(&late);
+    assert_exact(&late, "late");
+    let stream = fields(late.iter().find(|l| l.starts_with("stream ")).unwrap());
+    assert_eq!((stream["gaps"], stream["book_errors"], stream["end"]), ("0", "0", "end_of_stream"), "{late:?}");
+    assert!(late.iter().any(|l| l.starts_with("snapshot_begin seq=1 instruments=1 ")), "{late:?}");
+    assert_eq!((report.records, report.end), (esh4::RECORDS, CloseReason::EndOfStream));
+}
+
+/// A feed cut in the middle of record 62: the subscriber gets the 61 records before it, then an end of stream
+/// that says the feed failed (exit 3, never a normal end); the publisher's report names the record and byte.
+#[test]
+fn a_feed_that_breaks_mid_replay_ends_the_stream_with_feed_error() {
+    use dbn_file::{encode, mbo, LAST};
+    let adds: Vec<_> =
+        (1..=100u32).map(|i| mbo(5, i, b'A', b'B', i as u64, 1_000_000_000 + i as i64, 1, LAST)).collect();
+    let raw = encode(3, &adds);
+    let start = 8 + u32::from_le_bytes(raw[4..8].try_into().unwrap()) as usize;
+    let feed = std::env::temp_dir().join(format!("mdfan-e2e-cut-{}.dbn", std::process::id()));
+    std::fs::write(&feed, &raw[..start + 61 * 56 + 30]).unwrap();
+    let publisher = start_publisher(&feed, 1, "");
+    let out = wait_with_watchdog(spawn_subscriber(publisher.addr, "cut", &[]));
+    let report = publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
+    let lines = stdout_lines(&out);
+    assert_eq!(out.status.code(), Some(3), "{lines:?}");
+    let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+    assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("61", "0", "feed_error"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("instrument=5 records=61 gaps=0 last_seq=61 orders=61 ")), "{lines:?}");
+    assert_eq!((report.records, report.end), (61, CloseReason::FeedError));
+    let err = report.feed_error.expect("the feed's error");
+    let offset = start + 61 * 56;
+    assert!(
+        err.ends_with(&format!("record 62 at byte {offset}: truncated: record needs 56 bytes, the file ends before")),
+        "{err}"
+    );
+    assert!(err.starts_with(&format!("feed {}", feed.display())), "{err}");
 }

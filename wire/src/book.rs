@@ -7,7 +7,8 @@
 //! - `Modify` replaces the order's price and size (and side). A modify of an order the book does not know adds
 //!   it, since a book that started after the order was placed cannot know it.
 //! - `Clear` empties the book.
-//! - `Trade` and `Fill` do not change the book: each fill is followed by its own `Cancel`/`Modify`.
+//! - `Trade` and `Fill` do not change the book: each fill is followed by its own `Cancel`/`Modify`; nor does
+//!   `NoAction` (DBN `N`, a record that carries only flags).
 //!
 //! Records with the `SNAPSHOT` flag are applied like any other; snapshot markers, heartbeats, end of stream and
 //! the price-level kinds (`Level*`, `InstrumentStale`: those are for [`crate::mbp`]) do not touch the book. Errors never leave the book half-changed: the record is refused whole.
@@ -215,7 +216,7 @@ impl Book {
                 self.bids.clear();
                 self.asks.clear();
             }
-            Kind::Trade | Kind::Fill => {}
+            Kind::Trade | Kind::Fill | Kind::NoAction => {}
             Kind::SnapshotBegin | Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream => return Ok(()),
             // Price-level records belong to a price-level book (`crate::mbp`), not to this order book.
             Kind::LevelNew

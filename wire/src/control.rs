@@ -233,6 +233,10 @@ pub enum CloseReason {
     PeerGone = 6,
     /// The peer sent a control message the protocol does not allow at that point.
     ProtocolError = 7,
+    /// The publisher's feed failed (a truncated or corrupt file, a broken feed connection): the stream ended
+    /// after the last record the feed delivered, and it is not complete. The publisher logs the feed's error
+    /// (file, byte offset, record) and exits non-zero.
+    FeedError = 8,
 }
 
 impl CloseReason {
@@ -246,6 +250,7 @@ impl CloseReason {
             5 => CloseReason::Stalled,
             6 => CloseReason::PeerGone,
             7 => CloseReason::ProtocolError,
+            8 => CloseReason::FeedError,
             _ => return None,
         })
     }
@@ -260,6 +265,7 @@ impl CloseReason {
             CloseReason::Stalled => "stalled",
             CloseReason::PeerGone => "peer_gone",
             CloseReason::ProtocolError => "protocol_error",
+            CloseReason::FeedError => "feed_error",
         }
     }
 }
@@ -448,10 +454,13 @@ mod tests {
         // a free-text reason (protocol 1) is not a reason any more
         let e = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
-        for v in 1..=7 {
+        for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
             assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.as_str()));
         }
+        assert_eq!(CloseReason::from_u32(8), Some(CloseReason::FeedError));
+        assert_eq!(CloseReason::FeedError.as_str(), "feed_error");
+        assert_eq!(CloseReason::from_u32(9), None);
     }
 
     #[test]

@@ -601,7 +601,7 @@ impl HotBook {
                 self.bids.clear();
                 self.asks.clear();
             }
-            Kind::Trade | Kind::Fill => {}
+            Kind::Trade | Kind::Fill | Kind::NoAction => {}
             Kind::SnapshotBegin | Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream => return Ok(()),
             // Price-level records belong to a price-level book (`crate::mbp`), as in the reference.
             Kind::LevelNew

@@ -95,7 +95,7 @@ pub enum Kind {
     /// Liveness only: the feed is idle. Carries a seq so the subscriber can prove nothing was missed.
     Heartbeat = 9,
     /// The publisher has sent everything it will send on this stream; `size` holds why (the fabric's
-    /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown).
+    /// `CloseReason` as a number: 1 end of the feed, 3 publisher shutdown, 8 the feed failed).
     EndOfStream = 10,
     /// Insert a price level at `level` on `side`, shifting the deeper levels down one (the one pushed past the
     /// book's depth goes). MDP 3.0 `MDUpdateAction` 0 (New). Layout: module docs, "Price-level (MBP) records".
@@ -113,6 +113,9 @@ pub enum Kind {
     /// The instrument's price-level book missed updates (a per-instrument sequence gap) and is stale until a
     /// `Clear` rebuilds it; `order_id` = the sequence expected, `size` = the one received.
     InstrumentStale = 16,
+    /// No book change (DBN action `N`): the venue's event carries only flags or other information, e.g. a
+    /// record with `F_LAST` that closes an event. Books count it and move their venue seq, nothing else.
+    NoAction = 17,
 }
 
 impl Kind {
@@ -135,6 +138,7 @@ impl Kind {
             14 => Kind::LevelDeleteThru,
             15 => Kind::LevelDeleteFrom,
             16 => Kind::InstrumentStale,
+            17 => Kind::NoAction,
             _ => return None,
         })
     }
@@ -262,13 +266,18 @@ impl BookUpdate {
     }
 }
 
-/// Formats a 1e-9 fixed-point price with two decimals, as CME quotes ES (`4810.25`).
+/// Formats a 1e-9 fixed-point price as the shortest exact decimal with at least two decimals: `4810.25`,
+/// `4799.00`, `0.1234`, `-1.50`, `0.000000001`. Nothing is rounded or truncated, so two different prices never
+/// print the same (a feed's prices carry no precision of their own: DBN MBO files say nothing about tick size,
+/// so the decimals shown are those the price needs, and never fewer than CME's two for ES).
 pub fn format_price_e9(price_e9: i64) -> String {
     let sign = if price_e9 < 0 { "-" } else { "" };
     let abs = price_e9.unsigned_abs();
     let units = abs / 1_000_000_000;
-    let cents = (abs % 1_000_000_000) / 10_000_000;
-    format!("{sign}{units}.{cents:02}")
+    let nanos = format!("{:09}", abs % 1_000_000_000);
+    let frac = nanos.trim_end_matches('0');
+    let frac = if frac.len() < 2 { &nanos[..2] } else { frac };
+    format!("{sign}{units}.{frac}")
 }
 
 #[cfg(test)]
@@ -318,20 +327,27 @@ mod tests {
 
     #[test]
     fn enum_bytes_decode_and_garbage_is_refused() {
-        for v in 1..=16u8 {
+        for v in 1..=17u8 {
             assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
         }
+        assert_eq!(Kind::from_u8(17), Some(Kind::NoAction));
         assert_eq!(Kind::from_u8(0), None);
-        assert_eq!(Kind::from_u8(17), None);
+        assert_eq!(Kind::from_u8(18), None);
         assert!(Kind::LevelDeleteFrom.is_level() && !Kind::InstrumentStale.is_level() && !Kind::Add.is_level());
         assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
         assert_eq!(Side::from_u8(b'X'), None);
     }
 
     #[test]
-    fn prices_format_with_two_decimals() {
+    fn prices_format_exactly_with_at_least_two_decimals() {
         assert_eq!(format_price_e9(4_810_250_000_000), "4810.25");
         assert_eq!(format_price_e9(4_799_000_000_000), "4799.00");
         assert_eq!(format_price_e9(-1_500_000_000), "-1.50");
+        assert_eq!(format_price_e9(0), "0.00");
+        assert_eq!(format_price_e9(123_400_000), "0.1234");
+        assert_eq!(format_price_e9(123_600_000), "0.1236");
+        assert_eq!(format_price_e9(1), "0.000000001");
+        assert_eq!(format_price_e9(-100_000_000), "-0.10");
+        assert_eq!(format_price_e9(i64::MIN), "-9223372036.854775808");
     }
 }

@@ -64,7 +64,12 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     let cfg_wait_for = cfg.publisher.wait_for_subscribers;
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
-    out!("publisher listening={} records={}", publisher.local_addr(), publisher.feed().records.len());
+    out!(
+        "publisher listening={} feed={} journal_records={}",
+        publisher.local_addr(),
+        publisher.feed_path().display(),
+        publisher.journal_records()
+    );
     let bar = progress_bar(publisher.progress(), cfg_wait_for);
     let report = publisher.run(shutdown)?;
     if let Some((done, thread)) = bar {
@@ -92,6 +97,11 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         report.cycle_max_ns,
         report.end.as_str()
     );
+    if let Some(e) = &report.feed_error {
+        // the replay stopped where the feed broke: the records before it went out, then end of stream (feed_error)
+        eprintln!("mdfan-publisher: error: {e}");
+        return Ok(1);
+    }
     Ok(if report.end == CloseReason::Shutdown { 130 } else { 0 })
 }
 
@@ -109,7 +119,7 @@ fn progress_bar(
     let thread = std::thread::Builder::new()
         .name("mdfan-progress".into())
         .spawn(move || {
-            let bar = indicatif::ProgressBar::new(progress.total());
+            let bar = indicatif::ProgressBar::new(progress.read());
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} records ({percent}%, eta {eta})")
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -120,6 +130,7 @@ fn progress_bar(
                 if n > 0 {
                     bar.set_message("replay");
                 }
+                bar.set_length(progress.read()); // grows while the feed is read
                 bar.set_position(n);
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }

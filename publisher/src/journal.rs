@@ -1,0 +1,353 @@
+//! The journal: a bounded, pre-allocated ring of normalised [`BookUpdate`] records between the feed handler and
+//! its readers.
+//!
+//! One producer, the feed handler ([`FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes and appends
+//! each record at the next position (0, 1, 2, ...); position `p` lives in slot `p mod records`. Two readers
+//! follow it by position: the hot loop (the live stream and late joiners' catch-up) and the conductor (it keeps
+//! the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots). The producer never overwrites
+//! a position either reader still needs: it waits while `published - min(hot, conductor) == records`, where
+//! `hot` and `conductor` are the positions each reader has finished with. So memory is `records` x 128 B
+//! whatever the feed's length, and a feed longer than the journal keeps running. Only a session that catches up
+//! from behind the readers (after a snapshot, while the live stream moved on) can find its next position
+//! overwritten ([`Journal::read`] returns `None`): it then gets a fresh snapshot from the conductor's books.
+//!
+//! Each slot is a seqlock made of atomics (the crate forbids `unsafe`): the producer stores 0 in the slot's
+//! stamp, a Release fence, the record's eight words (Relaxed), then the stamp `p + 1` (Release), then
+//! `published = p + 1` (Release). A reader loads the stamp (Acquire, pairs with that store: the words are
+//! visible), the words, an Acquire fence, and the stamp again: the record is whole only if both stamps are
+//! `p + 1` (a producer overwriting the slot meanwhile changed the stamp first). The memory is allocated and
+//! written once at start (pre-faulted); nothing here allocates, locks or makes a syscall after that.
+
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mdfan_feed::dbn::{FeedError, MboStream};
+use mdfan_tuning::Agent;
+use mdfan_wire::BookUpdate;
+
+/// Records a journal holds by default: 131,072 (2^17, 16 MiB), more than the bundled capture's 68,792.
+pub const DEFAULT_RECORDS: u64 = 1 << 17;
+/// Smallest journal, in records.
+pub const MIN_RECORDS: u64 = 1 << 10;
+/// Largest journal, in records (2^28: 32 GiB).
+pub const MAX_RECORDS: u64 = 1 << 28;
+/// The feed thread's idle strategy while the journal is full: yield a few times, then sleep from 1 us up to
+/// 100 us (it waits for the hot loop and the conductor, and shares cores with them).
+pub const FEED_IDLE: mdfan_tuning::IdleStrategy =
+    mdfan_tuning::IdleStrategy::Backoff { spins: 0, yields: 16, max_park: std::time::Duration::from_micros(100) };
+/// Records the feed handler appends per duty cycle at most.
+const FEED_BATCH: usize = 256;
+
+/// Whether the feed is still being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedState {
+    /// More records may come.
+    Running,
+    /// The feed ended normally: every record is published.
+    Ended,
+    /// The feed stopped on an error ([`Journal::error`]): the records before it are published.
+    Failed,
+}
+
+/// One slot: the seqlock stamp (position + 1 of the record in it, 0 while being written) and the record's words.
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot {
+    stamp: AtomicU64,
+    words: [AtomicU64; 8],
+}
+
+/// The journal. See the module docs.
+pub struct Journal {
+    slots: Box<[Slot]>,
+    mask: u64,
+    /// Records appended (the next position), stored with Release after the slot's stamp.
+    published: AtomicU64,
+    /// Positions the hot loop is done with (it reads `hot_done..` only), stored with Release by the hot loop.
+    hot_done: AtomicU64,
+    /// Positions the conductor is done with (applied to its books), stored with Release by the conductor.
+    conductor_done: AtomicU64,
+    /// [`FeedState`] as a byte, stored with Release after the last `published`.
+    state: AtomicU8,
+    /// Why the feed failed (read by the conductor, off the hot path).
+    error: Mutex<Option<String>>,
+}
+
+impl Journal {
+    /// A journal of `records` slots (a power of two), allocated and written once here (pre-faulted).
+    pub fn new(records: u64) -> Arc<Journal> {
+        assert!(records.is_power_of_two(), "journal records must be a power of two (checked by the config)");
+        let slots: Box<[Slot]> = (0..records).map(|_| Slot::default()).collect();
+        Arc::new(Journal {
+            slots,
+            mask: records - 1,
+            published: AtomicU64::new(0),
+            hot_done: AtomicU64::new(0),
+            conductor_done: AtomicU64::new(0),
+            state: AtomicU8::new(0),
+            error: Mutex::new(None),
+        })
+    }
+
+    /// Slots, in records.
+    pub fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Records appended so far (positions `0..published` exist or existed). Acquire: pairs with the producer's
+    /// Release store, so every record below it is readable.
+    #[inline]
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Whether the feed is still read. Load it before [`Journal::published`]: once it is not `Running`, the
+    /// `published` read after it is final.
+    #[inline]
+    pub fn state(&self) -> FeedState {
+        match self.state.load(Ordering::Acquire) {
+            0 => FeedState::Running,
+            1 => FeedState::Ended,
+            _ => FeedState::Failed,
+        }
+    }
+
+    /// Why the feed failed, once [`FeedState::Failed`].
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().map(|e| e.clone()).unwrap_or(None)
+    }
+
+    /// The record at position `pos` (below [`Journal::published`]), or `None` if it was overwritten (or is not
+    /// written yet). Allocation-free; a few loads.
+    #[inline]
+    pub fn read(&self, pos: u64) -> Option<BookUpdate> {
+        let slot = &self.slots[(pos & self.mask) as usize];
+        let want = pos + 1;
+        // Acquire: pairs with the producer's Release store of this stamp; the words it wrote before are visible.
+        if slot.stamp.load(Ordering::Acquire) != want {
+            return None;
+        }
+        let mut bytes = [0u8; 64];
+        for (chunk, word) in bytes.chunks_exact_mut(8).zip(&slot.words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        // The fence orders the word loads before the second stamp load: if the producer began to overwrite the
+        // slot (stamp 0, Release fence, words) before we read a word, this load sees a changed stamp.
+        fence(Ordering::Acquire);
+        if slot.stamp.load(Ordering::Relaxed) != want {
+            return None;
+        }
+        Some(BookUpdate::from_bytes(&bytes))
+    }
+
+    /// Whether the producer must wait for a reader before it can append (every slot holds a record a reader
+    /// still needs).
+    pub fn is_full(&self) -> bool {
+        let done = self.hot_done.load(Ordering::Acquire).min(self.conductor_done.load(Ordering::Acquire));
+        self.published() - done >= self.capacity()
+    }
+
+    /// The hot loop is done with every position below `pos`. Release: its reads of them happen before the
+    /// producer (Acquire) reuses their slots.
+    #[inline]
+    pub fn hot_done(&self, pos: u64) {
+        self.hot_done.store(pos, Ordering::Release);
+    }
+
+    /// The conductor is done with every position below `pos` (as [`Journal::hot_done`]).
+    pub fn conductor_done(&self, pos: u64) {
+        self.conductor_done.store(pos, Ordering::Release);
+    }
+
+    fn end(&self, state: FeedState) {
+        // Release: a reader that sees the state also sees the last `published`.
+        self.state.store(if state == FeedState::Ended { 1 } else { 2 }, Ordering::Release);
+    }
+}
+
+/// The producer's end of a [`Journal`] (one per journal).
+pub struct JournalWriter {
+    journal: Arc<Journal>,
+    next: u64,
+    /// The lowest reader position last seen: the producer may write up to `readers_done + capacity`.
+    readers_done: u64,
+}
+
+impl JournalWriter {
+    /// The only writer of `journal` (which must be new).
+    pub fn new(journal: Arc<Journal>) -> JournalWriter {
+        JournalWriter { journal, next: 0, readers_done: 0 }
+    }
+
+    /// Appends `record` if a slot is free (both readers done with the position it replaces); `false` when the
+    /// journal is full (try again later).
+    pub fn try_push(&mut self, record: &BookUpdate) -> bool {
+        let j = &*self.journal;
+        if self.next - self.readers_done >= j.capacity() {
+            // Acquire: pairs with the readers' Release stores; their reads of the slot happen before we reuse it.
+            let hot = j.hot_done.load(Ordering::Acquire);
+            let conductor = j.conductor_done.load(Ordering::Acquire);
+            self.readers_done = hot.min(conductor);
+            if self.next - self.readers_done >= j.capacity() {
+                return false;
+            }
+        }
+        let slot = &j.slots[(self.next & j.mask) as usize];
+        slot.stamp.store(0, Ordering::Relaxed);
+        // Release fence: a reader that loads any of the words below also sees the stamp 0 on its second look.
+        fence(Ordering::Release);
+        for (word, chunk) in slot.words.iter().zip(record.as_bytes().chunks_exact(8)) {
+            word.store(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        // Release: publishes the words to a reader that loads this stamp with Acquire.
+        slot.stamp.store(self.next + 1, Ordering::Release);
+        self.next += 1;
+        // Release: every record below `published` is whole for a reader that loads it with Acquire.
+        j.published.store(self.next, Ordering::Release);
+        true
+    }
+
+    /// The feed ended normally.
+    pub fn end(&self) {
+        self.journal.end(FeedState::Ended);
+    }
+
+    /// The feed failed with `error`; the records before it stay published.
+    pub fn fail(&self, error: String) {
+        if let Ok(mut e) = self.journal.error.lock() {
+            *e = Some(error);
+        }
+        self.journal.end(FeedState::Failed);
+    }
+}
+
+/// The feed handler: an [`Agent`] that decodes the feed and appends each record to the journal, on thread
+/// `mdfan-feed` (or stepped by a test). One duty cycle appends up to 256 records; it returns 0 while the journal
+/// is full. Done once the feed ended or failed (the error goes into the journal for the conductor), or once
+/// `stop` is set (the hot loop is gone).
+pub struct FeedAgent {
+    pub(crate) next: Box<dyn FnMut() -> Result<Option<BookUpdate>, FeedError> + Send>,
+    pub(crate) writer: JournalWriter,
+    pub(crate) pending: Option<BookUpdate>,
+    pub(crate) done: bool,
+    pub(crate) stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FeedAgent {
+    /// A feed handler reading `stream` into `writer`'s journal until `stop` is set.
+    pub fn new<R: std::io::Read + Send + 'static>(
+        mut stream: MboStream<R>,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        FeedAgent { next: Box::new(move || stream.next_update()), writer, pending: None, done: false, stop }
+    }
+}
+
+impl Agent for FeedAgent {
+    fn role_name(&self) -> &str {
+        "mdfan-feed"
+    }
+
+    fn do_work(&mut self) -> usize {
+        let mut n = 0;
+        while n < FEED_BATCH && !self.done {
+            let record = match self.pending.take() {
+                Some(r) => r,
+                None => match (self.next)() {
+                    Ok(Some(r)) => r,
+                    Ok(None) => {
+                        self.writer.end();
+                        self.done = true;
+                        return n + 1;
+                    }
+                    Err(e) => {
+                        self.writer.fail(e.to_string());
+                        self.done = true;
+                        return n + 1;
+                    }
+                },
+            };
+            if !self.writer.try_push(&record) {
+                self.pending = Some(record);
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn is_done(&self) -> bool {
+        self.done || self.stop.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::Kind;
+
+    fn rec(i: u64) -> BookUpdate {
+        BookUpdate { order_id: i, price_e9: i as i64 * 7, venue_seq: i as u32, ..BookUpdate::control(Kind::Add) }
+    }
+
+    #[test]
+    fn the_writer_waits_for_both_readers_and_an_overwritten_position_reads_as_none() {
+        let j = Journal::new(MIN_RECORDS);
+        let mut w = JournalWriter::new(Arc::clone(&j));
+        for i in 0..MIN_RECORDS {
+            assert!(w.try_push(&rec(i)));
+        }
+        assert!(j.is_full());
+        assert!(!w.try_push(&rec(MIN_RECORDS)), "full: neither reader is done with position 0");
+        j.hot_done(10);
+        assert!(!w.try_push(&rec(MIN_RECORDS)), "the conductor still needs position 0");
+        j.conductor_done(3);
+        for i in MIN_RECORDS..MIN_RECORDS + 3 {
+            assert!(w.try_push(&rec(i)), "positions 0..3 are free");
+        }
+        assert!(!w.try_push(&rec(MIN_RECORDS + 3)));
+        assert_eq!(j.published(), MIN_RECORDS + 3);
+        assert_eq!(j.read(2), None, "position 2 was overwritten by position 2 + capacity");
+        assert_eq!(j.read(3), Some(rec(3)));
+        assert_eq!(j.read(MIN_RECORDS + 2), Some(rec(MIN_RECORDS + 2)));
+        assert_eq!(j.read(MIN_RECORDS + 3), None, "not written yet");
+        assert_eq!(j.state(), FeedState::Running);
+        w.fail("feed x: record 9 at byte 99: truncated".into());
+        assert_eq!(
+            (j.state(), j.error().as_deref()),
+            (FeedState::Failed, Some("feed x: record 9 at byte 99: truncated"))
+        );
+    }
+
+    #[test]
+    fn a_reader_thread_sees_every_record_whole_while_the_writer_wraps() {
+        let j = Journal::new(MIN_RECORDS);
+        let mut w = JournalWriter::new(Arc::clone(&j));
+        const N: u64 = 50_000;
+        let reader = {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || {
+                let mut pos = 0;
+                while pos < N {
+                    if pos < j.published() {
+                        assert_eq!(j.read(pos), Some(rec(pos)), "position {pos}");
+                        pos += 1;
+                        j.hot_done(pos);
+                        j.conductor_done(pos);
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        for i in 0..N {
+            while !w.try_push(&rec(i)) {
+                std::thread::yield_now();
+            }
+        }
+        w.end();
+        reader.join().unwrap();
+        assert_eq!((j.state(), j.published()), (FeedState::Ended, N));
+    }
+}
