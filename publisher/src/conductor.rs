@@ -196,11 +196,14 @@ impl Conductor {
     /// replay: the feed is still being read and the journal has room (a file no longer than the journal is
     /// read whole before anyone needs it). Such a handshake waits; once this is false, [`Conductor::attach`]
     /// refuses ids the whole feed does not carry, and accepts unknown ids only for a feed longer than the journal.
+    ///
+    /// Also while this conductor has not yet scanned every record published: the feed may have ended since the
+    /// last pass, and [`Conductor::attach`] judges an unknown id only against a whole scan.
     pub(crate) fn instruments_unsettled(&self, sub: &Subscribe) -> bool {
         let Some(ids) = &sub.instruments else { return false };
-        ids.iter().any(|id| !self.instruments.contains(id))
-            && self.journal.state() == FeedState::Running
-            && !self.journal.is_full()
+        let more_to_learn = self.journal.state() == FeedState::Running && !self.journal.is_full();
+        let unscanned = self.seen < self.journal.published();
+        ids.iter().any(|id| !self.instruments.contains(id)) && (more_to_learn || unscanned)
     }
 
     pub(crate) fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
