@@ -5,10 +5,10 @@
 //!
 //! ```sh
 //! cargo build --release -p mdfan-subscriber --example strategy   # first: the demo's replay lasts about 3 s
-//! ops/run-demo & sleep 1; target/release/examples/strategy 127.0.0.1:7700 1   # joins late: a snapshot, then live
+//! ops/run-demo & sleep 1; target/release/examples/strategy 127.0.0.1:7700 0   # joins late: a snapshot, then live
 //! ```
 //!
-//! Arguments: the publisher's endpoint (default 127.0.0.1:7700) and the core to pin to (default 1). Give it a core
+//! Arguments: the publisher's endpoint (default 127.0.0.1:7700) and the core to pin to (default 0; the demo publisher pins its hot loop to core 1). Give it a core
 //! of its own (not the publisher's `hot_core`, not another poller's): it busy-spins and never sleeps. When that
 //! core is not allowed (`taskset`, a cgroup), it says so and runs unpinned, yielding when idle. At the end it prints
 //! a summary line, the final BBO of each instrument and the latency percentiles; exit 0 after end of stream, 1 when
@@ -60,7 +60,7 @@ impl Strategy {
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let endpoint = args.next().unwrap_or_else(|| "127.0.0.1:7700".into());
-    let core: usize = args.next().map_or(Ok(1), |c| c.parse())?;
+    let core: usize = args.next().map_or(Ok(0), |c| c.parse())?;
 
     // 1. Pin the polling thread to a core of its own and busy-spin on it. A core this process may not use is an
     //    error from pin_current_thread naming the cores it may use: run unpinned then, and yield when idle.
@@ -87,14 +87,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut books = HotBooks::with_capacity(BookCapacity::new(16_384, 2_048, 4));
     let mut strategy = Strategy::default();
     let mut idler = Idler::new(idle);
-    let (mut end_of_stream, mut gaps) = (false, 0u64);
+    let (mut stream_end, mut gaps) = (None, 0u64);
 
     // 4. The loop: poll (no syscall, no allocation), idle when nothing came, housekeeping when due.
     let end = loop {
         let mut stale = sub.is_stale(); // after a gap the books are not exact until the snapshot has ended
         let n = sub.poll(256, |event| match event {
             Event::Record(r) => match r.kind() {
-                Some(Kind::EndOfStream) => end_of_stream = true,
+                // Why the stream ended: a complete replay, or a publisher that stopped early / a failed feed
+                // (then the books are partial). An unknown reason counts as a protocol error.
+                Some(Kind::EndOfStream) => stream_end = Some(r.end_reason().unwrap_or(CloseReason::ProtocolError)),
                 Some(Kind::Heartbeat) => {} // the publisher is alive; nothing to apply
                 Some(Kind::SnapshotEnd) => stale = false, // exact again from here (SnapshotBegin emptied them)
                 _ => {
@@ -117,8 +119,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             Event::Closed(_) => {} // maintain reports the end (and whether it reconnects)
             Event::Stale { .. } | Event::Corrupt { .. } => {} // counted in sub.stats()
         });
-        if end_of_stream {
-            break End::Closed(CloseReason::EndOfStream);
+        if let Some(reason) = stream_end {
+            break End::Closed(reason);
         }
         idler.idle(n); // PAUSE on an empty poll; nothing when work was done
         match sub.maintain_if_due() {

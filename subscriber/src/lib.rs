@@ -46,7 +46,9 @@
 //! # What a strategy sees
 //!
 //! - Normal: `Record`s with seq 1, 2, 3, ... (heartbeats included when the feed is idle), then the
-//!   `EndOfStream` record and `Closed(EndOfStream)`.
+//!   `EndOfStream` record and `Closed(EndOfStream)`. A publisher that stops early (`Shutdown`) or whose feed
+//!   failed (`FeedError`) also ends with an `EndOfStream` record, then `Closed` with that reason: read
+//!   [`BookUpdate::end_reason`] (or the `Closed` reason) before trusting the books as complete.
 //! - Policy `resync`, after falling a ring behind: `Gap { expected, got }`, then live records (the book is
 //!   stale from here); [`Subscriber::maintain`] asks for a snapshot; then `SnapshotBegin` (empty every book),
 //!   per instrument a `Clear` and its resting orders as `Add`s, `SnapshotEnd`, the feed records since the
@@ -268,7 +270,9 @@ pub enum SubscribeError {
 pub enum Health {
     /// Records or heartbeats are arriving (the books may still be stale after a gap: [`Subscriber::is_stale`]).
     Ok,
-    /// Nothing arrived for longer than the silence timeout (the publisher may be hung or stopped).
+    /// Nothing arrived for longer than the silence timeout (the publisher may be hung or stopped): how long.
+    /// Reported by every `maintain` while the silence lasts (about once per ms through `maintain_if_due`): act
+    /// on the first, as `examples/bbo.rs` does.
     Silent(Duration),
     /// The session is lost (everything it delivered has been polled) and the reconnect policy is trying to make
     /// a new one: `tries` made so far. Reported first with `tries: 0` by the `maintain` that found the loss:

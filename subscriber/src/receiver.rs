@@ -170,6 +170,11 @@ impl<R: LocalRing> Receiver<R> {
                 }
                 f(Event::Gap { expected, got: seq });
             }
+            if record.kind == Kind::SnapshotBegin as u8 {
+                // The snapshot rebuilds every book as of a feed position after every record missed before it
+                // (catch-up follows from there): it repairs every gap seen so far, not only the one it was asked for.
+                self.gap_from = None;
+            }
             if record.kind == Kind::SnapshotEnd as u8 {
                 self.stats.snapshots_received += 1;
             }

@@ -498,3 +498,41 @@ fn closed_comes_after_a_record_written_between_an_empty_poll_and_the_close() {
     }
     assert_eq!(seen, [rec(1), Seen::Closed]);
 }
+
+#[test]
+fn a_snapshot_repairs_every_gap_before_it_not_only_the_one_it_was_asked_for() {
+    // Under resync: a gap (2 skipped), the snapshot request for it (take_gap), a second gap (4 skipped) before the
+    // snapshot starts, then SnapshotBegin: the snapshot rebuilds the books past both, so nothing is left unrepaired.
+    let dir = Path::new(DEFAULT_DIR);
+    let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
+    let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let mut rx = Receiver::new(local);
+    use mdfan_fabric::RemoteRing;
+    use mdfan_wire::ring::{imm_from_seq, slot_index};
+    let write = |remote: &mut ShmRemoteRing, seq: u64, kind: Kind| {
+        let r = BookUpdate { seq, ts_send_ticks: seq, ..payload(seq, kind) };
+        remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
+    };
+    let mut seen = Vec::new();
+    let mut drain = |rx: &mut Receiver<ShmLocalRing>, seen: &mut Vec<Seen>| {
+        while events_with(rx, usize::MAX, true, seen) > 0 {}
+    };
+    write(&mut remote, 1, Kind::Add);
+    write(&mut remote, 3, Kind::Add);
+    drain(&mut rx, &mut seen);
+    assert_eq!(rx.take_gap(), Some(2), "the gap a snapshot is asked for");
+    write(&mut remote, 5, Kind::Add);
+    drain(&mut rx, &mut seen);
+    assert_eq!(rx.unrepaired_gap(), Some(4), "a second gap while the snapshot is on its way");
+    write(&mut remote, 6, Kind::SnapshotBegin);
+    drain(&mut rx, &mut seen);
+    assert_eq!(rx.unrepaired_gap(), None, "the snapshot covers both");
+    write(&mut remote, 8, Kind::SnapshotEnd);
+    drain(&mut rx, &mut seen);
+    assert_eq!(rx.unrepaired_gap(), Some(7), "a gap inside the snapshot is not repaired by it");
+    let gaps: Vec<&Seen> = seen.iter().filter(|s| matches!(s, Seen::Gap { .. })).collect();
+    assert_eq!(
+        gaps,
+        [&Seen::Gap { expected: 2, got: 3 }, &Seen::Gap { expected: 4, got: 5 }, &Seen::Gap { expected: 7, got: 8 }]
+    );
+}

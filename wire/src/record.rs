@@ -235,6 +235,17 @@ impl BookUpdate {
         }
     }
 
+    /// Why the stream ended, for a [`Kind::EndOfStream`] record (its `size` holds the reason): `EndOfStream` for a
+    /// complete replay, `Shutdown` for a publisher that stopped early, `FeedError` for a feed that failed (the
+    /// books are then partial). `None` for any other kind, or a reason this build does not know.
+    #[inline]
+    pub fn end_reason(&self) -> Option<crate::control::CloseReason> {
+        if self.kind != Kind::EndOfStream as u8 {
+            return None;
+        }
+        crate::control::CloseReason::from_u32(self.size)
+    }
+
     /// The decoded kind, or `None` if the byte is not a [`Kind`].
     #[inline]
     pub const fn kind(&self) -> Option<Kind> {
@@ -323,6 +334,17 @@ mod tests {
         assert_eq!(BookUpdate::from_bytes(b), r);
         let l = BookUpdate { level: 10, flags: flags::MBP | flags::IMPLIED, ..BookUpdate::control(Kind::LevelNew) };
         assert_eq!((l.as_bytes()[60], l.as_bytes()[62], l.as_bytes()[63]), (11, 0x11, 10));
+    }
+
+    #[test]
+    fn an_end_of_stream_record_says_why_the_stream_ended() {
+        use crate::control::CloseReason;
+        let eos = |size| BookUpdate { size, ..BookUpdate::control(Kind::EndOfStream) };
+        assert_eq!(eos(1).end_reason(), Some(CloseReason::EndOfStream));
+        assert_eq!(eos(3).end_reason(), Some(CloseReason::Shutdown));
+        assert_eq!(eos(8).end_reason(), Some(CloseReason::FeedError));
+        assert_eq!(eos(999).end_reason(), None);
+        assert_eq!(BookUpdate { size: 1, ..BookUpdate::control(Kind::Add) }.end_reason(), None);
     }
 
     #[test]
