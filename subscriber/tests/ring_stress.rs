@@ -514,7 +514,7 @@ fn a_snapshot_repairs_every_gap_before_it_not_only_the_one_it_was_asked_for() {
         remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
     };
     let mut seen = Vec::new();
-    let mut drain = |rx: &mut Receiver<ShmLocalRing>, seen: &mut Vec<Seen>| {
+    let drain = |rx: &mut Receiver<ShmLocalRing>, seen: &mut Vec<Seen>| {
         while events_with(rx, usize::MAX, true, seen) > 0 {}
     };
     write(&mut remote, 1, Kind::Add);
