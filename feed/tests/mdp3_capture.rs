@@ -3,23 +3,22 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddrV4;
-use std::path::PathBuf;
 
 use mdfan_feed::mdp3::{book_record, stale_record, Event, Mdp3Decoder, Problem, UpdateAction};
 use mdfan_feed::pcap::{read_udp_pcapng, UdpPacket};
-use mdfan_wire::{flags, Kind, MbpBooks, MbpLevel, Side};
+use mdfan_wire::{flags, Kind, MbpBooks, Side};
 
 const FEED_A: &str = "224.0.31.11:14320";
 const FEED_B: &str = "224.0.32.11:15320";
 const FIRST_SEQ: u32 = 17_347_815;
 const LAST_SEQ: u32 = 17_352_814;
 const PACKETS_PER_FEED: usize = 5_000;
-const SECURITY: u32 = 174_969;
+#[path = "support/mdp3.rs"]
+mod mdp3_ref;
+use mdp3_ref::{reference_asks, reference_bids, SECURITY};
 
 fn capture() -> Vec<UdpPacket> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap");
-    let cap = read_udp_pcapng(&path).expect("bundled capture reads");
+    let cap = read_udp_pcapng(&mdp3_ref::capture_path()).expect("bundled capture reads");
     assert_eq!((cap.packets.len(), cap.skipped_not_udp, cap.skipped_blocks), (10_000, 0, 0));
     cap.packets
 }
@@ -27,19 +26,6 @@ fn capture() -> Vec<UdpPacket> {
 fn feed(packets: &[UdpPacket], group: &str) -> Vec<UdpPacket> {
     let dst: SocketAddrV4 = group.parse().unwrap();
     packets.iter().filter(|p| p.dst == dst).cloned().collect()
-}
-
-/// Price as the README prints it (mantissa x 1e-7, e.g. 7580.5) in 1e-9 units: tenths x 1e8.
-fn lv(tenths: i64, size: u32, orders: u32) -> Option<MbpLevel> {
-    Some(MbpLevel { price_e9: tenths * 100_000_000, size, orders })
-}
-
-/// README "Book replay, one instrument": security 174969, top 5 per side.
-fn reference_bids() -> [Option<MbpLevel>; 5] {
-    [lv(75_805, 8, 5), lv(75_800, 16, 9), lv(75_795, 13, 8), lv(75_790, 17, 7), lv(75_785, 18, 5)]
-}
-fn reference_asks() -> [Option<MbpLevel>; 5] {
-    [lv(75_815, 19, 9), lv(75_820, 9, 6), lv(75_825, 18, 5), lv(75_830, 6, 3), lv(75_835, 7, 4)]
 }
 
 #[derive(Default)]
@@ -411,9 +397,7 @@ mod fuzz {
 #[test]
 fn a_cut_or_garbage_capture_is_refused_naming_the_file_and_block() {
     use mdfan_feed::pcap::{parse_udp_pcapng, CaptureError};
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap");
-    let bytes = std::fs::read(&path).unwrap();
+    let bytes = std::fs::read(mdp3_ref::capture_path()).unwrap();
     let name = std::path::Path::new("cut.pcapng");
     match parse_udp_pcapng(&bytes[..bytes.len() - 10], name) {
         // section header, interface description, then 10,000 packets: the last one is cut

@@ -7,7 +7,6 @@
 //! past a seq (the timeout is set far out, 10 s, so a host stall cannot decide one).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -16,28 +15,13 @@ use mdfan_feedsim::{run, Impairment, Mdp3, SimConfig, Summary};
 use mdfan_lines::{
     realtime_ns, ArbiterConfig, ArbiterCounters, Event, Line, LineConfig, LineReceiver, Mdp3Seq, ReceiverConfig,
 };
-use mdfan_wire::{flags, BookUpdate, Kind, MbpBooks, MbpLevel, Side};
+use mdfan_wire::{flags, BookUpdate, Kind, MbpBooks, Side};
 
 const PACKETS: u64 = 5_000;
-const SECURITY: u32 = 174_969;
 
-fn capture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../data/cme-mdp3-sbe-v8-pcap-20160927/Cme.Mdp3.Sbe.v8.1.Example.pcap")
-}
-
-/// Price as the README prints it (mantissa x 1e-7, e.g. 7580.5) in 1e-9 units: tenths x 1e8.
-fn lv(tenths: i64, size: u32, orders: u32) -> Option<MbpLevel> {
-    Some(MbpLevel { price_e9: tenths * 100_000_000, size, orders })
-}
-
-/// README "Book replay, one instrument": security 174969, top 5 per side.
-fn reference_bids() -> [Option<MbpLevel>; 5] {
-    [lv(75_805, 8, 5), lv(75_800, 16, 9), lv(75_795, 13, 8), lv(75_790, 17, 7), lv(75_785, 18, 5)]
-}
-fn reference_asks() -> [Option<MbpLevel>; 5] {
-    [lv(75_815, 19, 9), lv(75_820, 9, 6), lv(75_825, 18, 5), lv(75_830, 6, 3), lv(75_835, 7, 4)]
-}
+#[path = "support/mdp3.rs"]
+mod mdp3_ref;
+use mdp3_ref::{reference_asks, reference_bids, SECURITY};
 
 struct Outcome {
     summary: Summary,
@@ -62,7 +46,7 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
         assert!(got >= 32 << 20, "line {line:?}: SO_RCVBUF {got} bytes: run as root or raise net.core.rmem_max");
     }
     let mut cfg = SimConfig {
-        pcap: capture(),
+        pcap: mdp3_ref::capture_path(),
         line_a: None,
         line_b: None,
         send_a: rx.socket(Line::A).local_addr(),
