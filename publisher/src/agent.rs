@@ -182,6 +182,10 @@ pub struct FanoutAgent {
     pub(crate) cycle_start: u64,
     /// TSC ticks from the first record to the last one fanned out; 0 until the feed is done.
     pub(crate) replay_ticks: u64,
+    /// The lowest journal position a session catching up still has to read (`u64::MAX`: none), worked out by
+    /// each catch-up pass: the hot loop tells the journal it is done only below it, so the feed handler waits
+    /// for a late joiner instead of overwriting what it has yet to send it.
+    pub(crate) catchup_floor: u64,
 }
 
 impl FanoutAgent {
@@ -317,6 +321,7 @@ impl FanoutAgent {
     /// Returns whether any session is still behind.
     fn serve_catchup(&mut self, pos: u64) -> bool {
         let mut behind = false;
+        let mut floor = u64::MAX;
         let stall = self.timing.stall_ticks;
         for k in 0..self.sessions.len() {
             let s = &mut self.sessions[k];
@@ -384,6 +389,9 @@ impl FanoutAgent {
             let id = s.id;
             if !s.is_live_at(pos) && s.dead.is_none() {
                 behind = true;
+                if !s.catchup_lost {
+                    floor = floor.min(s.feed_pos);
+                }
             }
             if let Some(records) = done_snapshot {
                 self.emit(Event::SnapshotDone { id, delivered: true, records });
@@ -392,6 +400,8 @@ impl FanoutAgent {
                 self.emit(Event::CatchupLost { id });
             }
         }
+        self.catchup_floor = floor;
+        self.journal.hot_done(pos.min(floor));
         behind
     }
 
@@ -513,7 +523,7 @@ impl FanoutAgent {
         self.flush_all();
         self.pos = pos + 1;
         self.counters.records.store(pos + 1, Ordering::Relaxed);
-        self.journal.hot_done(pos + 1);
+        self.journal.hot_done((pos + 1).min(self.catchup_floor));
         let now = self.clock.raw();
         if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
             // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.

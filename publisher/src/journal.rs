@@ -7,9 +7,13 @@
 //! the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots). The producer never overwrites
 //! a position either reader still needs: it waits while `published - min(hot, conductor) == records`, where
 //! `hot` and `conductor` are the positions each reader has finished with. So memory is `records` x 128 B
-//! whatever the feed's length, and a feed longer than the journal keeps running. Only a session that catches up
-//! from behind the readers (after a snapshot, while the live stream moved on) can find its next position
-//! overwritten ([`Journal::read`] returns `None`): it then gets a fresh snapshot from the conductor's books.
+//! whatever the feed's length, and a feed longer than the journal keeps running. The hot loop's `hot` is held
+//! back to the lowest position a session catching up still has to send (a late joiner after its snapshot), so the
+//! file feed waits for it rather than overwriting what it needs; while it waits, the live stream waits too, for at
+//! most the stall timeout of a session that stops reading. (Without that floor a snapshot that takes longer to
+//! deliver than the journal takes to wrap would be followed by another, forever, on a slow fabric.) Only a
+//! session whose position was overwritten before it reached the hot loop finds it gone ([`Journal::read`]
+//! returns `None`): it then gets a fresh snapshot from the conductor's books.
 //!
 //! Each slot is a seqlock made of atomics (the crate forbids `unsafe`): the producer stores 0 in the slot's
 //! stamp, a Release fence, the record's eight words (Relaxed), then the stamp `p + 1` (Release), then

@@ -211,6 +211,7 @@ impl Publisher {
             start_instant: clock.now(),
             cycle_start: 0,
             replay_ticks: 0,
+            catchup_floor: u64::MAX,
         };
         let conductor = Conductor {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
