@@ -80,6 +80,12 @@ impl<S: SeqExtractor> LineReceiver<S> {
         &self.arbiter
     }
 
+    /// Reports the run of missing seqs declared so far without waiting for the datagram that closes it (the end
+    /// of a stream: see [`Arbiter::flush`]).
+    pub fn flush(&mut self, out: &mut impl FnMut(Event<'_>)) {
+        self.arbiter.flush(out);
+    }
+
     /// Reads up to `budget` datagrams, alternating between the lines, and hands what the arbiter delivers to
     /// `out`; when both sockets were drained, applies the gap timeout at `now_ns` (the caller's clock, e.g.
     /// [`crate::realtime_ns`]).

@@ -186,6 +186,8 @@ pub struct FanoutAgent {
     /// each catch-up pass: the hot loop tells the journal it is done only below it, so the feed handler waits
     /// for a late joiner instead of overwriting what it has yet to send it.
     pub(crate) catchup_floor: u64,
+    /// Whether the journal is held for sessions catching up (a file feed: it can wait; a live feed cannot).
+    pub(crate) hold_for_catchup: bool,
 }
 
 impl FanoutAgent {
@@ -400,8 +402,9 @@ impl FanoutAgent {
                 self.emit(Event::CatchupLost { id });
             }
         }
-        self.catchup_floor = floor;
-        self.journal.hot_done(pos.min(floor));
+        // A live feed cannot wait for a late joiner: it overwrites, and the joiner gets a fresh snapshot.
+        self.catchup_floor = if self.hold_for_catchup { floor } else { u64::MAX };
+        self.journal.hot_done(pos.min(self.catchup_floor));
         behind
     }
 
@@ -480,7 +483,9 @@ impl FanoutAgent {
         let state = self.journal.state();
         if pos == self.journal.published() {
             if state == FeedState::Running {
-                // The feed handler is behind (or the feed is live and quiet): like a pacing wait.
+                // The feed handler is behind (or the feed is live and quiet): like a pacing wait, so the next
+                // record's duty cycle is timed from now, not from the last one.
+                self.cycle_start = self.clock.raw();
                 if behind {
                     self.flush_all();
                 }

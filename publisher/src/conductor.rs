@@ -106,6 +106,8 @@ pub struct Conductor {
     pub(crate) counters: Arc<AgentCounters>,
     /// The publisher's books, kept at the hot loop's position from the journal (every pass).
     pub(crate) books: Books,
+    /// The publisher's price-level books (a live MDP 3.0 feed), kept as `books`.
+    pub(crate) mbp: mdfan_wire::MbpBooks,
     /// Feed records applied to `books`.
     pub(crate) applied: u64,
     pub(crate) clock: quanta::Clock,
@@ -198,9 +200,12 @@ impl Conductor {
     /// refuses ids the whole feed does not carry, and accepts unknown ids only for a feed longer than the journal.
     ///
     /// Also while this conductor has not yet scanned every record published: the feed may have ended since the
-    /// last pass, and [`Conductor::attach`] judges an unknown id only against a whole scan.
+    /// last pass, and [`Conductor::attach`] judges an unknown id only against a whole scan. Never for a live feed.
     pub(crate) fn instruments_unsettled(&self, sub: &Subscribe) -> bool {
         let Some(ids) = &sub.instruments else { return false };
+        if self.cfg.lines.is_some() {
+            return false; // a live feed never settles: an id not seen yet is accepted (it may come)
+        }
         let more_to_learn = self.journal.state() == FeedState::Running && !self.journal.is_full();
         let unscanned = self.seen < self.journal.published();
         ids.iter().any(|id| !self.instruments.contains(id)) && (more_to_learn || unscanned)
@@ -274,6 +279,9 @@ impl Conductor {
                     if let Err(e) = self.books.apply(&r) {
                         tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
                     }
+                    if let Err(e) = self.mbp.apply(&r) {
+                        tracing::warn!(record = self.applied + 1, cause = %e, "publisher price-level book refused a feed record");
+                    }
                 }
                 // The journal keeps every position until this conductor is done with it: never expected.
                 None => {
@@ -292,7 +300,17 @@ impl Conductor {
     pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
         self.follow_journal();
         let position = self.applied;
-        (self.books.snapshot(filter, position), position)
+        let mut records = self.books.snapshot(filter, position);
+        if !self.mbp.is_empty() {
+            // The price-level books go between the order books and SnapshotEnd; the markers count them too.
+            let end = records.pop().expect("a snapshot ends with SnapshotEnd");
+            let books = self.mbp.snapshot_into(filter, &mut records) as u32;
+            records.push(end);
+            for i in [0, records.len() - 1] {
+                records[i].size += books;
+            }
+        }
+        (records, position)
     }
 
     pub(crate) fn admit(
@@ -617,6 +635,7 @@ impl Conductor {
                 .collect(),
             end: agent.end,
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
+            live: None,
         });
     }
 

@@ -13,10 +13,21 @@
 //! policies = ["disconnect", "resync"]  # slow-consumer policies subscribers may choose; add "block" to allow it.
 //!
 //! [feed]
-//! format = "dbn"               # only DBN MBO for now
-//! path = "data/....mbo.dbn.zst" # relative paths are taken from the config file's folder
+//! format = "dbn"               # "dbn" (a DBN MBO file) or "mdp3" (CME MDP 3.0 live, from [lines])
+//! path = "data/....mbo.dbn.zst" # dbn only; relative paths are taken from the config file's folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
+//!
+//! [lines]                      # format "mdp3" only: the channel's incremental feed, lines A and B
+//! a = "224.0.31.11:14320"      # line A: multicast group:port (joined on `interface`) or a unicast ip:port
+//! b = "224.0.32.11:15320"      # line B
+//! interface = "10.1.2.3"       # address of the NIC that joins the groups. Default 127.0.0.1.
+//! snapshot = "224.0.31.43:..." # market recovery (snapshot) channel; default: none (gaps stay stale)
+//! rcvbuf_bytes = 33554432      # socket receive buffer per line. Default 32 MiB.
+//! gap_timeout_ms = 10          # a seq missing on both lines this long is a gap. Default 10.
+//! line_tolerance = 8           # ... or once both lines are this many seqs past it. Default 8.
+//! instruments = 4096           # securities the channel reserves room for. Default 4096.
+//! end_after_idle_ms = 0        # end the stream after this long with no datagram (tests, demos). Default 0: never.
 //!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
@@ -67,6 +78,59 @@ pub struct Config {
     /// `[journal]`.
     #[serde(default)]
     pub journal: JournalSection,
+    /// `[lines]`: the live feed's lines (format `mdp3` only).
+    pub lines: Option<LinesSection>,
+}
+
+/// `[lines]`: where a live feed comes from (CME MDP 3.0: one channel's incremental feed on lines A and B, and its
+/// market recovery channel). Source: CME Client Systems Wiki, "MDP 3.0 - Market Data Incremental Feed" and
+/// "MDP 3.0 - Market Recovery".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinesSection {
+    /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind.
+    pub a: std::net::SocketAddrV4,
+    /// Line B, as line A.
+    pub b: std::net::SocketAddrV4,
+    /// Address of the interface that joins the groups. Default 127.0.0.1.
+    #[serde(default = "default_interface")]
+    pub interface: std::net::Ipv4Addr,
+    /// The market recovery (snapshot) channel, as line A. `None`: packets lost on both lines leave their
+    /// instruments stale.
+    #[serde(default)]
+    pub snapshot: Option<std::net::SocketAddrV4>,
+    /// Socket receive buffer per line, bytes: what absorbs a burst, or the journal being full for a while.
+    #[serde(default = "default_rcvbuf_bytes")]
+    pub rcvbuf_bytes: usize,
+    /// A seq missing on both lines while later packets wait this long is a gap, in ms.
+    #[serde(default = "default_gap_timeout_ms")]
+    pub gap_timeout_ms: u64,
+    /// A seq is also a gap once both lines are this many seqs past it.
+    #[serde(default = "default_line_tolerance")]
+    pub line_tolerance: u64,
+    /// Securities the channel reserves room for (sequence table, stale list), before it allocates.
+    #[serde(default = "default_instruments")]
+    pub instruments: usize,
+    /// Ends the stream (normally) after this long without a datagram on any line, once one came, in ms. 0:
+    /// never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
+    #[serde(default)]
+    pub end_after_idle_ms: u64,
+}
+
+fn default_interface() -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::LOCALHOST
+}
+fn default_rcvbuf_bytes() -> usize {
+    32 << 20
+}
+fn default_gap_timeout_ms() -> u64 {
+    10
+}
+fn default_line_tolerance() -> u64 {
+    8
+}
+fn default_instruments() -> usize {
+    4096
 }
 
 /// `[journal]`: the bounded ring of normalised records the feed reader fills and the hot loop and conductor
@@ -130,8 +194,10 @@ impl Default for PublisherSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FeedFormat {
-    /// Databento DBN, MBO schema, plain or zstd.
+    /// Databento DBN, MBO schema, plain or zstd: a file, replayed.
     Dbn,
+    /// CME MDP 3.0 (SBE schema 1 v8), live from UDP lines A and B (`[lines]`): price-level records.
+    Mdp3,
 }
 
 /// How fast the replay goes.
@@ -183,9 +249,10 @@ impl<'de> Deserialize<'de> for Pace {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedSection {
-    /// File format.
+    /// Feed format.
     pub format: FeedFormat,
-    /// File path; relative paths are resolved against the config file's folder.
+    /// File path (format `dbn`); relative paths are resolved against the config file's folder.
+    #[serde(default)]
     pub path: PathBuf,
     /// Replay pace.
     #[serde(default = "default_pace")]
@@ -314,7 +381,39 @@ impl Config {
                 .unwrap_or_default();
             err(format!("{at}{}", e.message().trim()))
         })?;
-        if cfg.feed.path.is_relative() {
+        match (cfg.feed.format, &cfg.lines) {
+            (FeedFormat::Dbn, _) if cfg.feed.path.as_os_str().is_empty() => {
+                return Err(bad("feed.format", "\"dbn\" needs feed.path (the file to replay)".into()));
+            }
+            (FeedFormat::Dbn, Some(_)) => {
+                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"dbn\" (a file)".into()));
+            }
+            (FeedFormat::Dbn, None) => {}
+            (FeedFormat::Mdp3, None) => {
+                return Err(bad("feed.format", "\"mdp3\" needs a [lines] section (lines A and B)".into()));
+            }
+            (FeedFormat::Mdp3, Some(lines)) => {
+                if !cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad("feed.path", "a live feed (\"mdp3\") reads [lines], not a file".into()));
+                }
+                if cfg.feed.pace != Pace::Max {
+                    return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
+                }
+                if lines.a == lines.b && lines.a.port() != 0 {
+                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.b)));
+                }
+                if !(1..=60_000).contains(&lines.gap_timeout_ms) {
+                    return Err(bad("lines.gap_timeout_ms", format!("{}: must be 1 to 60000", lines.gap_timeout_ms)));
+                }
+                if !(1..=1 << 20).contains(&lines.instruments) {
+                    return Err(bad("lines.instruments", format!("{}: must be 1 to 1048576", lines.instruments)));
+                }
+                if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
+                    return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
+                }
+            }
+        }
+        if cfg.feed.format == FeedFormat::Dbn && cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
         }
@@ -450,6 +549,49 @@ provider = "shm"
         assert_eq!(c.feed.pace, Pace::Realtime);
     }
 
+    const LIVE: &str = r#"
+[publisher]
+listen = "127.0.0.1:0"
+
+[feed]
+format = "mdp3"
+
+[lines]
+a = "224.0.31.11:14320"
+b = "224.0.32.11:15320"
+snapshot = "224.0.31.43:14330"
+"#;
+
+    #[test]
+    fn a_live_mdp3_config_parses_with_defaults_and_its_mistakes_are_named() {
+        let c = parse(LIVE).unwrap();
+        assert_eq!(c.feed.format, FeedFormat::Mdp3);
+        let l = c.lines.as_ref().unwrap();
+        assert_eq!(l.a, "224.0.31.11:14320".parse().unwrap());
+        assert_eq!(l.b, "224.0.32.11:15320".parse().unwrap());
+        assert_eq!(l.snapshot, Some("224.0.31.43:14330".parse().unwrap()));
+        assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
+        assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
+        assert_eq!((l.instruments, l.end_after_idle_ms), (4096, 0));
+        let e = parse(&LIVE.replace("[lines]", "[linez]")).unwrap_err().to_string();
+        assert!(e.contains("unknown field `linez`"), "{e}");
+        let e = parse(&LIVE.replace("224.0.32.11:15320", "224.0.31.11:14320")).unwrap_err().to_string();
+        assert!(e.ends_with("line 10: key lines.b: 224.0.31.11:14320: the same address as line A"), "{e}");
+        let e =
+            parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npath = \"x.pcap\"")).unwrap_err().to_string();
+        assert!(e.ends_with("line 7: key feed.path: a live feed (\"mdp3\") reads [lines], not a file"), "{e}");
+        let e = parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npace = 2")).unwrap_err().to_string();
+        assert!(e.ends_with("key feed.pace: a live feed is sent as it arrives: only \"max\""), "{e}");
+        let e = parse(&LIVE[..LIVE.find("[lines]").unwrap()]).unwrap_err().to_string();
+        assert!(e.ends_with("line 6: key feed.format: \"mdp3\" needs a [lines] section (lines A and B)"), "{e}");
+        let e = parse(&LIVE.replace("a = \"224.0.31.11:14320\"", "a = \"224.0.31.11\"")).unwrap_err().to_string();
+        assert!(e.contains("line 9: key lines.a: "), "{e}");
+        let e = parse(&format!("{LIVE}gap_timeout_ms = 0\n")).unwrap_err().to_string();
+        assert!(e.ends_with("key lines.gap_timeout_ms: 0: must be 1 to 60000"), "{e}");
+        let e = parse(&format!("{GOOD}\n[lines]\na = \"127.0.0.1:1\"\nb = \"127.0.0.1:2\"\n")).unwrap_err().to_string();
+        assert!(e.contains("key lines: [lines] is for a live feed: feed.format is \"dbn\" (a file)"), "{e}");
+    }
+
     #[test]
     fn a_mistyped_key_is_named_with_its_line() {
         let e = parse(&GOOD.replace("pace = 10", "paec = 10")).unwrap_err().to_string();
@@ -475,7 +617,7 @@ provider = "shm"
         let e = parse(&GOOD.replace("hot_core = 1", "hot_core = \"one\"")).unwrap_err().to_string();
         assert!(e.contains("line 4: key publisher.hot_core: "), "{e}");
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
-        assert!(e.contains("missing field `path`"), "{e}");
+        assert!(e.ends_with("line 2: key feed.format: \"dbn\" needs feed.path (the file to replay)"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();
         assert!(
             e.ends_with("line 4: key publisher.max_subscribers: 4611686018427387904: must be between 1 and 4096"),

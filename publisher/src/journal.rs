@@ -225,12 +225,21 @@ impl JournalWriter {
     }
 }
 
+/// Where a [`FeedAgent`] gets its records.
+pub(crate) enum Source {
+    /// A file, decoded as it goes: the next record, `None` at its end.
+    File(Box<dyn FnMut() -> Result<Option<BookUpdate>, FeedError> + Send>),
+    /// A live feed from UDP lines ([`crate::live`]).
+    Live(Box<crate::live::LiveMdp3>),
+}
+
 /// The feed handler: an [`Agent`] that decodes the feed and appends each record to the journal, on thread
-/// `mdfan-feed` (or stepped by a test). One duty cycle appends up to 256 records; it returns 0 while the journal
-/// is full. Done once the feed ended or failed (the error goes into the journal for the conductor), or once
-/// `stop` is set (the hot loop is gone).
+/// `mdfan-feed` (or stepped by a test). For a file, one duty cycle appends up to 256 records and returns 0 while
+/// the journal is full; for a live feed, one duty cycle is one poll of the lines ([`crate::live`]). Done once the
+/// feed ended or failed (the error goes into the journal for the conductor), or once `stop` is set (the hot loop
+/// is gone).
 pub struct FeedAgent {
-    pub(crate) next: Box<dyn FnMut() -> Result<Option<BookUpdate>, FeedError> + Send>,
+    pub(crate) source: Source,
     pub(crate) writer: JournalWriter,
     pub(crate) pending: Option<BookUpdate>,
     pub(crate) done: bool,
@@ -244,7 +253,34 @@ impl FeedAgent {
         writer: JournalWriter,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> FeedAgent {
-        FeedAgent { next: Box::new(move || stream.next_update()), writer, pending: None, done: false, stop }
+        let source = Source::File(Box::new(move || stream.next_update()));
+        FeedAgent { source, writer, pending: None, done: false, stop }
+    }
+
+    /// A feed handler reading the live feed `live` into `writer`'s journal until `stop` is set.
+    pub fn live(
+        live: crate::live::LiveMdp3,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        FeedAgent { source: Source::Live(Box::new(live)), writer, pending: None, done: false, stop }
+    }
+
+    fn live_work(&mut self) -> usize {
+        let Source::Live(live) = &mut self.source else { return 0 };
+        match live.step(&mut self.writer) {
+            Ok(crate::live::Step::Work(n)) => n,
+            Ok(crate::live::Step::Ended) => {
+                self.writer.end();
+                self.done = true;
+                1
+            }
+            Err(e) => {
+                self.writer.fail(e.to_string());
+                self.done = true;
+                1
+            }
+        }
     }
 }
 
@@ -254,11 +290,15 @@ impl Agent for FeedAgent {
     }
 
     fn do_work(&mut self) -> usize {
+        let next = match &mut self.source {
+            Source::File(next) => next,
+            Source::Live(_) => return if self.done { 0 } else { self.live_work() },
+        };
         let mut n = 0;
         while n < FEED_BATCH && !self.done {
             let record = match self.pending.take() {
                 Some(r) => r,
-                None => match (self.next)() {
+                None => match next() {
                     Ok(Some(r)) => r,
                     Ok(None) => {
                         self.writer.end();

@@ -28,6 +28,7 @@ pub mod conductor;
 pub mod config;
 pub mod cycles;
 pub mod journal;
+pub mod live;
 mod pacing;
 pub mod queue;
 mod report;
@@ -46,8 +47,9 @@ use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
 
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
-use crate::config::Config;
+use crate::config::{Config, FeedFormat};
 use crate::journal::{FeedAgent, Journal, JournalWriter};
+use crate::live::{LiveCounters, LiveMdp3};
 
 pub use config::ConfigError;
 pub use pacing::Pacer;
@@ -65,6 +67,9 @@ pub enum PublisherError {
     /// The feed is unusable.
     #[error(transparent)]
     Feed(#[from] FeedError),
+    /// A live feed's line could not be opened.
+    #[error("feed lines: {0}")]
+    Lines(#[from] mdfan_lines::LineError),
     /// The control endpoint could not be bound.
     #[error("control endpoint {endpoint}: cannot listen: {source}")]
     Listen {
@@ -99,6 +104,8 @@ pub struct Publisher {
     dump: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
+    /// A live feed's counters and its lines' bound addresses (A, B).
+    live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2])>,
 }
 
 /// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
@@ -131,10 +138,17 @@ impl Publisher {
     /// # Errors
     /// [`PublisherError::Feed`] naming the file; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
-        let stream = MboStream::open(&cfg.feed.path)?;
         let journal = Journal::new(cfg.journal.records);
         let feed_stop = Arc::new(AtomicBool::new(false));
-        let feed = FeedAgent::new(stream, JournalWriter::new(Arc::clone(&journal)), Arc::clone(&feed_stop));
+        let writer = JournalWriter::new(Arc::clone(&journal));
+        let (feed, live) = match (cfg.feed.format, &cfg.lines) {
+            (FeedFormat::Mdp3, Some(lines)) => {
+                let live = LiveMdp3::open(lines)?;
+                let counters = (live.counters(), live.line_addrs());
+                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters))
+            }
+            _ => (FeedAgent::new(MboStream::open(&cfg.feed.path)?, writer, Arc::clone(&feed_stop)), None),
+        };
         let sender = AnySender::open(&cfg.fabric.resolved)
             .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
@@ -149,7 +163,26 @@ impl Publisher {
             dump: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
             sender,
+            live,
         })
+    }
+
+    /// A live feed's counters (`None` for a file).
+    pub fn live_counters(&self) -> Option<Arc<LiveCounters>> {
+        self.live.as_ref().map(|(c, _)| Arc::clone(c))
+    }
+
+    /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked.
+    pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
+        self.live.as_ref().map(|(_, a)| *a)
+    }
+
+    /// What the feed is, for logs: the file, or `mdp3 lines A=.. B=..`.
+    pub fn feed_name(&self) -> String {
+        match self.line_addrs() {
+            Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
+            None => self.cfg.feed.path.display().to_string(),
+        }
     }
 
     /// A handle on the replay's progress.
@@ -183,7 +216,8 @@ impl Publisher {
     /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
     /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender } = self;
+        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender, live } = self;
+        let is_live = live.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -196,7 +230,8 @@ impl Publisher {
             commands: cmd_rx,
             events: queue::Outbox::new(evt_tx, max * 4),
             shutdown,
-            wait_for: cfg.publisher.wait_for_subscribers,
+            // The market does not wait for subscribers: a live feed goes out (to whoever is attached) at once.
+            wait_for: if is_live { 0 } else { cfg.publisher.wait_for_subscribers },
             clock: clock.clone(),
             timing: AgentTiming {
                 heartbeat_ticks: cfg.publisher.heartbeat_interval_ms * ticks_per_ms,
@@ -212,6 +247,7 @@ impl Publisher {
             cycle_start: 0,
             replay_ticks: 0,
             catchup_floor: u64::MAX,
+            hold_for_catchup: !is_live,
         };
         let conductor = Conductor {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
@@ -231,6 +267,7 @@ impl Publisher {
             journal,
             counters,
             books: Books::new(),
+            mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
             applied: 0,
             clock,
             pending: Vec::new(),
@@ -249,10 +286,13 @@ impl Publisher {
     /// [`PublisherError::Thread`] if the hot loop cannot be started.
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
         let endpoint = self.local_addr();
-        let (feed_path, journal_records) = (self.cfg.feed.path.clone(), self.journal.capacity());
+        let (feed_name, journal_records) = (self.feed_name(), self.journal.capacity());
+        let live = self.live_counters();
         let feed_stop = Arc::clone(&self.feed_stop);
         let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
-        let (lock_memory, wait_for) = (self.cfg.publisher.lock_memory, self.cfg.publisher.wait_for_subscribers);
+        let lock_memory = self.cfg.publisher.lock_memory;
+        // A live feed starts at once (the market does not wait).
+        let wait_for = if self.live.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
         let Agents { mut feed, mut fanout, mut conductor } = self.into_agents(shutdown);
         let feed_thread = std::thread::Builder::new()
             .name(feed.role_name().to_owned())
@@ -286,7 +326,7 @@ impl Publisher {
                 tracing::warn!(cause = %e, "memory not locked");
             }
         }
-        tracing::info!(%endpoint, feed = %feed_path.display(), journal_records, wait_for, "publisher ready");
+        tracing::info!(%endpoint, feed = %feed_name, journal_records, wait_for, "publisher ready");
         run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
         let fanout = hot.join().expect("the hot loop does not panic");
         feed_stop.store(true, Ordering::Relaxed); // nobody reads the journal any more
@@ -294,7 +334,9 @@ impl Publisher {
         // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
         run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
         drop(fanout);
-        Ok(conductor.take_report().expect("a finished conductor has its report"))
+        let mut report = conductor.take_report().expect("a finished conductor has its report");
+        report.live = live.map(|c| c.report());
+        Ok(report)
     }
 }
 

@@ -119,6 +119,8 @@ pub struct RunReport {
     pub end: CloseReason,
     /// With `end` [`CloseReason::FeedError`]: the feed's error (file, record, byte offset, what was wrong).
     pub feed_error: Option<String>,
+    /// A live feed's counters at the end (lines, arbitration, losses, decoding); `None` for a file.
+    pub live: Option<crate::live::LiveReport>,
 }
 
 impl RunReport {

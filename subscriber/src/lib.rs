@@ -129,9 +129,10 @@ pub use receiver::{Event, Receiver, StreamStats};
 pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
-pub use mdfan_wire::record::format_price_e9;
+pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
-    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, Kind, Level, LevelIter, RestingOrder, Side,
+    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, Kind, Level, LevelIter, MbpBook, MbpBooks,
+    MbpLevel, RestingOrder, Side, MBP_DEPTH,
 };
 
 /// How to reach the publisher and what ring to offer it.

@@ -1,7 +1,7 @@
 //! The text `mdfan-subscribe` prints: one key=value line per instrument, top levels, latency percentiles.
 
 use mdfan_wire::record::format_price_e9;
-use mdfan_wire::{Book, Level, Side};
+use mdfan_wire::{Book, Level, MbpBook, MbpLevel, Side};
 
 use crate::latency::Latency;
 
@@ -42,6 +42,57 @@ pub fn level_lines(instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
                 l.size,
                 l.orders
             ));
+        }
+    }
+    out
+}
+
+fn mbp_level(l: Option<MbpLevel>) -> String {
+    match l {
+        Some(l) => format!("{}x{}", format_price_e9(l.price_e9), l.size),
+        None => "-".into(),
+    }
+}
+
+/// A price-level (MBP) book: `instrument=174969 book=mbp records=731 gaps=0 last_seq=17352799 stale=false
+/// levels_bid=10 levels_ask=10 bbo=7580.5x8/7581.5x19`: `records` counts the level, clear and stale records of this
+/// instrument, `gaps` the stream's seq jumps, `last_seq` the venue sequence (MDP 3.0 `MsgSeqNum`) of the last one,
+/// `stale` whether the venue feed lost updates of it that no recovery has replaced yet, `levels_*` the positions
+/// known (of 10). Prices are the venue's price × 1e-9 units, printed exactly (MDP 3.0: mantissa × 10⁻⁷, before
+/// the instrument's display factor).
+pub fn mbp_summary_line(book: &MbpBook, gaps: u64) -> String {
+    let (bid, ask) = book.bbo();
+    let known = |side| book.top(side, mdfan_wire::mbp::MBP_DEPTH).iter().filter(|l| l.is_some()).count();
+    format!(
+        "instrument={} book=mbp records={} gaps={gaps} last_seq={} stale={} levels_bid={} levels_ask={} bbo={}/{}",
+        book.instrument_id(),
+        book.records(),
+        book.last_venue_seq(),
+        book.is_stale(),
+        known(Side::Bid),
+        known(Side::Ask),
+        mbp_level(bid),
+        mbp_level(ask),
+    )
+}
+
+/// Positions 1 to `n` of each side of a price-level book, one line each, as [`level_lines`]:
+/// `instrument=174969 side=bid level=1 price=7580.5 size=8 orders=5` (`price=-` for a position not known).
+pub fn mbp_level_lines(book: &MbpBook, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
+        for (i, l) in book.top(side, n).iter().enumerate() {
+            let id = book.instrument_id();
+            out.push(match l {
+                Some(l) => format!(
+                    "instrument={id} side={name} level={} price={} size={} orders={}",
+                    i + 1,
+                    format_price_e9(l.price_e9),
+                    l.size,
+                    l.orders
+                ),
+                None => format!("instrument={id} side={name} level={} price=- size=0 orders=0", i + 1),
+            });
         }
     }
     out

@@ -135,6 +135,45 @@ impl MbpBook {
         self.last_venue_seq
     }
 
+    /// Appends the records that rebuild this book from empty, for a snapshot: `Clear`, then one
+    /// [`Kind::LevelNew`] per filled position (outright bids, asks, then implied bids, asks; each side best
+    /// first, so every insert lands below what is there and moves nothing), then [`Kind::InstrumentStale`] if the
+    /// book is stale (its levels are the publisher's best knowledge, not the venue's). Every record carries
+    /// [`flags::SNAPSHOT`] and `venue_seq` = the last one applied; a level record carries its price, size, order
+    /// count (in `order_id`) and position (in `level`), as a live one does. Applied in order to an empty
+    /// [`MbpBook`] it gives back this book's levels and stale mark. Returns the records appended.
+    pub fn snapshot_into(&self, out: &mut Vec<BookUpdate>) -> usize {
+        let before = out.len();
+        let base = BookUpdate {
+            instrument_id: self.instrument_id,
+            venue_seq: self.last_venue_seq,
+            flags: flags::SNAPSHOT | flags::MBP,
+            ..BookUpdate::control(Kind::Clear)
+        };
+        out.push(base);
+        for (slot, positions) in self.sides.iter().enumerate() {
+            let side = if slot % 2 == 0 { Side::Bid } else { Side::Ask };
+            let implied = if slot >= 2 { flags::IMPLIED } else { 0 };
+            for (i, l) in positions.iter().enumerate() {
+                let Some(l) = l else { continue };
+                out.push(BookUpdate {
+                    price_e9: l.price_e9,
+                    size: l.size,
+                    order_id: u64::from(l.orders),
+                    level: i as u8 + 1,
+                    side: side as u8,
+                    flags: base.flags | implied,
+                    kind: Kind::LevelNew as u8,
+                    ..base
+                });
+            }
+        }
+        if self.stale {
+            out.push(BookUpdate { flags: flags::SNAPSHOT, kind: Kind::InstrumentStale as u8, ..base });
+        }
+        out.len() - before
+    }
+
     /// Position `level` (1 = best) of the outright `side`; `None` when empty, unknown or past the depth.
     pub fn level(&self, side: Side, level: usize) -> Option<MbpLevel> {
         self.top(side, MBP_DEPTH).get(level.checked_sub(1)?).copied().flatten()
@@ -287,6 +326,17 @@ impl MbpBooks {
         self.books.iter()
     }
 
+    /// Appends a snapshot of the books in `filter` (all when `None`), by ascending instrument id, each as
+    /// [`MbpBook::snapshot_into`] writes it. Returns the number of books written.
+    pub fn snapshot_into(&self, filter: Option<&[u32]>, out: &mut Vec<BookUpdate>) -> usize {
+        let mut n = 0;
+        for b in self.books.iter().filter(|b| filter.is_none_or(|f| f.contains(&b.instrument_id))) {
+            b.snapshot_into(out);
+            n += 1;
+        }
+        n
+    }
+
     /// Number of books.
     pub fn len(&self) -> usize {
         self.books.len()
@@ -321,6 +371,44 @@ mod tests {
 
     fn prices(b: &MbpBook, side: Side) -> Vec<Option<i64>> {
         b.top(side, MBP_DEPTH).iter().map(|l| l.map(|l| l.price_e9)).collect()
+    }
+
+    #[test]
+    fn a_snapshot_rebuilds_padded_implied_and_stale_books_exactly() {
+        let mut b = MbpBook::new(5);
+        b.apply(&lv(Kind::LevelNew, Side::Bid, 1, 100, 1)).unwrap();
+        b.apply(&lv(Kind::LevelNew, Side::Bid, 4, 97, 4)).unwrap(); // padded: positions 2 and 3 unknown
+        b.apply(&lv(Kind::LevelNew, Side::Ask, 1, 101, 2)).unwrap();
+        let implied = BookUpdate { flags: flags::MBP | flags::IMPLIED, ..lv(Kind::LevelNew, Side::Ask, 2, 103, 6) };
+        b.apply(&implied).unwrap();
+        b.apply(&BookUpdate { venue_seq: 77, instrument_id: 5, ..BookUpdate::control(Kind::InstrumentStale) }).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(b.snapshot_into(&mut out), 6, "Clear, 4 levels, InstrumentStale");
+        let kinds: Vec<_> = out.iter().map(|r| r.kind().unwrap()).collect();
+        use Kind::*;
+        assert_eq!(kinds, [Clear, LevelNew, LevelNew, LevelNew, LevelNew, InstrumentStale]);
+        assert_eq!(out.iter().map(|r| r.level).collect::<Vec<_>>(), [0, 1, 4, 1, 2, 0]);
+        assert!(out.iter().all(|r| r.flags & flags::SNAPSHOT != 0 && r.instrument_id == 5 && r.venue_seq == 77));
+        // applied to a book that held something else, it gives back the same levels and the stale mark
+        let mut c = MbpBook::new(5);
+        c.apply(&lv(Kind::LevelNew, Side::Bid, 1, 50, 9)).unwrap();
+        for r in &out {
+            c.apply(r).unwrap();
+        }
+        assert_eq!(c.sides, b.sides);
+        assert_eq!(prices(&c, Side::Bid), [Some(100), None, None, Some(97), None, None, None, None, None, None]);
+        assert!(c.is_stale());
+        assert_eq!(c.implied_top(Side::Ask, 2), &[None, at(103, 6)]);
+        // a book that is not stale has no stale record; MbpBooks filters by instrument
+        let mut books = MbpBooks::with_capacity(4);
+        books.apply(&lv(Kind::LevelNew, Side::Bid, 1, 100, 1)).unwrap();
+        books.apply(&BookUpdate { instrument_id: 9, ..lv(Kind::LevelNew, Side::Ask, 1, 7, 1) }).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(books.snapshot_into(Some(&[9]), &mut out), 1);
+        assert_eq!(
+            out.iter().map(|r| (r.instrument_id, r.kind().unwrap())).collect::<Vec<_>>(),
+            [(9, Clear), (9, LevelNew)]
+        );
     }
 
     #[test]

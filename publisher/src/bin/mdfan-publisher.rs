@@ -67,7 +67,7 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     out!(
         "publisher listening={} feed={} journal_records={}",
         publisher.local_addr(),
-        publisher.feed_path().display(),
+        publisher.feed_name(),
         publisher.journal_records()
     );
     let bar = progress_bar(publisher.progress(), cfg_wait_for);
@@ -97,6 +97,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         report.cycle_max_ns,
         report.end.as_str()
     );
+    if let Some(live) = &report.live {
+        out!("{}", live.line());
+    }
     if let Some(e) = &report.feed_error {
         // the replay stopped where the feed broke: the records before it went out, then end of stream (feed_error)
         eprintln!("mdfan-publisher: error: {e}");

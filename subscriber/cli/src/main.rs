@@ -26,11 +26,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
+use mdfan_subscriber::report::{latency_line, level_lines, mbp_level_lines, mbp_summary_line, summary_line};
 use mdfan_subscriber::{
-    format_price_e9, Books, CloseReason, End, Event, FabricConfig, Health, Kind, Provider, Reconnect,
-    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
+    flags, format_price_e9, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider,
+    Reconnect, SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
 };
+
+/// Price-level (MBP) books this process keeps room for.
+const MBP_INSTRUMENTS: usize = 4096;
+
+/// Whether a record is for the price-level books (MBP: the level kinds, a `Clear` flagged MBP, `InstrumentStale`)
+/// rather than the order books (MBO).
+fn is_mbp(r: &BookUpdate) -> bool {
+    match r.kind() {
+        Some(k) => k.is_level() || k == Kind::InstrumentStale || (k == Kind::Clear && r.flags & flags::MBP != 0),
+        None => false,
+    }
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Policy {
@@ -228,6 +240,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
     );
 
     let mut books = Books::new();
+    let mut mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
+    let mut stale_records = 0u64;
     let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
     let mut book_records = 0u64;
     let mut book_errors = 0u64;
@@ -235,6 +249,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut heartbeats = 0u64;
     let mut silent_reported = false;
     let mut last_bbo = None;
+    let mut last_mbp_bbo = None;
     let mut idler = mdfan_subscriber::Idler::new(match args.idle {
         Idle::Spin => mdfan_subscriber::IdleStrategy::BusySpin,
         Idle::Yield => mdfan_subscriber::IdleStrategy::SpinThenYield { spins: 0 },
@@ -251,11 +266,49 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Some(Kind::Heartbeat) => heartbeats += 1,
                 Some(Kind::SnapshotBegin) => {
                     let _ = books.apply(r); // empties every book
+                    let _ = mbp.apply(r);
                     out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
                 }
                 Some(Kind::SnapshotEnd) => {
                     stale = false;
                     out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
+                }
+                _ if is_mbp(r) => {
+                    book_records += 1;
+                    if r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::SNAPSHOT == 0 {
+                        stale_records += 1;
+                        out.push(format!(
+                            "instrument_stale instrument={} seq={} venue_seq={} lost={}",
+                            r.instrument_id, r.seq, r.venue_seq, r.size
+                        ));
+                    }
+                    if let Err(e) = mbp.apply(r) {
+                        book_errors += 1;
+                        if book_errors <= 10 {
+                            out.push(format!("book_error seq={} {e}", r.seq));
+                        }
+                    }
+                    if args.bbo && r.is_last() {
+                        if let Some(book) = mbp.get(r.instrument_id) {
+                            let (bid, ask) = book.bbo();
+                            let key =
+                                (r.instrument_id, bid.map(|l| (l.price_e9, l.size)), ask.map(|l| (l.price_e9, l.size)));
+                            if last_mbp_bbo != Some(key) {
+                                last_mbp_bbo = Some(key);
+                                let fmt = |l: Option<mdfan_subscriber::MbpLevel>| {
+                                    l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
+                                };
+                                out.push(format!(
+                                    "bbo instrument={} seq={} venue_seq={} {}/{}",
+                                    r.instrument_id,
+                                    r.seq,
+                                    r.venue_seq,
+                                    fmt(bid),
+                                    fmt(ask)
+                                ));
+                            }
+                        }
+                    }
                 }
                 _ => {
                     book_records += 1;
@@ -327,6 +380,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Reconnecting { .. } => {}
                 Health::Reconnected { session_id } => {
                     books = Books::new();
+                    mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
                     out!("reconnected session={session_id}");
                 }
                 Health::Ended(e) => {
@@ -359,6 +413,16 @@ fn run(args: &Args) -> Result<i32, CliError> {
         for line in level_lines(id, book, args.levels) {
             out!("{line}");
         }
+    }
+    for book in mbp.iter() {
+        out!("{}", mbp_summary_line(book, stats.gaps));
+        for line in mbp_level_lines(book, args.levels.min(mdfan_subscriber::MBP_DEPTH)) {
+            out!("{line}");
+        }
+    }
+    if stale_records > 0 || mbp.iter().any(|b| b.is_stale()) {
+        let stale_now = mbp.iter().filter(|b| b.is_stale()).count();
+        out!("stale records={stale_records} instruments_stale_at_end={stale_now}");
     }
     out!(
         "stream records={} heartbeats={heartbeats} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} snapshots={} reconnects={} stale_book_errors={stale_book_errors} end={}",

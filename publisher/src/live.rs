@@ -1,0 +1,286 @@
+//! The live feed handler: CME MDP 3.0 from lines A and B into the journal.
+//!
+//! [`LiveMdp3`] glues three sans-IO pieces to the journal, on the feed thread (`mdfan-feed`):
+//! [`LineReceiver`] (the two UDP sockets, `SO_TIMESTAMPING` receive stamps and the A/B arbiter: the first copy of
+//! each `MsgSeqNum` wins), [`Mdp3Channel`] (SBE decoding, per-instrument `RptSeq` checks, packets lost on both
+//! lines marked stale per instrument) and the journal's writer.
+//!
+//! A live feed cannot be paused, so it never waits for anything but the journal, and then without reading: while
+//! records of the last poll are still pending (the journal is full: the hot loop or the conductor is behind) it
+//! does not read the sockets, whose receive buffers (`lines.rcvbuf_bytes`) absorb the backlog. A backlog longer
+//! than the buffers loses datagrams in the kernel; the arbiter then sees them missing on both lines and the
+//! channel marks the instruments stale: a loss is never silent. The hot loop does not hold the journal for a
+//! late joiner's catch-up on a live feed (a joiner that falls a whole journal behind gets a fresh snapshot).
+//!
+//! After warm-up nothing here allocates: the pending buffer, the arbiter's window and the receive buffer are
+//! sized at start. Each poll reads `CLOCK_REALTIME` once (vDSO) for the arbiter's gap timeout.
+//!
+//! Source: CME Client Systems Wiki, "MDP 3.0 - Market Data Incremental Feed" (A and B feeds, arbitration by
+//! `MsgSeqNum`), "MDP 3.0 - Market Recovery".
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mdfan_feed::mdp3_channel::Mdp3Channel;
+use mdfan_lines::{realtime_ns, ArbiterConfig, Event, LineConfig, LineError, LineReceiver, Mdp3Seq, ReceiverConfig};
+use mdfan_wire::BookUpdate;
+
+use crate::config::LinesSection;
+use crate::journal::JournalWriter;
+
+/// Datagrams read per duty cycle at most.
+const POLL_BUDGET: usize = 16;
+/// Records the pending buffer holds before it would grow (a 1,472-byte MDP 3.0 packet carries at most 45 book
+/// entries of 32 bytes).
+const PENDING_RECORDS: usize = POLL_BUDGET * 64;
+
+/// What the live feed counted, readable from any thread (Relaxed; published by the feed thread after each poll
+/// that read something).
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    /// Datagrams read on line A, line B.
+    pub datagrams: [AtomicU64; 2],
+    /// Packets delivered by the arbiter (first copies), by the line that won: A, B.
+    pub delivered: [AtomicU64; 2],
+    /// Second copies dropped by the arbiter (the other line had delivered the seq).
+    pub duplicates: AtomicU64,
+    /// Copies that came after their seq was declared a gap.
+    pub late: AtomicU64,
+    /// Seqs lost on both lines.
+    pub gap_seqs: AtomicU64,
+    /// Runs of seqs lost on both lines.
+    pub gap_runs: AtomicU64,
+    /// Packets the decoder refused (see the log for the last error).
+    pub bad_packets: AtomicU64,
+    /// Price-level records written to the journal.
+    pub level_records: AtomicU64,
+    /// `InstrumentStale` records written (lost packets and `RptSeq` jumps).
+    pub stale_records: AtomicU64,
+    /// Datagrams whose receive stamp came from the NIC (hardware), the kernel (software), or `CLOCK_REALTIME` at
+    /// read time (user).
+    pub stamps: [AtomicU64; 3],
+}
+
+/// A copy of [`LiveCounters`] for the run report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveReport {
+    /// See [`LiveCounters::datagrams`].
+    pub datagrams: [u64; 2],
+    /// See [`LiveCounters::delivered`].
+    pub delivered: [u64; 2],
+    /// See [`LiveCounters::duplicates`].
+    pub duplicates: u64,
+    /// See [`LiveCounters::late`].
+    pub late: u64,
+    /// See [`LiveCounters::gap_seqs`].
+    pub gap_seqs: u64,
+    /// See [`LiveCounters::gap_runs`].
+    pub gap_runs: u64,
+    /// See [`LiveCounters::bad_packets`].
+    pub bad_packets: u64,
+    /// See [`LiveCounters::level_records`].
+    pub level_records: u64,
+    /// See [`LiveCounters::stale_records`].
+    pub stale_records: u64,
+    /// See [`LiveCounters::stamps`].
+    pub stamps: [u64; 3],
+}
+
+impl LiveCounters {
+    /// A copy of every counter.
+    pub fn report(&self) -> LiveReport {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LiveReport {
+            datagrams: [ld(&self.datagrams[0]), ld(&self.datagrams[1])],
+            delivered: [ld(&self.delivered[0]), ld(&self.delivered[1])],
+            duplicates: ld(&self.duplicates),
+            late: ld(&self.late),
+            gap_seqs: ld(&self.gap_seqs),
+            gap_runs: ld(&self.gap_runs),
+            bad_packets: ld(&self.bad_packets),
+            level_records: ld(&self.level_records),
+            stale_records: ld(&self.stale_records),
+            stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+        }
+    }
+}
+
+impl LiveReport {
+    /// Which clock stamped the datagrams: `hardware`, `software`, `user`, a mix (`software+user`), or `none`.
+    pub fn stamp_clock(&self) -> String {
+        let names: Vec<&str> = ["hardware", "software", "user"]
+            .into_iter()
+            .zip(self.stamps)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, _)| s)
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join("+")
+        }
+    }
+
+    /// `feed format=mdp3 datagrams=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. lost_runs=.. ...`.
+    pub fn line(&self) -> String {
+        format!(
+            "feed format=mdp3 datagrams={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} ts_recv={}",
+            self.datagrams[0],
+            self.datagrams[1],
+            self.delivered[0],
+            self.delivered[1],
+            self.duplicates,
+            self.late,
+            self.gap_seqs,
+            self.gap_runs,
+            self.bad_packets,
+            self.level_records,
+            self.stale_records,
+            self.stamp_clock()
+        )
+    }
+}
+
+/// What a duty cycle of the live feed did.
+pub(crate) enum Step {
+    /// Records written to the journal (0: nothing to do, or the journal is full).
+    Work(usize),
+    /// The feed ended normally (`lines.end_after_idle_ms` passed with no datagram).
+    Ended,
+}
+
+/// The live CME MDP 3.0 feed handler. See the [module docs](self).
+pub struct LiveMdp3 {
+    rx: LineReceiver<Mdp3Seq>,
+    channel: Mdp3Channel,
+    /// Records of the last poll not yet in the journal, from `head`.
+    pending: Vec<BookUpdate>,
+    head: usize,
+    counters: Arc<LiveCounters>,
+    end_after_idle_ns: u64,
+    /// `CLOCK_REALTIME` of the last datagram read, 0 before the first.
+    last_datagram_ns: u64,
+    /// The decoder error last logged, so each new one is logged once (off the hot loop: this is the feed thread).
+    errors_logged: u64,
+}
+
+impl LiveMdp3 {
+    /// Opens lines A and B as `lines` says and reserves every buffer.
+    ///
+    /// # Errors
+    /// [`LineError`] naming the line's address and the socket call that failed.
+    pub fn open(lines: &LinesSection) -> Result<LiveMdp3, LineError> {
+        let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
+        let mut cfg = ReceiverConfig::new(line(lines.a), line(lines.b));
+        cfg.arbiter = ArbiterConfig {
+            gap_timeout_ns: lines.gap_timeout_ms * 1_000_000,
+            line_tolerance: lines.line_tolerance,
+            ..ArbiterConfig::default()
+        };
+        Ok(LiveMdp3 {
+            rx: LineReceiver::open(&cfg, Mdp3Seq)?,
+            channel: Mdp3Channel::with_capacity(lines.instruments),
+            pending: Vec::with_capacity(PENDING_RECORDS),
+            head: 0,
+            counters: Arc::new(LiveCounters::default()),
+            end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
+            last_datagram_ns: 0,
+            errors_logged: 0,
+        })
+    }
+
+    /// The counters, for the run report and a progress display.
+    pub fn counters(&self) -> Arc<LiveCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The lines' bound addresses (A, B): what a test or a simulator sends to when the config asked for port 0.
+    pub fn line_addrs(&self) -> [std::net::SocketAddrV4; 2] {
+        [self.rx.socket(mdfan_lines::Line::A).local_addr(), self.rx.socket(mdfan_lines::Line::B).local_addr()]
+    }
+
+    /// One duty cycle: the pending records into the journal; if they all went in, one poll of the lines.
+    ///
+    /// # Errors
+    /// A socket read that failed for a reason other than "nothing to read" ([`LineError::Recv`]).
+    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
+        let mut written = self.drain(writer);
+        if self.head < self.pending.len() {
+            return Ok(Step::Work(written)); // the journal is full: the sockets hold the rest
+        }
+        let now_ns = realtime_ns();
+        let (channel, pending) = (&mut self.channel, &mut self.pending);
+        let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
+            Event::Data(d) => {
+                channel.on_packet(d.payload, d.ts_recv_ns, &mut |r| pending.push(*r));
+            }
+            Event::Gap { first, last } => {
+                channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
+            }
+        })?;
+        if read > 0 {
+            self.last_datagram_ns = now_ns;
+            self.publish_counters();
+        } else if self.end_after_idle_ns > 0
+            && self.last_datagram_ns > 0
+            && now_ns.saturating_sub(self.last_datagram_ns) > self.end_after_idle_ns
+        {
+            // The end of a played capture: a run of seqs still open is reported before the stream ends.
+            let (channel, pending) = (&mut self.channel, &mut self.pending);
+            self.rx.flush(&mut |e| {
+                if let Event::Gap { first, last } = e {
+                    channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
+                }
+            });
+            self.publish_counters();
+            written += self.drain(writer);
+            if self.head == self.pending.len() {
+                return Ok(Step::Ended);
+            }
+        }
+        written += self.drain(writer);
+        Ok(Step::Work(written.max(read)))
+    }
+
+    /// Writes pending records into the journal until it is full; returns how many went in.
+    fn drain(&mut self, writer: &mut JournalWriter) -> usize {
+        let start = self.head;
+        while self.head < self.pending.len() && writer.try_push(&self.pending[self.head]) {
+            self.head += 1;
+        }
+        let written = self.head - start;
+        if self.head == self.pending.len() {
+            self.pending.clear();
+            self.head = 0;
+        }
+        written
+    }
+
+    fn publish_counters(&mut self) {
+        let c = &*self.counters;
+        let st = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        let lines = self.rx.line_counters();
+        let arb = self.rx.arbiter_counters();
+        let ch = self.channel.counters();
+        for i in 0..2 {
+            st(&c.datagrams[i], lines.datagrams[i]);
+            st(&c.delivered[i], arb.delivered[i]);
+        }
+        for k in 0..3 {
+            st(&c.stamps[k], lines.stamps[0][k] + lines.stamps[1][k]);
+        }
+        st(&c.duplicates, arb.duplicates);
+        st(&c.late, arb.late);
+        st(&c.gap_seqs, arb.gap_seqs);
+        st(&c.gap_runs, arb.gap_events);
+        st(&c.bad_packets, ch.bad_packets);
+        st(&c.level_records, ch.level_records);
+        st(&c.stale_records, ch.rpt_seq_stale_records + ch.lost_stale_records);
+        if ch.bad_packets > self.errors_logged {
+            self.errors_logged = ch.bad_packets;
+            if let Some(e) = self.channel.last_error() {
+                tracing::warn!(bad_packets = ch.bad_packets, cause = %e, "MDP 3.0 packet refused");
+            }
+        }
+    }
+}

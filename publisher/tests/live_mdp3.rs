@@ -1,0 +1,192 @@
+//! The live CME MDP 3.0 path through the whole publisher: `mdfan-feedsim` plays the bundled capture onto two
+//! unicast loopback lines (A and B) with seeded impairments, the publisher (format `mdp3`) arbitrates, decodes,
+//! journals and fans the price-level records out over shm to subscribers built on the subscriber library, which
+//! keep `MbpBooks`. Reference values: data/cme-mdp3-sbe-v8-pcap-20160927/README.md ("Book replay").
+//!
+//! The lines' receive buffers are 32 MiB (SO_RCVBUFFORCE: CI runs as root), which hold the whole capture, so the
+//! kernel drops nothing even when the feed thread falls behind on this 2-core machine; the arbiter's gap timeout is
+//! 10 s, so a host stall cannot decide a gap: losses are decided by both lines moving past a seq.
+
+use std::net::SocketAddrV4;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mdfan_feedsim::{run, Impairment, Mdp3, SimConfig, Summary};
+use mdfan_publisher::config::Config;
+use mdfan_publisher::{Publisher, RunReport};
+use mdfan_subscriber::{
+    flags, BookUpdate, CloseReason, Event, Health, Kind, MbpBooks, Side, Subscriber, SubscriberConfig,
+};
+
+#[path = "../../feed/tests/support/mdp3.rs"]
+mod mdp3_ref;
+use mdp3_ref::{reference_asks, reference_bids, SECURITY};
+
+const PACKETS: u64 = 5_000;
+/// Book entries (template 32) in the capture: one level record each (README "Book entries").
+const LEVEL_RECORDS: u64 = 5_848;
+/// Securities with book entries in the capture.
+const SECURITIES: usize = 39;
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// What one subscriber saw.
+struct Seen {
+    books: MbpBooks,
+    gaps: u64,
+    snapshots: u64,
+    /// Live (not snapshot) InstrumentStale records.
+    stale: Vec<BookUpdate>,
+    end: Option<CloseReason>,
+}
+
+fn subscribe(endpoint: &str, name: &str, instruments: Option<Vec<u32>>) -> JoinHandle<Seen> {
+    let mut cfg = SubscriberConfig::new(endpoint, name);
+    cfg.instruments = instruments;
+    cfg.ring_slots = 16_384;
+    let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    std::thread::spawn(move || {
+        let mut seen = Seen { books: MbpBooks::with_capacity(64), gaps: 0, snapshots: 0, stale: Vec::new(), end: None };
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            assert!(Instant::now() < deadline, "watchdog: subscriber not ended");
+            let n = sub.poll(256, |e| match e {
+                Event::Record(r) => {
+                    if r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::SNAPSHOT == 0 {
+                        seen.stale.push(*r);
+                    }
+                    seen.books.apply(r).expect("a price-level record the book takes");
+                }
+                Event::Gap { .. } => seen.gaps += 1,
+                _ => {}
+            });
+            if n == 0 {
+                std::thread::yield_now();
+            }
+            if let Some(Health::Ended(end)) = sub.maintain_if_due() {
+                seen.end = end.reason();
+                seen.snapshots = sub.stats().snapshots_received;
+                return seen;
+            }
+        }
+    })
+}
+
+/// Binds a live publisher on two free loopback ports, attaches `early` subscribers (name, instrument filter),
+/// plays the capture with `tweak`, then attaches a late joiner (all instruments) after the capture was played and
+/// before the publisher ends the stream (`end_after_idle_ms` = 3 s of silence).
+fn run_live(
+    tweak: impl FnOnce(&mut SimConfig),
+    early: &[(&str, Option<Vec<u32>>)],
+) -> (Summary, RunReport, Vec<Seen>, Seen) {
+    let text = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\ngap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n";
+    let cfg = Config::parse(text, Path::new("live-test.toml")).expect("test config parses");
+    let publisher = Publisher::bind(cfg).expect("publisher binds its lines and endpoint");
+    let endpoint = publisher.local_addr().to_string();
+    let [a, b]: [SocketAddrV4; 2] = publisher.line_addrs().expect("a live feed has lines");
+    let publisher = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
+    let early: Vec<JoinHandle<Seen>> =
+        early.iter().map(|(name, ids)| subscribe(&endpoint, name, ids.clone())).collect();
+    let mut sim = SimConfig {
+        pcap: mdp3_ref::capture_path(),
+        line_a: None,
+        line_b: None,
+        send_a: a,
+        send_b: b,
+        speed: 0.0,
+        impair_a: Impairment::default(),
+        impair_b: Impairment::default(),
+        seed: 1,
+        drop_seqs: None,
+    };
+    tweak(&mut sim);
+    let summary = run(&sim, &mut Mdp3, &AtomicBool::new(false)).expect("the simulator plays the capture");
+    let late = subscribe(&endpoint, "late", None);
+    let report = publisher.join().expect("publisher thread").expect("publisher run");
+    let early = early.into_iter().map(|h| h.join().expect("subscriber thread")).collect();
+    (summary, report, early, late.join().expect("late subscriber thread"))
+}
+
+fn assert_reference(who: &str, seen: &Seen) {
+    let b = seen.books.get(SECURITY).unwrap_or_else(|| panic!("{who}: no book for {SECURITY}"));
+    assert_eq!(b.top(Side::Bid, 5), reference_bids(), "{who}: bids");
+    assert_eq!(b.top(Side::Ask, 5), reference_asks(), "{who}: asks");
+}
+
+#[test]
+fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact_with_no_gap() {
+    let loss = Impairment { loss: 0.02, ..Impairment::default() };
+    let (summary, report, early, late) = run_live(
+        |c| {
+            c.impair_a = loss;
+            c.impair_b = loss;
+            c.seed = 13;
+        },
+        &[("all", None), ("one", Some(vec![SECURITY]))],
+    );
+    let [la, lb] = &summary.lines;
+    // Seed 13: 100 packets lost on A, 114 on B, none on both (mdfan-feedsim's own test pins these).
+    assert_eq!((la.dropped, lb.dropped), (100, 114));
+    let live = report.live.expect("a live feed reports its lines");
+    assert_eq!(live.datagrams, [PACKETS - 100, PACKETS - 114], "everything sent was read");
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "every packet once, from one line or the other");
+    assert!(live.delivered[0] > 0 && live.delivered[1] > 0);
+    assert_eq!(live.duplicates, PACKETS - 100 - 114, "each loss filled from the other line, every other copy dropped");
+    assert_eq!((live.gap_seqs, live.gap_runs, live.late, live.bad_packets), (0, 0, 0, 0));
+    assert_eq!((live.level_records, live.stale_records), (LEVEL_RECORDS, 0));
+    assert_eq!(report.end, CloseReason::EndOfStream);
+    assert_eq!(report.records, LEVEL_RECORDS, "every record journaled went out");
+
+    let (all, one) = (&early[0], &early[1]);
+    for (who, seen) in [("all", all), ("one", one), ("late", &late)] {
+        assert_reference(who, seen);
+        assert_eq!((seen.gaps, seen.end), (0, Some(CloseReason::EndOfStream)), "{who}");
+        assert!(seen.stale.is_empty(), "{who}: nothing was lost on both lines");
+        assert!(seen.books.iter().all(|b| !b.is_stale()), "{who}");
+    }
+    assert_eq!(all.books.len(), SECURITIES);
+    assert_eq!(one.books.len(), 1, "filtered to {SECURITY}");
+    assert_eq!(all.books.get(SECURITY).unwrap().records(), 726, "README: 726 book entries for {SECURITY}");
+    assert_eq!(all.snapshots, 0, "attached before the first packet: nothing to snapshot");
+    // The late joiner rebuilt every book from the publisher's snapshot, level for level.
+    assert_eq!(late.snapshots, 1);
+    assert_eq!(late.books.len(), SECURITIES);
+    for b in all.books.iter() {
+        let l = late.books.get(b.instrument_id()).expect("the late joiner has every book");
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(l.top(side, 10), b.top(side, 10), "instrument {} {side:?}", b.instrument_id());
+        }
+    }
+}
+
+#[test]
+fn forty_packets_lost_on_both_lines_reach_subscribers_as_stale_books() {
+    let (first, last) = (17_350_000u64, 17_350_039u64);
+    let (summary, report, early, late) =
+        run_live(|c| c.drop_seqs = Some((first, last)), &[("all", None), ("one", Some(vec![SECURITY]))]);
+    assert_eq!(summary.lines[0].dropped_by_seq, 40);
+    let live = report.live.expect("a live feed reports its lines");
+    assert_eq!((live.gap_seqs, live.gap_runs), (40, 1));
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS - 40);
+    assert!(live.stale_records > 0);
+    let (all, one) = (&early[0], &early[1]);
+    // Every subscriber hears of the loss for the instruments it follows, marked with the lost run.
+    let by_loss = |s: &Seen| -> Vec<u32> {
+        s.stale.iter().filter(|r| r.flags & flags::MAYBE_BAD_BOOK != 0).map(|r| r.instrument_id).collect()
+    };
+    assert!(all
+        .stale
+        .iter()
+        .filter(|r| r.flags & flags::MAYBE_BAD_BOOK != 0)
+        .all(|r| (r.venue_seq, r.size) == (first as u32, 40)));
+    assert!(by_loss(all).contains(&SECURITY));
+    assert_eq!(by_loss(one), [SECURITY], "the filtered subscriber gets its own instrument's mark only");
+    assert_eq!(all.stale.len() as u64, live.stale_records, "every stale record reached the unfiltered subscriber");
+    for (who, seen) in [("all", all), ("one", one), ("late", &late)] {
+        assert_eq!(seen.gaps, 0, "{who}: the fan-out itself lost nothing");
+        // No market recovery here: the book stays stale, never silently wrong.
+        assert!(seen.books.get(SECURITY).expect("a book").is_stale(), "{who}");
+    }
+}
