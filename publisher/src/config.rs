@@ -593,6 +593,21 @@ snapshot = "224.0.31.43:14330"
     }
 
     #[test]
+    fn the_shipped_live_configs_parse() {
+        let ops = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops");
+        let c = Config::load(&ops.join("live.toml")).unwrap();
+        assert_eq!((c.feed.format, c.lines.unwrap().end_after_idle_ms), (FeedFormat::Mdp3, 2000));
+        // The colo example names cores and a provider this machine may not have: checked with those swapped.
+        let text = std::fs::read_to_string(ops.join("colo-mdp3.toml")).unwrap();
+        let text = text.replace("hot_core = 3", "hot_core = 0").replace("control_core = 2", "control_core = 0");
+        let text =
+            if cfg!(feature = "verbs") { text } else { text.replace("provider = \"verbs\"", "provider = \"shm\"") };
+        let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
+        let l = c.lines.unwrap();
+        assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
+    }
+
+    #[test]
     fn a_mistyped_key_is_named_with_its_line() {
         let e = parse(&GOOD.replace("pace = 10", "paec = 10")).unwrap_err().to_string();
         assert!(e.starts_with("config /etc/mdfan/publisher.toml: line 10: key feed.paec: unknown field `paec`"), "{e}");

@@ -177,8 +177,21 @@ impl LiveMdp3 {
             line_tolerance: lines.line_tolerance,
             ..ArbiterConfig::default()
         };
+        let rx = LineReceiver::open(&cfg, Mdp3Seq)?;
+        for line in [mdfan_lines::Line::A, mdfan_lines::Line::B] {
+            let got = rx.socket(line).rcvbuf_bytes();
+            if got < lines.rcvbuf_bytes {
+                tracing::warn!(
+                    line = line.name(),
+                    rcvbuf_bytes = got,
+                    wanted_bytes = lines.rcvbuf_bytes,
+                    "line receive buffer smaller than lines.rcvbuf_bytes: a burst may be lost on both lines (then \
+                     the instruments go stale). Raise net.core.rmem_max, or run with CAP_NET_ADMIN"
+                );
+            }
+        }
         Ok(LiveMdp3 {
-            rx: LineReceiver::open(&cfg, Mdp3Seq)?,
+            rx,
             channel: Mdp3Channel::with_capacity(lines.instruments),
             pending: Vec::with_capacity(PENDING_RECORDS),
             head: 0,
