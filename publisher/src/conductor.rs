@@ -28,6 +28,9 @@ use crate::report::{RunReport, SessionReport};
 use crate::session::{Session, SessionCounters};
 use crate::HANDSHAKE_TIMEOUT;
 
+/// How often the conductor rewrites the counters file.
+pub const COUNTERS_PERIOD: Duration = Duration::from_millis(100);
+
 /// The conductor runner's idle strategy: after a pass that did nothing it sleeps, from 1 us doubling to 1 ms (it is
 /// off the hot path; a pass that did something resets it, so a handshake in progress is served promptly).
 pub const CONDUCTOR_IDLE: IdleStrategy = IdleStrategy::Backoff { spins: 0, yields: 0, max_park: CONDUCTOR_MAX_PARK };
@@ -84,6 +87,12 @@ pub struct Conductor {
     pub(crate) events: rtrb::Consumer<Event>,
     /// Set (e.g. by SIGUSR1) to have the next pass print every counter.
     pub(crate) dump: Arc<AtomicBool>,
+    /// The counters file `mdfan-stat` reads (`publisher.counters_dir`), rewritten every [`COUNTERS_PERIOD`].
+    pub(crate) counters_file: Option<mdfan_tuning::counters::CountersWriter>,
+    /// When the counters file was last rewritten.
+    pub(crate) counters_written: std::time::Instant,
+    /// A live feed's counters.
+    pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
     /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
     pub(crate) report: Option<RunReport>,
     /// The hot loop's end has been handled: nothing more to do.
@@ -546,6 +555,72 @@ impl Conductor {
         );
     }
 
+    /// Rewrites the counters file (see [`mdfan_tuning::counters`]): the run's, the live feed's and every
+    /// session's counters, live sessions first, then ended ones newest first (rows past the file's capacity are
+    /// left out). Names and labels are Prometheus style; `mdfan-stat` prints them.
+    pub(crate) fn write_counters(&mut self) {
+        use mdfan_tuning::counters::MetricKind::{Counter, Gauge};
+        let Some(mut file) = self.counters_file.take() else { return };
+        for l in &self.live {
+            if let Some(r) = self.reports.iter_mut().find(|r| r.id == l.id) {
+                r.update(&l.counters, &self.clock);
+            }
+        }
+        file.begin();
+        let c = &self.counters;
+        let to_ns = |t| self.clock.delta_as_nanos(0, t);
+        file.set("mdfan_records_total", "", Counter, c.records.load(Ordering::Relaxed));
+        file.set("mdfan_feed_read_total", "", Counter, self.journal.published());
+        file.set("mdfan_feed_done", "", Gauge, u64::from(self.journal.state() != FeedState::Running));
+        file.set("mdfan_hot_cycle_ns", "quantile=\"0.5\"", Gauge, to_ns(c.cycles.quantile(0.5)));
+        file.set("mdfan_hot_cycle_ns", "quantile=\"0.999\"", Gauge, to_ns(c.cycles.quantile(0.999)));
+        file.set("mdfan_hot_cycle_ns", "quantile=\"1\"", Gauge, to_ns(c.cycles.max()));
+        file.set("mdfan_subscribers", "", Gauge, self.live.len() as u64);
+        if let Some(live) = &self.live_feed {
+            let f = live.report();
+            for (i, line) in ["a", "b"].into_iter().enumerate() {
+                let l = format!("line=\"{line}\"");
+                file.set("mdfan_line_datagrams_total", &l, Counter, f.datagrams[i]);
+                file.set("mdfan_line_delivered_total", &l, Counter, f.delivered[i]);
+            }
+            file.set("mdfan_feed_duplicates_total", "", Counter, f.duplicates);
+            file.set("mdfan_feed_late_total", "", Counter, f.late);
+            file.set("mdfan_feed_lost_seqs_total", "", Counter, f.gap_seqs);
+            file.set("mdfan_feed_lost_runs_total", "", Counter, f.gap_runs);
+            file.set("mdfan_feed_bad_packets_total", "", Counter, f.bad_packets);
+            file.set("mdfan_feed_level_records_total", "", Counter, f.level_records);
+            file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
+        }
+        let order = self
+            .reports
+            .iter()
+            .filter(|r| r.end.is_none())
+            .chain(self.reports.iter().rev().filter(|r| r.end.is_some()));
+        for r in order {
+            let name: String = r.name.chars().filter(|ch| !matches!(ch, '"' | '\\' | '\n')).collect();
+            let l = format!("session=\"{}\",subscriber=\"{name}\"", r.id);
+            for (metric, v) in [
+                ("mdfan_session_sent_total", r.sent),
+                ("mdfan_session_filtered_total", r.filtered),
+                ("mdfan_session_skipped_total", r.skipped),
+                ("mdfan_session_snapshots_total", r.snapshots),
+                ("mdfan_session_catchup_total", r.catchup),
+                ("mdfan_session_heartbeats_total", r.heartbeats),
+                ("mdfan_session_ring_full_total", r.ring_full),
+                ("mdfan_session_blocked_ns_total", r.blocked_ns),
+            ] {
+                file.set(metric, &l, Counter, v);
+            }
+            file.set("mdfan_session_last_seq", &l, Gauge, r.last_seq);
+            file.set("mdfan_session_lag", &l, Gauge, r.lag);
+            let end = r.end.map_or("running", CloseReason::as_str);
+            file.set("mdfan_session_end", &format!("{l},reason=\"{end}\""), Gauge, 1);
+        }
+        file.commit(mdfan_lines::realtime_ns());
+        self.counters_written = std::time::Instant::now();
+        self.counters_file = Some(file);
+    }
+
     pub(crate) fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
@@ -615,6 +690,14 @@ impl Conductor {
         }
         drop(sessions); // unmapped here, off the hot path
         self.say_bye(agent.end);
+        // The final values, then the file is marked ended (it stays for a post-mortem read).
+        self.write_counters();
+        if let Some(mut file) = self.counters_file.take() {
+            file.close();
+            if !self.cfg.publisher.keep_counters {
+                let _ = std::fs::remove_file(file.path());
+            }
+        }
         let clock = &self.clock;
         let to_ns = |t: u64| clock.delta_as_nanos(0, t);
         let cycles = &self.counters.cycles;
@@ -635,7 +718,7 @@ impl Conductor {
                 .collect(),
             end: agent.end,
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
-            live: None,
+            live: self.live_feed.as_ref().map(|c| c.report()),
         });
     }
 
@@ -672,6 +755,9 @@ impl Agent for Conductor {
         if self.dump.swap(false, Ordering::Relaxed) {
             self.dump();
             work += 1;
+        }
+        if self.counters_file.is_some() && self.counters_written.elapsed() >= COUNTERS_PERIOD {
+            self.write_counters();
         }
         work
     }

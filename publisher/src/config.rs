@@ -11,6 +11,8 @@
 //! heartbeat_interval_ms = 10   # heartbeat records when nothing was sent this long. Default 10.
 //! stall_timeout_ms = 5000      # a full ring that releases nothing this long ends the session. Default 5000.
 //! policies = ["disconnect", "resync"]  # slow-consumer policies subscribers may choose; add "block" to allow it.
+//! counters_dir = "/dev/shm"    # where the counters file mdfan-stat reads goes ("" for none). Default /dev/shm.
+//! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
 //!
 //! [feed]
 //! format = "dbn"               # "dbn" (a DBN MBO file) or "mdp3" (CME MDP 3.0 live, from [lines])
@@ -172,6 +174,12 @@ pub struct PublisherSection {
     pub stall_timeout_ms: u64,
     /// Slow-consumer policies subscribers may choose. `block` slows everyone: allow it only for recorders.
     pub policies: Vec<SlowConsumerPolicy>,
+    /// Folder of the counters file (`mdfan-publisher-<ip>_<port>.counters`, rewritten every 100 ms by the
+    /// conductor, read by `mdfan-stat`); empty: no counters file.
+    pub counters_dir: PathBuf,
+    /// Leave the counters file, marked ended with the final values, after a clean exit (for a post-mortem
+    /// read). A publisher that dies leaves it whatever this says (`mdfan-stat` shows it as dead).
+    pub keep_counters: bool,
 }
 
 impl Default for PublisherSection {
@@ -186,6 +194,8 @@ impl Default for PublisherSection {
             heartbeat_interval_ms: 10,
             stall_timeout_ms: 5000,
             policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
+            counters_dir: PathBuf::from("/dev/shm"),
+            keep_counters: false,
         }
     }
 }
@@ -463,6 +473,10 @@ impl Config {
         }
         if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(cfg.publisher.listen.as_str()) {
             return Err(bad("publisher.listen", format!("{}: {e} (host:port)", cfg.publisher.listen)));
+        }
+        let counters_dir = &cfg.publisher.counters_dir;
+        if !counters_dir.as_os_str().is_empty() && !counters_dir.is_dir() {
+            return Err(bad("publisher.counters_dir", format!("{}: not a directory", counters_dir.display())));
         }
         if cfg.publisher.policies.is_empty() {
             return Err(bad("publisher.policies", "empty: no subscriber could ever be accepted".into()));

@@ -106,6 +106,8 @@ pub struct Publisher {
     sender: AnySender,
     /// A live feed's counters and its lines' bound addresses (A, B).
     live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2])>,
+    /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
+    counters_file: Option<mdfan_tuning::counters::CountersWriter>,
 }
 
 /// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
@@ -154,6 +156,7 @@ impl Publisher {
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
         let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
+        let counters_file = counters_file(&cfg, listener.local_addr().ok());
         Ok(Publisher {
             cfg,
             listener,
@@ -164,6 +167,7 @@ impl Publisher {
             counters: Arc::new(AgentCounters::default()),
             sender,
             live,
+            counters_file,
         })
     }
 
@@ -216,7 +220,8 @@ impl Publisher {
     /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
     /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender, live } = self;
+        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender, live, counters_file } =
+            self;
         let is_live = live.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
@@ -266,6 +271,9 @@ impl Publisher {
             deferred: Vec::new(),
             journal,
             counters,
+            counters_file,
+            counters_written: std::time::Instant::now(),
+            live_feed: live.as_ref().map(|(c, _)| Arc::clone(c)),
             books: Books::new(),
             mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
             applied: 0,
@@ -287,7 +295,6 @@ impl Publisher {
     pub fn run(self, shutdown: Arc<AtomicBool>) -> Result<RunReport, PublisherError> {
         let endpoint = self.local_addr();
         let (feed_name, journal_records) = (self.feed_name(), self.journal.capacity());
-        let live = self.live_counters();
         let feed_stop = Arc::clone(&self.feed_stop);
         let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
         let lock_memory = self.cfg.publisher.lock_memory;
@@ -334,9 +341,35 @@ impl Publisher {
         // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
         run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
         drop(fanout);
-        let mut report = conductor.take_report().expect("a finished conductor has its report");
-        report.live = live.map(|c| c.report());
-        Ok(report)
+        Ok(conductor.take_report().expect("a finished conductor has its report"))
+    }
+}
+
+/// The counters file's path for a publisher listening on `addr`: `<counters_dir>/mdfan-publisher-<ip>_<port>.counters`.
+pub fn counters_path(dir: &std::path::Path, addr: SocketAddr) -> std::path::PathBuf {
+    dir.join(format!("mdfan-publisher-{}_{}.counters", addr.ip(), addr.port()))
+}
+
+/// Creates the counters file (`publisher.counters_dir`), or logs why not: the run goes on without it.
+fn counters_file(cfg: &Config, addr: Option<SocketAddr>) -> Option<mdfan_tuning::counters::CountersWriter> {
+    let dir = &cfg.publisher.counters_dir;
+    let addr = addr?;
+    if dir.as_os_str().is_empty() {
+        return None;
+    }
+    // The run's rows, 14 per live session and as many again for ended ones.
+    let slots = 32 + 14 * 2 * cfg.publisher.max_subscribers;
+    match mdfan_tuning::counters::CountersWriter::create(
+        &counters_path(dir, addr),
+        "publisher",
+        &addr.to_string(),
+        slots,
+    ) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(cause = %e, "no counters file: mdfan-stat will not see this publisher");
+            None
+        }
     }
 }
 

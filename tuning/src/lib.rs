@@ -6,6 +6,7 @@
 //! - [`HugeBuffer`]: anonymous memory backed by 2 MiB hugepages where the host has them, plain pages otherwise.
 //! - [`TuningReport`]: the host's tuning state (isolcpus, nohz_full, hugepages) for logs and benchmark reports.
 //! - [`idle`]: what a polling thread does when a poll found nothing ([`IdleStrategy`], [`Idler`]).
+//! - [`counters`]: a counters file in shared memory that another process (`mdfan-stat`) reads live.
 //! - [`agent`]: a loop body with a duty cycle ([`Agent::do_work`]) and its runner ([`run_agent`]), so the
 //!   publisher's hot loop and conductor run on their own threads in production and side by side in a test.
 #![warn(missing_docs)]
@@ -13,6 +14,7 @@
 use std::fmt;
 
 pub mod agent;
+pub mod counters;
 pub mod idle;
 pub use agent::{run_agent, run_agent_until, Agent, RunStats};
 pub use idle::{IdleStrategy, Idler};
