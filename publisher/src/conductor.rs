@@ -28,6 +28,42 @@ use crate::report::{RunReport, SessionReport};
 use crate::session::{Session, SessionCounters};
 use crate::HANDSHAKE_TIMEOUT;
 
+/// Checks `sub` against the publisher's `[access]` list: a known name with its token (compared in constant
+/// time), asking for no more than its entitlement. The reason names the field and says what is allowed.
+pub(crate) fn check_access(access: &crate::config::AccessSection, sub: &Subscribe) -> Result<(), String> {
+    use subtle::ConstantTimeEq as _;
+    let Some(token) = &sub.token else {
+        return Err(format!(
+            "field token: missing: this publisher authenticates its subscribers ({:?} sent none)",
+            sub.name
+        ));
+    };
+    let entry = access.subscribers.iter().find(|e| e.name == sub.name);
+    // An unknown name and a wrong token read the same, so the refusal does not tell which names exist.
+    let ok = entry.is_some_and(|e| bool::from(e.token.as_bytes().ct_eq(token.as_bytes())));
+    let (true, Some(entry)) = (ok, entry) else {
+        return Err(format!("field token: not accepted for subscriber {:?}", sub.name));
+    };
+    let Some(allowed) = &entry.instruments else { return Ok(()) };
+    let may = || allowed.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    match &sub.instruments {
+        None => Err(format!("field instruments: every instrument asked; {:?} may have only {}", sub.name, may())),
+        Some(ids) => {
+            let refused: Vec<String> = ids.iter().filter(|id| !allowed.contains(id)).map(u32::to_string).collect();
+            if refused.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("field instruments: {} not entitled; {:?} may have {}", refused.join(","), sub.name, may()))
+            }
+        }
+    }
+}
+
+/// The `tracing` target of the audit log: connects (`event = "accept"`), refusals (`refuse`, with the reason),
+/// departures (`leave`), drops (`drop`, with the reason) and access reloads (`reload`). Select it with
+/// `RUST_LOG=mdfan_audit=info` or read it from the JSON log (`--log-json`).
+pub const AUDIT: &str = "mdfan_audit";
+
 /// How often the conductor rewrites the counters file.
 pub const COUNTERS_PERIOD: Duration = Duration::from_millis(100);
 
@@ -93,6 +129,8 @@ pub struct Conductor {
     pub(crate) counters_written: std::time::Instant,
     /// A live feed's counters.
     pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
+    /// Set (e.g. by SIGHUP) to have the next pass re-read `[access]` from the config file.
+    pub(crate) reload: Arc<AtomicBool>,
     /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
     pub(crate) report: Option<RunReport>,
     /// The hot loop's end has been handled: nothing more to do.
@@ -156,7 +194,7 @@ impl Conductor {
     }
 
     pub(crate) fn reject(stream: &mut TcpStream, peer: SocketAddr, reason: String) {
-        tracing::warn!(%peer, %reason, "subscriber refused");
+        tracing::warn!(target: AUDIT, %peer, %reason, event = "refuse", "subscriber refused");
         let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
         let _ = control::write_msg(stream, &msg);
     }
@@ -239,6 +277,9 @@ impl Conductor {
         let (lo, hi) = (self.cfg.fabric.ring_slots_min, self.cfg.fabric.ring_slots_max);
         if !slots.is_power_of_two() || slots < lo || slots > hi {
             return Err(format!("field ring.slot_count: {slots} is not a power of two in {lo}..={hi}"));
+        }
+        if let Some(access) = &self.cfg.access {
+            check_access(access, sub)?;
         }
         if let Some(ids) = &sub.instruments {
             if ids.len() > 1 << 16 {
@@ -359,6 +400,8 @@ impl Conductor {
         // The hot loop gets the session once the subscriber's side is connected (at once on shm).
         self.pending.push((session, std::time::Instant::now() + CONNECT_TIMEOUT));
         tracing::info!(
+            target: AUDIT,
+            event = "accept",
             %peer,
             session = id,
             name = %sub.name,
@@ -509,8 +552,8 @@ impl Conductor {
             }
             if let Some((reason, detail)) = closed {
                 let mut conn = self.conns.swap_remove(k);
-                tracing::info!(session = conn.session_id, name = %conn.name, reason = reason.as_str(), %detail,
-                    "subscriber leaving");
+                tracing::info!(target: AUDIT, event = "leave", session = conn.session_id, name = %conn.name,
+                    reason = reason.as_str(), %detail, "subscriber leaving");
                 let _ = conn.stream.set_nonblocking(false);
                 let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
                 self.send(Command::Remove { id: conn.session_id, reason });
@@ -621,6 +664,33 @@ impl Conductor {
         self.counters_file = Some(file);
     }
 
+    /// Re-reads the config file and takes its `[access]` section (tokens and entitlements) for the subscriptions
+    /// that come next; sessions already attached keep running. Anything else that changed needs a restart, and
+    /// a file that no longer parses changes nothing; both are logged.
+    pub(crate) fn reload_access(&mut self) {
+        let Some(path) = self.cfg.source.clone() else {
+            tracing::warn!(target: AUDIT, event = "reload", "SIGHUP: this config was not loaded from a file; nothing re-read");
+            return;
+        };
+        match Config::load(&path) {
+            Ok(new) => {
+                let n = new.access.as_ref().map(|a| a.subscribers.len());
+                self.cfg.access = new.access;
+                match n {
+                    Some(n) => {
+                        tracing::info!(target: AUDIT, event = "reload", config = %path.display(), subscribers = n,
+                        "access list re-read: applies to new subscriptions")
+                    }
+                    None => tracing::warn!(target: AUDIT, event = "reload", config = %path.display(),
+                        "access list re-read: no [access] section any more: anyone may subscribe"),
+                }
+            }
+            Err(e) => {
+                tracing::error!(target: AUDIT, event = "reload", cause = %e, "SIGHUP: config not re-read; access unchanged")
+            }
+        }
+    }
+
     pub(crate) fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "replay started"),
@@ -653,11 +723,10 @@ impl Conductor {
                     let sent = session.counters.sent.load(Ordering::Relaxed);
                     let (id, name) = (session.id, &session.name);
                     match failure {
-                        Some(detail) => tracing::warn!(session = id, %name, reason = reason.as_str(), %detail, sent,
-                            "subscriber dropped"),
-                        None => {
-                            tracing::warn!(session = id, %name, reason = reason.as_str(), sent, "subscriber dropped")
-                        }
+                        Some(detail) => tracing::warn!(target: AUDIT, event = "drop", session = id, %name,
+                            reason = reason.as_str(), %detail, sent, "subscriber dropped"),
+                        None => tracing::warn!(target: AUDIT, event = "drop", session = id, %name,
+                            reason = reason.as_str(), sent, "subscriber dropped"),
                     }
                 }
                 if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
@@ -754,6 +823,10 @@ impl Agent for Conductor {
         }
         if self.dump.swap(false, Ordering::Relaxed) {
             self.dump();
+            work += 1;
+        }
+        if self.reload.swap(false, Ordering::Relaxed) {
+            self.reload_access();
             work += 1;
         }
         if self.counters_file.is_some() && self.counters_written.elapsed() >= COUNTERS_PERIOD {

@@ -41,6 +41,12 @@
 //! ring_slots_min = 64          # smallest ring a subscriber may offer, in slots. Default 64.
 //! ring_slots_max = 16777216    # largest, in slots (64 B each). Default 2^24.
 //!
+//! [access]                     # without it, any subscriber may connect (one team's host)
+//! [[access.subscribers]]       # with it, only the names listed, each with its token (keep this file 0600)
+//! name = "strategy-a"
+//! token = "9c1e...64 hex"      # at least 16 characters; compared in constant time
+//! instruments = [17077]        # what it may receive; default: everything
+//!
 //! [fabric.verbs]               # provider "verbs" only; every key: fabric/src/verbs/config.rs
 //! device = "mlx5_0"            # default: the only device
 //! gid_index = 3                # default: the first RoCE v2 GID with an IPv4-mapped address
@@ -82,7 +88,44 @@ pub struct Config {
     pub journal: JournalSection,
     /// `[lines]`: the live feed's lines (format `mdp3` only).
     pub lines: Option<LinesSection>,
+    /// `[access]`: who may subscribe, with which token, to what. `None`: anyone, to anything.
+    pub access: Option<AccessSection>,
+    /// The file this config was loaded from ([`Config::load`]), re-read on SIGHUP for `[access]`.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
+
+/// `[access]`: subscriber authentication and entitlements (re-read on SIGHUP; applies to new subscriptions).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessSection {
+    /// `[[access.subscribers]]`: the subscribers that may connect.
+    #[serde(default)]
+    pub subscribers: Vec<AccessEntry>,
+}
+
+/// One subscriber that may connect.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessEntry {
+    /// The name it subscribes with.
+    pub name: String,
+    /// Its token (at least 16 characters).
+    pub token: String,
+    /// The instrument_ids it may receive; `None`: all.
+    #[serde(default)]
+    pub instruments: Option<Vec<u32>>,
+}
+
+impl std::fmt::Debug for AccessEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // never the token: configs end up in logs
+        f.debug_struct("AccessEntry").field("name", &self.name).field("instruments", &self.instruments).finish()
+    }
+}
+
+/// Minimum token length, in bytes.
+pub const MIN_TOKEN_BYTES: usize = 16;
 
 /// `[lines]`: where a live feed comes from (CME MDP 3.0: one channel's incremental feed on lines A and B, and its
 /// market recovery channel). Source: CME Client Systems Wiki, "MDP 3.0 - Market Data Incremental Feed" and
@@ -478,6 +521,21 @@ impl Config {
         if !counters_dir.as_os_str().is_empty() && !counters_dir.is_dir() {
             return Err(bad("publisher.counters_dir", format!("{}: not a directory", counters_dir.display())));
         }
+        if let Some(access) = &cfg.access {
+            let mut names = std::collections::HashSet::new();
+            for (k, e) in access.subscribers.iter().enumerate() {
+                let key = "access.subscribers";
+                if !names.insert(e.name.as_str()) {
+                    return Err(bad(key, format!("entry {}: name {:?} is listed twice", k + 1, e.name)));
+                }
+                if e.token.len() < MIN_TOKEN_BYTES {
+                    return Err(bad(
+                        key,
+                        format!("entry {} ({}): token too short: at least {MIN_TOKEN_BYTES} characters", k + 1, e.name),
+                    ));
+                }
+            }
+        }
         if cfg.publisher.policies.is_empty() {
             return Err(bad("publisher.policies", "empty: no subscriber could ever be accepted".into()));
         }
@@ -521,7 +579,16 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError { path: path.display().to_string(), detail: format!("cannot read: {e}") })?;
-        Config::parse(&text, path)
+        let mut cfg = Config::parse(&text, path)?;
+        cfg.source = Some(path.to_owned());
+        #[cfg(unix)]
+        if cfg.access.is_some() {
+            use std::os::unix::fs::PermissionsExt as _;
+            if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0) {
+                tracing::warn!(config = %path.display(), "the config holds subscriber tokens and is world-readable: chmod 600 it");
+            }
+        }
+        Ok(cfg)
     }
 }
 

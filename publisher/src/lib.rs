@@ -102,6 +102,7 @@ pub struct Publisher {
     /// Set once the hot loop is gone: the feed handler stops.
     feed_stop: Arc<AtomicBool>,
     dump: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
     /// A live feed's counters and its lines' bound addresses (A, B).
@@ -164,6 +165,7 @@ impl Publisher {
             journal,
             feed_stop,
             dump: Arc::new(AtomicBool::new(false)),
+            reload: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
             sender,
             live,
@@ -209,6 +211,11 @@ impl Publisher {
         self.journal.capacity()
     }
 
+    /// Set this flag (e.g. from SIGHUP) to have the conductor re-read `[access]` from the config file.
+    pub fn reload_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.reload)
+    }
+
     /// Set this flag (e.g. from SIGUSR1) to have the conductor print every counter once.
     pub fn dump_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.dump)
@@ -220,8 +227,19 @@ impl Publisher {
     /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
     /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender, live, counters_file } =
-            self;
+        let Publisher {
+            cfg,
+            listener,
+            feed,
+            journal,
+            feed_stop: _,
+            dump,
+            reload,
+            counters,
+            sender,
+            live,
+            counters_file,
+        } = self;
         let is_live = live.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
@@ -274,6 +292,7 @@ impl Publisher {
             counters_file,
             counters_written: std::time::Instant::now(),
             live_feed: live.as_ref().map(|(c, _)| Arc::clone(c)),
+            reload,
             books: Books::new(),
             mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
             applied: 0,

@@ -63,6 +63,7 @@ fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
         ring: grant,
         policy: SlowConsumerPolicy::Disconnect,
         snapshot: true,
+        token: None,
     };
     control::write_msg(&mut ctl, &ControlMsg::Subscribe(subscribe)).expect("send subscribe");
     ctl.set_nonblocking(true).unwrap();

@@ -155,6 +155,9 @@ pub struct SubscriberConfig {
     pub policy: SlowConsumerPolicy,
     /// Start with a snapshot of the current books when joining mid-stream. Default true.
     pub snapshot: bool,
+    /// The token the publisher's `[access]` config gives this subscriber's name, if it authenticates
+    /// subscribers. Default none.
+    pub token: Option<String>,
     /// No record (heartbeats included) for this long makes [`Subscriber::maintain`] report
     /// [`Health::Silent`]. Default 50 ms.
     pub silence_timeout: Duration,
@@ -199,6 +202,7 @@ impl SubscriberConfig {
             timeout: Duration::from_secs(2),
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
+            token: None,
             silence_timeout: Duration::from_millis(50),
             maintain_interval: Duration::from_millis(1),
             reconnect: None,
@@ -501,6 +505,7 @@ impl Subscriber {
             ring: grant,
             policy: cfg.policy,
             snapshot: cfg.snapshot,
+            token: cfg.token.clone(),
         });
         let ctl_err = |source| SubscribeError::Control { endpoint: endpoint.clone(), source };
         control::write_msg(&mut stream, &sub).map_err(|e| ctl_err(e.into()))?;

@@ -136,6 +136,7 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
         ring: grant,
         policy: SlowConsumerPolicy::Resync,
         snapshot: true,
+        token: None,
     });
     control::write_msg(&mut s, &sub).unwrap();
     assert!(matches!(control::read_msg(&mut s), Ok(ControlMsg::Accept(_))));

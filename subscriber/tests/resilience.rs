@@ -110,6 +110,7 @@ fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_he
             ring,
             policy: Default::default(),
             snapshot: true,
+            token: None,
         };
         control::write_msg(&mut s, &ControlMsg::Subscribe(sub)).unwrap();
         s

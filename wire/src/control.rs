@@ -98,6 +98,10 @@ pub struct Subscribe {
     /// Whether to start with a snapshot of the current books when joining mid-stream. Default true.
     #[serde(default = "yes")]
     pub snapshot: bool,
+    /// The subscriber's token, for a publisher that authenticates its subscribers (its `[access]` config);
+    /// compared in constant time. Sent in clear on the control connection: keep that on a trusted network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 fn yes() -> bool {
@@ -425,6 +429,7 @@ mod tests {
             ring: RingGrant::Shm { path: "/dev/shm/mdfan-1".into(), slot_count: 131_072 },
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
+            token: None,
         })
     }
 

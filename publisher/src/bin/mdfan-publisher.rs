@@ -1,8 +1,10 @@
 //! `mdfan-publisher --config FILE`: replay a feed and fan it out to subscribers.
 //!
 //! Exit status: 0 after a complete replay, 1 on a config/feed/endpoint error (one line on stderr naming the
-//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM. SIGUSR1 prints every counter, each line starting
-//! with `counters ` (`counters subscriber ...` per session, `counters replay ... end=running` for the hot loop).
+//! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM (end of stream with the reason goes to every
+//! subscriber first). SIGUSR1 prints every counter, each line starting with `counters ` (`counters subscriber ...`
+//! per session, `counters replay ... end=running` for the hot loop). SIGHUP re-reads `[access]` (tokens and
+//! entitlements) from the config file, for new subscriptions; the hot loop is not touched.
 
 /// `println!` for a process whose stdout may be a pipe that closes early (`| head`): a closed pipe ends the
 /// process at once with exit 141 (what a shell reports for SIGPIPE) instead of a panic; another write error is one
@@ -36,15 +38,22 @@ struct Args {
     /// TOML config (see publisher/src/config.rs or ops/publisher.toml).
     #[arg(long)]
     config: PathBuf,
+    /// Logs (stderr) as one JSON object per line, for journald or a log shipper; the audit log is target
+    /// `mdfan_audit`.
+    #[arg(long)]
+    log_json: bool,
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let args = Args::parse();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr);
+    if args.log_json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    }
     let code = match run(&args) {
         Ok(code) => code,
         Err(e) => {
@@ -64,6 +73,7 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     let cfg_wait_for = cfg.publisher.wait_for_subscribers;
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, publisher.reload_flag()).expect("SIGHUP handler installs");
     out!(
         "publisher listening={} feed={} journal_records={}",
         publisher.local_addr(),

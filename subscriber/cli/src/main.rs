@@ -122,6 +122,26 @@ struct Args {
     /// many ms; the books are rebuilt from its snapshot or replay.
     #[arg(long)]
     reconnect_ms: Option<u64>,
+    /// A file holding this subscriber's token (first line), for a publisher that authenticates subscribers
+    /// (its `[access]` list); the MDFAN_TOKEN environment variable is read when this is not given. Not a flag
+    /// with the token itself: command lines are visible to every user of the host.
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
+}
+
+/// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
+fn token(args: &Args) -> Result<Option<String>, CliError> {
+    match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("--token-file {}: {e}", path.display())))?;
+            match text.lines().next().map(str::trim) {
+                Some(t) if !t.is_empty() => Ok(Some(t.to_owned())),
+                _ => Err(CliError::Usage(format!("--token-file {}: empty", path.display()))),
+            }
+        }
+        None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
+    }
 }
 
 /// `--connect`: HOST:PORT with a port number (a missing port is a usage error, not a connection failure).
@@ -220,6 +240,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         Policy::Block => SlowConsumerPolicy::Block,
     };
     cfg.snapshot = !args.no_snapshot;
+    cfg.token = token(args)?;
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
     // breaks, and retries the first connect while nobody listens yet.
