@@ -56,6 +56,7 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: None,
     };
     tweak(&mut cfg);
     let shutdown = AtomicBool::new(false);
