@@ -491,7 +491,25 @@ pub struct SnapshotEntry {
 
 /// The `MDEntryType` values of the schema enum `MDEntryType` (SnapshotFullRefresh38).
 const fn snapshot_entry_type_valid(v: u8) -> bool {
-    matches!(v, b'0' | b'1' | b'2' | b'4' | b'6' | b'7' | b'8' | b'B' | b'C' | b'E' | b'F' | b'J' | b'N' | b'O' | b'W' | b'e' | b'g')
+    matches!(
+        v,
+        b'0' | b'1'
+            | b'2'
+            | b'4'
+            | b'6'
+            | b'7'
+            | b'8'
+            | b'B'
+            | b'C'
+            | b'E'
+            | b'F'
+            | b'J'
+            | b'N'
+            | b'O'
+            | b'W'
+            | b'e'
+            | b'g'
+    )
 }
 
 /// The book side of a snapshot `MDEntryType`: `0`/`1`/`E`/`F`; `None` for the others.
@@ -1202,7 +1220,11 @@ fn decode_message(
                 let level = e.u8(16) as i8;
                 let price_level = Some(level).filter(|l| *l != INT8_NULL);
                 if book.is_some() && price_level.is_none_or(|l| l < 1) {
-                    return Err(e.ctx.err("NoMDEntries.MDPriceLevel", e.entry, Problem::BadValue { value: level.into() }));
+                    return Err(e.ctx.err(
+                        "NoMDEntries.MDPriceLevel",
+                        e.entry,
+                        Problem::BadValue { value: level.into() },
+                    ));
                 }
                 let entry = SnapshotEntry {
                     security_id,
@@ -1372,7 +1394,11 @@ pub fn write_packet_header(out: &mut Vec<u8>, msg_seq_num: u32, sending_time_ns:
 
 /// The bytes [`write_snapshot_message`] appends for `entries` entries (`MsgSize`).
 pub const fn snapshot_message_bytes(entries: usize) -> usize {
-    MSG_SIZE_BYTES + SBE_HEADER_BYTES + SNAPSHOT_ROOT_BYTES as usize + GROUP_SIZE_BYTES + entries * SNAPSHOT_ENTRY_BYTES as usize
+    MSG_SIZE_BYTES
+        + SBE_HEADER_BYTES
+        + SNAPSHOT_ROOT_BYTES as usize
+        + GROUP_SIZE_BYTES
+        + entries * SNAPSHOT_ENTRY_BYTES as usize
 }
 
 /// Appends one SnapshotFullRefresh38 (schema v8 layout, module docs) to `out`: `MsgSize`, SBE header, `s`'s

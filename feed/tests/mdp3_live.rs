@@ -253,7 +253,8 @@ fn forty_packets_lost_on_both_lines_are_recovered_from_the_snapshot_feed() {
     // What subscribers see: per stale security, its last InstrumentStale, then a Clear flagged SNAPSHOT, then
     // its levels, the last flagged LAST.
     for &id in &ids {
-        let last_stale = o.records.iter().rposition(|r| r.instrument_id == id && r.kind() == Some(Kind::InstrumentStale));
+        let last_stale =
+            o.records.iter().rposition(|r| r.instrument_id == id && r.kind() == Some(Kind::InstrumentStale));
         let clears: Vec<usize> = (0..o.records.len())
             .filter(|&i| o.records[i].instrument_id == id && o.records[i].kind() == Some(Kind::Clear))
             .collect();
@@ -261,7 +262,8 @@ fn forty_packets_lost_on_both_lines_are_recovered_from_the_snapshot_feed() {
         assert!(clears[0] > last_stale.unwrap(), "security {id}: the Clear comes after the stale mark");
         assert_eq!(o.records[clears[0]].flags, flags::MBP | flags::SNAPSHOT);
     }
-    let snapshot_levels = o.records.iter().filter(|r| r.kind() == Some(Kind::LevelNew) && r.flags & flags::SNAPSHOT != 0);
+    let snapshot_levels =
+        o.records.iter().filter(|r| r.kind() == Some(Kind::LevelNew) && r.flags & flags::SNAPSHOT != 0);
     assert_eq!(snapshot_levels.clone().count() as u64, c.snapshot_level_records);
     assert!(c.snapshot_level_records > 0);
     // The books end exactly as without the loss: every instrument, every position, and 174969 the README's.
@@ -290,7 +292,10 @@ fn a_snapshot_feed_that_never_answers_leaves_the_lost_securities_stale_and_says_
     let ids = stale_ids(&o);
     let mut ch = o.channel;
     let c = ch.counters().clone();
-    assert_eq!((c.lost_runs, c.lost_stale_records, c.stale_marked, c.stale_now), (1, LOST_STALE, LOST_STALE, LOST_STALE));
+    assert_eq!(
+        (c.lost_runs, c.lost_stale_records, c.stale_marked, c.stale_now),
+        (1, LOST_STALE, LOST_STALE, LOST_STALE)
+    );
     assert_eq!((c.snapshot_packets, c.snapshots_applied, c.recovered), (0, 0, 0));
     assert!(ch.needs_recovery());
     // The caller's clock passes the timeout: reported (once), the securities stay stale.

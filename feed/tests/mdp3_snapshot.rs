@@ -83,11 +83,7 @@ fn template_38_decodes_every_field_by_the_v8_layout() {
     let Event::SnapshotEntry(e) = events[1] else { panic!("{:?}", events[1]) };
     assert_eq!(
         e,
-        SnapshotEntry {
-            security_id: SECURITY,
-            book: Some(BookEntryType::Bid),
-            ..level(b'0', 1, 75_805, 8, 5)
-        }
+        SnapshotEntry { security_id: SECURITY, book: Some(BookEntryType::Bid), ..level(b'0', 1, 75_805, 8, 5) }
     );
     let books: Vec<(Option<BookEntryType>, bool)> = events[1..]
         .iter()
@@ -237,7 +233,10 @@ fn the_channel_applies_a_snapshot_that_covers_the_loss_and_ignores_older_ones() 
         books.apply(r).unwrap();
     });
     assert!(ch.needs_recovery() && ch.is_stale(SECURITY) && books.get(9).unwrap().is_stale());
-    assert_eq!(ch.recovery_status(600 + 1_000), RecoveryStatus::Waiting { stale: 1, since_ns: 600, snapshot_packets: 0 });
+    assert_eq!(
+        ch.recovery_status(600 + 1_000),
+        RecoveryStatus::Waiting { stale: 1, since_ns: 600, snapshot_packets: 0 }
+    );
     // LastMsgSeqNumProcessed 11 does not cover the loss; RptSeq 0 is older than the 1 the channel took
     assert_eq!(feed(&mut ch, &mut books, &mut records, &snap(2, 11, 5)), 0);
     assert_eq!(feed(&mut ch, &mut books, &mut records, &snap(3, 12, 0)), 0);
@@ -249,7 +248,13 @@ fn the_channel_applies_a_snapshot_that_covers_the_loss_and_ignores_older_ones() 
     let (lvl, last) = (flags::MBP | flags::SNAPSHOT, flags::MBP | flags::SNAPSHOT | flags::IMPLIED | flags::LAST);
     assert_eq!(
         kinds,
-        [(Kind::Clear, lvl), (Kind::LevelNew, lvl), (Kind::LevelNew, lvl), (Kind::LevelNew, lvl), (Kind::LevelNew, last)]
+        [
+            (Kind::Clear, lvl),
+            (Kind::LevelNew, lvl),
+            (Kind::LevelNew, lvl),
+            (Kind::LevelNew, lvl),
+            (Kind::LevelNew, last)
+        ]
     );
     assert!(records.iter().all(|r| (r.instrument_id, r.venue_seq, r.ts_recv_ns) == (9, 12, 500)));
     assert_eq!(records[0].order_id, 3, "the Clear carries the snapshot's RptSeq");
@@ -264,11 +269,17 @@ fn the_channel_applies_a_snapshot_that_covers_the_loss_and_ignores_older_ones() 
     records.clear();
     assert_eq!(feed(&mut ch, &mut books, &mut records, &book_packet(13, 3, 1, b'0', 1, 1, 1)), 0);
     assert_eq!(feed(&mut ch, &mut books, &mut records, &book_packet(14, 4, 1, b'0', 1, 75_806, 4)), 1);
-    assert_eq!(books.get(9).unwrap().level(Side::Bid, 1), Some(MbpLevel { price_e9: 7_580_600_000_000, size: 4, orders: 1 }));
+    assert_eq!(
+        books.get(9).unwrap().level(Side::Bid, 1),
+        Some(MbpLevel { price_e9: 7_580_600_000_000, size: 4, orders: 1 })
+    );
     // a second snapshot of the now good security: ignored
     assert_eq!(feed(&mut ch, &mut books, &mut records, &snap(5, 14, 4)), 0);
     let c = ch.counters();
-    assert_eq!((c.snapshot_packets, c.snapshots, c.snapshots_applied, c.snapshots_ignored, c.snapshots_older), (5, 5, 1, 4, 2));
+    assert_eq!(
+        (c.snapshot_packets, c.snapshots, c.snapshots_applied, c.snapshots_ignored, c.snapshots_older),
+        (5, 5, 1, 4, 2)
+    );
     assert_eq!((c.recovered, c.stale_marked, c.stale_now, c.snapshot_level_records), (1, 1, 0, 4));
     assert_eq!((c.rpt_seq_stale_records, ch.decoder().stats().rpt_seq_stale), (0, 1));
     assert_eq!(ch.recovery_status(u64::MAX), RecoveryStatus::Idle);
