@@ -4,7 +4,8 @@
 //! - [`mdp3`]: CME Globex MDP 3.0 itself (SBE schema 1 v8): packets, messages, sequence checks, and price-level
 //!   records for [`mdfan_wire::MbpBooks`].
 //! - [`mdp3_channel`]: one MDP 3.0 channel for a live handler: arbitrated packets in, level and stale records
-//!   out, packets lost on both lines turned into stale marks (sans I/O: the caller owns the sockets).
+//!   out, packets lost on both lines turned into stale marks, and market recovery from the snapshot feed (sans
+//!   I/O: the caller owns the sockets).
 //! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng capture, for tests and replay.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type

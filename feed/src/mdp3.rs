@@ -43,7 +43,16 @@
 //! | 35 | MDIncrementalRefreshSessionStatistics35 | 9 | MDEntryPx PRICE (0), SecurityID (8), RptSeq (12), OpenCloseSettlFlag (16), MDUpdateAction (17), MDEntryType (18), MDEntrySize Int32NULL (19, since v8, read when the block has it): 19 | [`Event::Statistics`] |
 //! | 36 | MDIncrementalRefreshTrade36 | 9 | SecurityID (12), RptSeq (16): 20 | [`Event::Other`] |
 //! | 37 | MDIncrementalRefreshVolume37 | 9 | MDEntrySize (0), SecurityID (4), RptSeq (8), MDUpdateAction (12): 13 | [`Event::Volume`] |
+//! | 38 | SnapshotFullRefresh38 (market recovery feed) | LastMsgSeqNumProcessed (0), TotNumReports (4), SecurityID (8), RptSeq (12), TransactTime (16), LastUpdateTime (24), TradeDate (32), MDSecurityTradingStatus (34), HighLimitPrice (35), LowLimitPrice (43), MaxPriceVariation (51): 59 | MDEntryPx PRICENULL (0), MDEntrySize Int32NULL (8), NumberOfOrders Int32NULL (12), MDPriceLevel Int8NULL (16), TradingReferenceDate (17), OpenCloseSettlFlag (19), SettlPriceType (20), MDEntryType (21): 22 | [`Event::Snapshot`], then one [`Event::SnapshotEntry`] per entry |
 //! | 42 | MDIncrementalRefreshTradeSummary42 | 9 | MDEntryPx PRICE (0), MDEntrySize (8), SecurityID (12), RptSeq (16), NumberOfOrders Int32NULL (20), AggressorSide (24), MDUpdateAction (25): 26; then `NoOrderIDEntries` (groupSize8Byte, OrderID (0), LastQty (8): 12, counted) | [`Event::TradeSummary`] |
+//!
+//! A SnapshotFullRefresh38 is the state of one instrument on the market recovery (snapshot) feed: its book
+//! levels (`MDEntryType` `0`/`1`/`E`/`F`, which must carry an `MDPriceLevel` of 1 or more) and statistics,
+//! consistent with the incremental feed up to `LastMsgSeqNumProcessed` and the instrument's `RptSeq`. Snapshot
+//! packets are decoded by [`decode_snapshot_packet`] (no sequence state: a snapshot feed loops), and
+//! [`snapshot_clear_record`]/[`snapshot_level_record`] turn one into records; [`write_snapshot_message`] writes
+//! one (for the simulator's snapshot server and tests). Given to [`Mdp3Decoder::decode_packet`], the same
+//! messages are delivered without `RptSeq` checks.
 //!
 //! Any other template id is skipped by its `MsgSize` and counted ([`Mdp3Stats::unknown_templates`],
 //! [`Event::Unknown`]). Prices are `PRICE`/`PRICENULL`: an int64 mantissa with exponent -7 (null `i64::MAX`),
@@ -90,6 +99,17 @@ const PRICE_E7_TO_E9: i64 = 100;
 const PRICE_NULL: i64 = i64::MAX;
 const INT32_NULL: i32 = i32::MAX;
 const UINT8_NULL: u8 = u8::MAX;
+const INT8_NULL: i8 = i8::MAX;
+/// Null of `LocalMktDate` (TradeDate, TradingReferenceDate).
+pub const LOCAL_MKT_DATE_NULL: u16 = u16::MAX;
+/// SnapshotFullRefresh38's root block (schema `blockLength`).
+pub const SNAPSHOT_ROOT_BYTES: u16 = 59;
+/// SnapshotFullRefresh38's `NoMDEntries` entry (schema `blockLength`).
+pub const SNAPSHOT_ENTRY_BYTES: u16 = 22;
+/// The template id of SnapshotFullRefresh38.
+pub const SNAPSHOT_TEMPLATE_ID: u16 = 38;
+/// The schema version this crate writes (v8).
+pub const SCHEMA_VERSION: u16 = 8;
 /// Template ids below this are counted one by one in [`Mdp3Stats::templates`].
 pub const TEMPLATE_COUNTERS: usize = 64;
 /// MatchEventIndicator bit 7: last message of the matching event (schema set `MatchEventIndicator`).
@@ -413,6 +433,96 @@ pub struct SecurityStatus {
     pub trading_event: u8,
 }
 
+/// SnapshotFullRefresh38's root block: one instrument's state on the market recovery feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotRefresh {
+    /// `LastMsgSeqNumProcessed`: the incremental feed's `MsgSeqNum` this state is consistent with.
+    pub last_msg_seq_num_processed: u32,
+    /// `TotNumReports`: messages in one loop of the snapshot feed.
+    pub tot_num_reports: u32,
+    /// `SecurityID` (checked non-negative).
+    pub security_id: i32,
+    /// `RptSeq`: the instrument's last `RptSeq` this state includes.
+    pub rpt_seq: u32,
+    /// `TransactTime` of the last event the instrument took part in, ns since the UNIX epoch.
+    pub transact_time_ns: u64,
+    /// `LastUpdateTime`: last instrument definition change on the channel, ns since the UNIX epoch.
+    pub last_update_time_ns: u64,
+    /// `TradeDate`, days since the UNIX epoch ([`LOCAL_MKT_DATE_NULL`] null).
+    pub trade_date: u16,
+    /// `MDSecurityTradingStatus` (e.g. 17 ReadyToTrade, 21 PreOpen; 255 null).
+    pub trading_status: u8,
+    /// `HighLimitPrice` in 1e-9 units; `None` when null.
+    pub high_limit_price_e9: Option<i64>,
+    /// `LowLimitPrice` in 1e-9 units; `None` when null.
+    pub low_limit_price_e9: Option<i64>,
+    /// `MaxPriceVariation` in 1e-9 units; `None` when null.
+    pub max_price_variation_e9: Option<i64>,
+    /// `NoMDEntries` `numInGroup`: the entries that follow as [`Event::SnapshotEntry`].
+    pub entries: u8,
+}
+
+/// One `NoMDEntries` entry of SnapshotFullRefresh38.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotEntry {
+    /// The message's `SecurityID` (from the root block).
+    pub security_id: i32,
+    /// `MDEntryPx` in 1e-9 units; `None` when null.
+    pub price_e9: Option<i64>,
+    /// `MDEntrySize`; `None` when null.
+    pub size: Option<i32>,
+    /// `NumberOfOrders`; `None` when null.
+    pub orders: Option<i32>,
+    /// `MDPriceLevel` (1 = best); `None` when null. Checked 1 or more for book entries.
+    pub price_level: Option<i8>,
+    /// `TradingReferenceDate`, days since the UNIX epoch ([`LOCAL_MKT_DATE_NULL`] null).
+    pub trading_reference_date: u16,
+    /// `OpenCloseSettlFlag` (255 null).
+    pub open_close_settl_flag: u8,
+    /// `SettlPriceType` bits.
+    pub settl_price_type: u8,
+    /// `MDEntryType` character (schema enum `MDEntryType`, checked).
+    pub entry_type: u8,
+    /// The book side of a book entry (`0`/`1`/`E`/`F`); `None` for statistics entries.
+    pub book: Option<BookEntryType>,
+    /// Whether this is the message's last book entry (its last level record).
+    pub last_book_entry: bool,
+}
+
+/// The `MDEntryType` values of the schema enum `MDEntryType` (SnapshotFullRefresh38).
+const fn snapshot_entry_type_valid(v: u8) -> bool {
+    matches!(
+        v,
+        b'0' | b'1'
+            | b'2'
+            | b'4'
+            | b'6'
+            | b'7'
+            | b'8'
+            | b'B'
+            | b'C'
+            | b'E'
+            | b'F'
+            | b'J'
+            | b'N'
+            | b'O'
+            | b'W'
+            | b'e'
+            | b'g'
+    )
+}
+
+/// The book side of a snapshot `MDEntryType`: `0`/`1`/`E`/`F`; `None` for the others.
+pub const fn snapshot_book_type(v: u8) -> Option<BookEntryType> {
+    match v {
+        b'0' => Some(BookEntryType::Bid),
+        b'1' => Some(BookEntryType::Offer),
+        b'E' => Some(BookEntryType::ImpliedBid),
+        b'F' => Some(BookEntryType::ImpliedOffer),
+        _ => None,
+    }
+}
+
 /// One decoded item, in packet order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -454,6 +564,10 @@ pub enum Event {
         /// The `RptSeq` received.
         got: u32,
     },
+    /// A SnapshotFullRefresh38 root block (market recovery feed); its entries follow.
+    Snapshot(SnapshotRefresh),
+    /// An entry of the SnapshotFullRefresh38 before it.
+    SnapshotEntry(SnapshotEntry),
     /// A template this decoder does not know, skipped by its `MsgSize`.
     Unknown {
         /// `templateId`.
@@ -461,6 +575,14 @@ pub enum Event {
         /// `MsgSize`.
         msg_size: u16,
     },
+}
+
+impl Event {
+    /// The (`SecurityID`, `RptSeq`) of an incremental entry (templates 32, 33, 34, 35, 36, 37, 42), the ones the
+    /// decoder checks per instrument; `None` for every other event.
+    pub fn security_rpt_seq(&self) -> Option<(i32, u32)> {
+        rpt_seq_of(self)
+    }
 }
 
 /// Decoder counters (all since construction).
@@ -600,6 +722,18 @@ impl Mdp3Decoder {
     /// The last `MsgSeqNum` taken.
     pub fn last_msg_seq_num(&self) -> Option<u32> {
         self.packets.last
+    }
+
+    /// The last `RptSeq` taken for `security_id` (any template carrying one); `None` before its first.
+    pub fn rpt_seq(&self, security_id: i32) -> Option<u32> {
+        self.rpt_seq.get(&security_id).copied()
+    }
+
+    /// Market recovery: `security_id`'s state was replaced by a snapshot that includes everything up to
+    /// `rpt_seq`. From now on its entries at or below `rpt_seq` are stale (counted, not delivered) and
+    /// `rpt_seq + 1` is the one due. Allocates only for a security the table has not held before.
+    pub fn resync_rpt_seq(&mut self, security_id: i32, rpt_seq: u32) {
+        self.rpt_seq.insert(security_id, rpt_seq);
     }
 
     /// Decodes one packet (one UDP payload) received at `ts_recv_ns`, calling `on_event` for each item in order
@@ -761,6 +895,9 @@ impl Block<'_> {
     }
     fn i32(&self, at: usize) -> i32 {
         self.u32(at) as i32
+    }
+    fn u64(&self, at: usize) -> u64 {
+        self.b.get(at..at + 8).map_or(0, |s| le_u64(s, 0))
     }
     fn i64(&self, at: usize) -> i64 {
         self.b.get(at..at + 8).map_or(0, |s| le_u64(s, 0)) as i64
@@ -1051,6 +1188,60 @@ fn decode_message(
             }
             sink(&info, &Event::OrderIdEntries { count: orders.count });
         }
+        38 => {
+            let r = body.root(block_length, SNAPSHOT_ROOT_BYTES)?;
+            let g = body.group(ENTRIES, false, SNAPSHOT_ENTRY_BYTES)?;
+            body.finish()?;
+            let security_id = r.security_id(8, "SecurityID")?;
+            let snapshot = SnapshotRefresh {
+                last_msg_seq_num_processed: r.u32(0),
+                tot_num_reports: r.u32(4),
+                security_id,
+                rpt_seq: r.u32(12),
+                transact_time_ns: r.u64(16),
+                last_update_time_ns: r.u64(24),
+                trade_date: r.u16(32),
+                trading_status: r.u8(34),
+                high_limit_price_e9: r.price_e9(35, "HighLimitPrice")?,
+                low_limit_price_e9: r.price_e9(43, "LowLimitPrice")?,
+                max_price_variation_e9: r.price_e9(51, "MaxPriceVariation")?,
+                entries: g.count,
+            };
+            info.transact_time_ns = snapshot.transact_time_ns;
+            sink(&info, &Event::Snapshot(snapshot));
+            let last_book = (0..g.count).rev().find(|&i| snapshot_book_type(g.entry(i).u8(21)).is_some());
+            for i in 0..g.count {
+                let e = g.entry(i);
+                let entry_type = e.u8(21);
+                if !snapshot_entry_type_valid(entry_type) {
+                    return Err(info_err(&e, "NoMDEntries.MDEntryType", entry_type));
+                }
+                let book = snapshot_book_type(entry_type);
+                let level = e.u8(16) as i8;
+                let price_level = Some(level).filter(|l| *l != INT8_NULL);
+                if book.is_some() && price_level.is_none_or(|l| l < 1) {
+                    return Err(e.ctx.err(
+                        "NoMDEntries.MDPriceLevel",
+                        e.entry,
+                        Problem::BadValue { value: level.into() },
+                    ));
+                }
+                let entry = SnapshotEntry {
+                    security_id,
+                    price_e9: e.price_e9(0, "NoMDEntries.MDEntryPx")?,
+                    size: e.opt_i32(8),
+                    orders: e.opt_i32(12),
+                    price_level,
+                    trading_reference_date: e.u16(17),
+                    open_close_settl_flag: e.u8(19),
+                    settl_price_type: e.u8(20),
+                    entry_type,
+                    book,
+                    last_book_entry: last_book == Some(i),
+                };
+                sink(&info, &Event::SnapshotEntry(entry));
+            }
+        }
         t => match rpt_seq_only_layout(t) {
             Some((min, sec_at, rpt_at)) => {
                 // Later groups of these templates (none in v8) end the message; MsgSize bounds it.
@@ -1122,5 +1313,128 @@ pub fn stale_record(info: &MessageInfo, security_id: i32, expected: u32, got: u3
         size: got,
         venue_seq: info.msg_seq_num,
         ..BookUpdate::control(Kind::InstrumentStale)
+    }
+}
+
+/// Decodes one packet of the market recovery (snapshot) feed received at `ts_recv_ns`, calling `on_event` for
+/// each item in order (SnapshotFullRefresh38 as [`Event::Snapshot`] then its [`Event::SnapshotEntry`]s; any
+/// other template as in [`Mdp3Decoder::decode_packet`], without `RptSeq` checks). Keeps no state: a snapshot
+/// feed loops, and its `MsgSeqNum` is only the caller's concern. Allocates nothing.
+///
+/// # Errors
+/// [`DecodeError`] naming the packet, message, template and field; the packet is validated whole first, so
+/// nothing was delivered.
+pub fn decode_snapshot_packet(
+    payload: &[u8],
+    ts_recv_ns: u64,
+    mut on_event: impl FnMut(&MessageInfo, &Event),
+) -> Result<PacketHeader, DecodeError> {
+    let header = packet_header(payload)?;
+    walk_packet(payload, header, ts_recv_ns, &mut |_, _| {})?;
+    walk_packet(payload, header, ts_recv_ns, &mut |info, ev| on_event(info, ev))?;
+    Ok(header)
+}
+
+/// The [`Kind::Clear`] that starts an instrument's recovery from a snapshot: `instrument_id` = `SecurityID`,
+/// `venue_seq` = `LastMsgSeqNumProcessed`, `order_id` = the snapshot's `RptSeq`, `ts_event_ns` =
+/// `TransactTime`, flags [`flags::MBP`] | [`flags::SNAPSHOT`]. It empties the book and ends its stale mark.
+pub fn snapshot_clear_record(info: &MessageInfo, s: &SnapshotRefresh) -> BookUpdate {
+    BookUpdate {
+        ts_event_ns: s.transact_time_ns,
+        ts_recv_ns: info.ts_recv_ns,
+        order_id: u64::from(s.rpt_seq),
+        instrument_id: s.security_id as u32,
+        venue_seq: s.last_msg_seq_num_processed,
+        flags: flags::MBP | flags::SNAPSHOT,
+        ..BookUpdate::control(Kind::Clear)
+    }
+}
+
+/// The [`Kind::LevelNew`] of a snapshot book entry (`None` for a statistics entry): fields as [`book_record`]
+/// (`MDEntryPx` -> `price_e9`, `MDEntrySize` -> `size`, `NumberOfOrders` -> `order_id`, `MDPriceLevel` ->
+/// `level`, `IMPLIED` for `E`/`F`), `venue_seq` = `LastMsgSeqNumProcessed`, flags [`flags::MBP`] |
+/// [`flags::SNAPSHOT`], and [`flags::LAST`] on the message's last book entry. Applied in message order after
+/// [`snapshot_clear_record`], the entries rebuild the book's positions exactly (each New lands below the ones
+/// before it).
+pub fn snapshot_level_record(info: &MessageInfo, s: &SnapshotRefresh, e: &SnapshotEntry) -> Option<BookUpdate> {
+    let (side, implied) = match e.book? {
+        BookEntryType::Bid => (Side::Bid, false),
+        BookEntryType::Offer => (Side::Ask, false),
+        BookEntryType::ImpliedBid => (Side::Bid, true),
+        BookEntryType::ImpliedOffer => (Side::Ask, true),
+        BookEntryType::BookReset => return None,
+    };
+    let mut f = flags::MBP | flags::SNAPSHOT;
+    if implied {
+        f |= flags::IMPLIED;
+    }
+    if e.last_book_entry {
+        f |= flags::LAST;
+    }
+    Some(BookUpdate {
+        ts_event_ns: s.transact_time_ns,
+        ts_recv_ns: info.ts_recv_ns,
+        price_e9: e.price_e9.unwrap_or(i64::MAX),
+        order_id: e.orders.map_or(0, |n| n.max(0) as u64),
+        instrument_id: e.security_id as u32,
+        size: e.size.map_or(0, |v| v.max(0) as u32),
+        venue_seq: s.last_msg_seq_num_processed,
+        level: e.price_level.map_or(0, |l| l.max(0) as u8),
+        side: side as u8,
+        flags: f,
+        ..BookUpdate::control(Kind::LevelNew)
+    })
+}
+
+/// Appends the binary packet header (`MsgSeqNum`, `SendingTime`) to `out`.
+pub fn write_packet_header(out: &mut Vec<u8>, msg_seq_num: u32, sending_time_ns: u64) {
+    out.extend_from_slice(&msg_seq_num.to_le_bytes());
+    out.extend_from_slice(&sending_time_ns.to_le_bytes());
+}
+
+/// The bytes [`write_snapshot_message`] appends for `entries` entries (`MsgSize`).
+pub const fn snapshot_message_bytes(entries: usize) -> usize {
+    MSG_SIZE_BYTES
+        + SBE_HEADER_BYTES
+        + SNAPSHOT_ROOT_BYTES as usize
+        + GROUP_SIZE_BYTES
+        + entries * SNAPSHOT_ENTRY_BYTES as usize
+}
+
+/// Appends one SnapshotFullRefresh38 (schema v8 layout, module docs) to `out`: `MsgSize`, SBE header, `s`'s
+/// root block (`s.entries` is ignored: the group holds `entries`), then `NoMDEntries` (at most 255 entries;
+/// more are not written). Prices are written as mantissas (1e-9 / 100; `None` as null), so a price not a
+/// multiple of 100 in 1e-9 units is rounded toward zero. `SnapshotEntry::security_id`, `book` and
+/// `last_book_entry` are not on the wire (the decoder derives them).
+pub fn write_snapshot_message(out: &mut Vec<u8>, s: &SnapshotRefresh, entries: &[SnapshotEntry]) {
+    let entries = &entries[..entries.len().min(usize::from(u8::MAX))];
+    let size = snapshot_message_bytes(entries.len());
+    let mantissa = |p: Option<i64>| p.map_or(PRICE_NULL, |p| p / PRICE_E7_TO_E9);
+    out.extend_from_slice(&(size as u16).to_le_bytes());
+    for v in [SNAPSHOT_ROOT_BYTES, SNAPSHOT_TEMPLATE_ID, SCHEMA_ID, SCHEMA_VERSION] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&s.last_msg_seq_num_processed.to_le_bytes());
+    out.extend_from_slice(&s.tot_num_reports.to_le_bytes());
+    out.extend_from_slice(&s.security_id.to_le_bytes());
+    out.extend_from_slice(&s.rpt_seq.to_le_bytes());
+    out.extend_from_slice(&s.transact_time_ns.to_le_bytes());
+    out.extend_from_slice(&s.last_update_time_ns.to_le_bytes());
+    out.extend_from_slice(&s.trade_date.to_le_bytes());
+    out.push(s.trading_status);
+    for p in [s.high_limit_price_e9, s.low_limit_price_e9, s.max_price_variation_e9] {
+        out.extend_from_slice(&mantissa(p).to_le_bytes());
+    }
+    out.extend_from_slice(&SNAPSHOT_ENTRY_BYTES.to_le_bytes());
+    out.push(entries.len() as u8);
+    for e in entries {
+        out.extend_from_slice(&mantissa(e.price_e9).to_le_bytes());
+        out.extend_from_slice(&e.size.unwrap_or(INT32_NULL).to_le_bytes());
+        out.extend_from_slice(&e.orders.unwrap_or(INT32_NULL).to_le_bytes());
+        out.push(e.price_level.unwrap_or(INT8_NULL) as u8);
+        out.extend_from_slice(&e.trading_reference_date.to_le_bytes());
+        out.push(e.open_close_settl_flag);
+        out.push(e.settl_price_type);
+        out.push(e.entry_type);
     }
 }

@@ -9,21 +9,52 @@
 //!   may have carried an update of any instrument of the channel, so every security the channel has carried so far
 //!   is marked stale: one [`Kind::InstrumentStale`] record each, with `venue_seq` = the first lost `MsgSeqNum`,
 //!   `order_id` = that same `MsgSeqNum` and `size` = the number of packets lost (saturated to `u32`), flag
-//!   [`flags::MAYBE_BAD_BOOK`] (the per-`RptSeq` stale records carry no flag). Subscribers' books stay stale until
-//!   a `Clear` (market recovery) rebuilds them. A gap is never silent.
+//!   [`flags::MAYBE_BAD_BOOK`] (the per-`RptSeq` stale records carry no flag). A gap is never silent.
+//! - [`Mdp3Channel::on_snapshot_packet`]: market recovery. Packets of the channel's market recovery (snapshot)
+//!   feed, SnapshotFullRefresh38 per instrument ([`decode_snapshot_packet`]). While a security is stale, a
+//!   snapshot of it is applied when it covers what made it stale (`LastMsgSeqNumProcessed` at or past the last
+//!   lost `MsgSeqNum`, or the packet that showed its `RptSeq` jump) and is not older than the book the channel
+//!   has (`RptSeq` at or above the last `RptSeq` the channel took for it): the channel emits a [`Kind::Clear`]
+//!   for the instrument ([`snapshot_clear_record`]: flags [`flags::MBP`] | [`flags::SNAPSHOT`], `order_id` =
+//!   the snapshot's `RptSeq`, `venue_seq` = its `LastMsgSeqNumProcessed`), then one [`Kind::LevelNew`] per book
+//!   level ([`snapshot_level_record`]: outright and implied, flagged like the incremental level records plus
+//!   `SNAPSHOT`, `LAST` on the last), and the security is good again. The decoder's `RptSeq` for it is set to
+//!   the snapshot's, so incremental entries already in the snapshot (`RptSeq` at or below) are dropped and the
+//!   next one is checked against it. An older snapshot is ignored (the next loop brings a newer one); so is a
+//!   snapshot of a security that is not stale (counted in [`ChannelCounters::snapshots_ignored`]).
+//!
+//! **Good again**: for subscribers, the `Clear` flagged `SNAPSHOT` that follows an `InstrumentStale` of the same
+//! instrument is the signal: `mdfan_wire::MbpBook` drops its stale mark on it, and the levels that follow (up
+//! to the one flagged `LAST`) are the book as of the snapshot. For the caller, [`Mdp3Channel::needs_recovery`]
+//! says whether anything is stale (so a live handler reads the snapshot feed only then, as CME recommends),
+//! [`Mdp3Channel::is_stale`] asks per security, and [`Mdp3Channel::recovery_status`] reports a recovery that
+//! takes longer than [`Mdp3Channel::set_recovery_timeout_ns`] (counted once per episode in
+//! [`ChannelCounters::recovery_timeouts`]; the securities stay stale, the caller logs it, e.g. a snapshot feed
+//! that never answered: [`RecoveryStatus::TimedOut`] with `snapshot_packets` 0).
+//!
+//! A security first seen after a loss is not marked: the channel cannot know it had updates in the lost
+//! packets unless its `RptSeq` jumps (which marks it).
 //!
 //! The caller owns the sockets, the clock and the journal: this type makes no syscall. After warm-up (the
-//! channel's securities seen once) it allocates nothing: the security list is reserved up front
+//! channel's securities seen once) it allocates nothing: the security table is reserved up front
 //! ([`Mdp3Channel::with_capacity`]) and grows only past it.
 //!
 //! Source: CME Client Systems Wiki, "MDP 3.0 - Market Recovery" (a gap on both feeds: recover the instruments
-//! from the snapshot channel) and "MDP 3.0 - Packet Sequence Number".
+//! from the snapshot channel; `LastMsgSeqNumProcessed` and `RptSeq` synchronise a snapshot with the incremental
+//! feed) and "MDP 3.0 - Packet Sequence Number".
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use mdfan_wire::{flags, BookUpdate, Kind};
 
-use crate::mdp3::{book_record, stale_record, DecodeError, Event, Mdp3Decoder};
+use crate::mdp3::{
+    book_record, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, DecodeError,
+    Event, Mdp3Decoder, SnapshotRefresh,
+};
+
+/// How long [`Mdp3Channel::recovery_status`] waits before it reports [`RecoveryStatus::TimedOut`] by default:
+/// 5 s (a CME snapshot loop takes well under that on most channels).
+pub const DEFAULT_RECOVERY_TIMEOUT_NS: u64 = 5_000_000_000;
 
 /// What a channel counted (all since construction).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,17 +73,115 @@ pub struct ChannelCounters {
     pub lost_packets: u64,
     /// `InstrumentStale` records emitted for lost packets (securities marked, summed over the runs).
     pub lost_stale_records: u64,
+    /// Securities that went from good to stale (by a loss or an `RptSeq` jump).
+    pub stale_marked: u64,
+    /// Securities stale now (a gauge: marked and not recovered yet).
+    pub stale_now: u64,
+    /// Packets handed to [`Mdp3Channel::on_snapshot_packet`].
+    pub snapshot_packets: u64,
+    /// Of those, refused by the decoder (see [`Mdp3Channel::last_error`]).
+    pub bad_snapshot_packets: u64,
+    /// SnapshotFullRefresh38 messages seen.
+    pub snapshots: u64,
+    /// Snapshots applied: each brought one stale security back (a `Clear` and its levels emitted).
+    pub snapshots_applied: u64,
+    /// Snapshots ignored: of a security that is not stale (or not of this channel's), or older than needed.
+    pub snapshots_ignored: u64,
+    /// Of `snapshots_ignored`, those older than needed (the next loop's is awaited).
+    pub snapshots_older: u64,
+    /// Level records emitted from snapshots.
+    pub snapshot_level_records: u64,
+    /// Securities recovered (stale, then good again from a snapshot).
+    pub recovered: u64,
+    /// Recovery episodes that outlasted the recovery timeout ([`Mdp3Channel::recovery_status`]).
+    pub recovery_timeouts: u64,
+}
+
+/// Where market recovery stands ([`Mdp3Channel::recovery_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryStatus {
+    /// Nothing is stale: the snapshot feed is not needed.
+    Idle,
+    /// `stale` securities wait for a snapshot since `since_ns` (when the first of them went stale), within the
+    /// timeout; `snapshot_packets` came since then.
+    Waiting {
+        /// Securities stale now.
+        stale: u64,
+        /// When this episode began, ns since the UNIX epoch (the caller's clock).
+        since_ns: u64,
+        /// Snapshot packets handed in since.
+        snapshot_packets: u64,
+    },
+    /// As `Waiting`, past the recovery timeout: the securities stay stale; `snapshot_packets` 0 means the
+    /// snapshot feed never answered. Counted once per episode in [`ChannelCounters::recovery_timeouts`].
+    TimedOut {
+        /// Securities stale now.
+        stale: u64,
+        /// When this episode began, ns since the UNIX epoch.
+        since_ns: u64,
+        /// Snapshot packets handed in since.
+        snapshot_packets: u64,
+    },
+}
+
+/// Per-security state: the list in first-seen order, an index, and the stale marks.
+#[derive(Debug)]
+struct Securities {
+    list: Vec<i32>,
+    index: HashMap<i32, usize>,
+    /// Per security (same order as `list`): `Some(MsgSeqNum)` while stale, the incremental packet a snapshot
+    /// must cover (`LastMsgSeqNumProcessed` at or past it) to be applied.
+    stale: Vec<Option<u32>>,
+    stale_now: u64,
+    /// When the current recovery episode began, and the snapshot packets seen since.
+    since_ns: Option<u64>,
+    snapshot_packets_since: u64,
+    timeout_counted: bool,
+}
+
+impl Securities {
+    fn slot(&mut self, security_id: i32) -> usize {
+        *self.index.entry(security_id).or_insert_with(|| {
+            self.list.push(security_id);
+            self.stale.push(None);
+            self.list.len() - 1
+        })
+    }
+
+    /// Marks `i` stale until a snapshot covering `msg_seq_num`; returns whether it was good before.
+    fn mark(&mut self, i: usize, msg_seq_num: u32, ts_ns: u64) -> bool {
+        let was_good = self.stale[i].is_none();
+        self.stale[i] = Some(self.stale[i].map_or(msg_seq_num, |m| m.max(msg_seq_num)));
+        if was_good {
+            if self.stale_now == 0 {
+                self.since_ns = Some(ts_ns);
+                self.snapshot_packets_since = 0;
+                self.timeout_counted = false;
+            }
+            self.stale_now += 1;
+        }
+        was_good
+    }
+
+    fn recover(&mut self, i: usize) {
+        if self.stale[i].take().is_some() {
+            self.stale_now -= 1;
+            if self.stale_now == 0 {
+                self.since_ns = None;
+            }
+        }
+    }
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct Mdp3Channel {
     decoder: Mdp3Decoder,
-    /// Every security the channel carried, in first-seen order, and the same as a set.
-    securities: Vec<i32>,
-    known: HashSet<i32>,
+    /// Every security the channel carried, in first-seen order, and their stale marks.
+    secs: Securities,
     counters: ChannelCounters,
     last_error: Option<DecodeError>,
+    recovery_timeout_ns: u64,
 }
 
 impl Mdp3Channel {
@@ -61,30 +190,40 @@ impl Mdp3Channel {
     pub fn with_capacity(instruments: usize) -> Mdp3Channel {
         Mdp3Channel {
             decoder: Mdp3Decoder::with_capacity(instruments),
-            securities: Vec::with_capacity(instruments),
-            known: HashSet::with_capacity(instruments),
+            secs: Securities {
+                list: Vec::with_capacity(instruments),
+                index: HashMap::with_capacity(instruments),
+                stale: Vec::with_capacity(instruments),
+                stale_now: 0,
+                since_ns: None,
+                snapshot_packets_since: 0,
+                timeout_counted: false,
+            },
             counters: ChannelCounters::default(),
             last_error: None,
+            recovery_timeout_ns: DEFAULT_RECOVERY_TIMEOUT_NS,
         }
     }
 
     /// Decodes one packet received at `ts_recv_ns` (ns since the UNIX epoch: the datagram's receive stamp) and
     /// hands its records to `out`, in packet order. Returns the records emitted. A refused packet emits nothing
-    /// and is counted.
+    /// and is counted. An `RptSeq` jump marks its security stale until a snapshot covering this packet.
     pub fn on_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.packets += 1;
-        let (securities, known, counters) = (&mut self.securities, &mut self.known, &mut self.counters);
+        let (secs, counters) = (&mut self.secs, &mut self.counters);
         let mut emitted = 0;
         let result = self.decoder.decode_packet(payload, ts_recv_ns, |info, event| {
             let record = match event {
                 Event::Book(e) => {
-                    if known.insert(e.security_id) {
-                        securities.push(e.security_id);
-                    }
+                    secs.slot(e.security_id);
                     counters.level_records += 1;
                     book_record(info, e)
                 }
                 Event::RptSeqGap { security_id, expected, got } => {
+                    let i = secs.slot(*security_id);
+                    if secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
+                        counters.stale_marked += 1;
+                    }
                     counters.rpt_seq_stale_records += 1;
                     stale_record(info, *security_id, *expected, *got)
                 }
@@ -97,11 +236,12 @@ impl Mdp3Channel {
             self.counters.bad_packets += 1;
             self.last_error = Some(e);
         }
+        self.counters.stale_now = self.secs.stale_now;
         emitted
     }
 
     /// Packets `first..=last` (`MsgSeqNum`) came on neither line: marks every security carried so far stale (see
-    /// the module docs for the record). Returns the records emitted.
+    /// the module docs for the record) until a snapshot covering `last`. Returns the records emitted.
     pub fn on_lost_packets(
         &mut self,
         first: u64,
@@ -112,7 +252,12 @@ impl Mdp3Channel {
         let lost = last.saturating_sub(first) + 1;
         self.counters.lost_runs += 1;
         self.counters.lost_packets += lost;
-        for &security_id in &self.securities {
+        let last_lost = last.min(u64::from(u32::MAX)) as u32;
+        for i in 0..self.secs.list.len() {
+            let security_id = self.secs.list[i];
+            if self.secs.mark(i, last_lost, ts_recv_ns) {
+                self.counters.stale_marked += 1;
+            }
             out(&BookUpdate {
                 ts_recv_ns,
                 order_id: first,
@@ -123,8 +268,94 @@ impl Mdp3Channel {
                 ..BookUpdate::control(Kind::InstrumentStale)
             });
         }
-        self.counters.lost_stale_records += self.securities.len() as u64;
-        self.securities.len()
+        self.counters.lost_stale_records += self.secs.list.len() as u64;
+        self.counters.stale_now = self.secs.stale_now;
+        self.secs.list.len()
+    }
+
+    /// Market recovery: decodes one packet of the channel's snapshot feed received at `ts_recv_ns` and applies
+    /// the snapshots of stale securities (module docs: a `Clear` then one `LevelNew` per level, in message
+    /// order, to `out`). Returns the records emitted. A refused packet emits nothing and is counted (the error
+    /// is kept in [`Mdp3Channel::last_error`]). Allocates nothing.
+    pub fn on_snapshot_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
+        self.counters.snapshot_packets += 1;
+        self.secs.snapshot_packets_since += 1;
+        let (decoder, secs, counters) = (&mut self.decoder, &mut self.secs, &mut self.counters);
+        let mut applying: Option<SnapshotRefresh> = None;
+        let mut emitted = 0;
+        let result = decode_snapshot_packet(payload, ts_recv_ns, |info, event| match event {
+            Event::Snapshot(s) => {
+                applying = None;
+                counters.snapshots += 1;
+                let stale = secs.index.get(&s.security_id).and_then(|&i| Some((i, secs.stale[i]?)));
+                let Some((i, must_cover)) = stale else {
+                    counters.snapshots_ignored += 1;
+                    return;
+                };
+                let older = s.last_msg_seq_num_processed < must_cover
+                    || decoder.rpt_seq(s.security_id).is_some_and(|taken| s.rpt_seq < taken);
+                if older {
+                    counters.snapshots_ignored += 1;
+                    counters.snapshots_older += 1;
+                    return;
+                }
+                decoder.resync_rpt_seq(s.security_id, s.rpt_seq);
+                secs.recover(i);
+                counters.snapshots_applied += 1;
+                counters.recovered += 1;
+                out(&snapshot_clear_record(info, s));
+                emitted += 1;
+                applying = Some(*s);
+            }
+            Event::SnapshotEntry(e) => {
+                if let Some(r) = applying.as_ref().and_then(|s| snapshot_level_record(info, s, e)) {
+                    counters.snapshot_level_records += 1;
+                    emitted += 1;
+                    out(&r);
+                }
+            }
+            _ => {}
+        });
+        if let Err(e) = result {
+            self.counters.bad_snapshot_packets += 1;
+            self.last_error = Some(e);
+        }
+        self.counters.stale_now = self.secs.stale_now;
+        emitted
+    }
+
+    /// Whether any security is stale: the caller needs the snapshot feed (and may leave it otherwise).
+    pub fn needs_recovery(&self) -> bool {
+        self.secs.stale_now > 0
+    }
+
+    /// Whether `security_id` is stale now (marked by a loss or an `RptSeq` jump, not recovered yet).
+    pub fn is_stale(&self, security_id: i32) -> bool {
+        self.secs.index.get(&security_id).is_some_and(|&i| self.secs.stale[i].is_some())
+    }
+
+    /// How long a recovery may take before [`Mdp3Channel::recovery_status`] says [`RecoveryStatus::TimedOut`],
+    /// ns ([`DEFAULT_RECOVERY_TIMEOUT_NS`] unless set).
+    pub fn set_recovery_timeout_ns(&mut self, timeout_ns: u64) {
+        self.recovery_timeout_ns = timeout_ns;
+    }
+
+    /// Where market recovery stands at `now_ns` (the caller's clock, as given to the `on_*` calls). The first
+    /// call past the timeout in an episode counts [`ChannelCounters::recovery_timeouts`]; the securities stay
+    /// stale (the caller logs it and keeps reading the snapshot feed).
+    pub fn recovery_status(&mut self, now_ns: u64) -> RecoveryStatus {
+        let Some(since_ns) = self.secs.since_ns.filter(|_| self.secs.stale_now > 0) else {
+            return RecoveryStatus::Idle;
+        };
+        let (stale, snapshot_packets) = (self.secs.stale_now, self.secs.snapshot_packets_since);
+        if now_ns.saturating_sub(since_ns) <= self.recovery_timeout_ns {
+            return RecoveryStatus::Waiting { stale, since_ns, snapshot_packets };
+        }
+        if !self.secs.timeout_counted {
+            self.secs.timeout_counted = true;
+            self.counters.recovery_timeouts += 1;
+        }
+        RecoveryStatus::TimedOut { stale, since_ns, snapshot_packets }
     }
 
     /// The counters.
@@ -144,6 +375,6 @@ impl Mdp3Channel {
 
     /// The securities the channel has carried, in first-seen order.
     pub fn securities(&self) -> &[i32] {
-        &self.securities
+        &self.secs.list
     }
 }

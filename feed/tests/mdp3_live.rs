@@ -5,17 +5,24 @@
 //! The receiver's sockets get a 32 MiB buffer (SO_RCVBUFFORCE as root: CI runs as root), which holds the whole
 //! capture, so the kernel drops nothing even when this thread falls behind; gaps are decided by both lines moving
 //! past a seq (the timeout is set far out, 10 s, so a host stall cannot decide one).
+//!
+//! Market recovery: a third socket receives the simulator's snapshot feed (`SimConfig::recovery`). Like a live
+//! handler, the test hands its packets to the channel only while `needs_recovery()`; the others are read and
+//! dropped, as if the handler had left the feed. A run ends once every datagram sent on the lines and on the
+//! snapshot feed (the simulator's count, its linger included) was received.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use mdfan_feed::mdp3_channel::Mdp3Channel;
-use mdfan_feedsim::{run, Impairment, Mdp3, SimConfig, Summary};
+use mdfan_feed::mdp3::{book_record, Event as Mdp3Event, Mdp3Decoder};
+use mdfan_feed::mdp3_channel::{Mdp3Channel, RecoveryStatus};
+use mdfan_feedsim::{run, Impairment, Mdp3, RecoveryConfig, SimConfig, Summary};
 use mdfan_lines::{
-    realtime_ns, ArbiterConfig, ArbiterCounters, Event, Line, LineConfig, LineReceiver, Mdp3Seq, ReceiverConfig,
+    realtime_ns, ArbiterConfig, ArbiterCounters, Event, Line, LineConfig, LineReceiver, LineSocket, Mdp3Seq,
+    ReceiverConfig,
 };
-use mdfan_wire::{flags, BookUpdate, Kind, MbpBooks, Side};
+use mdfan_wire::{flags, BookUpdate, Kind, MbpBooks, Side, MBP_DEPTH};
 
 const PACKETS: u64 = 5_000;
 
@@ -32,15 +39,22 @@ struct Outcome {
     stale: Vec<BookUpdate>,
     /// Records that were not stamped with a receive time.
     unstamped: u64,
+    /// Every record, in order.
+    records: Vec<BookUpdate>,
+    /// Snapshot feed datagrams received, and of those handed to the channel.
+    snapshot_datagrams: u64,
+    snapshot_fed: u64,
 }
 
 /// Plays the capture onto two unicast loopback lines and runs the handler's path until everything sent arrived.
-fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
+fn run_live(tweak: impl FnOnce(&mut SimConfig, SocketAddrV4)) -> Outcome {
     let big =
         |port| LineConfig { rcvbuf_bytes: 32 << 20, ..LineConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)) };
     let mut rcfg = ReceiverConfig::new(big(0), big(0));
     rcfg.arbiter = ArbiterConfig { gap_timeout_ns: 10_000_000_000, ..ArbiterConfig::default() };
     let mut rx = LineReceiver::open(&rcfg, Mdp3Seq).expect("open the lines");
+    let mut snapshot_feed = LineSocket::open(&big(0)).expect("open the snapshot feed's socket");
+    assert!(snapshot_feed.rcvbuf_bytes() >= 32 << 20, "snapshot feed: SO_RCVBUF: run as root or raise rmem_max");
     for line in [Line::A, Line::B] {
         let got = rx.socket(line).rcvbuf_bytes();
         assert!(got >= 32 << 20, "line {line:?}: SO_RCVBUF {got} bytes: run as root or raise net.core.rmem_max");
@@ -56,12 +70,15 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: None,
     };
-    tweak(&mut cfg);
+    tweak(&mut cfg, snapshot_feed.local_addr());
     let shutdown = AtomicBool::new(false);
     let mut channel = Mdp3Channel::with_capacity(64);
     let mut books = MbpBooks::with_capacity(64);
-    let (mut stale, mut unstamped) = (Vec::new(), 0u64);
+    let (mut stale, mut unstamped, mut records) = (Vec::new(), 0u64, Vec::new());
+    let (mut snapshot_datagrams, mut snapshot_fed) = (0u64, 0u64);
+    let mut buf = vec![0u8; 65_536];
     let mut book_errors = Vec::new();
     let summary = std::thread::scope(|s| {
         let mut sim = Some(s.spawn(|| run(&cfg, &mut Mdp3, &shutdown)));
@@ -69,6 +86,7 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
         let start = Instant::now();
         loop {
             let mut to_books = |r: &BookUpdate| {
+                records.push(*r);
                 if r.kind() == Some(Kind::InstrumentStale) {
                     stale.push(*r);
                 }
@@ -88,11 +106,20 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
                 }
             })
             .expect("poll");
+            while let Some(d) = snapshot_feed.recv(&mut buf).expect("snapshot feed recv") {
+                snapshot_datagrams += 1;
+                if channel.needs_recovery() {
+                    snapshot_fed += 1;
+                    channel.on_snapshot_packet(&buf[..d.len], d.ts_recv_ns, &mut to_books);
+                }
+            }
             if let Some(h) = sim.take_if(|h| h.is_finished()) {
                 summary = Some(h.join().expect("simulator thread").expect("simulator run"));
             }
             if let Some(sm) = &summary {
-                if rx.line_counters().datagrams == [sm.lines[0].sent, sm.lines[1].sent] {
+                if rx.line_counters().datagrams == [sm.lines[0].sent, sm.lines[1].sent]
+                    && snapshot_datagrams == sm.recovery_sent.unwrap_or(0)
+                {
                     break sm.clone();
                 }
             }
@@ -105,13 +132,23 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig)) -> Outcome {
         }
     });
     assert!(book_errors.is_empty(), "book errors: {book_errors:?}");
-    Outcome { summary, arbiter: *rx.arbiter_counters(), channel, books, stale, unstamped }
+    Outcome {
+        summary,
+        arbiter: *rx.arbiter_counters(),
+        channel,
+        books,
+        stale,
+        unstamped,
+        records,
+        snapshot_datagrams,
+        snapshot_fed,
+    }
 }
 
 #[test]
 fn two_percent_loss_on_each_line_gives_the_reference_book_with_no_gap() {
     let loss = Impairment { loss: 0.02, ..Impairment::default() };
-    let o = run_live(|c| {
+    let o = run_live(|c, _| {
         c.impair_a = loss;
         c.impair_b = loss;
         c.seed = 13;
@@ -138,7 +175,7 @@ fn two_percent_loss_on_each_line_gives_the_reference_book_with_no_gap() {
 #[test]
 fn forty_packets_lost_on_both_lines_mark_every_security_seen_so_far_stale() {
     let (first, last) = (17_350_000u64, 17_350_039u64);
-    let o = run_live(|c| c.drop_seqs = Some((first, last)));
+    let o = run_live(|c, _| c.drop_seqs = Some((first, last)));
     let a = o.arbiter;
     assert_eq!((a.gap_seqs, a.gap_events), (40, 1));
     let c = o.channel.counters();
@@ -157,4 +194,125 @@ fn forty_packets_lost_on_both_lines_mark_every_security_seen_so_far_stale() {
     assert_eq!(c.rpt_seq_stale_records, (o.stale.len() - by_loss.len()) as u64);
     // Without market recovery the books stay stale: never silently wrong.
     assert!(o.books.get(SECURITY).expect("174969 has a book").is_stale());
+}
+
+/// The books of the whole capture without loss (line A decoded in order): what recovery must end with.
+fn lossless_books() -> MbpBooks {
+    let cap = mdfan_feed::pcap::read_udp_pcapng(&mdp3_ref::capture_path()).expect("bundled capture reads");
+    let line_a: SocketAddrV4 = "224.0.31.11:14320".parse().unwrap();
+    let (mut dec, mut books) = (Mdp3Decoder::default(), MbpBooks::with_capacity(64));
+    for p in cap.packets.iter().filter(|p| p.dst == line_a) {
+        dec.decode_packet(&p.payload, p.ts_ns, |info, ev| {
+            if let Mdp3Event::Book(e) = ev {
+                books.apply(&book_record(info, e)).unwrap();
+            }
+        })
+        .unwrap();
+    }
+    books
+}
+
+/// The instruments that were marked stale (by the loss or an RptSeq jump), ascending.
+fn stale_ids(o: &Outcome) -> Vec<u32> {
+    let mut ids: Vec<u32> = o.stale.iter().map(|r| r.instrument_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+const DROPPED: (u64, u64) = (17_350_000, 17_350_039);
+/// Securities the channel had carried before MsgSeqNum 17,350,000: each marked stale by the loss.
+const LOST_STALE: u64 = 29;
+/// Level records of the capture's book entries outside the 40 lost packets (5,848 - 46).
+const LEVEL_RECORDS_AFTER_LOSS: u64 = 5_802;
+
+#[test]
+fn forty_packets_lost_on_both_lines_are_recovered_from_the_snapshot_feed() {
+    let mut o = run_live(|c, snapshot| {
+        c.drop_seqs = Some(DROPPED);
+        c.recovery = Some(RecoveryConfig { interval_ms: 10, linger_ms: 300, ..RecoveryConfig::new(snapshot) });
+    });
+    let a = o.arbiter;
+    assert_eq!((a.gap_seqs, a.gap_events), (40, 1));
+    let c = o.channel.counters().clone();
+    assert_eq!((c.packets, c.bad_packets, c.lost_runs, c.lost_packets), (PACKETS - 40, 0, 1, 40));
+    // Stale: every security seen before the hole (the loss), each once; those first seen after it are not.
+    assert_eq!(c.lost_stale_records, LOST_STALE);
+    let ids = stale_ids(&o);
+    assert_eq!(ids.len() as u64, c.stale_marked);
+    assert_eq!(c.stale_marked, LOST_STALE, "no security outside those was marked by an RptSeq jump");
+    assert!(ids.contains(&SECURITY));
+    // Recovered: one snapshot applied per stale security, none left stale.
+    assert_eq!((c.snapshots_applied, c.recovered, c.stale_now), (LOST_STALE, LOST_STALE, 0));
+    assert!(!o.channel.needs_recovery());
+    assert_eq!(o.channel.recovery_status(u64::MAX), RecoveryStatus::Idle);
+    assert_eq!((c.bad_snapshot_packets, c.recovery_timeouts), (0, 0));
+    assert!(o.snapshot_fed > 0 && o.snapshot_fed <= o.snapshot_datagrams);
+    assert_eq!(c.snapshot_packets, o.snapshot_fed);
+    assert_eq!(c.snapshots, c.snapshots_applied + c.snapshots_ignored);
+    // What subscribers see: per stale security, its last InstrumentStale, then a Clear flagged SNAPSHOT, then
+    // its levels, the last flagged LAST.
+    for &id in &ids {
+        let last_stale =
+            o.records.iter().rposition(|r| r.instrument_id == id && r.kind() == Some(Kind::InstrumentStale));
+        let clears: Vec<usize> = (0..o.records.len())
+            .filter(|&i| o.records[i].instrument_id == id && o.records[i].kind() == Some(Kind::Clear))
+            .collect();
+        assert_eq!(clears.len(), 1, "security {id}: one recovery");
+        assert!(clears[0] > last_stale.unwrap(), "security {id}: the Clear comes after the stale mark");
+        assert_eq!(o.records[clears[0]].flags, flags::MBP | flags::SNAPSHOT);
+    }
+    let snapshot_levels =
+        o.records.iter().filter(|r| r.kind() == Some(Kind::LevelNew) && r.flags & flags::SNAPSHOT != 0);
+    assert_eq!(snapshot_levels.clone().count() as u64, c.snapshot_level_records);
+    assert!(c.snapshot_level_records > 0);
+    // The books end exactly as without the loss: every instrument, every position, and 174969 the README's.
+    let want = lossless_books();
+    assert_eq!((o.books.len(), want.len()), (39, 39));
+    for w in want.iter() {
+        let b = o.books.get(w.instrument_id()).expect("every book");
+        assert!(!b.is_stale(), "{} recovered", w.instrument_id());
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(b.top(side, MBP_DEPTH), w.top(side, MBP_DEPTH), "{} {side:?}", w.instrument_id());
+        }
+    }
+    let b = o.books.get(SECURITY).expect("174969 has a book");
+    assert_eq!(b.top(Side::Bid, 5), reference_bids());
+    assert_eq!(b.top(Side::Ask, 5), reference_asks());
+}
+
+#[test]
+fn a_snapshot_feed_that_never_answers_leaves_the_lost_securities_stale_and_says_so() {
+    let o = run_live(|c, snapshot| {
+        c.drop_seqs = Some(DROPPED);
+        c.recovery = Some(RecoveryConfig { linger_ms: 0, silent: true, ..RecoveryConfig::new(snapshot) });
+    });
+    assert_eq!(o.summary.recovery_sent, Some(0));
+    assert_eq!((o.snapshot_datagrams, o.snapshot_fed), (0, 0));
+    let ids = stale_ids(&o);
+    let mut ch = o.channel;
+    let c = ch.counters().clone();
+    assert_eq!(
+        (c.lost_runs, c.lost_stale_records, c.stale_marked, c.stale_now),
+        (1, LOST_STALE, LOST_STALE, LOST_STALE)
+    );
+    assert_eq!((c.snapshot_packets, c.snapshots_applied, c.recovered), (0, 0, 0));
+    assert!(ch.needs_recovery());
+    // The caller's clock passes the timeout: reported (once), the securities stay stale.
+    let RecoveryStatus::Waiting { since_ns, .. } = ch.recovery_status(0) else { panic!("waiting") };
+    ch.set_recovery_timeout_ns(1_000_000_000);
+    let timed_out = RecoveryStatus::TimedOut { stale: LOST_STALE, since_ns, snapshot_packets: 0 };
+    assert_eq!(ch.recovery_status(since_ns + 1_000_000_001), timed_out);
+    assert_eq!(ch.recovery_status(since_ns + 9_000_000_000), timed_out);
+    assert_eq!(ch.counters().recovery_timeouts, 1);
+    assert_eq!(ids.len() as u64, LOST_STALE);
+    for &id in &ids {
+        assert!(ch.is_stale(id as i32));
+        assert!(o.books.get(id).unwrap().is_stale(), "{id} stays stale: never silently wrong");
+    }
+    // The securities first seen after the hole were never stale and kept updating.
+    let fresh: Vec<_> = o.books.iter().filter(|b| !ids.contains(&b.instrument_id())).collect();
+    assert_eq!(fresh.len() as u64, 39 - LOST_STALE);
+    assert!(fresh.iter().all(|b| !b.is_stale() && b.records() > 0));
+    assert_eq!(c.level_records, LEVEL_RECORDS_AFTER_LOSS);
 }

@@ -9,10 +9,42 @@
 //!   packets with session, sequence number and message count) encodes here;
 //! - the feed's recovery channel ([`Feed::recovery`], a [`RecoveryServer`]): CME MDP 3.0 market recovery (a
 //!   snapshot channel cycling the book state of every instrument, built from the simulator's own state), or
-//!   MoldUDP64 retransmission (requests by sequence number and count, answered from the packets sent). Not
-//!   implemented yet for MDP 3.0: `Mdp3::recovery` is `None`, and this is the extension point.
+//!   MoldUDP64 retransmission (requests by sequence number and count, answered from the packets sent). A feed
+//!   opens it with [`Feed::open_recovery`] when [`crate::SimConfig::recovery`] asks; [`crate::run`] hands it
+//!   every published packet and polls it. MDP 3.0: [`crate::snapshot::Mdp3SnapshotServer`].
+
+use std::net::SocketAddrV4;
 
 use mdfan_lines::{Line, Mdp3Seq, SeqExtractor};
+
+use crate::snapshot::Mdp3SnapshotServer;
+use crate::SimError;
+
+/// Snapshot loop period by default, ms.
+pub const DEFAULT_INTERVAL_MS: u64 = 20;
+/// How long the recovery server keeps serving after the capture's last packet by default, ms.
+pub const DEFAULT_LINGER_MS: u64 = 1_000;
+
+/// The recovery server a run opens ([`crate::SimConfig::recovery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// Where it sends (MDP 3.0: the snapshot feed): a multicast group (sent on 127.0.0.1, TTL 0) or a loopback
+    /// address.
+    pub addr: SocketAddrV4,
+    /// Period of the snapshot loop, ms (at least 1).
+    pub interval_ms: u64,
+    /// How long it keeps serving after the capture's last packet was sent, ms.
+    pub linger_ms: u64,
+    /// Keep the state but send nothing: a recovery channel that never answers (tests).
+    pub silent: bool,
+}
+
+impl RecoveryConfig {
+    /// Sending to `addr` with the default interval and linger, not silent.
+    pub fn new(addr: SocketAddrV4) -> Self {
+        RecoveryConfig { addr, interval_ms: DEFAULT_INTERVAL_MS, linger_ms: DEFAULT_LINGER_MS, silent: false }
+    }
+}
 
 /// Answers a feed's recovery requests from the simulator's own state (snapshot channel or retransmissions).
 pub trait RecoveryServer {
@@ -42,10 +74,20 @@ pub trait Feed {
     fn recovery(&mut self) -> Option<&mut dyn RecoveryServer> {
         None
     }
+
+    /// Opens the feed's recovery server as `cfg` asks ([`crate::run`] calls it when
+    /// [`crate::SimConfig::recovery`] is set, and then serves it through [`Feed::recovery`]).
+    ///
+    /// # Errors
+    /// [`SimError::NoRecovery`] by default (the feed has none); the server's own error otherwise.
+    fn open_recovery(&self, cfg: &RecoveryConfig) -> Result<Box<dyn RecoveryServer>, SimError> {
+        let _ = cfg;
+        Err(SimError::NoRecovery(self.name()))
+    }
 }
 
 /// CME Globex MDP 3.0 incremental feed: `MsgSeqNum` is payload bytes 0..4 (u32 LE); packets pass through.
-/// Market recovery (the snapshot channel) is the documented extension point: [`Feed::recovery`] is `None`.
+/// Market recovery: [`Feed::open_recovery`] opens the snapshot feed ([`Mdp3SnapshotServer`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Mdp3;
 
@@ -56,5 +98,33 @@ impl Feed for Mdp3 {
 
     fn seq(&self, payload: &[u8]) -> Option<u64> {
         Mdp3Seq.seq(payload)
+    }
+
+    fn open_recovery(&self, cfg: &RecoveryConfig) -> Result<Box<dyn RecoveryServer>, SimError> {
+        Ok(Box::new(Mdp3SnapshotServer::open(cfg)?))
+    }
+}
+
+/// A feed with the recovery server [`crate::run`] opened for it.
+pub(crate) struct WithRecovery<'a> {
+    pub(crate) feed: &'a mut dyn Feed,
+    pub(crate) server: Box<dyn RecoveryServer>,
+}
+
+impl Feed for WithRecovery<'_> {
+    fn name(&self) -> &'static str {
+        self.feed.name()
+    }
+
+    fn seq(&self, payload: &[u8]) -> Option<u64> {
+        self.feed.seq(payload)
+    }
+
+    fn encode(&mut self, line: Line, payload: &[u8], out: &mut Vec<u8>) {
+        self.feed.encode(line, payload, out);
+    }
+
+    fn recovery(&mut self) -> Option<&mut dyn RecoveryServer> {
+        Some(self.server.as_mut())
     }
 }

@@ -8,6 +8,7 @@
 //! - [`impair`]: the per-line impairment model.
 //! - [`feed`]: what a feed adds ([`Feed`]: seq extraction, an encoder hook, a recovery-server hook), with CME MDP
 //!   3.0 ([`Mdp3`]).
+//! - [`snapshot`]: CME MDP 3.0 market recovery, the snapshot feed served from the simulator's own books.
 //! - [`sender`]: the sockets (multicast on 127.0.0.1 with TTL 0, or loopback unicast; nothing else).
 //! - [`plan`] and [`play`]: which datagram goes out on which line when, and sending it.
 //!
@@ -19,6 +20,7 @@ pub mod capture;
 pub mod feed;
 pub mod impair;
 pub mod sender;
+pub mod snapshot;
 
 use std::fmt;
 use std::net::SocketAddrV4;
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 use mdfan_lines::Line;
 
 pub use capture::{read_capture, Capture, CaptureError, UdpPacket};
-pub use feed::{Feed, Mdp3, RecoveryServer};
+pub use feed::{Feed, Mdp3, RecoveryConfig, RecoveryServer};
 pub use impair::{plan_line, Impairment, LinePlan};
 pub use sender::{LineSender, SendError};
 
@@ -56,6 +58,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Seqs `first..=last` dropped on both lines.
     pub drop_seqs: Option<(u64, u64)>,
+    /// The feed's recovery server (MDP 3.0: the snapshot feed); `None`: no recovery channel.
+    pub recovery: Option<RecoveryConfig>,
 }
 
 /// A run failed.
@@ -91,6 +95,9 @@ pub enum SimError {
     /// The feed's recovery server failed.
     #[error("recovery server: {0}")]
     Recovery(std::io::Error),
+    /// A recovery server was asked of a feed that has none.
+    #[error("feed {0} has no recovery server")]
+    NoRecovery(&'static str),
 }
 
 fn list(groups: &[SocketAddrV4]) -> String {
@@ -254,6 +261,8 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Stopped early by the shutdown flag.
     pub interrupted: bool,
+    /// Datagrams the recovery server sent (linger included); `None` without one.
+    pub recovery_sent: Option<u64>,
 }
 
 impl fmt::Display for Summary {
@@ -270,21 +279,24 @@ impl fmt::Display for Summary {
             self.lines[0].sent + self.lines[1].sent,
             self.elapsed.as_secs_f64() * 1e3,
             if self.interrupted { "interrupted" } else { "complete" }
-        )
+        )?;
+        if let Some(n) = self.recovery_sent {
+            write!(f, " recovery_sent={n}")?;
+        }
+        Ok(())
     }
 }
 
 /// Waits until `due` (sleeps while far, then spins) and polls the recovery server meanwhile.
-fn wait_until(due: Instant, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Result<(), SimError> {
+fn wait_until(due: Instant, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Result<u64, SimError> {
     /// Below this, spin instead of sleeping: a sleep can overshoot by the timer slack (~50 us) or more.
     const SPIN_BELOW: Duration = Duration::from_micros(200);
+    let mut sent = 0;
     loop {
-        if let Some(r) = feed.recovery() {
-            r.poll(mdfan_lines::realtime_ns()).map_err(SimError::Recovery)?;
-        }
+        sent += poll_recovery(feed)?;
         let now = Instant::now();
         if now >= due || shutdown.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(sent);
         }
         let left = due - now;
         if left > SPIN_BELOW {
@@ -293,6 +305,26 @@ fn wait_until(due: Instant, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Resul
             std::hint::spin_loop();
         }
     }
+}
+
+/// Polls the feed's recovery server, if any; returns the datagrams it sent.
+fn poll_recovery(feed: &mut dyn Feed) -> Result<u64, SimError> {
+    match feed.recovery() {
+        Some(r) => Ok(r.poll(mdfan_lines::realtime_ns()).map_err(SimError::Recovery)? as u64),
+        None => Ok(0),
+    }
+}
+
+/// Keeps the feed's recovery server serving for `linger` after the last send (stops early on `shutdown`);
+/// returns the datagrams it sent.
+pub fn linger(feed: &mut dyn Feed, linger: Duration, shutdown: &AtomicBool) -> Result<u64, SimError> {
+    let end = Instant::now() + linger;
+    let mut sent = 0;
+    while Instant::now() < end && !shutdown.load(Ordering::Relaxed) {
+        sent += poll_recovery(feed)?;
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    Ok(sent)
 }
 
 /// Sends a plan: each datagram at `start + (ts - first ts) / speed` (at once with speed 0). Stops early when
@@ -309,6 +341,7 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
     let start = Instant::now();
     let t0 = plan.events.first().map_or(0, |e| e.ts_ns);
     let mut interrupted = false;
+    let mut recovery_sent = 0;
     for e in &plan.events {
         if shutdown.load(Ordering::Relaxed) {
             interrupted = true;
@@ -316,7 +349,7 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
         }
         if speed > 0.0 {
             let offset_ns = e.ts_ns.saturating_sub(t0) as f64 / speed;
-            wait_until(start + Duration::from_nanos(offset_ns as u64), feed, shutdown)?;
+            recovery_sent += wait_until(start + Duration::from_nanos(offset_ns as u64), feed, shutdown)?;
         }
         let li = e.line.index();
         let payload = &packets[e.packet].payload;
@@ -334,6 +367,7 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
         feed.encode(e.line, payload, &mut out);
         senders[li].send(&out)?;
         lines[li].sent += 1;
+        recovery_sent += poll_recovery(feed)?;
     }
     debug_assert!(interrupted || (lines[0].sent, lines[1].sent) == (planned[0], planned[1]));
     Ok(Summary {
@@ -343,11 +377,20 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
         feed: feed.name(),
         elapsed: start.elapsed(),
         interrupted,
+        recovery_sent: feed.recovery().map(|_| recovery_sent),
     })
 }
 
-/// Plans and plays a run.
+/// Plans and plays a run. With [`SimConfig::recovery`], the feed's recovery server is opened first
+/// ([`Feed::open_recovery`]), sees every published packet, is polled between sends and keeps serving for
+/// `linger_ms` after the last one.
 pub fn run(cfg: &SimConfig, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Result<Summary, SimError> {
     let p = plan(cfg, feed)?;
-    play(p, cfg.speed, feed, shutdown)
+    let Some(rc) = &cfg.recovery else { return play(p, cfg.speed, feed, shutdown) };
+    let server = feed.open_recovery(rc)?;
+    let mut with = feed::WithRecovery { feed, server };
+    let mut summary = play(p, cfg.speed, &mut with, shutdown)?;
+    let lingered = linger(&mut with, Duration::from_millis(rc.linger_ms), shutdown)?;
+    summary.recovery_sent = summary.recovery_sent.map(|n| n + lingered);
+    Ok(summary)
 }

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
-use mdfan_feedsim::{run, Impairment, Mdp3, SimConfig};
+use mdfan_feedsim::feed::{DEFAULT_INTERVAL_MS, DEFAULT_LINGER_MS};
+use mdfan_feedsim::{run, Impairment, Mdp3, RecoveryConfig, SimConfig};
 
 /// Plays the UDP datagrams of a pcap/pcapng capture onto lines A and B (multicast on 127.0.0.1 with TTL 0, or
 /// loopback unicast), at the recorded pace or faster, with seeded loss, duplication and reordering per line.
@@ -50,6 +51,19 @@ struct Cli {
     /// Drop these MsgSeqNums on both lines (FIRST-LAST, inclusive).
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
     drop_seqs: Option<(u64, u64)>,
+    /// Serve the MDP 3.0 snapshot feed (market recovery) to this address (multicast group or 127.0.0.1:PORT):
+    /// a loop of SnapshotFullRefresh38 per instrument from the simulator's own books.
+    #[arg(long, value_name = "ADDR:PORT")]
+    snapshot: Option<SocketAddrV4>,
+    /// Period of the snapshot loop, ms.
+    #[arg(long, default_value_t = DEFAULT_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    snapshot_interval_ms: u64,
+    /// How long the snapshot feed keeps serving after the capture's last packet, ms.
+    #[arg(long, default_value_t = DEFAULT_LINGER_MS)]
+    snapshot_linger_ms: u64,
+    /// The snapshot feed keeps its books but never sends (a recovery channel that never answers).
+    #[arg(long, requires = "snapshot")]
+    snapshot_silent: bool,
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -75,6 +89,12 @@ fn main() -> ExitCode {
         impair_b: Impairment { loss: cli.loss_b, dup: cli.dup, reorder: cli.reorder },
         seed: cli.seed,
         drop_seqs: cli.drop_seqs,
+        recovery: cli.snapshot.map(|addr| RecoveryConfig {
+            addr,
+            interval_ms: cli.snapshot_interval_ms,
+            linger_ms: cli.snapshot_linger_ms,
+            silent: cli.snapshot_silent,
+        }),
     };
     let shutdown = AtomicBool::new(false);
     match run(&cfg, &mut Mdp3, &shutdown) {

@@ -52,3 +52,43 @@ fn a_missing_file_and_a_remote_destination_exit_1_naming_them() {
     let out = feedsim().args(["--pcap", CAPTURE, "--send-a", "127.0.0.1:9"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "missing --send-b is a usage error");
 }
+
+#[test]
+fn the_snapshot_feed_is_served_from_the_simulators_books_and_counted() {
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dest = sink.local_addr().unwrap().to_string();
+    let snapshot = UdpSocket::bind("127.0.0.1:0").unwrap();
+    snapshot.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let snap = snapshot.local_addr().unwrap().to_string();
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &dest, "--send-b", &dest, "--speed", "0"])
+        .args(["--snapshot", &snap, "--snapshot-interval-ms", "5", "--snapshot-linger-ms", "30"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let last = text.lines().nth(2).unwrap();
+    let sent: u64 = last.rsplit_once(" recovery_sent=").expect("recovery_sent in the total").1.parse().unwrap();
+    assert!(last.contains("end=complete") && sent > 0, "{text}");
+    // The first packet of the first loop: MsgSeqNum 1, SnapshotFullRefresh38 messages only.
+    let mut buf = [0u8; 2048];
+    let n = snapshot.recv(&mut buf).unwrap();
+    let mut templates = Vec::new();
+    let h = mdfan_feed::mdp3::decode_snapshot_packet(&buf[..n], 0, |info, _| templates.push(info.template_id)).unwrap();
+    assert_eq!(h.msg_seq_num, 1);
+    assert!(!templates.is_empty() && templates.iter().all(|t| *t == 38));
+    // A silent snapshot feed sends nothing; one off loopback is refused.
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &dest, "--send-b", &dest, "--speed", "0"])
+        .args(["--snapshot", &snap, "--snapshot-silent", "--snapshot-linger-ms", "0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).trim_end().ends_with("end=complete recovery_sent=0"));
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &dest, "--send-b", &dest, "--snapshot", "192.0.2.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line snapshot destination 192.0.2.1:9: only a multicast group"), "{err}");
+}

@@ -60,6 +60,7 @@ fn run_loopback(a: SocketAddrV4, b: SocketAddrV4, tweak: impl FnOnce(&mut SimCon
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: None,
     };
     tweak(&mut cfg);
     let shutdown = AtomicBool::new(false);
@@ -246,6 +247,7 @@ fn a_truncated_capture_is_a_clear_error_naming_file_and_packet() {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: None,
     };
     let err = mdfan_feedsim::plan(&cfg, &Mdp3).unwrap_err();
     assert!(matches!(err, SimError::Capture(mdfan_feedsim::CaptureError::Packet { packet: 20, .. })), "{err:?}");
@@ -272,6 +274,7 @@ fn the_capture_plans_as_documented() {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: None,
     };
     let p = mdfan_feedsim::plan(&cfg, &Mdp3).unwrap();
     assert_eq!(p.capture.packets.len(), 10_000);

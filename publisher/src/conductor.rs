@@ -633,6 +633,10 @@ impl Conductor {
             file.set("mdfan_feed_bad_packets_total", "", Counter, f.bad_packets);
             file.set("mdfan_feed_level_records_total", "", Counter, f.level_records);
             file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
+            file.set("mdfan_feed_snapshot_packets_total", "", Counter, f.snapshot_packets);
+            file.set("mdfan_feed_recovered_total", "", Counter, f.recovered);
+            file.set("mdfan_feed_stale_instruments", "", Gauge, f.stale_now);
+            file.set("mdfan_feed_recovery_timeouts_total", "", Counter, f.recovery_timeouts);
         }
         let order = self
             .reports

@@ -25,6 +25,7 @@
 //! b = "224.0.32.11:15320"      # line B
 //! interface = "10.1.2.3"       # address of the NIC that joins the groups. Default 127.0.0.1.
 //! snapshot = "224.0.31.43:..." # market recovery (snapshot) channel; default: none (gaps stay stale)
+//! recovery_timeout_ms = 5000   # stale instruments wait this long for a snapshot before it is reported. Default 5000.
 //! rcvbuf_bytes = 33554432      # socket receive buffer per line. Default 32 MiB.
 //! gap_timeout_ms = 10          # a seq missing on both lines this long is a gap. Default 10.
 //! line_tolerance = 8           # ... or once both lines are this many seqs past it. Default 8.
@@ -147,6 +148,10 @@ pub struct LinesSection {
     /// Socket receive buffer per line, bytes: what absorbs a burst, or the journal being full for a while.
     #[serde(default = "default_rcvbuf_bytes")]
     pub rcvbuf_bytes: usize,
+    /// How long stale instruments wait for the snapshot feed before the recovery is reported as timed out (they
+    /// stay stale; a later snapshot still recovers them), in ms.
+    #[serde(default = "default_recovery_timeout_ms")]
+    pub recovery_timeout_ms: u64,
     /// A seq missing on both lines while later packets wait this long is a gap, in ms.
     #[serde(default = "default_gap_timeout_ms")]
     pub gap_timeout_ms: u64,
@@ -167,6 +172,9 @@ fn default_interface() -> std::net::Ipv4Addr {
 }
 fn default_rcvbuf_bytes() -> usize {
     32 << 20
+}
+fn default_recovery_timeout_ms() -> u64 {
+    5_000
 }
 fn default_gap_timeout_ms() -> u64 {
     10
@@ -454,6 +462,10 @@ impl Config {
                 }
                 if lines.a == lines.b && lines.a.port() != 0 {
                     return Err(bad("lines.b", format!("{}: the same address as line A", lines.b)));
+                }
+                if !(1..=3_600_000).contains(&lines.recovery_timeout_ms) {
+                    let v = lines.recovery_timeout_ms;
+                    return Err(bad("lines.recovery_timeout_ms", format!("{v}: must be 1 to 3600000")));
                 }
                 if !(1..=60_000).contains(&lines.gap_timeout_ms) {
                     return Err(bad("lines.gap_timeout_ms", format!("{}: must be 1 to 60000", lines.gap_timeout_ms)));

@@ -106,7 +106,7 @@ pub struct Publisher {
     counters: Arc<AgentCounters>,
     sender: AnySender,
     /// A live feed's counters and its lines' bound addresses (A, B).
-    live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2])>,
+    live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
 }
@@ -147,7 +147,7 @@ impl Publisher {
         let (feed, live) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Mdp3, Some(lines)) => {
                 let live = LiveMdp3::open(lines)?;
-                let counters = (live.counters(), live.line_addrs());
+                let counters = (live.counters(), live.line_addrs(), live.snapshot_addr());
                 (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters))
             }
             _ => (FeedAgent::new(MboStream::open(&cfg.feed.path)?, writer, Arc::clone(&feed_stop)), None),
@@ -175,12 +175,17 @@ impl Publisher {
 
     /// A live feed's counters (`None` for a file).
     pub fn live_counters(&self) -> Option<Arc<LiveCounters>> {
-        self.live.as_ref().map(|(c, _)| Arc::clone(c))
+        self.live.as_ref().map(|(c, _, _)| Arc::clone(c))
     }
 
     /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
-        self.live.as_ref().map(|(_, a)| *a)
+        self.live.as_ref().map(|(_, a, _)| *a)
+    }
+
+    /// A live feed's market recovery (snapshot) feed as bound, if `lines.snapshot` is set.
+    pub fn snapshot_addr(&self) -> Option<std::net::SocketAddrV4> {
+        self.live.as_ref().and_then(|(_, _, s)| *s)
     }
 
     /// What the feed is, for logs: the file, or `mdp3 lines A=.. B=..`.
@@ -291,7 +296,7 @@ impl Publisher {
             counters,
             counters_file,
             counters_written: std::time::Instant::now(),
-            live_feed: live.as_ref().map(|(c, _)| Arc::clone(c)),
+            live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
             mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),

@@ -21,8 +21,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mdfan_feed::mdp3_channel::Mdp3Channel;
-use mdfan_lines::{realtime_ns, ArbiterConfig, Event, LineConfig, LineError, LineReceiver, Mdp3Seq, ReceiverConfig};
+use mdfan_feed::mdp3_channel::{Mdp3Channel, RecoveryStatus};
+use mdfan_lines::{
+    realtime_ns, ArbiterConfig, Event, LineConfig, LineError, LineReceiver, LineSocket, Mdp3Seq, ReceiverConfig,
+};
 use mdfan_wire::BookUpdate;
 
 use crate::config::LinesSection;
@@ -59,6 +61,14 @@ pub struct LiveCounters {
     /// Datagrams whose receive stamp came from the NIC (hardware), the kernel (software), or `CLOCK_REALTIME` at
     /// read time (user).
     pub stamps: [AtomicU64; 3],
+    /// Snapshot-feed (market recovery) packets read while something was stale.
+    pub snapshot_packets: AtomicU64,
+    /// Snapshots applied: a stale instrument rebuilt (`Clear` + its levels).
+    pub recovered: AtomicU64,
+    /// Instruments stale now (a gauge).
+    pub stale_now: AtomicU64,
+    /// Recoveries that ran past `lines.recovery_timeout_ms` (the instruments stay stale).
+    pub recovery_timeouts: AtomicU64,
 }
 
 /// A copy of [`LiveCounters`] for the run report.
@@ -84,6 +94,14 @@ pub struct LiveReport {
     pub stale_records: u64,
     /// See [`LiveCounters::stamps`].
     pub stamps: [u64; 3],
+    /// See [`LiveCounters::snapshot_packets`].
+    pub snapshot_packets: u64,
+    /// See [`LiveCounters::recovered`].
+    pub recovered: u64,
+    /// See [`LiveCounters::stale_now`].
+    pub stale_now: u64,
+    /// See [`LiveCounters::recovery_timeouts`].
+    pub recovery_timeouts: u64,
 }
 
 impl LiveCounters {
@@ -101,6 +119,10 @@ impl LiveCounters {
             level_records: ld(&self.level_records),
             stale_records: ld(&self.stale_records),
             stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+            snapshot_packets: ld(&self.snapshot_packets),
+            recovered: ld(&self.recovered),
+            stale_now: ld(&self.stale_now),
+            recovery_timeouts: ld(&self.recovery_timeouts),
         }
     }
 }
@@ -124,7 +146,7 @@ impl LiveReport {
     /// `feed format=mdp3 datagrams=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. lost_runs=.. ...`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 datagrams={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} ts_recv={}",
+            "feed format=mdp3 datagrams={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
             self.datagrams[0],
             self.datagrams[1],
             self.delivered[0],
@@ -136,6 +158,10 @@ impl LiveReport {
             self.bad_packets,
             self.level_records,
             self.stale_records,
+            self.snapshot_packets,
+            self.recovered,
+            self.stale_now,
+            self.recovery_timeouts,
             self.stamp_clock()
         )
     }
@@ -152,6 +178,9 @@ pub(crate) enum Step {
 /// The live CME MDP 3.0 feed handler. See the [module docs](self).
 pub struct LiveMdp3 {
     rx: LineReceiver<Mdp3Seq>,
+    /// The market recovery (snapshot) feed, read only while an instrument is stale.
+    snapshot: Option<LineSocket>,
+    snapshot_buf: Vec<u8>,
     channel: Mdp3Channel,
     /// Records of the last poll not yet in the journal, from `head`.
     pending: Vec<BookUpdate>,
@@ -162,6 +191,8 @@ pub struct LiveMdp3 {
     last_datagram_ns: u64,
     /// The decoder error last logged, so each new one is logged once (off the hot loop: this is the feed thread).
     errors_logged: u64,
+    /// Recovery timeouts already logged.
+    timeouts_logged: u64,
 }
 
 impl LiveMdp3 {
@@ -190,15 +221,27 @@ impl LiveMdp3 {
                 );
             }
         }
+        let snapshot = match lines.snapshot {
+            // A small buffer: while nothing is stale the feed is not read, and what queued meanwhile is old.
+            Some(addr) => {
+                Some(LineSocket::open(&LineConfig { addr, interface: lines.interface, rcvbuf_bytes: 4 << 20 })?)
+            }
+            None => None,
+        };
+        let mut channel = Mdp3Channel::with_capacity(lines.instruments);
+        channel.set_recovery_timeout_ns(lines.recovery_timeout_ms * 1_000_000);
         Ok(LiveMdp3 {
             rx,
-            channel: Mdp3Channel::with_capacity(lines.instruments),
+            snapshot,
+            snapshot_buf: vec![0; 65_536],
+            channel,
             pending: Vec::with_capacity(PENDING_RECORDS),
             head: 0,
             counters: Arc::new(LiveCounters::default()),
             end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
             last_datagram_ns: 0,
             errors_logged: 0,
+            timeouts_logged: 0,
         })
     }
 
@@ -212,6 +255,37 @@ impl LiveMdp3 {
         [self.rx.socket(mdfan_lines::Line::A).local_addr(), self.rx.socket(mdfan_lines::Line::B).local_addr()]
     }
 
+    /// The snapshot feed's bound address, if `lines.snapshot` is set.
+    pub fn snapshot_addr(&self) -> Option<std::net::SocketAddrV4> {
+        self.snapshot.as_ref().map(LineSocket::local_addr)
+    }
+
+    /// Reads the snapshot feed while an instrument is stale (up to `POLL_BUDGET` datagrams), handing each packet
+    /// to the channel; while nothing is stale, drains it unread (what queued is older than anything needed next).
+    /// Returns the datagrams read.
+    fn poll_snapshot(&mut self, now_ns: u64) -> Result<usize, LineError> {
+        let Some(sock) = &mut self.snapshot else { return Ok(0) };
+        let mut read = 0;
+        while read < POLL_BUDGET {
+            let Some(r) = sock.recv(&mut self.snapshot_buf)? else { break };
+            read += 1;
+            if self.channel.needs_recovery() && !r.truncated {
+                let pending = &mut self.pending;
+                self.channel
+                    .on_snapshot_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, &mut |rec| pending.push(*rec));
+            }
+        }
+        if let RecoveryStatus::TimedOut { stale, since_ns, snapshot_packets } = self.channel.recovery_status(now_ns) {
+            if self.channel.counters().recovery_timeouts > self.timeouts_logged {
+                self.timeouts_logged = self.channel.counters().recovery_timeouts;
+                let waited_ms = now_ns.saturating_sub(since_ns) / 1_000_000;
+                tracing::warn!(stale, waited_ms, snapshot_packets, snapshot_feed = ?self.snapshot_addr(),
+                    "market recovery timed out: the instruments stay stale (snapshot_packets 0: the feed never answered)");
+            }
+        }
+        Ok(read)
+    }
+
     /// One duty cycle: the pending records into the journal; if they all went in, one poll of the lines.
     ///
     /// # Errors
@@ -222,6 +296,11 @@ impl LiveMdp3 {
             return Ok(Step::Work(written)); // the journal is full: the sockets hold the rest
         }
         let now_ns = realtime_ns();
+        let snapshot_read = self.poll_snapshot(now_ns)?;
+        written += self.drain(writer);
+        if self.head < self.pending.len() {
+            return Ok(Step::Work(written));
+        }
         let (channel, pending) = (&mut self.channel, &mut self.pending);
         let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
             Event::Data(d) => {
@@ -231,12 +310,16 @@ impl LiveMdp3 {
                 channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
             }
         })?;
-        if read > 0 {
-            self.last_datagram_ns = now_ns;
+        if read > 0 || snapshot_read > 0 {
+            if read > 0 {
+                self.last_datagram_ns = now_ns;
+            }
             self.publish_counters();
         } else if self.end_after_idle_ns > 0
             && self.last_datagram_ns > 0
             && now_ns.saturating_sub(self.last_datagram_ns) > self.end_after_idle_ns
+            // a recovery under way (with a snapshot feed to recover from) finishes or times out first
+            && !(self.snapshot.is_some() && matches!(self.channel.recovery_status(now_ns), RecoveryStatus::Waiting { .. }))
         {
             // The end of a played capture: a run of seqs still open is reported before the stream ends.
             let (channel, pending) = (&mut self.channel, &mut self.pending);
@@ -252,7 +335,7 @@ impl LiveMdp3 {
             }
         }
         written += self.drain(writer);
-        Ok(Step::Work(written.max(read)))
+        Ok(Step::Work(written.max(read + snapshot_read)))
     }
 
     /// Writes pending records into the journal until it is full; returns how many went in.
@@ -289,6 +372,10 @@ impl LiveMdp3 {
         st(&c.bad_packets, ch.bad_packets);
         st(&c.level_records, ch.level_records);
         st(&c.stale_records, ch.rpt_seq_stale_records + ch.lost_stale_records);
+        st(&c.snapshot_packets, ch.snapshot_packets);
+        st(&c.recovered, ch.recovered);
+        st(&c.stale_now, ch.stale_now);
+        st(&c.recovery_timeouts, ch.recovery_timeouts);
         if ch.bad_packets > self.errors_logged {
             self.errors_logged = ch.bad_packets;
             if let Some(e) = self.channel.last_error() {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mdfan_feedsim::{run, Impairment, Mdp3, SimConfig, Summary};
+use mdfan_feedsim::{run, Impairment, Mdp3, RecoveryConfig, SimConfig, Summary};
 use mdfan_publisher::config::Config;
 use mdfan_publisher::{Publisher, RunReport};
 use mdfan_subscriber::{
@@ -74,18 +74,31 @@ fn subscribe(endpoint: &str, name: &str, instruments: Option<Vec<u32>>) -> JoinH
     })
 }
 
-/// Binds a live publisher on two free loopback ports, attaches `early` subscribers (name, instrument filter),
-/// plays the capture with `tweak`, then attaches a late joiner (all instruments) after the capture was played and
-/// before the publisher ends the stream (`end_after_idle_ms` = 3 s of silence).
+/// The market recovery feed in a run: none, served by feedsim, or one that never answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Recovery {
+    None,
+    Served,
+    Silent,
+}
+
+/// Binds a live publisher on two free loopback ports (and a third for the snapshot feed), attaches `early`
+/// subscribers (name, instrument filter), plays the capture with `tweak`, then attaches a late joiner (all
+/// instruments) after the capture was played and before the publisher ends the stream (`end_after_idle_ms` = 3 s
+/// of silence; a recovery under way finishes or times out, after 1 s, first).
 fn run_live(
     tweak: impl FnOnce(&mut SimConfig),
+    recovery: Recovery,
     early: &[(&str, Option<Vec<u32>>)],
 ) -> (Summary, RunReport, Vec<Seen>, Seen) {
-    let text = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\ngap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n";
-    let cfg = Config::parse(text, Path::new("live-test.toml")).expect("test config parses");
+    let snapshot =
+        if recovery == Recovery::None { "" } else { "snapshot = \"127.0.0.1:0\"\nrecovery_timeout_ms = 1000\n" };
+    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n");
+    let cfg = Config::parse(&text, Path::new("live-test.toml")).expect("test config parses");
     let publisher = Publisher::bind(cfg).expect("publisher binds its lines and endpoint");
     let endpoint = publisher.local_addr().to_string();
     let [a, b]: [SocketAddrV4; 2] = publisher.line_addrs().expect("a live feed has lines");
+    let snapshot = publisher.snapshot_addr();
     let publisher = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
     let early: Vec<JoinHandle<Seen>> =
         early.iter().map(|(name, ids)| subscribe(&endpoint, name, ids.clone())).collect();
@@ -100,6 +113,8 @@ fn run_live(
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        recovery: snapshot
+            .map(|addr| RecoveryConfig { silent: recovery == Recovery::Silent, ..RecoveryConfig::new(addr) }),
     };
     tweak(&mut sim);
     let summary = run(&sim, &mut Mdp3, &AtomicBool::new(false)).expect("the simulator plays the capture");
@@ -124,6 +139,7 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
             c.impair_b = loss;
             c.seed = 13;
         },
+        Recovery::None,
         &[("all", None), ("one", Some(vec![SECURITY]))],
     );
     let [la, lb] = &summary.lines;
@@ -161,18 +177,11 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
     }
 }
 
-#[test]
-fn forty_packets_lost_on_both_lines_reach_subscribers_as_stale_books() {
-    let (first, last) = (17_350_000u64, 17_350_039u64);
-    let (summary, report, early, late) =
-        run_live(|c| c.drop_seqs = Some((first, last)), &[("all", None), ("one", Some(vec![SECURITY]))]);
-    assert_eq!(summary.lines[0].dropped_by_seq, 40);
-    let live = report.live.expect("a live feed reports its lines");
-    assert_eq!((live.gap_seqs, live.gap_runs), (40, 1));
-    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS - 40);
-    assert!(live.stale_records > 0);
-    let (all, one) = (&early[0], &early[1]);
-    // Every subscriber hears of the loss for the instruments it follows, marked with the lost run.
+/// MsgSeqNums 17,350,000 to 17,350,039 dropped on both lines: before them the channel had carried 29 securities.
+const LOST: (u64, u64) = (17_350_000, 17_350_039);
+const STALE_SECURITIES: u64 = 29;
+
+fn assert_stale_marks(live_stale_records: u64, all: &Seen, one: &Seen) {
     let by_loss = |s: &Seen| -> Vec<u32> {
         s.stale.iter().filter(|r| r.flags & flags::MAYBE_BAD_BOOK != 0).map(|r| r.instrument_id).collect()
     };
@@ -180,13 +189,51 @@ fn forty_packets_lost_on_both_lines_reach_subscribers_as_stale_books() {
         .stale
         .iter()
         .filter(|r| r.flags & flags::MAYBE_BAD_BOOK != 0)
-        .all(|r| (r.venue_seq, r.size) == (first as u32, 40)));
-    assert!(by_loss(all).contains(&SECURITY));
+        .all(|r| (r.venue_seq, r.size) == (LOST.0 as u32, 40)));
+    assert_eq!(by_loss(all).len() as u64, STALE_SECURITIES, "every security carried before the hole, once");
     assert_eq!(by_loss(one), [SECURITY], "the filtered subscriber gets its own instrument's mark only");
-    assert_eq!(all.stale.len() as u64, live.stale_records, "every stale record reached the unfiltered subscriber");
+    assert_eq!(all.stale.len() as u64, live_stale_records, "every stale record reached the unfiltered subscriber");
+}
+
+#[test]
+fn forty_packets_lost_on_both_lines_go_stale_then_market_recovery_rebuilds_every_book_exactly() {
+    let (summary, report, early, late) =
+        run_live(|c| c.drop_seqs = Some(LOST), Recovery::Served, &[("all", None), ("one", Some(vec![SECURITY]))]);
+    assert_eq!(summary.lines[0].dropped_by_seq, 40);
+    let live = report.live.expect("a live feed reports its lines");
+    assert_eq!((live.gap_seqs, live.gap_runs), (40, 1));
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS - 40);
+    assert_eq!((live.recovered, live.stale_now, live.recovery_timeouts), (STALE_SECURITIES, 0, 0));
+    assert!(live.snapshot_packets > 0);
+    let (all, one) = (&early[0], &early[1]);
+    assert_stale_marks(live.stale_records, all, one);
     for (who, seen) in [("all", all), ("one", one), ("late", &late)] {
         assert_eq!(seen.gaps, 0, "{who}: the fan-out itself lost nothing");
-        // No market recovery here: the book stays stale, never silently wrong.
-        assert!(seen.books.get(SECURITY).expect("a book").is_stale(), "{who}");
+        assert_reference(who, seen);
+        assert!(seen.books.iter().all(|b| !b.is_stale()), "{who}: every book recovered");
     }
+    // the late joiner's snapshot equals what the live subscribers rebuilt
+    for b in all.books.iter() {
+        let l = late.books.get(b.instrument_id()).expect("the late joiner has every book");
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(l.top(side, 10), b.top(side, 10), "instrument {} {side:?}", b.instrument_id());
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
+    let (_, report, early, _) =
+        run_live(|c| c.drop_seqs = Some(LOST), Recovery::Silent, &[("all", None), ("one", Some(vec![SECURITY]))]);
+    let live = report.live.expect("a live feed reports its lines");
+    assert_eq!((live.recovered, live.stale_now, live.recovery_timeouts), (0, STALE_SECURITIES, 1));
+    assert_eq!(live.snapshot_packets, 0, "the feed never answered");
+    assert_eq!(report.end, CloseReason::EndOfStream, "the stream still ends normally");
+    let (all, one) = (&early[0], &early[1]);
+    assert_stale_marks(live.stale_records, all, one);
+    assert_eq!(all.gaps, 0);
+    // Never silently wrong: the securities hit stay stale; the 10 first seen after the hole are good.
+    let stale = all.books.iter().filter(|b| b.is_stale()).count() as u64;
+    assert_eq!((stale, all.books.len() as u64 - stale), (STALE_SECURITIES, 10));
+    assert!(one.books.get(SECURITY).expect("a book").is_stale());
 }
