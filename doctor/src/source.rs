@@ -2,8 +2,9 @@
 //!
 //! Every check reads through a [`Source`], never `std::fs` directly, so a fixture tree under `tests/fixtures/NAME/`
 //! (`sys/...`, `proc/...`, `cmd/...`) replaces the host in tests. The three things a tree cannot hold as plain
-//! files are recorded beside it: the output of optional tools (`cmd/<argv joined by '-'>.txt`, e.g.
-//! `cmd/dcb-pfc-show-dev-eth0.txt`) and the free space of a folder (`cmd/statvfs<path with '/' as '-'>.txt`, two
+//! files are recorded beside it: the output of optional tools (`cmd/NAME.txt`, NAME being the argv with leading
+//! dashes dropped and joined by '-', spaces and slashes also '-': `dcb -N app show dev eth0 dscp-prio` is
+//! `cmd/dcb-N-app-show-dev-eth0-dscp-prio.txt`) and the free space of a folder (`cmd/statvfs<path with '/' as '-'>.txt`, two
 //! numbers: bytes available to an unprivileged user and the filesystem's size).
 
 use std::path::{Path, PathBuf};
@@ -67,6 +68,12 @@ impl Rooted {
     }
 }
 
+/// The file name a recording keeps a tool's output under (see the module doc).
+pub fn recorded_name(argv: &[&str]) -> String {
+    let parts: Vec<String> = argv.iter().map(|a| a.trim_start_matches('-').replace([' ', '/'], "-")).collect();
+    parts.join("-")
+}
+
 /// Sorts names with their numeric parts compared as numbers (`state2` before `state10`, IRQ 9 before 10).
 fn natural_key(s: &str) -> (String, u64) {
     let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
@@ -90,7 +97,7 @@ impl Source for Rooted {
 
     fn command(&self, argv: &[&str]) -> Option<String> {
         if !self.live {
-            return self.recorded(&argv.join("-").replace('/', "-"));
+            return self.recorded(&recorded_name(argv));
         }
         let (tool, args) = argv.split_first()?;
         let out = Command::new(tool).args(args).output().ok()?;
@@ -115,7 +122,16 @@ impl Source for Rooted {
 
 #[cfg(test)]
 mod tests {
-    use super::natural_key;
+    use super::{natural_key, recorded_name};
+
+    #[test]
+    fn recorded_names_drop_dashes_and_spaces() {
+        assert_eq!(
+            recorded_name(&["dcb", "-N", "app", "show", "dev", "eth0", "dscp-prio"]),
+            "dcb-N-app-show-dev-eth0-dscp-prio"
+        );
+        assert_eq!(recorded_name(&["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"]), "pmc-u-b-0-GET-TIME_STATUS_NP");
+    }
 
     #[test]
     fn numbers_sort_as_numbers() {

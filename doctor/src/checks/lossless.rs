@@ -25,11 +25,7 @@ pub fn parse_pfc(text: &str) -> Option<[bool; 8]> {
 
 fn prio_list(on: &[bool; 8]) -> String {
     let v: Vec<String> = (0..8).filter(|p| on[*p]).map(|p| p.to_string()).collect();
-    if v.is_empty() {
-        "none".to_owned()
-    } else {
-        v.join(",")
-    }
+    v.join(",")
 }
 
 pub(super) fn pfc(src: &dyn Source, t: &Target, inputs: &Inputs) -> Finding {
@@ -52,7 +48,12 @@ pub(super) fn pfc(src: &dyn Source, t: &Target, inputs: &Inputs) -> Finding {
         (true, true) => Verdict::Warn,
         (true, false) => Verdict::Pass,
     };
-    finding(ID, AREA, verdict, format!("PFC on priority {}", prio_list(&on)), wanted, WHY, fix)
+    let found = if on.contains(&true) {
+        format!("PFC on priority {}", prio_list(&on))
+    } else {
+        "PFC off on every priority".to_owned()
+    };
+    finding(ID, AREA, verdict, found, wanted, WHY, fix)
 }
 
 /// The trust mode: `dcb apptrust show dev IF` (`order pcp dscp`), else `mlnx_qos -i IF`

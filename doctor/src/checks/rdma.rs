@@ -77,7 +77,7 @@ struct GidEntry {
 impl GidEntry {
     fn show(&self) -> String {
         let ip = self.addr.to_ipv4_mapped().map_or(self.addr.to_string(), |v4| v4.to_string());
-        format!("{}: {ip} {} ({})", self.index, self.kind, self.ndev)
+        format!("{}: {ip} {} on {}", self.index, self.kind, self.ndev)
     }
 }
 
@@ -109,10 +109,16 @@ pub(super) fn gid(src: &dyn Source, t: &Target, inputs: &Inputs) -> Finding {
     let Some(dev) = &t.device else { return no_device(ID, AREA, WANTED, WHY) };
     let table = gid_table(src, dev, inputs.port);
     let v2: Vec<&GidEntry> = table.iter().filter(|g| g.kind.eq_ignore_ascii_case("RoCE v2")).collect();
-    let found = if table.is_empty() {
-        "no GID in use".to_owned()
+    let found = if v2.is_empty() {
+        let kinds: Vec<String> = table.iter().map(GidEntry::show).collect();
+        if kinds.is_empty() {
+            "no GID in use".to_owned()
+        } else {
+            format!("no RoCE v2 GID; {}", kinds.join("; "))
+        }
     } else {
-        table.iter().map(GidEntry::show).collect::<Vec<_>>().join("; ")
+        let shown: Vec<String> = v2.iter().map(|g| g.show()).collect();
+        format!("{}; {} other in use", shown.join("; "), table.len() - v2.len())
     };
     let verdict = if v2.iter().any(|g| g.addr.to_ipv4_mapped().is_some()) {
         Verdict::Pass
