@@ -95,7 +95,8 @@ pub struct Inputs {
     pub netdev: Option<String>,
     /// Whether this host is meant to run the verbs fabric: then no RDMA device is a failure, not a warning.
     pub need_rdma: bool,
-    /// The IP traffic class mdfan's RoCE v2 packets carry (`traffic_class` in `[fabric.verbs]`): DSCP << 2 | ECN.
+    /// The IP traffic class mdfan's RoCE v2 packets carry (`traffic_class` in `[fabric.verbs]`, `--traffic-class`
+    /// of `mdfan-subscribe`): DSCP << 2 | ECN. Default 0, mdfan's own default, which is the best-effort class.
     pub traffic_class: u8,
     /// The 802.1p priority the network runs lossless (PFC) for RoCE.
     pub roce_priority: u8,
@@ -111,7 +112,7 @@ impl Default for Inputs {
             port: 1,
             netdev: None,
             need_rdma: false,
-            traffic_class: 104,
+            traffic_class: 0,
             roce_priority: 3,
         }
     }

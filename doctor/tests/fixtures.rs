@@ -28,7 +28,7 @@ fn found<'a>(findings: &'a [Finding], id: &str) -> &'a str {
 const MIB_64: u64 = 64 << 20;
 
 fn tuned_inputs() -> Inputs {
-    Inputs { hot_cores: vec![2, 3], ring_bytes: Some(MIB_64), ..Inputs::default() }
+    Inputs { hot_cores: vec![2, 3], ring_bytes: Some(MIB_64), traffic_class: 104, ..Inputs::default() }
 }
 
 fn untuned_inputs() -> Inputs {
@@ -136,7 +136,7 @@ fn a_badly_tuned_connectx_host_fails_and_warns_where_it_should() {
 }
 
 #[test]
-fn the_same_untuned_host_with_the_default_traffic_class_only_leans_on_the_nic_default_map() {
+fn the_same_untuned_host_with_dscp_26_only_leans_on_the_nic_default_map() {
     let inputs = Inputs { traffic_class: 104, ..untuned_inputs() };
     let f = run("untuned", &inputs);
     let dscp = f.iter().find(|x| x.id == "lossless.dscp").unwrap();
@@ -221,10 +221,10 @@ fn the_binary_prints_the_table_and_exits_by_the_worst_verdict() {
     assert_eq!(row.split_whitespace().take(2).collect::<Vec<_>>(), ["host.memlock", "fail"]);
     assert!(text.contains("host.memlock (fail): 65536 bytes (0 MiB)\n  why: ibv_reg_mr pins"), "{text}");
     assert!(text.contains("  fix: dcb pfc set dev enp65s0f0np0 prio-pfc all:off 3:on"), "{text}");
-    assert!(text.ends_with("\n2 pass, 20 warn, 5 fail, 0 unknown\n"), "{text}");
+    assert!(text.ends_with("\n1 pass, 20 warn, 6 fail, 0 unknown\n"), "{text}");
 
     let tuned = root("tuned");
-    let (code, text) = doctor(&["--root", tuned.to_str().unwrap(), "--hot-cores", "2,3"]);
+    let (code, text) = doctor(&["--root", tuned.to_str().unwrap(), "--hot-cores", "2,3", "--traffic-class", "104"]);
     assert_eq!(code, 0);
     assert!(text.ends_with("\n27 pass, 0 warn, 0 fail, 0 unknown\n"), "{text}");
 
@@ -235,8 +235,8 @@ fn the_binary_prints_the_table_and_exits_by_the_worst_verdict() {
 #[test]
 fn json_round_trips() {
     for (name, inputs, args) in [
-        ("tuned", tuned_inputs(), vec!["--hot-cores", "2,3", "--ring-bytes", "67108864"]),
-        ("untuned", untuned_inputs(), vec!["--hot-cores", "4,5", "--ring-bytes", "67108864", "--traffic-class", "0"]),
+        ("tuned", tuned_inputs(), vec!["--hot-cores", "2,3", "--ring-bytes", "67108864", "--traffic-class", "104"]),
+        ("untuned", untuned_inputs(), vec!["--hot-cores", "4,5", "--ring-bytes", "67108864"]),
         ("vm", vm_inputs(), vec!["--netdev", "enp1s0"]),
     ] {
         let dir = root(name);

@@ -36,8 +36,9 @@ struct Args {
     /// This host will run the verbs fabric: no RDMA device is a failure, not a warning.
     #[arg(long)]
     verbs: bool,
-    /// The IP traffic class of mdfan's RoCE v2 packets (`traffic_class` in `[fabric.verbs]`; DSCP << 2).
-    #[arg(long, default_value_t = 104)]
+    /// The IP traffic class of mdfan's RoCE v2 packets: `traffic_class` in the publisher's `[fabric.verbs]` and
+    /// `--traffic-class` of the subscribers (DSCP << 2, e.g. 104 for DSCP 26). mdfan's default is 0.
+    #[arg(long, default_value_t = 0)]
     traffic_class: u8,
     /// The priority the network runs lossless (PFC) for RoCE.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=7))]

@@ -140,8 +140,7 @@ pub(super) fn dscp(src: &dyn Source, t: &Target, inputs: &Inputs) -> Finding {
 
 pub(super) fn traffic_class(src: &dyn Source, t: &Target, inputs: &Inputs) -> Finding {
     const ID: &str = "lossless.traffic_class";
-    const WANTED: &str = "a non-zero DSCP (traffic_class = DSCP << 2), the same on publisher, subscribers and the \
-                          perftest baseline";
+    const WANTED: &str = "a non-zero DSCP, the same on publisher, subscribers and the perftest baseline";
     const WHY: &str = "traffic class 0 is the best-effort class, queued with bulk traffic; the baseline measured on \
                        another class than mdfan's is not a baseline";
     let Some(dev) = &t.device else { return no_device(ID, AREA, WANTED, WHY) };
@@ -153,7 +152,8 @@ pub(super) fn traffic_class(src: &dyn Source, t: &Target, inputs: &Inputs) -> Fi
         found.push_str(&format!("; rdma_cm default_roce_tos {tos}"));
     }
     let verdict = if tc >> 2 == 0 { Verdict::Warn } else { Verdict::Pass };
-    let fix = "traffic_class = 104 in [fabric.verbs], --traffic-class 104 on subscribers, ib_write_lat --tclass=104";
+    let fix = "traffic_class = 104 (DSCP 26 << 2) in the publisher's [fabric.verbs], --traffic-class 104 on \
+               subscribers, ib_write_lat --tclass=104; then run the doctor with --traffic-class 104";
     finding(ID, AREA, verdict, found, WANTED, WHY, fix)
 }
 
