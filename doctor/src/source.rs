@@ -122,7 +122,21 @@ impl Source for Rooted {
 
 #[cfg(test)]
 mod tests {
-    use super::{natural_key, recorded_name};
+    use super::{natural_key, recorded_name, Rooted, Source};
+
+    #[test]
+    fn the_live_host_answers_statvfs_and_a_recording_does_not_run_tools() {
+        let live = Rooted::new("/");
+        assert!(live.is_live());
+        let tmp = std::env::temp_dir();
+        let space = live.space(tmp.to_str().unwrap()).expect("statvfs of the temp dir");
+        assert!(space.total_bytes > 0 && space.avail_bytes <= space.total_bytes, "{space:?}");
+        // A recording without cmd/ has no tool output, even for a tool the host has.
+        let recorded = Rooted::new(&tmp);
+        assert!(!recorded.is_live());
+        assert_eq!(recorded.command(&["ls", "/"]), None);
+        assert_eq!(recorded.space("/dev/shm"), None);
+    }
 
     #[test]
     fn recorded_names_drop_dashes_and_spaces() {

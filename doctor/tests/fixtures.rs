@@ -126,7 +126,7 @@ fn a_badly_tuned_connectx_host_fails_and_warns_where_it_should() {
     assert_eq!(found(&f, "host.cstates"), "enabled: C6 (133 us)");
     assert_eq!(found(&f, "host.smt"), "4: sibling 12 online; 5: sibling 13 online");
     assert_eq!(found(&f, "host.numa"), "enp65s0f0np0 on node1 (cpus 8-15); hot 4-5 elsewhere");
-    assert_eq!(found(&f, "host.memlock"), "65536 bytes (0 MiB)");
+    assert_eq!(found(&f, "host.memlock"), "65536 bytes (64 KiB)");
     assert_eq!(found(&f, "host.shm"), "32 MiB free of 64 MiB");
     assert_eq!(exit_code(&f), 1);
     let smt = f.iter().find(|x| x.id == "host.smt").unwrap();
@@ -219,7 +219,7 @@ fn the_binary_prints_the_table_and_exits_by_the_worst_verdict() {
     assert_eq!(code, 1);
     let row = text.lines().find(|l| l.starts_with("host.memlock")).unwrap();
     assert_eq!(row.split_whitespace().take(2).collect::<Vec<_>>(), ["host.memlock", "fail"]);
-    assert!(text.contains("host.memlock (fail): 65536 bytes (0 MiB)\n  why: ibv_reg_mr pins"), "{text}");
+    assert!(text.contains("host.memlock (fail): 65536 bytes (64 KiB)\n  why: ibv_reg_mr pins"), "{text}");
     assert!(text.contains("  fix: dcb pfc set dev enp65s0f0np0 prio-pfc all:off 3:on"), "{text}");
     assert!(text.ends_with("\n1 pass, 20 warn, 6 fail, 0 unknown\n"), "{text}");
 

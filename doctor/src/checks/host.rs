@@ -265,8 +265,13 @@ fn meminfo(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
 }
 
+/// Bytes in MiB, or KiB below one MiB (a 64 KiB memlock limit must not read "0 MiB").
 fn mib(bytes: u64) -> String {
-    format!("{} MiB", bytes / (1 << 20))
+    if bytes < 1 << 20 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{} MiB", bytes / (1 << 20))
+    }
 }
 
 pub(super) fn hugepages(src: &dyn Source, inputs: &Inputs) -> Finding {
