@@ -147,7 +147,7 @@ pub(super) fn traffic_class(src: &dyn Source, t: &Target, inputs: &Inputs) -> Fi
     let tc = inputs.traffic_class;
     let mut found = format!("traffic_class {tc} = DSCP {} ECN {}", tc >> 2, tc & 3);
     // rdma_cm's default ToS (configfs): what perftest's -R and other rdma_cm tools use. mdfan does not use rdma_cm.
-    let cm = format!("/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos");
+    let cm = format!("/sys/kernel/config/rdma_cm/{dev}/ports/{}/default_roce_tos", inputs.port);
     if let Some(tos) = src.read_trim(&cm) {
         found.push_str(&format!("; rdma_cm default_roce_tos {tos}"));
     }
