@@ -30,6 +30,7 @@ pub mod cycles;
 pub mod journal;
 pub mod live;
 mod pacing;
+pub mod preflight;
 pub mod queue;
 mod report;
 pub mod session;

@@ -70,6 +70,18 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&shutdown)).expect("signal handlers install");
     }
+    // Preflight: what would make the run fail or lie stops it here, one line each; tail-latency findings are
+    // logged now and listed again after the report.
+    let preflight = mdfan_publisher::preflight::Preflight::for_publisher(&cfg);
+    if !preflight.failures.is_empty() {
+        for f in &preflight.failures {
+            eprintln!("mdfan-publisher: preflight: {}", mdfan_publisher::preflight::line(f));
+        }
+        return Ok(1);
+    }
+    for f in &preflight.warnings {
+        tracing::warn!(check = %f.id, found = %f.found, wanted = %f.wanted, fix = %f.fix, "host tuning (tail latency)");
+    }
     let cfg_wait_for = cfg.publisher.wait_for_subscribers;
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
@@ -109,6 +121,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     );
     if let Some(live) = &report.live {
         out!("{}", live.line());
+    }
+    for f in &preflight.warnings {
+        out!("host_warning {}", mdfan_publisher::preflight::line(f));
     }
     if let Some(e) = &report.feed_error {
         // the replay stopped where the feed broke: the records before it went out, then end of stream (feed_error)

@@ -129,6 +129,33 @@ struct Args {
     token_file: Option<std::path::PathBuf>,
 }
 
+/// The doctor's start-up checks that would make this run fail or lie: room in `--shm-dir` for the ring (shm),
+/// RLIMIT_MEMLOCK for the ring and an RDMA device (verbs). One line each, then exit 1; nothing is created.
+fn preflight(args: &Args) -> Result<(), CliError> {
+    use mdfan_doctor::{checks, Inputs, Rooted, Verdict};
+    let verbs = args.fabric == Provider::Verbs;
+    let inputs = Inputs {
+        hot_cores: args.core.into_iter().collect(),
+        ring_bytes: Some(mdfan_fabric::shm::segment_bytes(args.ring_slots) as u64),
+        shm_dir: args.shm_dir.display().to_string(),
+        device: args.device.clone(),
+        need_rdma: verbs,
+        ..Inputs::default()
+    };
+    let failed: Vec<String> = checks::preflight(&Rooted::new("/"), &inputs)
+        .into_iter()
+        .filter(|f| f.verdict == Verdict::Fail)
+        // the shm folder matters to a shm ring only; locked memory to a registered (verbs) one only
+        .filter(|f| if verbs { f.id != "host.shm" } else { f.id != "host.memlock" })
+        .map(|f| format!("preflight {}: found {}; wanted {} (fix: {})", f.id, f.found, f.wanted, f.fix))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Preflight(failed.join("\nmdfan-subscribe: error: ")))
+    }
+}
+
 /// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
 fn token(args: &Args) -> Result<Option<String>, CliError> {
     match &args.token_file {
@@ -179,6 +206,8 @@ enum CliError {
     Subscribe(#[from] SubscribeError),
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Preflight(String),
     #[error("gave up after {tries} tries in {ms} ms (--reconnect-ms): {source}")]
     GaveUp {
         tries: u32,
@@ -228,6 +257,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         }
         mdfan_subscriber::pin_current_thread(core).map_err(|e| CliError::Usage(format!("--core {core}: {e}")))?;
     }
+    preflight(args)?;
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
         .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
