@@ -31,7 +31,11 @@ fn the_counters_file_is_readable_during_the_replay_and_matches_the_report_after_
     let path = counters_path(&dir, addr);
     assert!(path.exists(), "created at bind: {}", path.display());
     let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
-    let mut sub = Subscriber::connect(&SubscriberConfig::new(&addr.to_string(), "stat-test")).unwrap();
+    let mut sub_cfg = SubscriberConfig::new(&addr.to_string(), "stat-test");
+    sub_cfg.counters_dir = Some(dir.clone());
+    let mut sub = Subscriber::connect(&sub_cfg).unwrap();
+    let sub_path = dir.join(format!("mdfan-subscriber-stat-test-{}.counters", std::process::id()));
+    assert!(sub_path.exists(), "the subscriber's counters file: {}", sub_path.display());
     let (mut records, mut looked) = (0u64, None);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -49,6 +53,12 @@ fn the_counters_file_is_readable_during_the_replay_and_matches_the_report_after_
             let sent = s.get("mdfan_session_sent_total", "session=\"1\",subscriber=\"stat-test\"").unwrap();
             assert!(sent > 0 && s.get("mdfan_records_total", "").unwrap() < RECORDS, "mid-replay: sent {sent}");
             assert_eq!(s.get("mdfan_subscribers", ""), Some(1));
+            let _ = sub.maintain(); // writes the subscriber's file (at most every 100 ms; the first time now)
+            let mine = counters::read(&sub_path).unwrap();
+            assert_eq!((mine.role.as_str(), mine.name.clone()), ("subscriber", format!("stat-test@{addr}")));
+            assert!(mine.get("mdfan_sub_records_total", "").unwrap() > 0);
+            assert_eq!(mine.get("mdfan_sub_gaps_total", ""), Some(0));
+            assert_eq!(mine.get("mdfan_sub_state", "state=\"live\""), Some(1));
             looked = Some(sent);
         }
         if let Some(Health::Ended(_)) = sub.maintain_if_due() {
@@ -56,6 +66,12 @@ fn the_counters_file_is_readable_during_the_replay_and_matches_the_report_after_
         }
     }
     assert!(looked.is_some(), "looked at the file during the replay");
+    // At the end the subscriber's file holds its final counts; dropping the subscriber removes it.
+    let mine = counters::read(&sub_path).unwrap();
+    assert_eq!(mine.get("mdfan_sub_records_total", ""), Some(records));
+    assert_eq!(mine.get("mdfan_sub_state", "state=\"ended\""), Some(1));
+    drop(sub);
+    assert!(!sub_path.exists(), "removed with the subscriber");
     let report = run.join().unwrap().unwrap();
     assert_eq!(report.records, RECORDS);
     let s = counters::read(&path).unwrap();

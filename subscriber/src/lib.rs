@@ -114,6 +114,7 @@
 pub mod latency;
 pub mod receiver;
 pub mod report;
+mod stat;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -158,6 +159,9 @@ pub struct SubscriberConfig {
     /// The token the publisher's `[access]` config gives this subscriber's name, if it authenticates
     /// subscribers. Default none.
     pub token: Option<String>,
+    /// Folder for this subscriber's counters file (`mdfan-subscriber-<name>-<pid>.counters`, read by
+    /// `mdfan-stat`), rewritten by [`Subscriber::maintain`] every 100 ms and removed on drop. Default none.
+    pub counters_dir: Option<std::path::PathBuf>,
     /// No record (heartbeats included) for this long makes [`Subscriber::maintain`] report
     /// [`Health::Silent`]. Default 50 ms.
     pub silence_timeout: Duration,
@@ -203,6 +207,7 @@ impl SubscriberConfig {
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
             token: None,
+            counters_dir: None,
             silence_timeout: Duration::from_millis(50),
             maintain_interval: Duration::from_millis(1),
             reconnect: None,
@@ -364,6 +369,19 @@ pub enum State {
     Ended(End),
 }
 
+impl State {
+    /// A name for reports and counters: `live`, `stale`, `silent`, `reconnecting`, `ended`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            State::Live => "live",
+            State::Stale { .. } => "stale",
+            State::Silent(_) => "silent",
+            State::Reconnecting { .. } => "reconnecting",
+            State::Ended(_) => "ended",
+        }
+    }
+}
+
 /// Lifecycle beyond a running session, driven by [`Subscriber::maintain`].
 #[derive(Debug, Clone, Copy)]
 enum Phase {
@@ -414,6 +432,8 @@ pub struct Subscriber {
     silent: Option<(Duration, u64)>,
     /// The last failed reconnect try's error.
     reconnect_error: Option<SubscribeError>,
+    /// The counters file ([`SubscriberConfig::counters_dir`]).
+    stat: Option<stat::StatFile>,
 }
 
 impl Subscriber {
@@ -449,6 +469,7 @@ impl Subscriber {
             phase: Phase::Running,
             silent: None,
             reconnect_error: None,
+            stat: cfg.counters_dir.as_deref().and_then(|d| stat::StatFile::create(d, &cfg.name, &cfg.endpoint)),
         })
     }
 
@@ -596,6 +617,18 @@ impl Subscriber {
     /// reconnecting it makes one try per [`Reconnect::interval`]: such a call blocks for up to
     /// [`SubscriberConfig::timeout`] (a refused connection fails at once).
     pub fn maintain(&mut self) -> Health {
+        let health = self.maintain_session();
+        if self.stat.is_some() {
+            let (stats, state, ended) = (self.stats(), self.state(), matches!(health, Health::Ended(_)));
+            let (session_id, latency) = (self.session_id, self.rx.latency());
+            if let Some(f) = &mut self.stat {
+                f.write(&stats, session_id, state.as_str(), latency, ended);
+            }
+        }
+        health
+    }
+
+    fn maintain_session(&mut self) -> Health {
         match self.phase {
             Phase::Ended(end) => return Health::Ended(end),
             Phase::Reconnecting { tries, since, next_try } => return self.reconnect_step(tries, since, next_try),

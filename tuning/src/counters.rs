@@ -250,7 +250,7 @@ impl Drop for CountersWriter {
 ///
 /// # Errors
 /// [`CountersError::Io`] when it cannot be opened; [`CountersError::Format`] naming the field when it is not a
-/// counters file of this version; [`CountersError::Busy`] when the writer kept rewriting for 1,000 tries.
+/// counters file of this version; [`CountersError::Busy`] when the writer kept rewriting for about 2 s.
 pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
     let io = |what| move |source| CountersError::Io { path: path.to_owned(), what, source };
     let bad = |detail: String| CountersError::Format { path: path.to_owned(), detail };
@@ -276,11 +276,20 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
             HEADER_BYTES + slots * SLOT_BYTES
         )));
     }
-    const TRIES: u32 = 1_000;
-    for _ in 0..TRIES {
+    // The writer rewrites in microseconds, but it can be descheduled in the middle: yield a while, then sleep
+    // 1 ms between tries, for up to about 2 s.
+    const TRIES: u32 = 2_100;
+    let wait = |k: u32| {
+        if k < 100 {
+            std::thread::yield_now()
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1))
+        }
+    };
+    for k in 0..TRIES {
         let g1 = word64(&map, 16).load(Ordering::Acquire);
         if g1 & 1 == 1 {
-            std::thread::yield_now();
+            wait(k);
             continue;
         }
         let used = (word32(&map, 40).load(Ordering::Relaxed) as usize).min(slots);
@@ -302,6 +311,7 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
         let state = word32(&map, 28).load(Ordering::Acquire);
         fence(Ordering::Acquire);
         if word64(&map, 16).load(Ordering::Relaxed) != g1 {
+            wait(k);
             continue;
         }
         return Ok(Snapshot {

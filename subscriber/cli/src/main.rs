@@ -127,6 +127,10 @@ struct Args {
     /// with the token itself: command lines are visible to every user of the host.
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
+    /// Folder of this subscriber's counters file (`mdfan-subscriber-NAME-PID.counters`, read by `mdfan-stat`;
+    /// removed at exit); an empty value: none.
+    #[arg(long, default_value = "/dev/shm")]
+    counters_dir: std::path::PathBuf,
 }
 
 /// The doctor's start-up checks that would make this run fail or lie: room in `--shm-dir` for the ring (shm),
@@ -271,6 +275,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     };
     cfg.snapshot = !args.no_snapshot;
     cfg.token = token(args)?;
+    cfg.counters_dir = (!args.counters_dir.as_os_str().is_empty()).then(|| args.counters_dir.clone());
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
     // breaks, and retries the first connect while nobody listens yet.
