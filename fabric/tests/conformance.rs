@@ -254,3 +254,56 @@ fn a_slot_outside_the_ring_is_refused_and_nothing_is_delivered() {
         assert!(local.poll_cq().is_none(), "only the one valid write arrives");
     }
 }
+
+/// Entitlement on verbs: the publisher gives each subscriber its own PD, QP and credit MR, so a subscriber that
+/// writes its credits with another subscriber's rkey and address (here B, with A's, through B's own QP) is refused
+/// by the NIC (remote access error): only B's QP fails; A's records and credits go on untouched. On shared memory
+/// the same boundary is the file system's: each ring is a 0600 file of its subscriber (nothing to test here).
+#[test]
+fn credits_written_with_another_subscribers_rkey_fail_that_subscriber_alone() {
+    if provider() != Provider::Verbs {
+        return;
+    }
+    use mdfan_fabric::wire::control::AcceptFabric;
+    let cfg = config();
+    let sender = AnySender::open(&cfg).expect("the sender opens");
+    let (mut prep_a, grant_a) = PreparedLocalRing::create(&cfg, 64).expect("ring A");
+    let (mut prep_b, grant_b) = PreparedLocalRing::create(&cfg, 64).expect("ring B");
+    let (mut remote_a, accept_a) = sender.attach(&grant_a).expect("attach A");
+    let (remote_b, accept_b) = sender.attach(&grant_b).expect("attach B");
+    let forged = match (&accept_a, &accept_b) {
+        (AcceptFabric::Verbs { credit_addr, credit_rkey, .. }, AcceptFabric::Verbs { endpoint, .. }) => {
+            AcceptFabric::Verbs { endpoint: endpoint.clone(), credit_addr: *credit_addr, credit_rkey: *credit_rkey }
+        }
+        _ => unreachable!("verbs accepts"),
+    };
+    prep_a.unlink();
+    prep_b.unlink();
+    let mut local_a = prep_a.connect(&accept_a).expect("A connects");
+    let mut local_b = prep_b.connect(&forged).expect("B connects its QP (the forged credit target is only used later)");
+    // B's first credit write goes to A's word with A's rkey: the NIC refuses it and B's QP fails.
+    let start = Instant::now();
+    while local_b.peer_state() != PeerState::Closed(CloseReason::FabricError) {
+        assert!(local_b.poll_cq().is_none(), "B got a completion");
+        assert!(start.elapsed() < DEADLINE, "B's forged credit write was not refused: {:?}", local_b.peer_state());
+    }
+    assert!(!remote_b.ready(), "B's own credit never landed");
+    // A is untouched: its stream and its credits go on, and its credit word holds only what A wrote.
+    let start = Instant::now();
+    while !remote_a.ready() {
+        assert!(local_a.poll_cq().is_none(), "a completion before any write");
+        assert!(start.elapsed() < DEADLINE, "A's side never became ready");
+    }
+    for seq in 1..=200 {
+        if seq > 64 {
+            wait_consumed(&mut local_a, &mut remote_a, seq - 64);
+        }
+        write(&mut remote_a, seq);
+        remote_a.flush().expect("flush");
+        assert_eq!(reap(&mut local_a, seq), seq);
+        local_a.release(seq);
+    }
+    wait_consumed(&mut local_a, &mut remote_a, 200);
+    assert_eq!(local_a.peer_state(), PeerState::Attached);
+    assert_eq!(remote_a.failure(), None);
+}
