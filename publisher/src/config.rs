@@ -17,6 +17,9 @@
 //! path = "data/....mbo.dbn.zst" # relative paths are taken from the config file's folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
+//! symbols = "symbols.csv"      # instrument definitions added to the feed's own (DBN metadata mappings): CSV,
+//!                              # security_id,symbol,display_factor,tick_size (mdfan_feed::symbols); relative to
+//!                              # the config file's folder. For MDP 3.0, whose feed carries none. Default: none.
 //!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
@@ -193,6 +196,10 @@ pub struct FeedSection {
     /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
     #[serde(default = "default_max_gap_ms")]
     pub max_gap_ms: u64,
+    /// A symbol file (`mdfan_feed::symbols`) whose definitions are added to the feed's, replacing those of the
+    /// same instrument_id; relative paths are resolved against the config file's folder. Default: none.
+    #[serde(default)]
+    pub symbols: Option<PathBuf>,
 }
 
 fn default_pace() -> Pace {
@@ -317,6 +324,9 @@ impl Config {
         if cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
+        }
+        if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
+            *symbols = path.parent().unwrap_or(Path::new(".")).join(&*symbols);
         }
         let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
         for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
@@ -444,10 +454,21 @@ provider = "shm"
         assert_eq!(c.feed.pace, Pace::Factor(10.0));
         assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
         assert_eq!(c.feed.max_gap_ms, 1000);
+        assert_eq!(c.feed.symbols, None);
         assert_eq!(c.fabric.provider, Provider::Shm);
         assert_eq!(c.fabric.ring_slots_max, 1 << 24);
         let c = parse(&GOOD.replace("pace = 10", "pace = \"realtime\"")).unwrap();
         assert_eq!(c.feed.pace, Pace::Realtime);
+    }
+
+    #[test]
+    fn a_symbol_file_path_is_taken_from_the_config_folder() {
+        let c = parse(&GOOD.replace("pace = 10", "symbols = \"mdp3-symbols.csv\"")).unwrap();
+        assert_eq!(c.feed.symbols, Some(PathBuf::from("/etc/mdfan/mdp3-symbols.csv")));
+        let c = parse(&GOOD.replace("pace = 10", "symbols = \"/srv/symbols.csv\"")).unwrap();
+        assert_eq!(c.feed.symbols, Some(PathBuf::from("/srv/symbols.csv")));
+        let e = parse(&GOOD.replace("pace = 10", "symbols = 7")).unwrap_err().to_string();
+        assert!(e.contains("line 10: key feed.symbols: "), "{e}");
     }
 
     #[test]

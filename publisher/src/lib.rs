@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{FeedError, MboStream};
-use mdfan_wire::Books;
+use mdfan_wire::{Books, Symbology};
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
 
@@ -65,6 +65,9 @@ pub enum PublisherError {
     /// The feed is unusable.
     #[error(transparent)]
     Feed(#[from] FeedError),
+    /// The symbol file (`feed.symbols`) is unusable.
+    #[error(transparent)]
+    Symbols(#[from] mdfan_feed::symbols::SymbolFileError),
     /// The control endpoint could not be bound.
     #[error("control endpoint {endpoint}: cannot listen: {source}")]
     Listen {
@@ -93,6 +96,7 @@ pub struct Publisher {
     cfg: Config,
     listener: TcpListener,
     feed: FeedAgent,
+    symbology: Symbology,
     journal: Arc<Journal>,
     /// Set once the hot loop is gone: the feed handler stops.
     feed_stop: Arc<AtomicBool>,
@@ -132,6 +136,10 @@ impl Publisher {
     /// [`PublisherError::Feed`] naming the file; [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
         let stream = MboStream::open(&cfg.feed.path)?;
+        let mut symbology = stream.symbology().clone();
+        if let Some(path) = &cfg.feed.symbols {
+            symbology.extend(mdfan_feed::symbols::load_symbol_file(path)?);
+        }
         let journal = Journal::new(cfg.journal.records);
         let feed_stop = Arc::new(AtomicBool::new(false));
         let feed = FeedAgent::new(stream, JournalWriter::new(Arc::clone(&journal)), Arc::clone(&feed_stop));
@@ -144,6 +152,7 @@ impl Publisher {
             cfg,
             listener,
             feed,
+            symbology,
             journal,
             feed_stop,
             dump: Arc::new(AtomicBool::new(false)),
@@ -167,6 +176,12 @@ impl Publisher {
         &self.cfg.feed.path
     }
 
+    /// The instruments the publisher can name (the feed's metadata, then `feed.symbols`): what subscribers'
+    /// `symbols` resolve against, and what their `Accept` carries.
+    pub fn symbology(&self) -> &Symbology {
+        &self.symbology
+    }
+
     /// The journal's size, in records.
     pub fn journal_records(&self) -> u64 {
         self.journal.capacity()
@@ -183,7 +198,7 @@ impl Publisher {
     /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
     /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender } = self;
+        let Publisher { cfg, listener, feed, symbology, journal, feed_stop: _, dump, counters, sender } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -226,6 +241,7 @@ impl Publisher {
             live: Vec::new(),
             handshakes: mpsc::channel(),
             instruments: std::collections::BTreeSet::new(),
+            symbology,
             seen: 0,
             deferred: Vec::new(),
             journal,

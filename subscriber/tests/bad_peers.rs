@@ -133,6 +133,7 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
     let sub = ControlMsg::Subscribe(Subscribe {
         name: "flood".into(),
         instruments: None,
+        symbols: None,
         ring: grant,
         policy: SlowConsumerPolicy::Resync,
         snapshot: true,
