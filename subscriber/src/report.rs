@@ -1,24 +1,35 @@
 //! The text `mdfan-subscribe` prints: one key=value line per instrument, top levels, latency percentiles.
 
-use mdfan_wire::record::format_price_e9;
-use mdfan_wire::{Book, Level, Side};
+use mdfan_wire::{Book, Level, Side, Symbology};
 
 use crate::latency::Latency;
 
-fn level(l: Option<Level>) -> String {
+/// `4810.25x22`, the price at the instrument's precision ([`Symbology::format_price`]), or `-` for no level.
+pub fn level_text(symbology: &Symbology, instrument_id: u32, l: Option<Level>) -> String {
     match l {
-        Some(l) => format!("{}x{}", format_price_e9(l.price_e9), l.size),
+        Some(l) => format!("{}x{}", symbology.format_price(instrument_id, l.price_e9), l.size),
         None => "-".into(),
     }
 }
 
-/// `instrument=17077 records=68792 gaps=0 last_seq=59585 orders=11217 levels_bid=922 levels_ask=565
-/// bbo=4810.00x22/4810.25x28`: `records` counts the book records of this instrument, `gaps` the stream's seq
-/// jumps, `last_seq` the last venue sequence applied.
-pub fn summary_line(instrument_id: u32, book: &Book, gaps: u64) -> String {
+/// `instrument=17077` followed by ` symbol=ESH4` when `symbology` knows the instrument.
+pub fn instrument_text(symbology: &Symbology, instrument_id: u32) -> String {
+    match symbology.symbol(instrument_id) {
+        Some(symbol) => format!("instrument={instrument_id} symbol={symbol}"),
+        None => format!("instrument={instrument_id}"),
+    }
+}
+
+/// `instrument=17077 symbol=ESH4 records=68792 gaps=0 last_seq=59585 orders=11217 levels_bid=922 levels_ask=565
+/// bbo=4810.00x22/4810.25x28`: `symbol` only when `symbology` knows the instrument, prices at its precision;
+/// `records` counts the book records of this instrument, `gaps` the stream's seq jumps, `last_seq` the last venue
+/// sequence applied.
+pub fn summary_line(symbology: &Symbology, instrument_id: u32, book: &Book, gaps: u64) -> String {
     let (bid, ask) = book.bbo();
+    let level = |l| level_text(symbology, instrument_id, l);
     format!(
-        "instrument={instrument_id} records={} gaps={gaps} last_seq={} orders={} levels_bid={} levels_ask={} bbo={}/{}",
+        "{} records={} gaps={gaps} last_seq={} orders={} levels_bid={} levels_ask={} bbo={}/{}",
+        instrument_text(symbology, instrument_id),
         book.records,
         book.last_venue_seq,
         book.order_count(),
@@ -29,16 +40,16 @@ pub fn summary_line(instrument_id: u32, book: &Book, gaps: u64) -> String {
     )
 }
 
-/// The best `n` levels of each side, one line each: `instrument=17077 side=bid level=1 price=4810.00 size=22
-/// orders=22`.
-pub fn level_lines(instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
+/// The best `n` levels of each side, one line each, prices at the instrument's precision: `instrument=17077
+/// side=bid level=1 price=4810.00 size=22 orders=22`.
+pub fn level_lines(symbology: &Symbology, instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
         for (i, l) in book.top(side, n).iter().enumerate() {
             out.push(format!(
                 "instrument={instrument_id} side={name} level={} price={} size={} orders={}",
                 i + 1,
-                format_price_e9(l.price_e9),
+                symbology.format_price(instrument_id, l.price_e9),
                 l.size,
                 l.orders
             ));

@@ -159,7 +159,9 @@ fn assert_serves_the_snapshot_book(addr: std::net::SocketAddr) {
     let lines = stdout_lines(&good);
     assert_eq!(good.status.code(), Some(0), "{lines:?}");
     assert!(
-        lines.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("instrument=17077 symbol=ESH4 records=8725 gaps=0 last_seq=691 orders=8725")),
         "{lines:?}"
     );
 }
