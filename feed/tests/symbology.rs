@@ -3,6 +3,8 @@
 
 #[path = "support/dbn_file.rs"]
 mod dbn_file;
+#[path = "support/mdp3.rs"]
+mod mdp3;
 
 use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
@@ -118,4 +120,22 @@ fn a_mapping_that_is_not_an_instrument_id_names_the_file_symbol_and_dates() {
         e.ends_with(": cannot open DBN file: metadata symbol mapping `ESH4` for 2023-12-25..2023-12-26: `ES 17077` is not an instrument_id (0 to 4294967295)"),
         "{e}"
     );
+}
+
+/// The example symbol file shipped for the bundled MDP 3.0 capture (an assumed mapping: the capture has no
+/// definitions): 174969's levels in the data README, 7580.5 (mantissa x 10^-7) and on, print as 0.75805 and on.
+#[test]
+fn the_shipped_mdp3_symbol_file_parses_to_its_assumed_mapping() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/mdp3-symbols.csv");
+    let s = mdfan_feed::symbols::load_symbol_file(&path).unwrap();
+    assert_eq!(s.len(), 1);
+    let def = s.get(174969).unwrap();
+    assert_eq!((def.symbol.as_str(), def.display_factor_e9, def.tick_size_e9), ("6CZ6", 100_000, 500_000_000));
+    // The README's top 5 levels per side of 174969 (mantissa x 10^-7, 7580.5 ..), as a person reads them.
+    let print = |levels: [Option<mdfan_wire::MbpLevel>; 5]| -> Vec<String> {
+        levels.iter().map(|l| s.format_price(mdp3::SECURITY, l.unwrap().price_e9)).collect()
+    };
+    assert_eq!(print(mdp3::reference_bids()), ["0.75805", "0.75800", "0.75795", "0.75790", "0.75785"]);
+    assert_eq!(print(mdp3::reference_asks()), ["0.75815", "0.75820", "0.75825", "0.75830", "0.75835"]);
+    assert_eq!(s.ids_of("6CZ6"), vec![174969]);
 }
