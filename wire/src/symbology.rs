@@ -19,7 +19,7 @@
 //! or at least two when the tick size is unknown (a DBN MBO file carries none), and never rounded: a price finer
 //! than its tick prints every digit it has.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +106,8 @@ fn format_e18(e18: i128, min_decimals: usize) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Symbology {
     by_id: BTreeMap<u32, InstrumentDef>,
+    /// symbol → its instrument_ids: [`Symbology::ids_of`] without a scan (a subscribe may name thousands).
+    by_symbol: BTreeMap<String, BTreeSet<u32>>,
 }
 
 impl Symbology {
@@ -117,12 +119,25 @@ impl Symbology {
     /// Adds or replaces the definition of `def.instrument_id`; returns the one it replaced. The hook for every
     /// source (an ITCH `R` message, a symbol file line, a DBN mapping).
     pub fn insert(&mut self, def: InstrumentDef) -> Option<InstrumentDef> {
-        self.by_id.insert(def.instrument_id, def)
+        let id = def.instrument_id;
+        self.by_symbol.entry(def.symbol.clone()).or_default().insert(id);
+        let old = self.by_id.insert(id, def)?;
+        if old.symbol != self.by_id[&id].symbol {
+            if let Some(ids) = self.by_symbol.get_mut(&old.symbol) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.by_symbol.remove(&old.symbol);
+                }
+            }
+        }
+        Some(old)
     }
 
     /// Adds every definition of `other`, replacing those with the same instrument_id.
     pub fn extend(&mut self, other: Symbology) {
-        self.by_id.extend(other.by_id);
+        for def in other.by_id.into_values() {
+            self.insert(def);
+        }
     }
 
     /// The definition of `instrument_id`, if known.
@@ -138,7 +153,7 @@ impl Symbology {
     /// Every instrument_id whose symbol is `symbol` (exact, case-sensitive), in increasing order: usually one;
     /// more when a symbol named different instruments over the feed's dates.
     pub fn ids_of(&self, symbol: &str) -> Vec<u32> {
-        self.by_id.values().filter(|d| d.symbol == symbol).map(|d| d.instrument_id).collect()
+        self.by_symbol.get(symbol).map_or_else(Vec::new, |ids| ids.iter().copied().collect())
     }
 
     /// Formats `price_e9` of `instrument_id` at its precision ([`InstrumentDef::format_price`]); an unknown
@@ -230,5 +245,13 @@ mod tests {
         let replaced = s.insert(InstrumentDef::new(9, "ESM4")).map(|d| d.symbol);
         assert_eq!(replaced.as_deref(), Some("ESH4"));
         assert_eq!(s.iter().map(|d| d.instrument_id).collect::<Vec<_>>(), vec![9, 17077, 174969]);
+        // A replaced definition's old symbol no longer finds it; the new one does.
+        assert_eq!((s.ids_of("ESH4"), s.ids_of("ESM4")), (vec![17077], vec![9]));
+        let mut other = Symbology::new();
+        other.insert(InstrumentDef::new(17077, "ESZ3"));
+        other.insert(InstrumentDef::new(5, "ESH4"));
+        s.extend(other);
+        assert_eq!((s.ids_of("ESH4"), s.ids_of("ESZ3"), s.symbol(17077)), (vec![5], vec![17077], Some("ESZ3")));
+        assert_eq!(s.len(), 4);
     }
 }
