@@ -24,15 +24,23 @@
 //! | `hd.ts_event`, `ts_recv` | `ts_event_ns`, `ts_recv_ns` |                       |
 //!
 //! `seq` and `ts_send_ticks` are the publisher's to fill per subscriber at post time.
+//!
+//! Symbology ([`MboStream::symbology`]): the metadata's symbol mappings (Databento docs, "Symbology": per
+//! requested symbol, the `stype_out` symbol for each date interval) become instrument_id → symbol, for the
+//! intervals that overlap the file's `start`..`end` dates. A file requested by raw symbol (`stype_in`
+//! `raw_symbol`, `stype_out` `instrument_id`, as the bundled ESH4 files: `ESH4` → 17077) maps each interval's
+//! instrument_id to the raw symbol; one requested by instrument_id maps the other way. Other symbology types
+//! (continuous, parent) carry no raw symbol and give an empty symbology. DBN carries no tick size or display
+//! factor, so each definition has display factor 1 and an unknown tick size.
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use dbn::decode::dbn::MetadataDecoder;
 use dbn::decode::DynReader;
-use dbn::{FlagSet, MboMsg, Schema};
+use dbn::{FlagSet, MboMsg, SType, Schema};
 
-use mdfan_wire::{BookUpdate, Kind, Side};
+use mdfan_wire::{BookUpdate, InstrumentDef, Kind, Side, Symbology};
 
 pub use dbn::MboMsg as DbnMboMsg;
 
@@ -218,6 +226,7 @@ const READ_BUFFER_BYTES: usize = 1 << 16;
 pub struct MboStream<R> {
     path: PathBuf,
     reader: R,
+    symbology: Symbology,
     dataset: String,
     version: u8,
     /// Records read so far.
@@ -274,9 +283,11 @@ impl<R: Read> MboStream<R> {
                 schema: metadata.schema.map_or("mixed".to_owned(), |s| s.to_string()),
             });
         }
+        let symbology = symbology_from_metadata(&metadata).map_err(open_err)?;
         Ok(MboStream {
             path: path.to_owned(),
             reader,
+            symbology,
             dataset: metadata.dataset,
             version,
             records: 0,
@@ -293,6 +304,12 @@ impl<R: Read> MboStream<R> {
     /// The DBN dataset named in the metadata, e.g. `GLBX.MDP3`.
     pub fn dataset(&self) -> &str {
         &self.dataset
+    }
+
+    /// instrument_id → symbol from the metadata's symbol mappings (module docs, "Symbology"); empty when the
+    /// file carries none usable.
+    pub fn symbology(&self) -> &Symbology {
+        &self.symbology
     }
 
     /// The DBN version byte of the file (1 to 3).
@@ -378,6 +395,52 @@ impl<R: Read> MboStream<R> {
         self.offset += len_bytes as u64;
         Ok(Some(msg))
     }
+}
+
+/// Julian day number of 1970-01-01.
+const UNIX_EPOCH_JULIAN_DAY: i64 = 2_440_588;
+/// Nanoseconds in a day.
+const NS_PER_DAY: u64 = 86_400_000_000_000;
+
+/// The symbology of the metadata's mappings over the file's dates (module docs). The first mapping of an
+/// instrument_id wins.
+///
+/// # Errors
+/// A mapping whose instrument_id side is not a `u32`, named with its raw symbol and interval.
+fn symbology_from_metadata(metadata: &dbn::Metadata) -> Result<Symbology, String> {
+    let id_out = metadata.stype_out == SType::InstrumentId;
+    let id_in = metadata.stype_in == Some(SType::InstrumentId);
+    if !(id_out || id_in) {
+        return Ok(Symbology::new());
+    }
+    // The file's dates as Julian day numbers: [first, last] (an `end` at midnight excludes that day).
+    let first = UNIX_EPOCH_JULIAN_DAY + (metadata.start / NS_PER_DAY) as i64;
+    let last = metadata.end.map_or(i64::MAX, |e| UNIX_EPOCH_JULIAN_DAY + ((e.get() - 1) / NS_PER_DAY) as i64);
+    let mut symbology = Symbology::new();
+    for mapping in &metadata.mappings {
+        for iv in &mapping.intervals {
+            // The interval covers start_date..end_date, its end exclusive.
+            let (from, to) = (iv.start_date.to_julian_day() as i64, iv.end_date.to_julian_day() as i64);
+            if iv.symbol.is_empty() || to <= first || from > last {
+                continue;
+            }
+            let (id_text, symbol) =
+                if id_out { (&iv.symbol, &mapping.raw_symbol) } else { (&mapping.raw_symbol, &iv.symbol) };
+            let id: u32 = id_text.parse().map_err(|_| {
+                format!(
+                    "metadata symbol mapping `{}` for {}..{}: `{id_text}` is not an instrument_id (0 to {})",
+                    mapping.raw_symbol,
+                    iv.start_date,
+                    iv.end_date,
+                    u32::MAX
+                )
+            })?;
+            if symbology.get(id).is_none() {
+                symbology.insert(InstrumentDef::new(id, symbol.as_str()));
+            }
+        }
+    }
+    Ok(symbology)
 }
 
 /// Fills `buf` from `reader`; `UnexpectedEof` when the reader ends first.

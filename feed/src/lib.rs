@@ -6,6 +6,8 @@
 //! - [`mdp3_channel`]: one MDP 3.0 channel for a live handler: arbitrated packets in, level and stale records
 //!   out, packets lost on both lines turned into stale marks, and market recovery from the snapshot feed (sans
 //!   I/O: the caller owns the sockets).
+//! - [`symbols`]: symbol files (security id → symbol, display factor, tick size) for MDP 3.0, whose incremental
+//!   feed carries no instrument definitions.
 //! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng capture, for tests and replay.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
@@ -18,3 +20,4 @@ pub mod dbn;
 pub mod mdp3;
 pub mod mdp3_channel;
 pub mod pcap;
+pub mod symbols;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
 use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
-use mdfan_wire::Books;
+use mdfan_wire::{Books, InstrumentDef, Symbology};
 
 use mdfan_tuning::{Agent, IdleStrategy};
 
@@ -31,19 +31,7 @@ use crate::HANDSHAKE_TIMEOUT;
 /// Checks `sub` against the publisher's `[access]` list: a known name with its token (compared in constant
 /// time), asking for no more than its entitlement. The reason names the field and says what is allowed.
 pub(crate) fn check_access(access: &crate::config::AccessSection, sub: &Subscribe) -> Result<(), String> {
-    use subtle::ConstantTimeEq as _;
-    let Some(token) = &sub.token else {
-        return Err(format!(
-            "field token: missing: this publisher authenticates its subscribers ({:?} sent none)",
-            sub.name
-        ));
-    };
-    let entry = access.subscribers.iter().find(|e| e.name == sub.name);
-    // An unknown name and a wrong token read the same, so the refusal does not tell which names exist.
-    let ok = entry.is_some_and(|e| bool::from(e.token.as_bytes().ct_eq(token.as_bytes())));
-    let (true, Some(entry)) = (ok, entry) else {
-        return Err(format!("field token: not accepted for subscriber {:?}", sub.name));
-    };
+    let entry = check_token(access, sub)?;
     let Some(allowed) = &entry.instruments else { return Ok(()) };
     let may = || allowed.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     match &sub.instruments {
@@ -56,6 +44,27 @@ pub(crate) fn check_access(access: &crate::config::AccessSection, sub: &Subscrib
                 Err(format!("field instruments: {} not entitled; {:?} may have {}", refused.join(","), sub.name, may()))
             }
         }
+    }
+}
+
+/// The `[access]` entry of `sub`'s name if its token matches (compared in constant time); the reason for a
+/// `Reject` otherwise. An unknown name and a wrong token read the same, so a refusal does not tell which names
+/// exist.
+pub(crate) fn check_token<'a>(
+    access: &'a crate::config::AccessSection,
+    sub: &Subscribe,
+) -> Result<&'a crate::config::AccessEntry, String> {
+    use subtle::ConstantTimeEq as _;
+    let Some(token) = &sub.token else {
+        return Err(format!(
+            "field token: missing: this publisher authenticates its subscribers ({:?} sent none)",
+            sub.name
+        ));
+    };
+    let entry = access.subscribers.iter().find(|e| e.name == sub.name);
+    match entry {
+        Some(e) if bool::from(e.token.as_bytes().ct_eq(token.as_bytes())) => Ok(e),
+        _ => Err(format!("field token: not accepted for subscriber {:?}", sub.name)),
     }
 }
 
@@ -87,6 +96,73 @@ fn id_list(ids: &[u32]) -> String {
         text.push_str(&format!(" and {} more", ids.len() - SHOWN));
     }
     text
+}
+
+/// Strings for a message: at most 20, then how many more.
+fn text_list(items: &[&str]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = items.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
+    if items.len() > SHOWN {
+        text.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    text
+}
+
+/// An accept whose definitions would make it larger than a control frame may be keeps the first ones that fit
+/// (halving; logged): the subscriber still gets its records, some without a symbol.
+fn fit_in_a_frame(mut msg: ControlMsg) -> ControlMsg {
+    let ControlMsg::Accept(accept) = &mut msg else { return msg };
+    let all = accept.definitions.len();
+    let limit = 4 + control::MAX_FRAME_BYTES as usize;
+    while !accept.definitions.is_empty() && control::encode(&ControlMsg::Accept(accept.clone())).len() > limit {
+        accept.definitions.truncate(accept.definitions.len() / 2);
+    }
+    if accept.definitions.len() < all {
+        tracing::warn!(
+            sent = accept.definitions.len(),
+            known = all,
+            "too many instrument definitions for one accept frame: only the first ones are sent"
+        );
+    }
+    msg
+}
+
+/// Turns the symbols `sub` names into instrument_ids added to its `instruments` (which then filter: a
+/// subscriber naming only symbols gets only those), and leaves `symbols` empty. Every instrument_id of a
+/// symbol counts (more than one when the symbol named several instruments over the feed's dates).
+///
+/// # Errors
+/// The reason for a `Reject`: a symbol this publisher does not know (named, with how many it knows), an
+/// empty or too long list.
+pub(crate) fn resolve_symbols(symbology: &Symbology, sub: &mut Subscribe) -> Result<(), String> {
+    let Some(symbols) = sub.symbols.take() else { return Ok(()) };
+    if symbols.is_empty() {
+        return Err("field symbols: empty (leave it out to get every instrument)".into());
+    }
+    if symbols.len() > 1 << 16 {
+        return Err(format!("field symbols: {} symbols, at most 65536", symbols.len()));
+    }
+    let mut ids = sub.instruments.take().unwrap_or_default();
+    let mut unknown = Vec::new();
+    for symbol in &symbols {
+        match symbology.ids_of(symbol) {
+            found if found.is_empty() => unknown.push(symbol.as_str()),
+            found => ids.extend(found),
+        }
+    }
+    if !unknown.is_empty() {
+        let known: Vec<&str> = symbology.iter().map(|d| d.symbol.as_str()).collect();
+        let have = match known.len() {
+            0 => "it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set".to_owned(),
+            1 => format!("it knows 1 symbol: {}", known[0]),
+            n => format!("it knows {n} symbols: {}", text_list(&known)),
+        };
+        return Err(format!("field symbols: {} not known to this publisher ({have})", text_list(&unknown)));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    sub.instruments = Some(ids);
+    Ok(())
 }
 
 /// A subscriber's control connection, read without blocking.
@@ -146,6 +222,9 @@ pub struct Conductor {
     pub(crate) journal: Arc<Journal>,
     /// The instrument_ids seen in the journal so far.
     pub(crate) instruments: std::collections::BTreeSet<u32>,
+    /// The instruments the publisher can name: subscribers' `symbols` resolve against it, and each `Accept`
+    /// carries the definitions of the subscriber's instruments.
+    pub(crate) symbology: Symbology,
     /// Journal positions scanned for instruments.
     pub(crate) seen: u64,
     /// Handshakes waiting for the feed to show the instruments they name ([`Conductor::instruments_unsettled`]).
@@ -203,7 +282,16 @@ impl Conductor {
     pub(crate) fn finish_handshakes(&mut self) -> usize {
         let mut n = 0;
         let mut deferred = std::mem::take(&mut self.deferred).into_iter();
-        while let Some((mut stream, peer, msg)) = deferred.next().or_else(|| self.handshakes.1.try_recv().ok()) {
+        while let Some((mut stream, peer, mut msg)) = deferred.next().or_else(|| self.handshakes.1.try_recv().ok()) {
+            if let Ok(ControlMsg::Subscribe(sub)) = &mut msg {
+                // Who it is first: an unauthenticated peer learns nothing, not even which symbols exist.
+                let token = self.cfg.access.as_ref().map_or(Ok(()), |a| check_token(a, sub).map(|_| ()));
+                if let Err(reason) = token.and_then(|()| resolve_symbols(&self.symbology, sub)) {
+                    n += 1;
+                    Self::reject(&mut stream, peer, reason);
+                    continue;
+                }
+            }
             if !matches!(&msg, Ok(ControlMsg::Subscribe(sub)) if self.instruments_unsettled(sub)) {
                 n += 1;
             } else {
@@ -239,6 +327,15 @@ impl Conductor {
             }
         }
         n
+    }
+
+    /// The definitions a subscriber filtered to `filter` (`None`: every instrument) gets in its `Accept`: those
+    /// this publisher knows.
+    pub(crate) fn definitions_for(&self, filter: Option<&[u32]>) -> Vec<InstrumentDef> {
+        match filter {
+            Some(ids) => ids.iter().filter_map(|id| self.symbology.get(*id).cloned()).collect(),
+            None => self.symbology.iter().cloned().collect(),
+        }
     }
 
     /// Whether `sub` names an instrument not seen in the journal yet while more may still be learnt before the
@@ -372,13 +469,14 @@ impl Conductor {
         fabric: AcceptFabric,
     ) {
         let id = self.next_id;
-        let accept = ControlMsg::Accept(Accept {
+        let accept = fit_in_a_frame(ControlMsg::Accept(Accept {
             session_id: id,
             first_seq: 1,
             fabric,
             policy: sub.policy,
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
-        });
+            definitions: self.definitions_for(sub.instruments.as_deref()),
+        }));
         if let Err(e) = control::write_msg(&mut stream, &accept) {
             tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");
             return;
@@ -841,5 +939,85 @@ impl Agent for Conductor {
 
     fn is_done(&self) -> bool {
         self.finished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::control::{RingGrant, SlowConsumerPolicy};
+
+    fn symbology() -> Symbology {
+        let six_c = InstrumentDef {
+            display_factor_e9: 100_000,
+            tick_size_e9: 500_000_000,
+            ..InstrumentDef::new(174969, "6CZ6")
+        };
+        [InstrumentDef::new(17077, "ESH4"), six_c].into_iter().collect()
+    }
+
+    fn sub(instruments: Option<Vec<u32>>, symbols: Option<&[&str]>) -> Subscribe {
+        Subscribe {
+            name: "a".into(),
+            instruments,
+            symbols: symbols.map(|s| s.iter().map(|s| s.to_string()).collect()),
+            ring: RingGrant::Shm { path: "/dev/shm/x".into(), slot_count: 64 },
+            policy: SlowConsumerPolicy::Resync,
+            snapshot: true,
+            token: None,
+        }
+    }
+
+    #[test]
+    fn symbols_resolve_into_the_instrument_filter() {
+        let s = symbology();
+        let mut only = sub(None, Some(&["ESH4"]));
+        resolve_symbols(&s, &mut only).unwrap();
+        assert_eq!((only.instruments, only.symbols), (Some(vec![17077]), None));
+        let mut both = sub(Some(vec![174969, 9]), Some(&["ESH4", "6CZ6"]));
+        resolve_symbols(&s, &mut both).unwrap();
+        assert_eq!(both.instruments, Some(vec![9, 17077, 174969]));
+        let mut none = sub(Some(vec![9]), None);
+        resolve_symbols(&s, &mut none).unwrap();
+        assert_eq!(none.instruments, Some(vec![9]));
+    }
+
+    #[test]
+    fn an_unknown_symbol_is_refused_by_name_with_what_is_known() {
+        let e = resolve_symbols(&symbology(), &mut sub(None, Some(&["ESH4", "XYZ", "esh4"]))).unwrap_err();
+        assert_eq!(e, "field symbols: XYZ, esh4 not known to this publisher (it knows 2 symbols: ESH4, 6CZ6)");
+        let one: Symbology = [InstrumentDef::new(17077, "ESH4")].into_iter().collect();
+        let e = resolve_symbols(&one, &mut sub(None, Some(&["XYZ"]))).unwrap_err();
+        assert_eq!(e, "field symbols: XYZ not known to this publisher (it knows 1 symbol: ESH4)");
+        let e = resolve_symbols(&Symbology::new(), &mut sub(None, Some(&["XYZ"]))).unwrap_err();
+        assert!(
+            e.ends_with("(it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set)"),
+            "{e}"
+        );
+        let e = resolve_symbols(&symbology(), &mut sub(None, Some(&[]))).unwrap_err();
+        assert_eq!(e, "field symbols: empty (leave it out to get every instrument)");
+    }
+
+    #[test]
+    fn an_accept_with_more_definitions_than_a_frame_holds_keeps_the_first_that_fit() {
+        let accept = |definitions| {
+            ControlMsg::Accept(Accept {
+                session_id: 1,
+                first_seq: 1,
+                fabric: AcceptFabric::Shm,
+                policy: SlowConsumerPolicy::Resync,
+                heartbeat_interval_ms: 10,
+                definitions,
+            })
+        };
+        let few: Vec<InstrumentDef> = symbology().iter().cloned().collect();
+        assert_eq!(fit_in_a_frame(accept(few.clone())), accept(few));
+        let many: Vec<InstrumentDef> = (0..4000).map(|i| InstrumentDef::new(i, format!("SYM{i:05}"))).collect();
+        assert!(control::encode(&accept(many.clone())).len() > 4 + control::MAX_FRAME_BYTES as usize);
+        let ControlMsg::Accept(fitted) = fit_in_a_frame(accept(many.clone())) else { unreachable!() };
+        // 4000 definitions of about 90 bytes: halved until they fit, 500.
+        assert_eq!(fitted.definitions, many[..500].to_vec());
+        let frame = control::encode(&ControlMsg::Accept(fitted));
+        assert!(frame.len() <= 4 + control::MAX_FRAME_BYTES as usize);
     }
 }

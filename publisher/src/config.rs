@@ -19,6 +19,9 @@
 //! path = "data/....mbo.dbn.zst" # dbn only; relative paths are taken from the config file's folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
+//! symbols = "symbols.csv"      # instrument definitions added to the feed's own (DBN metadata mappings): CSV,
+//!                              # security_id,symbol,display_factor,tick_size (mdfan_feed::symbols); relative to
+//!                              # the config file's folder. For MDP 3.0, whose feed carries none. Default: none.
 //!
 //! [lines]                      # format "mdp3" only: the channel's incremental feed, lines A and B
 //! a = "224.0.31.11:14320"      # line A: multicast group:port (joined on `interface`) or a unicast ip:port
@@ -321,6 +324,10 @@ pub struct FeedSection {
     /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
     #[serde(default = "default_max_gap_ms")]
     pub max_gap_ms: u64,
+    /// A symbol file (`mdfan_feed::symbols`) whose definitions are added to the feed's, replacing those of the
+    /// same instrument_id; relative paths are resolved against the config file's folder. Default: none.
+    #[serde(default)]
+    pub symbols: Option<PathBuf>,
 }
 
 fn default_pace() -> Pace {
@@ -482,6 +489,9 @@ impl Config {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
         }
+        if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
+            *symbols = path.parent().unwrap_or(Path::new(".")).join(&*symbols);
+        }
         let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
         for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
             mdfan_wire::ring::check_slot_count(v as u64).map_err(|e| bad(key, e.to_string()))?;
@@ -636,6 +646,7 @@ provider = "shm"
         assert_eq!(c.feed.pace, Pace::Factor(10.0));
         assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
         assert_eq!(c.feed.max_gap_ms, 1000);
+        assert_eq!(c.feed.symbols, None);
         assert_eq!(c.fabric.provider, Provider::Shm);
         assert_eq!(c.fabric.ring_slots_max, 1 << 24);
         let c = parse(&GOOD.replace("pace = 10", "pace = \"realtime\"")).unwrap();
@@ -698,6 +709,16 @@ snapshot = "224.0.31.43:14330"
         let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
         let l = c.lines.unwrap();
         assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
+    }
+
+    #[test]
+    fn a_symbol_file_path_is_taken_from_the_config_folder() {
+        let c = parse(&GOOD.replace("pace = 10", "symbols = \"mdp3-symbols.csv\"")).unwrap();
+        assert_eq!(c.feed.symbols, Some(PathBuf::from("/etc/mdfan/mdp3-symbols.csv")));
+        let c = parse(&GOOD.replace("pace = 10", "symbols = \"/srv/symbols.csv\"")).unwrap();
+        assert_eq!(c.feed.symbols, Some(PathBuf::from("/srv/symbols.csv")));
+        let e = parse(&GOOD.replace("pace = 10", "symbols = 7")).unwrap_err().to_string();
+        assert!(e.contains("line 10: key feed.symbols: "), "{e}");
     }
 
     #[test]

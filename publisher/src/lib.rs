@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{FeedError, MboStream};
-use mdfan_wire::Books;
+use mdfan_wire::{Books, Symbology};
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
 
@@ -71,6 +71,9 @@ pub enum PublisherError {
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),
+    /// The symbol file (`feed.symbols`) is unusable.
+    #[error(transparent)]
+    Symbols(#[from] mdfan_feed::symbols::SymbolFileError),
     /// The control endpoint could not be bound.
     #[error("control endpoint {endpoint}: cannot listen: {source}")]
     Listen {
@@ -99,6 +102,7 @@ pub struct Publisher {
     cfg: Config,
     listener: TcpListener,
     feed: FeedAgent,
+    symbology: Symbology,
     journal: Arc<Journal>,
     /// Set once the hot loop is gone: the feed handler stops.
     feed_stop: Arc<AtomicBool>,
@@ -145,14 +149,21 @@ impl Publisher {
         let journal = Journal::new(cfg.journal.records);
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
-        let (feed, live) = match (cfg.feed.format, &cfg.lines) {
+        let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Mdp3, Some(lines)) => {
                 let live = LiveMdp3::open(lines)?;
                 let counters = (live.counters(), live.line_addrs(), live.snapshot_addr());
-                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters))
+                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters), Default::default())
             }
-            _ => (FeedAgent::new(MboStream::open(&cfg.feed.path)?, writer, Arc::clone(&feed_stop)), None),
+            _ => {
+                let stream = MboStream::open(&cfg.feed.path)?;
+                let symbology = stream.symbology().clone();
+                (FeedAgent::new(stream, writer, Arc::clone(&feed_stop)), None, symbology)
+            }
         };
+        if let Some(path) = &cfg.feed.symbols {
+            symbology.extend(mdfan_feed::symbols::load_symbol_file(path)?);
+        }
         let sender = AnySender::open(&cfg.fabric.resolved)
             .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
@@ -163,6 +174,7 @@ impl Publisher {
             cfg,
             listener,
             feed,
+            symbology,
             journal,
             feed_stop,
             dump: Arc::new(AtomicBool::new(false)),
@@ -212,6 +224,12 @@ impl Publisher {
         &self.cfg.feed.path
     }
 
+    /// The instruments the publisher can name (the feed's metadata, then `feed.symbols`): what subscribers'
+    /// `symbols` resolve against, and what their `Accept` carries.
+    pub fn symbology(&self) -> &Symbology {
+        &self.symbology
+    }
+
     /// The journal's size, in records.
     pub fn journal_records(&self) -> u64 {
         self.journal.capacity()
@@ -237,6 +255,7 @@ impl Publisher {
             cfg,
             listener,
             feed,
+            symbology,
             journal,
             feed_stop: _,
             dump,
@@ -291,6 +310,7 @@ impl Publisher {
             live: Vec::new(),
             handshakes: mpsc::channel(),
             instruments: std::collections::BTreeSet::new(),
+            symbology,
             seen: 0,
             deferred: Vec::new(),
             journal,

@@ -60,6 +60,7 @@ fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
     let subscribe = Subscribe {
         name: "one-thread".into(),
         instruments: None,
+        symbols: None,
         ring: grant,
         policy: SlowConsumerPolicy::Disconnect,
         snapshot: true,

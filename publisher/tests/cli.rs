@@ -196,3 +196,27 @@ fn an_endpoint_in_use_is_named() {
     let (code, err) = run(&p);
     assert_one_line_error(code, &err, &[&format!("control endpoint {addr}"), "cannot listen"]);
 }
+
+#[test]
+fn a_bad_symbol_file_is_named_with_its_line_and_field() {
+    let dir = scratch();
+    let symbols = dir.join("symbols.csv");
+    std::fs::write(
+        &symbols,
+        "security_id,symbol,display_factor,tick_size\n174969,6CZ6,0.0001,0.5\n17077,ESH4,one,0.25\n",
+    )
+    .unwrap();
+    // A relative path is taken from the config file's folder.
+    let cfg =
+        config(&dir, "bad-symbols.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "symbols = \"symbols.csv\"");
+    let (code, err) = run(&cfg);
+    let want = format!(
+        "mdfan-publisher: error: symbols {}: line 3: field display_factor: `one` is not a decimal number of at most 9 decimals, 0 or above (like 0.0001)",
+        symbols.display()
+    );
+    assert_one_line_error(code, &err, &[&want]);
+    let cfg = config(&dir, "no-symbols.toml", &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"), "symbols = \"nope.csv\"");
+    let (code, err) = run(&cfg);
+    let want = format!("mdfan-publisher: error: symbols {}: cannot read: ", dir.join("nope.csv").display());
+    assert_one_line_error(code, &err, &[&want]);
+}

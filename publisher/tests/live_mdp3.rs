@@ -8,7 +8,7 @@
 //! 10 s, so a host stall cannot decide a gap: losses are decided by both lines moving past a seq.
 
 use std::net::SocketAddrV4;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -42,11 +42,16 @@ struct Seen {
     end: Option<CloseReason>,
 }
 
-fn subscribe(endpoint: &str, name: &str, instruments: Option<Vec<u32>>) -> JoinHandle<Seen> {
+fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHandle<Seen> {
     let mut cfg = SubscriberConfig::new(endpoint, name);
-    cfg.instruments = instruments;
+    cfg.symbols = symbols;
     cfg.ring_slots = 16_384;
     let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    // ops/mdp3-symbols.csv (the publisher's [feed] symbols) names 174969 6CZ6, with a display factor of 1e-4.
+    if cfg.symbols.is_some() {
+        assert_eq!(sub.symbol(SECURITY), Some("6CZ6"));
+        assert_eq!(sub.format_price(SECURITY, 75_805 * 100_000_000), "0.75805");
+    }
     std::thread::spawn(move || {
         let mut seen = Seen { books: MbpBooks::with_capacity(64), gaps: 0, snapshots: 0, stale: Vec::new(), end: None };
         let deadline = Instant::now() + WATCHDOG;
@@ -89,11 +94,12 @@ enum Recovery {
 fn run_live(
     tweak: impl FnOnce(&mut SimConfig),
     recovery: Recovery,
-    early: &[(&str, Option<Vec<u32>>)],
+    early: &[(&str, Option<Vec<String>>)],
 ) -> (Summary, RunReport, Vec<Seen>, Seen) {
     let snapshot =
         if recovery == Recovery::None { "" } else { "snapshot = \"127.0.0.1:0\"\nrecovery_timeout_ms = 1000\n" };
-    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n");
+    let symbols = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/mdp3-symbols.csv");
+    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\nsymbols = {symbols:?}\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n");
     let cfg = Config::parse(&text, Path::new("live-test.toml")).expect("test config parses");
     let publisher = Publisher::bind(cfg).expect("publisher binds its lines and endpoint");
     let endpoint = publisher.local_addr().to_string();
@@ -140,7 +146,7 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
             c.seed = 13;
         },
         Recovery::None,
-        &[("all", None), ("one", Some(vec![SECURITY]))],
+        &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
     );
     let [la, lb] = &summary.lines;
     // Seed 13: 100 packets lost on A, 114 on B, none on both (mdfan-feedsim's own test pins these).
@@ -163,7 +169,7 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
         assert!(seen.books.iter().all(|b| !b.is_stale()), "{who}");
     }
     assert_eq!(all.books.len(), SECURITIES);
-    assert_eq!(one.books.len(), 1, "filtered to {SECURITY}");
+    assert_eq!(one.books.len(), 1, "filtered to {SECURITY}, asked for as 6CZ6");
     assert_eq!(all.books.get(SECURITY).unwrap().records(), 726, "README: 726 book entries for {SECURITY}");
     assert_eq!(all.snapshots, 0, "attached before the first packet: nothing to snapshot");
     // The late joiner rebuilt every book from the publisher's snapshot, level for level.
@@ -197,8 +203,11 @@ fn assert_stale_marks(live_stale_records: u64, all: &Seen, one: &Seen) {
 
 #[test]
 fn forty_packets_lost_on_both_lines_go_stale_then_market_recovery_rebuilds_every_book_exactly() {
-    let (summary, report, early, late) =
-        run_live(|c| c.drop_seqs = Some(LOST), Recovery::Served, &[("all", None), ("one", Some(vec![SECURITY]))]);
+    let (summary, report, early, late) = run_live(
+        |c| c.drop_seqs = Some(LOST),
+        Recovery::Served,
+        &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
+    );
     assert_eq!(summary.lines[0].dropped_by_seq, 40);
     let live = report.live.expect("a live feed reports its lines");
     assert_eq!((live.gap_seqs, live.gap_runs), (40, 1));
@@ -223,8 +232,11 @@ fn forty_packets_lost_on_both_lines_go_stale_then_market_recovery_rebuilds_every
 
 #[test]
 fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
-    let (_, report, early, _) =
-        run_live(|c| c.drop_seqs = Some(LOST), Recovery::Silent, &[("all", None), ("one", Some(vec![SECURITY]))]);
+    let (_, report, early, _) = run_live(
+        |c| c.drop_seqs = Some(LOST),
+        Recovery::Silent,
+        &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
+    );
     let live = report.live.expect("a live feed reports its lines");
     assert_eq!((live.recovered, live.stale_now, live.recovery_timeouts), (0, STALE_SECURITIES, 1));
     assert_eq!(live.snapshot_packets, 0, "the feed never answered");

@@ -132,8 +132,8 @@ pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
-    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, Kind, Level, LevelIter, MbpBook, MbpBooks,
-    MbpLevel, RestingOrder, Side, MBP_DEPTH,
+    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, InstrumentDef, Kind, Level, LevelIter,
+    MbpBook, MbpBooks, MbpLevel, RestingOrder, Side, Symbology, MBP_DEPTH,
 };
 
 /// How to reach the publisher and what ring to offer it.
@@ -148,8 +148,12 @@ pub struct SubscriberConfig {
     /// Which fabric to offer the publisher, with its settings (for shm, the ring file's folder: the
     /// publisher's `fabric.shm_dir`). Default shared memory in /dev/shm.
     pub fabric: FabricConfig,
-    /// instrument_ids wanted; `None` (default) = all.
+    /// instrument_ids wanted; `None` (default) = all (unless `symbols` names some).
     pub instruments: Option<Vec<u32>>,
+    /// Symbols wanted (`ESH4`), resolved by the publisher into instrument_ids and added to `instruments`: with
+    /// `instruments` `None`, only these. A symbol the publisher does not know makes it refuse
+    /// ([`SubscribeError::Rejected`] naming the symbol). `None` (default) = none named.
+    pub symbols: Option<Vec<String>>,
     /// Time allowed for connecting and for the publisher's answer. Default 2 s.
     pub timeout: Duration,
     /// What the publisher does when this ring is full. Default `resync`.
@@ -203,6 +207,7 @@ impl SubscriberConfig {
             ring_slots: 131_072,
             fabric: FabricConfig::default(),
             instruments: None,
+            symbols: None,
             timeout: Duration::from_secs(2),
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
@@ -390,6 +395,15 @@ enum Phase {
     Ended(End),
 }
 
+/// What a successful handshake gives.
+struct Opened {
+    ring: AnyLocalRing,
+    control: TcpStream,
+    session_id: u64,
+    policy: SlowConsumerPolicy,
+    symbology: Symbology,
+}
+
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
 pub struct Subscriber {
     cfg: SubscriberConfig,
@@ -404,6 +418,8 @@ pub struct Subscriber {
     endpoint: String,
     session_id: u64,
     policy: SlowConsumerPolicy,
+    /// The definitions the publisher sent in its accept.
+    symbology: Symbology,
     control_closed: bool,
     /// Thorough polls ([`Receiver::poll_thorough`]: the CQ itself read) that found nothing so far. "A poll after
     /// X found the ring empty" is `empty_polls` above its value at X: how [`Subscriber::maintain`] knows the ring
@@ -442,7 +458,7 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
-        let (ring, control, session_id, policy) = Self::open(cfg)?;
+        let Opened { ring, control, session_id, policy, symbology } = Self::open(cfg)?;
         let clock = quanta::Clock::new();
         let last_rx = clock.raw();
         Ok(Subscriber {
@@ -455,6 +471,7 @@ impl Subscriber {
             endpoint: cfg.endpoint.clone(),
             session_id,
             policy,
+            symbology,
             control_closed: false,
             empty_polls: 0,
             empty_polls_at_close: 0,
@@ -504,7 +521,7 @@ impl Subscriber {
         }
     }
 
-    fn open(cfg: &SubscriberConfig) -> Result<(AnyLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
+    fn open(cfg: &SubscriberConfig) -> Result<Opened, SubscribeError> {
         let endpoint = cfg.endpoint.clone();
         let connect_err = |source| SubscribeError::Connect { endpoint: endpoint.clone(), source };
         let addr = cfg
@@ -523,6 +540,7 @@ impl Subscriber {
         let sub = ControlMsg::Subscribe(Subscribe {
             name: cfg.name.clone(),
             instruments: cfg.instruments.clone(),
+            symbols: cfg.symbols.clone(),
             ring: grant,
             policy: cfg.policy,
             snapshot: cfg.snapshot,
@@ -539,7 +557,13 @@ impl Subscriber {
         };
         let ring = ring.connect(&accept.fabric).map_err(ring_err)?;
         stream.set_nonblocking(true).map_err(connect_err)?;
-        Ok((ring, stream, accept.session_id, accept.policy))
+        Ok(Opened {
+            ring,
+            control: stream,
+            session_id: accept.session_id,
+            policy: accept.policy,
+            symbology: accept.definitions.into_iter().collect(),
+        })
     }
 
     /// Makes a new session with the same config, now (one try; it blocks up to [`SubscriberConfig::timeout`]).
@@ -550,11 +574,12 @@ impl Subscriber {
     /// # Errors
     /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
-        let (ring, control, session_id, policy) = Self::open(&self.cfg)?;
+        let Opened { ring, control, session_id, policy, symbology } = Self::open(&self.cfg)?;
         self.rx.restart(ring);
         self.control = control;
         self.session_id = session_id;
         self.policy = policy;
+        self.symbology = symbology;
         self.reconnects += 1;
         self.control_closed = false;
         self.silence_suspected = None;
@@ -826,6 +851,25 @@ impl Subscriber {
     /// The latency histogram, if enabled.
     pub fn latency(&self) -> Option<&Latency> {
         self.rx.latency()
+    }
+
+    /// The definitions (symbol, display factor, tick size) of this subscriber's instruments that the publisher
+    /// knows, as its accept carried them (replaced on a reconnect); empty when it knows none. Control plane: read
+    /// it to print, not per record on the hot path.
+    pub fn symbology(&self) -> &Symbology {
+        &self.symbology
+    }
+
+    /// The symbol of `instrument_id`, if the publisher sent its definition.
+    pub fn symbol(&self, instrument_id: u32) -> Option<&str> {
+        self.symbology.symbol(instrument_id)
+    }
+
+    /// `price_e9` of `instrument_id` as a person reads it, exactly, at the instrument's precision
+    /// ([`InstrumentDef::format_price`]: × its display factor, at least its tick's decimals); an instrument
+    /// without a definition prints as [`format_price_e9`] does. Allocates: not for the hot path.
+    pub fn format_price(&self, instrument_id: u32, price_e9: i64) -> String {
+        self.symbology.format_price(instrument_id, price_e9)
     }
 
     /// The publisher's session id for this subscriber.

@@ -1,24 +1,35 @@
 //! The text `mdfan-subscribe` prints: one key=value line per instrument, top levels, latency percentiles.
 
-use mdfan_wire::record::format_price_e9;
-use mdfan_wire::{Book, Level, MbpBook, MbpLevel, Side};
+use mdfan_wire::{Book, Level, MbpBook, MbpLevel, Side, Symbology};
 
 use crate::latency::Latency;
 
-fn level(l: Option<Level>) -> String {
+/// `4810.25x22`, the price at the instrument's precision ([`Symbology::format_price`]), or `-` for no level.
+pub fn level_text(symbology: &Symbology, instrument_id: u32, l: Option<Level>) -> String {
     match l {
-        Some(l) => format!("{}x{}", format_price_e9(l.price_e9), l.size),
+        Some(l) => format!("{}x{}", symbology.format_price(instrument_id, l.price_e9), l.size),
         None => "-".into(),
     }
 }
 
-/// `instrument=17077 records=68792 gaps=0 last_seq=59585 orders=11217 levels_bid=922 levels_ask=565
-/// bbo=4810.00x22/4810.25x28`: `records` counts the book records of this instrument, `gaps` the stream's seq
-/// jumps, `last_seq` the last venue sequence applied.
-pub fn summary_line(instrument_id: u32, book: &Book, gaps: u64) -> String {
+/// `instrument=17077` followed by ` symbol=ESH4` when `symbology` knows the instrument.
+pub fn instrument_text(symbology: &Symbology, instrument_id: u32) -> String {
+    match symbology.symbol(instrument_id) {
+        Some(symbol) => format!("instrument={instrument_id} symbol={symbol}"),
+        None => format!("instrument={instrument_id}"),
+    }
+}
+
+/// `instrument=17077 symbol=ESH4 records=68792 gaps=0 last_seq=59585 orders=11217 levels_bid=922 levels_ask=565
+/// bbo=4810.00x22/4810.25x28`: `symbol` only when `symbology` knows the instrument, prices at its precision;
+/// `records` counts the book records of this instrument, `gaps` the stream's seq jumps, `last_seq` the last venue
+/// sequence applied.
+pub fn summary_line(symbology: &Symbology, instrument_id: u32, book: &Book, gaps: u64) -> String {
     let (bid, ask) = book.bbo();
+    let level = |l| level_text(symbology, instrument_id, l);
     format!(
-        "instrument={instrument_id} records={} gaps={gaps} last_seq={} orders={} levels_bid={} levels_ask={} bbo={}/{}",
+        "{} records={} gaps={gaps} last_seq={} orders={} levels_bid={} levels_ask={} bbo={}/{}",
+        instrument_text(symbology, instrument_id),
         book.records,
         book.last_venue_seq,
         book.order_count(),
@@ -29,16 +40,16 @@ pub fn summary_line(instrument_id: u32, book: &Book, gaps: u64) -> String {
     )
 }
 
-/// The best `n` levels of each side, one line each: `instrument=17077 side=bid level=1 price=4810.00 size=22
-/// orders=22`.
-pub fn level_lines(instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
+/// The best `n` levels of each side, one line each, prices at the instrument's precision: `instrument=17077
+/// side=bid level=1 price=4810.00 size=22 orders=22`.
+pub fn level_lines(symbology: &Symbology, instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
         for (i, l) in book.top(side, n).iter().enumerate() {
             out.push(format!(
                 "instrument={instrument_id} side={name} level={} price={} size={} orders={}",
                 i + 1,
-                format_price_e9(l.price_e9),
+                symbology.format_price(instrument_id, l.price_e9),
                 l.size,
                 l.orders
             ));
@@ -47,47 +58,49 @@ pub fn level_lines(instrument_id: u32, book: &Book, n: usize) -> Vec<String> {
     out
 }
 
-fn mbp_level(l: Option<MbpLevel>) -> String {
+fn mbp_level(symbology: &Symbology, instrument_id: u32, l: Option<MbpLevel>) -> String {
     match l {
-        Some(l) => format!("{}x{}", format_price_e9(l.price_e9), l.size),
+        Some(l) => format!("{}x{}", symbology.format_price(instrument_id, l.price_e9), l.size),
         None => "-".into(),
     }
 }
 
 /// A price-level (MBP) book: `instrument=174969 book=mbp records=731 gaps=0 last_seq=17352799 stale=false
-/// levels_bid=10 levels_ask=10 bbo=7580.5x8/7581.5x19`: `records` counts the level, clear and stale records of this
-/// instrument, `gaps` the stream's seq jumps, `last_seq` the venue sequence (MDP 3.0 `MsgSeqNum`) of the last one,
-/// `stale` whether the venue feed lost updates of it that no recovery has replaced yet, `levels_*` the positions
-/// known (of 10). Prices are the venue's price × 1e-9 units, printed exactly (MDP 3.0: mantissa × 10⁻⁷, before
-/// the instrument's display factor).
-pub fn mbp_summary_line(book: &MbpBook, gaps: u64) -> String {
+/// levels_bid=10 levels_ask=10 bbo=7580.50x8/7581.50x19` (`symbol=` after the id when the symbology knows it):
+/// `records` counts the level, clear and stale records of this instrument, `gaps` the stream's seq jumps,
+/// `last_seq` the venue sequence (MDP 3.0 `MsgSeqNum`) of the last one, `stale` whether the venue feed lost updates
+/// of it that no recovery has replaced yet, `levels_*` the positions known (of 10). Prices are printed exactly, at
+/// the instrument's precision: MDP 3.0's mantissa x 10^-7 times the display factor when the symbology has one, else
+/// mantissa x 10^-7 as the venue sent it.
+pub fn mbp_summary_line(symbology: &Symbology, book: &MbpBook, gaps: u64) -> String {
     let (bid, ask) = book.bbo();
+    let id = book.instrument_id();
     let known = |side| book.top(side, mdfan_wire::mbp::MBP_DEPTH).iter().filter(|l| l.is_some()).count();
     format!(
-        "instrument={} book=mbp records={} gaps={gaps} last_seq={} stale={} levels_bid={} levels_ask={} bbo={}/{}",
-        book.instrument_id(),
+        "{} book=mbp records={} gaps={gaps} last_seq={} stale={} levels_bid={} levels_ask={} bbo={}/{}",
+        instrument_text(symbology, id),
         book.records(),
         book.last_venue_seq(),
         book.is_stale(),
         known(Side::Bid),
         known(Side::Ask),
-        mbp_level(bid),
-        mbp_level(ask),
+        mbp_level(symbology, id, bid),
+        mbp_level(symbology, id, ask),
     )
 }
 
 /// Positions 1 to `n` of each side of a price-level book, one line each, as [`level_lines`]:
-/// `instrument=174969 side=bid level=1 price=7580.5 size=8 orders=5` (`price=-` for a position not known).
-pub fn mbp_level_lines(book: &MbpBook, n: usize) -> Vec<String> {
+/// `instrument=174969 side=bid level=1 price=7580.50 size=8 orders=5` (`price=-` for a position not known).
+pub fn mbp_level_lines(symbology: &Symbology, book: &MbpBook, n: usize) -> Vec<String> {
     let mut out = Vec::new();
+    let id = book.instrument_id();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
         for (i, l) in book.top(side, n).iter().enumerate() {
-            let id = book.instrument_id();
             out.push(match l {
                 Some(l) => format!(
                     "instrument={id} side={name} level={} price={} size={} orders={}",
                     i + 1,
-                    format_price_e9(l.price_e9),
+                    symbology.format_price(id, l.price_e9),
                     l.size,
                     l.orders
                 ),

@@ -133,6 +133,7 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
     let sub = ControlMsg::Subscribe(Subscribe {
         name: "flood".into(),
         instruments: None,
+        symbols: None,
         ring: grant,
         policy: SlowConsumerPolicy::Resync,
         snapshot: true,
@@ -159,7 +160,9 @@ fn assert_serves_the_snapshot_book(addr: std::net::SocketAddr) {
     let lines = stdout_lines(&good);
     assert_eq!(good.status.code(), Some(0), "{lines:?}");
     assert!(
-        lines.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("instrument=17077 symbol=ESH4 records=8725 gaps=0 last_seq=691 orders=8725")),
         "{lines:?}"
     );
 }

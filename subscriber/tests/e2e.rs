@@ -16,7 +16,7 @@ use mdfan_wire::record::format_price_e9;
 
 fn expected_summary(cp: &esh4::Checkpoint) -> String {
     format!(
-        "instrument={} records={} gaps=0 last_seq={} orders={} levels_bid={} levels_ask={} bbo={}x{}/{}x{}",
+        "instrument={} symbol=ESH4 records={} gaps=0 last_seq={} orders={} levels_bid={} levels_ask={} bbo={}x{}/{}x{}",
         esh4::INSTRUMENT_ID,
         cp.after_record,
         cp.venue_seq,
@@ -112,12 +112,104 @@ fn a_filtered_subscriber_gets_only_its_instrument_with_contiguous_seqs() {
     let _ = std::fs::remove_file(&feed);
     let a = stdout_lines(&a);
     let b = stdout_lines(&b);
-    assert!(a.iter().any(|l| l.starts_with("instrument=17077 records=8725 gaps=0 last_seq=691 orders=8725 levels_bid=892 levels_ask=559 bbo=4799.00x16/4799.50x23")), "{a:?}");
+    assert!(a.iter().any(|l| l.starts_with("instrument=17077 symbol=ESH4 records=8725 gaps=0 last_seq=691 orders=8725 levels_bid=892 levels_ask=559 bbo=4799.00x16/4799.50x23")), "{a:?}");
     let stream = fields(b.iter().find(|l| l.starts_with("stream ")).unwrap());
     assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("1", "0", "end_of_stream"), "{b:?}");
     assert!(b.iter().any(|l| l.starts_with("instrument=4242 records=1 gaps=0 ")), "{b:?}");
     let other = report.session("other").unwrap();
     assert_eq!((other.sent - other.heartbeats, other.filtered), (2, esh4::SNAPSHOT_RECORDS));
+}
+
+/// `--symbol ESH4` alone gets only ESH4 (the DBN file maps ESH4 to 17077 in its metadata); with `--instrument 4242`
+/// both. Summaries print the symbol beside the id when the publisher knows it (4242 has no mapping).
+#[test]
+fn a_symbol_subscribes_to_its_instrument_and_the_summary_names_it() {
+    let feed = with_quiet_instrument(&esh4::snapshot_file(), 4242, "symbol");
+    let publisher = start_publisher(&feed, 2, "");
+    let es = spawn_subscriber(publisher.addr, "es", &["--symbol", "ESH4", "--bbo"]);
+    let both = spawn_subscriber(publisher.addr, "both", &["--symbol", "ESH4", "--instrument", "4242"]);
+    let (es, both) = (wait_with_watchdog(es), wait_with_watchdog(both));
+    let report = publisher.handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
+    let (es, both) = (stdout_lines(&es), stdout_lines(&both));
+    let summaries = |lines: &[String]| -> Vec<String> {
+        lines.iter().filter(|l| l.starts_with("instrument=") && !l.contains(" side=")).cloned().collect()
+    };
+    let es_summary = "instrument=17077 symbol=ESH4 records=8725 gaps=0 last_seq=691 orders=8725 levels_bid=892 levels_ask=559 bbo=4799.00x16/4799.50x23";
+    assert_eq!(summaries(&es), [es_summary], "{es:?}");
+    let first_bbo = es.iter().find(|l| l.starts_with("bbo ")).unwrap();
+    assert!(first_bbo.starts_with("bbo instrument=17077 symbol=ESH4 seq="), "{first_bbo}");
+    assert!(first_bbo.ends_with(" 4799.00x16/4799.50x23"), "{first_bbo}");
+    let stream = fields(es.iter().find(|l| l.starts_with("stream ")).unwrap());
+    assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("8725", "0", "end_of_stream"), "{es:?}");
+    let both_summaries = summaries(&both);
+    assert_eq!(both_summaries.len(), 2, "{both:?}");
+    assert_eq!(
+        both_summaries[0],
+        "instrument=4242 records=1 gaps=0 last_seq=682 orders=1 levels_bid=1 levels_ask=0 bbo=4799.00x2/-"
+    );
+    assert_eq!(both_summaries[1], es_summary);
+    assert_eq!((report.session("es").unwrap().filtered, report.session("both").unwrap().filtered), (1, 0));
+}
+
+/// An unknown symbol is refused by name, saying what the publisher knows: exit 1, one line on stderr; the
+/// publisher goes on and serves the next subscriber.
+#[test]
+fn an_unknown_symbol_is_refused_by_name() {
+    let publisher = start_publisher(&esh4::snapshot_file(), 1, "");
+    let refused =
+        wait_with_watchdog(spawn_subscriber(publisher.addr, "typo", &["--symbol", "ESH4", "--symbol", "XYZ"]));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "mdfan-subscribe: error: publisher {} refused: field symbols: XYZ not known to this publisher (it knows 1 symbol: ESH4)",
+            publisher.addr
+        )
+    );
+    assert!(stdout_lines(&refused).is_empty());
+    let good = wait_with_watchdog(spawn_subscriber(publisher.addr, "good", &["--symbol", "ESH4"]));
+    assert_eq!(good.status.code(), Some(0));
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert!(report.session("typo").is_none());
+    assert_eq!(
+        report.session("good").unwrap().sent - report.session("good").unwrap().heartbeats,
+        esh4::SNAPSHOT_RECORDS + 1
+    );
+}
+
+/// `[feed] symbols` (a symbol file, as for MDP 3.0) names an instrument the DBN file has no mapping for and gives
+/// its display factor and tick size: `--symbol` finds it, and every price prints times the display factor, with
+/// the displayed tick's decimals (0.0001 x 0.0001 = 0.00000001: 8 decimals).
+#[test]
+fn a_symbol_file_names_instruments_and_sets_their_price_display() {
+    use dbn_file::{mbo, write_dbn, LAST};
+    let px = |ten_thousandths: i64| ten_thousandths * 100_000;
+    let feed = write_dbn(
+        "e2e-symbol-file",
+        &[mbo(42, 1, b'A', b'B', 1, px(1234), 500, LAST), mbo(42, 2, b'A', b'A', 2, px(1236), 400, LAST)],
+    );
+    let symbols = std::env::temp_dir().join(format!("mdfan-e2e-symbols-{}.csv", std::process::id()));
+    std::fs::write(&symbols, "# test\nsecurity_id,symbol,display_factor,tick_size\n42,TEST42,0.0001,0.0001\n").unwrap();
+    let publisher = start_publisher(&feed, 1, &format!("symbols = \"{}\"", symbols.display()));
+    let out = wait_with_watchdog(spawn_subscriber(publisher.addr, "file", &["--symbol", "TEST42", "--bbo"]));
+    publisher.handle.join().unwrap().unwrap();
+    let _ = (std::fs::remove_file(&feed), std::fs::remove_file(&symbols));
+    let lines = stdout_lines(&out);
+    assert_eq!(out.status.code(), Some(0), "{lines:?}");
+    let bbo: Vec<&str> = lines.iter().filter(|l| l.starts_with("bbo ")).map(String::as_str).collect();
+    assert_eq!(bbo.len(), 2, "{lines:?}");
+    assert!(bbo[1].starts_with("bbo instrument=42 symbol=TEST42 seq="), "{lines:?}");
+    assert!(bbo[1].ends_with(" venue_seq=2 0.00001234x500/0.00001236x400"), "{lines:?}");
+    assert!(
+        lines.contains(&"instrument=42 symbol=TEST42 records=2 gaps=0 last_seq=2 orders=2 levels_bid=1 levels_ask=1 bbo=0.00001234x500/0.00001236x400".to_owned()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"instrument=42 side=ask level=1 price=0.00001236 size=400 orders=1".to_owned()),
+        "{lines:?}"
+    );
 }
 
 #[test]

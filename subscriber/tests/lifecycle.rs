@@ -84,7 +84,9 @@ impl Strategy {
     /// The final book's summary line, asserted equal to the reference.
     fn assert_exact(&self) {
         let book = self.books.get(esh4::INSTRUMENT_ID).expect("a book");
-        let line = summary_line(esh4::INSTRUMENT_ID, book, 0);
+        // The symbol comes from the accept of the current session (after a reconnect, the new one's).
+        let line = summary_line(self.sub.symbology(), esh4::INSTRUMENT_ID, book, 0);
+        assert!(line.starts_with("instrument=17077 symbol=ESH4 records="), "{line}");
         assert!(line.ends_with(&final_book()), "{line}");
     }
 }

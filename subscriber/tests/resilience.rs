@@ -107,6 +107,7 @@ fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_he
         let sub = Subscribe {
             name: "never-connects".into(),
             instruments: None,
+            symbols: None,
             ring,
             policy: Default::default(),
             snapshot: true,

@@ -88,8 +88,13 @@ pub enum AcceptFabric {
 pub struct Subscribe {
     /// Free-form name for logs and counters, at most 64 bytes.
     pub name: String,
-    /// instrument_ids wanted; `None` = all.
+    /// instrument_ids wanted; `None` = all (unless `symbols` names some).
     pub instruments: Option<Vec<u32>>,
+    /// Symbols wanted (`ESH4`), resolved by the publisher against its symbology into instrument_ids and added
+    /// to `instruments`; a symbol it does not know is a [`Reject`] naming it. `None` (the default, not sent) =
+    /// none named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<Vec<String>>,
     /// The ring.
     pub ring: RingGrant,
     /// What the publisher does when this subscriber's ring is full. Default `disconnect`.
@@ -154,6 +159,11 @@ pub struct Accept {
     pub policy: SlowConsumerPolicy,
     /// The publisher sends a heartbeat record when the feed is idle this long, in ms.
     pub heartbeat_interval_ms: u64,
+    /// The definitions (symbol, display factor, tick size) of the instruments this subscriber gets that the
+    /// publisher knows (all it knows when the subscriber filters nothing). Empty (the default, not sent) when
+    /// it knows none. See [`crate::symbology`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub definitions: Vec<crate::symbology::InstrumentDef>,
 }
 
 /// Publisher -> subscriber: refused, with a reason an operator can act on.
@@ -426,11 +436,61 @@ mod tests {
         ControlMsg::Subscribe(Subscribe {
             name: "strat-a".into(),
             instruments: Some(vec![17077]),
+            symbols: None,
             ring: RingGrant::Shm { path: "/dev/shm/mdfan-1".into(), slot_count: 131_072 },
             policy: SlowConsumerPolicy::Resync,
             snapshot: true,
             token: None,
         })
+    }
+
+    fn accept(definitions: Vec<crate::symbology::InstrumentDef>) -> ControlMsg {
+        ControlMsg::Accept(Accept {
+            session_id: 7,
+            first_seq: 1,
+            fabric: AcceptFabric::Shm,
+            policy: SlowConsumerPolicy::Resync,
+            heartbeat_interval_ms: 10,
+            definitions,
+        })
+    }
+
+    #[test]
+    fn symbols_and_definitions_round_trip_and_are_left_out_when_absent() {
+        use crate::symbology::InstrumentDef;
+        // Absent: the frames are the ones a peer without symbology sends and expects.
+        let plain = std::str::from_utf8(&encode(&subscribe())[4..]).unwrap().to_owned();
+        assert!(!plain.contains("symbols"), "{plain}");
+        let body = std::str::from_utf8(&encode(&accept(vec![]))[4..]).unwrap().to_owned();
+        assert_eq!(
+            body,
+            r#"{"v":2,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
+        );
+        assert_eq!(decode_body(body.as_bytes()).unwrap(), accept(vec![]));
+        // Present.
+        let ControlMsg::Subscribe(mut sub) = subscribe() else { unreachable!() };
+        sub.symbols = Some(vec!["ESH4".into(), "6CZ6".into()]);
+        let msg = ControlMsg::Subscribe(sub);
+        let frame = encode(&msg);
+        assert!(std::str::from_utf8(&frame[4..]).unwrap().contains(r#""symbols":["ESH4","6CZ6"]"#));
+        assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
+        let six_c = InstrumentDef {
+            display_factor_e9: 100_000,
+            tick_size_e9: 500_000_000,
+            ..InstrumentDef::new(174969, "6CZ6")
+        };
+        let msg = accept(vec![InstrumentDef::new(17077, "ESH4"), six_c.clone()]);
+        let frame = encode(&msg);
+        assert!(std::str::from_utf8(&frame[4..]).unwrap().contains(
+            r#""definitions":[{"instrument_id":17077,"symbol":"ESH4","display_factor_e9":1000000000,"tick_size_e9":0},{"instrument_id":174969,"symbol":"6CZ6","display_factor_e9":100000,"tick_size_e9":500000000}]"#
+        ));
+        assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
+        // A definition with only id and symbol takes the defaults (display factor 1, tick unknown).
+        let short = br#"{"v":2,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
+        assert_eq!(decode_body(short).unwrap(), accept(vec![InstrumentDef::new(17077, "ESH4")]));
+        let bad = br#"{"v":2,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
+        let e = decode_body(bad).unwrap_err().to_string();
+        assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
     }
 
     #[test]

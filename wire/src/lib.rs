@@ -9,6 +9,7 @@
 //!   [`BookCapacity`], no allocation per record, O(1) best price, MBP-N views that borrow; identical to
 //!   [`Book`]/[`Books`] after every record.
 //! - [`mbp`]: price-level (MBP-10) books fed the level kinds, with CME MDP 3.0's rules.
+//! - [`symbology`]: instrument_id → symbol and price display ([`Symbology`], [`InstrumentDef`]), control plane only.
 //!
 //! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
@@ -20,8 +21,10 @@ pub mod hot_book;
 pub mod mbp;
 pub mod record;
 pub mod ring;
+pub mod symbology;
 
 pub use book::{Book, BookError, Books, Level};
 pub use hot_book::{BookCapacity, HotBook, HotBooks, LevelIter, RestingOrder};
 pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
 pub use record::{flags, BookUpdate, Kind, Side};
+pub use symbology::{InstrumentDef, Symbology};

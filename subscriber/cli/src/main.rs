@@ -26,10 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use mdfan_subscriber::report::{latency_line, level_lines, mbp_level_lines, mbp_summary_line, summary_line};
+use mdfan_subscriber::report::{
+    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, summary_line,
+};
 use mdfan_subscriber::{
-    flags, format_price_e9, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider,
-    Reconnect, SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
+    flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
+    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
 };
 
 /// Price-level (MBP) books this process keeps room for.
@@ -91,9 +93,13 @@ struct Args {
     /// Folder for the ring file (the publisher's fabric.shm_dir).
     #[arg(long, default_value = mdfan_fabric::shm::DEFAULT_DIR)]
     shm_dir: std::path::PathBuf,
-    /// Only these instrument_ids (repeatable); default all.
+    /// Only these instrument_ids (repeatable; with --symbol, both); default all.
     #[arg(long = "instrument")]
     instruments: Vec<u32>,
+    /// Only the instruments of this symbol, e.g. ESH4 (repeatable; with --instrument, both), as the publisher
+    /// names them; one it does not know makes it refuse (exit 1).
+    #[arg(long = "symbol")]
+    symbols: Vec<String>,
     /// Print the BBO each time it changes (after records with F_LAST).
     #[arg(long)]
     bbo: bool,
@@ -268,6 +274,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
+    cfg.symbols = (!args.symbols.is_empty()).then(|| args.symbols.clone());
     cfg.policy = match args.policy {
         Policy::Disconnect => SlowConsumerPolicy::Disconnect,
         Policy::Resync => SlowConsumerPolicy::Resync,
@@ -295,6 +302,9 @@ fn run(args: &Args) -> Result<i32, CliError> {
         sub.policy().as_str()
     );
 
+    // The definitions the publisher sent (symbols, price precision), for printing: a copy, since the poll
+    // callback cannot borrow `sub`.
+    let mut symbology = sub.symbology().clone();
     let mut books = Books::new();
     let mut mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
     let mut stale_records = 0u64;
@@ -351,12 +361,15 @@ fn run(args: &Args) -> Result<i32, CliError> {
                                 (r.instrument_id, bid.map(|l| (l.price_e9, l.size)), ask.map(|l| (l.price_e9, l.size)));
                             if last_mbp_bbo != Some(key) {
                                 last_mbp_bbo = Some(key);
+                                let id = r.instrument_id;
                                 let fmt = |l: Option<mdfan_subscriber::MbpLevel>| {
-                                    l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
+                                    l.map_or("-".to_owned(), |l| {
+                                        format!("{}x{}", symbology.format_price(id, l.price_e9), l.size)
+                                    })
                                 };
                                 out.push(format!(
-                                    "bbo instrument={} seq={} venue_seq={} {}/{}",
-                                    r.instrument_id,
+                                    "bbo {} seq={} venue_seq={} {}/{}",
+                                    instrument_text(&symbology, id),
                                     r.seq,
                                     r.venue_seq,
                                     fmt(bid),
@@ -380,7 +393,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     }
                     if checkpoints.contains(&book_records) {
                         for (id, book) in books.iter_sorted() {
-                            out.push(format!("checkpoint after={book_records} {}", summary_line(id, book, 0)));
+                            let line = summary_line(&symbology, id, book, 0);
+                            out.push(format!("checkpoint after={book_records} {line}"));
                         }
                     }
                     if args.bbo && r.is_last() {
@@ -388,16 +402,14 @@ fn run(args: &Args) -> Result<i32, CliError> {
                             let bbo = book.bbo();
                             if last_bbo != Some((r.instrument_id, bbo)) {
                                 last_bbo = Some((r.instrument_id, bbo));
-                                let fmt = |l: Option<mdfan_subscriber::Level>| {
-                                    l.map_or("-".to_owned(), |l| format!("{}x{}", format_price_e9(l.price_e9), l.size))
-                                };
+                                let id = r.instrument_id;
                                 out.push(format!(
-                                    "bbo instrument={} seq={} venue_seq={} {}/{}",
-                                    r.instrument_id,
+                                    "bbo {} seq={} venue_seq={} {}/{}",
+                                    instrument_text(&symbology, id),
                                     r.seq,
                                     r.venue_seq,
-                                    fmt(bbo.0),
-                                    fmt(bbo.1)
+                                    level_text(&symbology, id, bbo.0),
+                                    level_text(&symbology, id, bbo.1)
                                 ));
                             }
                         }
@@ -437,6 +449,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Reconnected { session_id } => {
                     books = Books::new();
                     mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
+                    symbology = sub.symbology().clone();
                     out!("reconnected session={session_id}");
                 }
                 Health::Ended(e) => {
@@ -465,14 +478,14 @@ fn run(args: &Args) -> Result<i32, CliError> {
 
     let stats = sub.stats();
     for (id, book) in books.iter_sorted() {
-        out!("{}", summary_line(id, book, stats.gaps));
-        for line in level_lines(id, book, args.levels) {
+        out!("{}", summary_line(&symbology, id, book, stats.gaps));
+        for line in level_lines(&symbology, id, book, args.levels) {
             out!("{line}");
         }
     }
     for book in mbp.iter() {
-        out!("{}", mbp_summary_line(book, stats.gaps));
-        for line in mbp_level_lines(book, args.levels.min(mdfan_subscriber::MBP_DEPTH)) {
+        out!("{}", mbp_summary_line(&symbology, book, stats.gaps));
+        for line in mbp_level_lines(&symbology, book, args.levels.min(mdfan_subscriber::MBP_DEPTH)) {
             out!("{line}");
         }
     }

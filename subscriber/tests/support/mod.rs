@@ -225,7 +225,7 @@ pub fn top_levels(lines: &[String]) -> Vec<String> {
 pub fn assert_exact(lines: &[String], who: &str) {
     let summary = lines
         .iter()
-        .find(|l| l.starts_with("instrument=17077 "))
+        .find(|l| l.starts_with("instrument=17077 symbol=ESH4 "))
         .unwrap_or_else(|| panic!("{who}: no summary:\n{}", lines.join("\n")));
     assert!(summary.ends_with(&final_book()), "{who}: {summary}");
     assert_eq!(top_levels(lines).len(), 20, "{who}");
