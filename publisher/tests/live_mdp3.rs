@@ -101,6 +101,13 @@ fn run_live(
     let symbols = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/mdp3-symbols.csv");
     let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\nsymbols = {symbols:?}\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n");
     let cfg = Config::parse(&text, Path::new("live-test.toml")).expect("test config parses");
+    // The lines ask for 32 MiB receive buffers (SO_RCVBUFFORCE as root, else capped at net.core.rmem_max): less
+    // could drop a burst in the kernel on both lines, which this test would see as a loss.
+    let rmem_max: u64 =
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max").map_or(0, |t| t.trim().parse().unwrap_or(0));
+    let root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")));
+    assert!(root || rmem_max >= 32 << 20, "run as root or raise net.core.rmem_max to 33554432 (it is {rmem_max})");
     let publisher = Publisher::bind(cfg).expect("publisher binds its lines and endpoint");
     let endpoint = publisher.local_addr().to_string();
     let [a, b]: [SocketAddrV4; 2] = publisher.line_addrs().expect("a live feed has lines");
