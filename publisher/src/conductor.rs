@@ -694,6 +694,9 @@ impl Conductor {
             to_ns(c.quantile(0.999)),
             to_ns(c.max())
         );
+        if let Some(live) = &self.live_feed {
+            let _ = writeln!(out, "counters {}", live.report().line());
+        }
     }
 
     /// Rewrites the counters file (see [`mdfan_tuning::counters`]): the run's, the live feed's and every
@@ -795,7 +798,7 @@ impl Conductor {
 
     pub(crate) fn on_event(&mut self, event: Event) {
         match event {
-            Event::Started { sessions } => tracing::info!(sessions, "replay started"),
+            Event::Started { sessions } => tracing::info!(sessions, "fan-out started"),
             Event::Finished(report) => self.wrap_up(report),
             Event::CatchupLost { id } => {
                 tracing::info!(session = id, "catch-up needs records the journal no longer holds: a fresh snapshot");

@@ -167,6 +167,33 @@ impl LiveReport {
     }
 }
 
+/// A line that could not be opened, named as the config names it (`lines.a`, `lines.b`, `lines.snapshot`, with
+/// `lines.interface` for a multicast join).
+fn in_config(e: LineError, lines: &LinesSection) -> LineError {
+    match e {
+        LineError::Open { addr, what, source } => {
+            let key = if addr == lines.a {
+                "lines.a"
+            } else if addr == lines.b {
+                "lines.b"
+            } else {
+                "lines.snapshot"
+            };
+            let on = if addr.ip().is_multicast() {
+                format!(" on lines.interface {}", lines.interface)
+            } else {
+                String::new()
+            };
+            LineError::Open {
+                addr,
+                what,
+                source: std::io::Error::new(source.kind(), format!("{source} (config key {key}{on})")),
+            }
+        }
+        other => other,
+    }
+}
+
 /// What a duty cycle of the live feed did.
 pub(crate) enum Step {
     /// Records written to the journal (0: nothing to do, or the journal is full).
@@ -193,6 +220,8 @@ pub struct LiveMdp3 {
     errors_logged: u64,
     /// Recovery timeouts already logged.
     timeouts_logged: u64,
+    /// Gap runs and recoveries already logged.
+    logged: (u64, u64),
 }
 
 impl LiveMdp3 {
@@ -208,7 +237,7 @@ impl LiveMdp3 {
             line_tolerance: lines.line_tolerance,
             ..ArbiterConfig::default()
         };
-        let rx = LineReceiver::open(&cfg, Mdp3Seq)?;
+        let rx = LineReceiver::open(&cfg, Mdp3Seq).map_err(|e| in_config(e, lines))?;
         for line in [mdfan_lines::Line::A, mdfan_lines::Line::B] {
             let got = rx.socket(line).rcvbuf_bytes();
             if got < lines.rcvbuf_bytes {
@@ -224,7 +253,8 @@ impl LiveMdp3 {
         let snapshot = match lines.snapshot {
             // A small buffer: while nothing is stale the feed is not read, and what queued meanwhile is old.
             Some(addr) => {
-                Some(LineSocket::open(&LineConfig { addr, interface: lines.interface, rcvbuf_bytes: 4 << 20 })?)
+                let cfg = LineConfig { addr, interface: lines.interface, rcvbuf_bytes: 4 << 20 };
+                Some(LineSocket::open(&cfg).map_err(|e| in_config(e, lines))?)
             }
             None => None,
         };
@@ -242,6 +272,7 @@ impl LiveMdp3 {
             last_datagram_ns: 0,
             errors_logged: 0,
             timeouts_logged: 0,
+            logged: (0, 0),
         })
     }
 
@@ -376,6 +407,23 @@ impl LiveMdp3 {
         st(&c.recovered, ch.recovered);
         st(&c.stale_now, ch.stale_now);
         st(&c.recovery_timeouts, ch.recovery_timeouts);
+        // What an operator must hear of at once (this is the feed thread, not the hot loop): a loss on both lines,
+        // and each recovery from the snapshot feed.
+        if arb.gap_events > self.logged.0 {
+            tracing::warn!(runs = arb.gap_events - self.logged.0, lost_seqs_total = arb.gap_seqs,
+                stale_instruments = ch.stale_now,
+                "MsgSeqNums lost on both lines A and B: the instruments they may touch are marked stale until recovered");
+            self.logged.0 = arb.gap_events;
+        }
+        if ch.recovered > self.logged.1 {
+            tracing::info!(
+                recovered = ch.recovered - self.logged.1,
+                recovered_total = ch.recovered,
+                stale_instruments = ch.stale_now,
+                "instruments rebuilt from the market recovery (snapshot) feed"
+            );
+            self.logged.1 = ch.recovered;
+        }
         if ch.bad_packets > self.errors_logged {
             self.errors_logged = ch.bad_packets;
             if let Some(e) = self.channel.last_error() {

@@ -95,6 +95,8 @@ fn the_counters_file_is_readable_during_the_replay_and_matches_the_report_after_
     assert!(text.contains("# TYPE mdfan_session_sent_total counter\n"), "{text}");
     assert!(text.contains(&format!("mdfan_session_sent_total{{{instance},{l}}} {}\n", r.sent)), "{text}");
     assert!(text.contains(&format!("mdfan_records_total{{{instance}}} {RECORDS}\n")), "{text}");
+    assert!(text.contains(&format!("mdfan_counters_state{{{instance},state=\"ended\"}} 1\n")), "{text}");
+    assert_eq!(text.matches("# TYPE mdfan_session_sent_total ").count(), 1, "one group per metric");
     let table = std::process::Command::new(env!("CARGO_BIN_EXE_mdfan-stat")).arg("--dir").arg(&dir).output().unwrap();
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.starts_with(&format!("publisher {addr} pid={} ended ", std::process::id())), "{table}");

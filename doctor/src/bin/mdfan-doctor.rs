@@ -76,6 +76,15 @@ fn main() -> ExitCode {
         traffic_class: args.traffic_class,
         roce_priority: args.roce_priority,
     };
+    // A mistyped --root would make every check "unknown" and the run look clean.
+    if !std::path::Path::new(&args.root).join("proc").is_dir() && !std::path::Path::new(&args.root).join("sys").is_dir()
+    {
+        eprintln!(
+            "mdfan-doctor: error: --root {}: no proc/ or sys/ under it (a host root or a recorded tree)",
+            args.root
+        );
+        return ExitCode::from(2);
+    }
     let src = Rooted::new(args.root);
     let findings = checks::all(&src, &inputs);
     let text = if args.json { render::json(&findings) + "\n" } else { render::table(&findings) };

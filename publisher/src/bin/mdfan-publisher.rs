@@ -31,7 +31,9 @@ use mdfan_fabric::CloseReason;
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
 
-/// Replay a market-data capture and fan each record out to every subscriber's ring.
+/// Fan market data out to every subscriber's ring: a DBN file replayed (`format = "dbn"`) or a live CME MDP 3.0
+/// channel from UDP lines A and B (`format = "mdp3"`). SIGINT/SIGTERM: end of stream to every subscriber, exit 130;
+/// SIGUSR1: print every counter; SIGHUP: re-read [access] for new subscriptions.
 #[derive(Parser)]
 #[command(name = "mdfan-publisher", version)]
 struct Args {

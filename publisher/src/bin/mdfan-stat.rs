@@ -5,7 +5,6 @@
 //! Exit status: 0; 1 when a file named on the command line cannot be read (one line on stderr naming it and the
 //! field); 2 for bad usage.
 
-use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,16 +72,50 @@ fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-/// Every file's samples; a `# TYPE` line once per metric name.
+/// Every file's samples in the Prometheus text format, each metric's samples together under one `# TYPE` line (as
+/// the format requires when several processes export the same names), plus per file
+/// `mdfan_counters_state{..,state="running|ended|dead"} 1` and `mdfan_counters_updated_seconds` (so a dead
+/// process, whose values stopped, can be alerted on).
 fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
-    let mut typed = BTreeSet::new();
-    let mut out = String::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: std::collections::HashMap<String, (String, Vec<String>)> = std::collections::HashMap::new();
+    let mut add = |name: &str, kind: &str, sample: String| {
+        let g = groups.entry(name.to_owned()).or_insert_with(|| {
+            order.push(name.to_owned());
+            (kind.to_owned(), Vec::new())
+        });
+        g.1.push(sample);
+    };
     for (_, s) in snapshots {
+        let mut kind = "gauge";
         for line in s.prometheus().lines() {
-            if line.starts_with("# TYPE ") && !typed.insert(line.to_owned()) {
+            if let Some(t) = line.strip_prefix("# TYPE ") {
+                kind = if t.ends_with(" counter") { "counter" } else { "gauge" };
                 continue;
             }
-            out.push_str(line);
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            add(name, kind, line.to_owned());
+        }
+        let instance = format!("role=\"{}\",instance=\"{}\"", s.role, s.name.replace('"', "'"));
+        let state = match state(s) {
+            "running" => "running",
+            "ended" => "ended",
+            _ => "dead",
+        };
+        add("mdfan_counters_state", "gauge", format!("mdfan_counters_state{{{instance},state=\"{state}\"}} 1"));
+        let secs = s.updated_ns as f64 / 1e9;
+        add(
+            "mdfan_counters_updated_seconds",
+            "gauge",
+            format!("mdfan_counters_updated_seconds{{{instance}}} {secs:.3}"),
+        );
+    }
+    let mut out = String::new();
+    for name in &order {
+        let (kind, samples) = &groups[name];
+        out.push_str(&format!("# TYPE {name} {kind}\n"));
+        for sample in samples {
+            out.push_str(sample);
             out.push('\n');
         }
     }

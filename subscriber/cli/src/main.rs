@@ -267,10 +267,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
         }
         mdfan_subscriber::pin_current_thread(core).map_err(|e| CliError::Usage(format!("--core {core}: {e}")))?;
     }
-    preflight(args)?;
-    let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
         .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
+    preflight(args)?;
+    let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
@@ -343,10 +343,20 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     book_records += 1;
                     if r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::SNAPSHOT == 0 {
                         stale_records += 1;
-                        out.push(format!(
-                            "instrument_stale instrument={} seq={} venue_seq={} lost={}",
-                            r.instrument_id, r.seq, r.venue_seq, r.size
-                        ));
+                        // Two causes (wire::record): packets lost on both lines (flag MAYBE_BAD_BOOK: order_id =
+                        // the first lost MsgSeqNum, size = packets lost), or the instrument's own RptSeq jump
+                        // (order_id = RptSeq expected, size = RptSeq received).
+                        out.push(if r.flags & flags::MAYBE_BAD_BOOK != 0 {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=lost_packets first_lost={} lost={}",
+                                r.instrument_id, r.seq, r.order_id, r.size
+                            )
+                        } else {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=rpt_seq venue_seq={} rpt_seq_expected={} rpt_seq_got={}",
+                                r.instrument_id, r.seq, r.venue_seq, r.order_id, r.size
+                            )
+                        });
                     }
                     if let Err(e) = mbp.apply(r) {
                         book_errors += 1;
