@@ -113,6 +113,8 @@ pub struct Conductor {
     pub(crate) pending: Vec<(Session, std::time::Instant)>,
     /// The fabric provider, opened once; attaches each subscriber's ring.
     pub(crate) sender: AnySender,
+    /// Which clock stamped `ts_recv_ns`, as each accept says it (`Publisher::set_ts_recv_clock`).
+    pub(crate) ts_recv_clock: crate::TsRecvClockCell,
 }
 
 impl Conductor {
@@ -310,6 +312,7 @@ impl Conductor {
             fabric,
             policy: sub.policy,
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
+            ts_recv_clock: self.ts_recv_clock.get(),
         });
         if let Err(e) = control::write_msg(&mut stream, &accept) {
             tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");

@@ -34,12 +34,13 @@ mod report;
 pub mod session;
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{FeedError, MboStream};
+use mdfan_wire::control::TsRecvClock;
 use mdfan_wire::Books;
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
@@ -99,6 +100,37 @@ pub struct Publisher {
     dump: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
+    ts_recv_clock: TsRecvClockCell,
+}
+
+/// Which clock stamped the records' `ts_recv_ns`, as every later `Accept` says it
+/// ([`Accept::ts_recv_clock`](mdfan_wire::control::Accept::ts_recv_clock)): shared between whoever learns it (a
+/// live feed handler, from its line socket's `StampKind`) and the conductor, which reads it for each accept.
+/// Starts as [`TsRecvClock::None`] (a file replay: no wire-to-poll). Off the hot path: one relaxed atomic.
+#[derive(Debug, Clone, Default)]
+pub struct TsRecvClockCell(Arc<AtomicU8>);
+
+impl TsRecvClockCell {
+    /// Sets the clock the next accepts name.
+    pub fn set(&self, clock: TsRecvClock) {
+        let v = match clock {
+            TsRecvClock::None => 0,
+            TsRecvClock::Software => 1,
+            TsRecvClock::Hardware => 2,
+            TsRecvClock::User => 3,
+        };
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The clock set last.
+    pub fn get(&self) -> TsRecvClock {
+        match self.0.load(Ordering::Relaxed) {
+            1 => TsRecvClock::Software,
+            2 => TsRecvClock::Hardware,
+            3 => TsRecvClock::User,
+            _ => TsRecvClock::None,
+        }
+    }
 }
 
 /// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
@@ -149,7 +181,22 @@ impl Publisher {
             dump: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
             sender,
+            ts_recv_clock: TsRecvClockCell::default(),
         })
+    }
+
+    /// Says which clock stamps the records' `ts_recv_ns`: every `Accept` sent from now on carries it, so
+    /// subscribers measure wire-to-poll when it is live. A file replay leaves it at [`TsRecvClock::None`] (its
+    /// `ts_recv_ns` is the capture's time); a live feed sets it from its line socket's stamp kind
+    /// (`StampKind::Hardware` -> `Hardware`, `Software` -> `Software`, `User` -> `User`). Callable before
+    /// [`Publisher::run`]; a feed handler that learns it later sets it through [`Publisher::ts_recv_clock_cell`].
+    pub fn set_ts_recv_clock(&self, clock: TsRecvClock) {
+        self.ts_recv_clock.set(clock);
+    }
+
+    /// The shared cell behind [`Publisher::set_ts_recv_clock`], for a thread that learns the clock while running.
+    pub fn ts_recv_clock_cell(&self) -> TsRecvClockCell {
+        self.ts_recv_clock.clone()
     }
 
     /// A handle on the replay's progress.
@@ -183,7 +230,7 @@ impl Publisher {
     /// fanout.do_work(); conductor.do_work();` until the conductor [is done](mdfan_tuning::Agent::is_done), then
     /// [`Conductor::take_report`]). Measures the TSC rate (a 5 ms sleep).
     pub fn into_agents(self, shutdown: Arc<AtomicBool>) -> Agents {
-        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender } = self;
+        let Publisher { cfg, listener, feed, journal, feed_stop: _, dump, counters, sender, ts_recv_clock } = self;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -235,6 +282,7 @@ impl Publisher {
             clock,
             pending: Vec::new(),
             sender,
+            ts_recv_clock,
             cfg,
         };
         Agents { feed, fanout, conductor }

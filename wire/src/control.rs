@@ -150,6 +150,53 @@ pub struct Accept {
     pub policy: SlowConsumerPolicy,
     /// The publisher sends a heartbeat record when the feed is idle this long, in ms.
     pub heartbeat_interval_ms: u64,
+    /// Whether the records' `ts_recv_ns` is a live receive stamp of this host, and from which clock: what a
+    /// subscriber needs to measure wire-to-poll (datagram receipt to its poll). `none` (a file replay, whose
+    /// `ts_recv_ns` is the historical capture time, or a publisher that predates the field) is left out of the
+    /// JSON, so such an `Accept` reads the same as before.
+    #[serde(default, skip_serializing_if = "TsRecvClock::is_none")]
+    pub ts_recv_clock: TsRecvClock,
+}
+
+/// Where the records' `ts_recv_ns` comes from ([`Accept::ts_recv_clock`]). Every live variant is ns since the
+/// UNIX epoch, stamped on this publisher's host when the datagram was received (`SO_TIMESTAMPING`, the
+/// `mdfan-lines` `StampKind` of the same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TsRecvClock {
+    /// Not a live stamp: a file replay (`ts_recv_ns` is when the capture was recorded, years ago). No
+    /// wire-to-poll can be measured.
+    #[default]
+    None,
+    /// The kernel's software stamp (`CLOCK_REALTIME` when the datagram entered the stack).
+    Software,
+    /// The NIC's raw hardware stamp (its PTP hardware clock): comparable with `CLOCK_REALTIME` only when that
+    /// clock is disciplined to the host's (e.g. `phc2sys`); a PHC kept on TAI reads 37 s ahead of UTC.
+    Hardware,
+    /// No kernel stamp came: `CLOCK_REALTIME` read by the feed handler right after `recvmsg`.
+    User,
+}
+
+impl TsRecvClock {
+    /// The wire name (`none`, `software`, `hardware`, `user`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TsRecvClock::None => "none",
+            TsRecvClock::Software => "software",
+            TsRecvClock::Hardware => "hardware",
+            TsRecvClock::User => "user",
+        }
+    }
+
+    /// `None`: not a live receive stamp (serde's `skip_serializing_if`).
+    pub fn is_none(&self) -> bool {
+        *self == TsRecvClock::None
+    }
+
+    /// A live receive stamp: wire-to-poll can be measured against `CLOCK_REALTIME`.
+    pub fn is_live(self) -> bool {
+        !self.is_none()
+    }
 }
 
 /// Publisher -> subscriber: refused, with a reason an operator can act on.
@@ -477,6 +524,39 @@ mod tests {
         let mut huge = (MAX_FRAME_BYTES + 1).to_le_bytes().to_vec();
         assert!(matches!(take_frame(&mut huge), Some(Err(ControlError::TooLarge(_)))));
         assert_eq!(huge.len(), 4, "an oversized frame is left in place");
+    }
+
+    fn accept(ts_recv_clock: TsRecvClock) -> ControlMsg {
+        ControlMsg::Accept(Accept {
+            session_id: 3,
+            first_seq: 1,
+            fabric: AcceptFabric::Shm,
+            policy: SlowConsumerPolicy::Resync,
+            heartbeat_interval_ms: 10,
+            ts_recv_clock,
+        })
+    }
+
+    #[test]
+    fn an_accept_says_which_clock_stamped_ts_recv_and_a_replay_reads_as_before() {
+        let before = r#"{"v":2,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
+        // a replay's accept is byte for byte what a publisher without the field sent, and that one parses as a replay
+        let replay = encode(&accept(TsRecvClock::None));
+        assert_eq!(std::str::from_utf8(&replay[4..]).unwrap(), before);
+        assert_eq!(decode_body(before.as_bytes()).unwrap(), accept(TsRecvClock::None));
+        for (clock, name) in
+            [(TsRecvClock::Software, "software"), (TsRecvClock::Hardware, "hardware"), (TsRecvClock::User, "user")]
+        {
+            let frame = encode(&accept(clock));
+            let text = std::str::from_utf8(&frame[4..]).unwrap();
+            assert!(text.ends_with(&format!(r#""heartbeat_interval_ms":10,"ts_recv_clock":"{name}"}}}}"#)), "{text}");
+            assert_eq!(read_msg(&mut &frame[..]).unwrap(), accept(clock));
+            assert_eq!(clock.as_str(), name);
+            assert!(clock.is_live());
+        }
+        assert!(!TsRecvClock::None.is_live());
+        let e = decode_body(before.replace("10}", r#"10,"ts_recv_clock":"ptp"}"#).as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `ptp`"), "{e}");
     }
 
     #[test]
