@@ -122,7 +122,7 @@ use std::time::{Duration, Instant};
 use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
-pub use latency::{ClockSource, Latency};
+pub use latency::{ClockSource, Latency, TsRecvClock, WireLatency};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
@@ -359,6 +359,10 @@ pub enum State {
     Ended(End),
 }
 
+/// What [`Subscriber::open`] returns: the ring, the control connection, and from the accept the session id,
+/// the policy and the `ts_recv_ns` clock.
+type Opened = (AnyLocalRing, TcpStream, u64, SlowConsumerPolicy, TsRecvClock);
+
 /// Lifecycle beyond a running session, driven by [`Subscriber::maintain`].
 #[derive(Debug, Clone, Copy)]
 enum Phase {
@@ -417,12 +421,14 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
-        let (ring, control, session_id, policy) = Self::open(cfg)?;
+        let (ring, control, session_id, policy, ts_recv_clock) = Self::open(cfg)?;
         let clock = quanta::Clock::new();
         let last_rx = clock.raw();
+        let mut rx = Receiver::new(ring);
+        rx.set_ts_recv_clock(ts_recv_clock);
         Ok(Subscriber {
             cfg: cfg.clone(),
-            rx: Receiver::new(ring),
+            rx,
             bye: None,
             control_buf: Vec::new(),
             control_out: Vec::new(),
@@ -478,7 +484,7 @@ impl Subscriber {
         }
     }
 
-    fn open(cfg: &SubscriberConfig) -> Result<(AnyLocalRing, TcpStream, u64, SlowConsumerPolicy), SubscribeError> {
+    fn open(cfg: &SubscriberConfig) -> Result<Opened, SubscribeError> {
         let endpoint = cfg.endpoint.clone();
         let connect_err = |source| SubscribeError::Connect { endpoint: endpoint.clone(), source };
         let addr = cfg
@@ -512,7 +518,7 @@ impl Subscriber {
         };
         let ring = ring.connect(&accept.fabric).map_err(ring_err)?;
         stream.set_nonblocking(true).map_err(connect_err)?;
-        Ok((ring, stream, accept.session_id, accept.policy))
+        Ok((ring, stream, accept.session_id, accept.policy, accept.ts_recv_clock))
     }
 
     /// Makes a new session with the same config, now (one try; it blocks up to [`SubscriberConfig::timeout`]).
@@ -523,8 +529,9 @@ impl Subscriber {
     /// # Errors
     /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
-        let (ring, control, session_id, policy) = Self::open(&self.cfg)?;
+        let (ring, control, session_id, policy, ts_recv_clock) = Self::open(&self.cfg)?;
         self.rx.restart(ring);
+        self.rx.set_ts_recv_clock(ts_recv_clock);
         self.control = control;
         self.session_id = session_id;
         self.policy = policy;
@@ -542,7 +549,10 @@ impl Subscriber {
         Ok(())
     }
 
-    /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram.
+    /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram
+    /// ([`Subscriber::latency`]), and, when the publisher's `Accept` said the records' `ts_recv_ns` is a live
+    /// receive stamp ([`TsRecvClock`]; never for a file replay), wire-to-poll too (datagram receipt to this poll,
+    /// [`Subscriber::wire_latency`]). Costs one TSC read per record for both (see [`latency`]).
     pub fn with_latency(mut self) -> Subscriber {
         self.rx.enable_latency();
         self
@@ -784,9 +794,21 @@ impl Subscriber {
         StreamStats { snapshots_requested: self.snapshots_requested, reconnects: self.reconnects, ..self.rx.stats() }
     }
 
-    /// The latency histogram, if enabled.
+    /// The latency histogram (post-to-poll: the publisher's TSC stamp to this poll), if enabled.
     pub fn latency(&self) -> Option<&Latency> {
         self.rx.latency()
+    }
+
+    /// The wire-to-poll histogram (`CLOCK_REALTIME` at this poll minus the record's `ts_recv_ns`, the
+    /// datagram's receive stamp; ns), when latency is enabled and the publisher said `ts_recv_ns` is a live
+    /// stamp; `None` for a file replay. [`WireLatency::source`] names the clocks.
+    pub fn wire_latency(&self) -> Option<&WireLatency> {
+        self.rx.wire_latency()
+    }
+
+    /// What the publisher said the records' `ts_recv_ns` is (its `Accept`): [`TsRecvClock::None`] for a replay.
+    pub fn ts_recv_clock(&self) -> TsRecvClock {
+        self.rx.ts_recv_clock()
     }
 
     /// The publisher's session id for this subscriber.

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use mdfan_subscriber::report::{latency_line, level_lines, summary_line};
+use mdfan_subscriber::report::{latency_line, level_lines, summary_line, wire_latency_line};
 use mdfan_subscriber::{
     format_price_e9, Books, CloseReason, End, Event, FabricConfig, Health, Kind, Provider, Reconnect,
     SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
@@ -373,6 +373,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
     );
     if let Some(l) = sub.latency() {
         out!("{}", latency_line(l));
+    }
+    // datagram receipt to poll: only when the publisher's ts_recv is a live receive stamp (never on a replay)
+    if let Some(w) = sub.wire_latency() {
+        out!("{}", wire_latency_line(w));
     }
     Ok(match end {
         Some("end_of_stream" | "publisher_shutdown") => 0,
