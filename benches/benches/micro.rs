@@ -21,13 +21,21 @@
 //! - `dbn`: over the decompressed capture in memory, `decode` (the `dbn` crate's decoder alone, each record
 //!   viewed as an `MboMsg`), `decode_mbo_bytes` (mdfan's load: framing check, decode, per-record normalise
 //!   check, collect) and `normalize` (`normalize_mbo` of every decoded message, the hot loop's step).
+//! - `mdp3`: over line A of the bundled MDP 3.0 capture (5,000 packets, in memory): `walk` (per packet, the
+//!   messages' `MsgSize` fields walked and summed: the floor) and `decode_normalize` (`Mdp3Channel::on_packet`,
+//!   each record copied into a pre-allocated ring of 64-byte records, the journal's stand-in; a fresh channel per
+//!   iteration, made untimed), both per packet: the ratio of their times is the "≥ 0.5x a bare walk".
+//!   `mdfan-bench run` reports the same ratio and each packet's decode time (`benches/src/mdp3.rs`).
 //!
-//! Throughput is in records. Every benchmark checks a value against the reference before it is timed (counts,
+//! Throughput is in records (`mdp3`: packets). Every benchmark checks a value against the reference before it is timed (counts,
 //! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
 #![forbid(unsafe_code)]
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
+#[allow(dead_code)] // the run report's half (rates, per-packet histogram) is not used here
+#[path = "../src/mdp3.rs"]
+mod mdp3;
 
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -501,5 +509,29 @@ fn dbn(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, record, book_apply, ring, dbn);
+/// MDP 3.0 decode + normalise into the journal's stand-in against a bare `MsgSize` walk, per packet of line A.
+fn mdp3(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(mdp3::CAPTURE);
+    let packets = mdp3::line_a(&path).unwrap_or_else(|e| panic!("{e}"));
+    // checked before timing: the walk sees every message, the decoder every record
+    assert_eq!(mdp3::walk(&packets).0, mdp3::MESSAGES);
+    let mut ring = mdp3::Ring::default();
+    assert_eq!(mdp3::decode(&mut mdp3::channel(), &packets, &mut ring), mdp3::RECORDS);
+    let mut g = c.benchmark_group("mdp3");
+    g.throughput(Throughput::Elements(packets.len() as u64));
+    g.bench_function("walk", |b| b.iter(|| mdp3::walk(black_box(&packets))));
+    g.bench_function("decode_normalize", |b| {
+        b.iter_batched(
+            mdp3::channel,
+            |mut ch| {
+                let n = mdp3::decode(&mut ch, black_box(&packets), &mut ring);
+                (ch, n) // dropped untimed
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, record, book_apply, ring, dbn, mdp3);
 criterion_main!(benches);
