@@ -26,6 +26,10 @@
 //!   each record copied into a pre-allocated ring of 64-byte records, the journal's stand-in; a fresh channel per
 //!   iteration, made untimed), both per packet: the ratio of their times is the "≥ 0.5x a bare walk".
 //!   `mdfan-bench run` reports the same ratio and each packet's decode time (`benches/src/mdp3.rs`).
+//! - `wire_clock`: the clocks a subscriber could read per record for wire-to-poll: `system_time_now`
+//!   (`SystemTime::now()`, `clock_gettime(CLOCK_REALTIME)` through the vDSO), `tsc_raw` (quanta's raw TSC, what
+//!   post-to-poll reads anyway) and `anchored_realtime` (`mdfan_subscriber::latency::RealtimeClock`: that TSC read
+//!   turned into realtime from an anchor refreshed once per ms; what the subscriber uses).
 //!
 //! Throughput is in records (`mdp3`: packets). Every benchmark checks a value against the reference before it is timed (counts,
 //! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
@@ -533,5 +537,22 @@ fn mdp3(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, record, book_apply, ring, dbn, mdp3);
+/// The realtime clock on the subscriber's poll path (wire-to-poll): vDSO `clock_gettime` against the TSC alone
+/// and the TSC anchored to realtime.
+fn wire_clock(c: &mut Criterion) {
+    let tsc = quanta::Clock::new();
+    let mut anchored = mdfan_subscriber::latency::RealtimeClock::new(tsc.clone());
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    // checked before timing: the anchored clock reads realtime (within 1 ms, far above its error)
+    let (a, b) = (anchored.realtime_ns(), now());
+    assert!(a.abs_diff(b) < 1_000_000, "anchored {a} vs SystemTime {b}");
+    let mut g = c.benchmark_group("wire_clock");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("system_time_now", |b| b.iter(|| black_box(now())));
+    g.bench_function("tsc_raw", |b| b.iter(|| black_box(tsc.raw())));
+    g.bench_function("anchored_realtime", |b| b.iter(|| black_box(anchored.realtime_ns())));
+    g.finish();
+}
+
+criterion_group!(benches, record, book_apply, ring, dbn, mdp3, wire_clock);
 criterion_main!(benches);

@@ -19,7 +19,9 @@
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
 //! - `mdfan.mdp3_decode.*` and `baseline.mdp3_walk`: [`mdp3`]: the live CME feed's decode + normalise over the
 //!   bundled MDP 3.0 capture's line A, against a bare walk of the same packets' `MsgSize` fields, and each
-//!   packet's decode time.
+//!   packet's decode time; `mdfan.mdp3_loopback.*`: [`mdp3_loopback`]: the same packets over loopback UDP into
+//!   a line socket, decoded into an shm ring and polled by the subscriber library: wire-to-poll beside
+//!   post-to-poll.
 //!
 //! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
@@ -35,6 +37,7 @@ mod aeron;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
 mod mdp3;
+mod mdp3_loopback;
 mod openloop;
 mod pingpong;
 mod plot;
@@ -485,6 +488,14 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 })
             })?;
             rec.add("mdfan.mdp3_decode.packet", t, h);
+            let t = Instant::now();
+            let lb = progress
+                .step("mdfan.mdp3_loopback", || fresh(|| mdp3_loopback::loopback(pk, mdp3_passes, &s.shm_dir, a, b)))?;
+            rec.add("mdfan.mdp3_loopback.wire_to_poll", t, lb.wire_to_poll);
+            rec.add("mdfan.mdp3_loopback.post_to_poll", t, lb.post_to_poll);
+            scalars.add("mdfan.mdp3_loopback.packets".into(), lb.packets as f64);
+            let hw = lb.stamp == mdfan_lines::StampKind::Hardware;
+            scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), f64::from(u8::from(hw)));
         }
     }
     progress.finish();
@@ -534,7 +545,7 @@ impl Progress {
                     + 1
                     + rates
                     + if s.replay { 1 + s.subscribers.len() } else { 0 }
-                    + if s.mdp3 { 2 } else { 0 }
+                    + if s.mdp3 { 3 } else { 0 }
             }
         };
         let total = u64::from(s.rounds) * per_round as u64;

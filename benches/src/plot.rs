@@ -204,7 +204,7 @@ pub fn html(
         h.push_str(&t.html());
     }
     h.push_str(&charts_of(ChartKind::OpenLoop));
-    if let Some(t) = tables::mdp3(figures) {
+    for t in [tables::mdp3(figures), tables::mdp3_loopback(figures)].into_iter().flatten() {
         h.push_str(&t.html());
     }
     h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th class=n>limit</th><th class=n>measured</th><th>verdict</th></tr>\n");

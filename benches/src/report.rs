@@ -231,6 +231,9 @@ pub fn display_name(key: &str) -> String {
         "mdfan.mdp3_decode" => "MDP 3.0 decode + normalize (line A, into the journal)",
         "mdfan.mdp3_decode.packet" => "MDP 3.0 packet to records",
         "baseline.mdp3_walk" => "MDP 3.0 bare MsgSize walk",
+        "mdfan.mdp3_loopback" => "MDP 3.0 over loopback UDP to the subscriber",
+        "mdfan.mdp3_loopback.wire_to_poll" => "MDP 3.0 over loopback: wire to poll",
+        "mdfan.mdp3_loopback.post_to_poll" => "MDP 3.0 over loopback: post to poll",
         _ => "",
     };
     if !fixed.is_empty() {

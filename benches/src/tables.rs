@@ -90,9 +90,16 @@ pub fn escape(s: &str) -> String {
 pub fn all(context: &serde_json::Value, figures: &BTreeMap<String, f64>) -> Vec<Table> {
     std::iter::once(self::context(context))
         .chain(
-            [latency(figures), ratios(figures), throughput(figures), open_loop(figures), mdp3(figures)]
-                .into_iter()
-                .flatten(),
+            [
+                latency(figures),
+                ratios(figures),
+                throughput(figures),
+                open_loop(figures),
+                mdp3(figures),
+                mdp3_loopback(figures),
+            ]
+            .into_iter()
+            .flatten(),
         )
         .collect()
 }
@@ -429,6 +436,36 @@ pub fn mdp3(f: &BTreeMap<String, f64>) -> Option<Table> {
             ns("p999"),
         ]],
         figures_from: 0,
+    })
+}
+
+/// MDP 3.0 over loopback UDP: wire-to-poll (the datagram's receive stamp to the subscriber's poll) beside
+/// post-to-poll (the ring write to the poll), each with its clock.
+pub fn mdp3_loopback(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let base = "mdfan.mdp3_loopback";
+    let hw = f.get(&format!("{base}.hardware_stamp")).copied()? > 0.0;
+    let rows: Vec<Vec<String>> = [
+        ("wire to poll", "wire_to_poll", if hw { "realtime (hw stamp)" } else { "realtime (sw stamp)" }),
+        ("post to poll", "post_to_poll", "tsc"),
+    ]
+    .iter()
+    .filter(|(_, k, _)| f.contains_key(&format!("{base}.{k}.count")))
+    .map(|(name, k, clock)| {
+        let ns = |q: &str| f.get(&format!("{base}.{k}.{q}_ns")).map_or("-".into(), |&v| fmt_ns(v));
+        let count = f.get(&format!("{base}.{k}.count")).map_or("-".into(), |&v| fmt_int(v));
+        vec![(*name).to_owned(), (*clock).to_owned(), ns("p50"), ns("p99"), ns("p999"), ns("max"), count]
+    })
+    .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "MDP 3.0 over loopback UDP".into(),
+        note: "Line A sent over loopback UDP to a line socket (SO_TIMESTAMPING), decoded into an shm ring and polled \
+               by the subscriber library with latency on: wire to poll is the datagram's receive stamp to the poll \
+               (CLOCK_REALTIME), post to poll the ring write to the poll (TSC). Sender, receiver and subscriber \
+               share the host's cores."
+            .into(),
+        head: ["", "clock", "p50", "p99", "p99.9", "max", "samples"].map(String::from).to_vec(),
+        rows,
+        figures_from: 2,
     })
 }
 
