@@ -15,7 +15,9 @@
 //! [`REANCHOR_NS`] (1 ms) and otherwise extends it with the TSC read post-to-poll takes anyway (quanta's
 //! calibration), so a record costs no clock read beyond post-to-poll's. Re-anchoring every ms bounds the TSC's
 //! drift against an NTP-slewed `CLOCK_REALTIME` to well under a µs (500 ppm, the kernel's slew limit, is
-//! 0.5 µs per ms). `cargo bench -p mdfan-bench --bench micro -- wire_clock` compares it with `SystemTime::now()`.
+//! 0.5 µs per ms). `cargo bench -p mdfan-bench --bench micro -- wire_clock` compares it with `SystemTime::now()`
+//! (measured 2026-11-30 on this 2-core VM, clocksource tsc: `SystemTime::now()` 49 ns, the TSC 15 ns, the anchored
+//! clock 14 ns with its own TSC read; in the receiver it shares post-to-poll's read).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
