@@ -21,13 +21,25 @@
 //! - `dbn`: over the decompressed capture in memory, `decode` (the `dbn` crate's decoder alone, each record
 //!   viewed as an `MboMsg`), `decode_mbo_bytes` (mdfan's load: framing check, decode, per-record normalise
 //!   check, collect) and `normalize` (`normalize_mbo` of every decoded message, the hot loop's step).
+//! - `mdp3`: over line A of the bundled MDP 3.0 capture (5,000 packets, in memory): `walk` (per packet, the
+//!   messages' `MsgSize` fields walked and summed: the floor) and `decode_normalize` (`Mdp3Channel::on_packet`,
+//!   each record copied into a pre-allocated ring of 64-byte records, the journal's stand-in; a fresh channel per
+//!   iteration, made untimed), both per packet: the ratio of their times is the "≥ 0.5x a bare walk".
+//!   `mdfan-bench run` reports the same ratio and each packet's decode time (`benches/src/mdp3.rs`).
+//! - `wire_clock`: the clocks a subscriber could read per record for wire-to-poll: `system_time_now`
+//!   (`SystemTime::now()`, `clock_gettime(CLOCK_REALTIME)` through the vDSO), `tsc_raw` (quanta's raw TSC, what
+//!   post-to-poll reads anyway) and `anchored_realtime` (`mdfan_subscriber::latency::RealtimeClock`: that TSC read
+//!   turned into realtime from an anchor refreshed once per ms; what the subscriber uses).
 //!
-//! Throughput is in records. Every benchmark checks a value against the reference before it is timed (counts,
+//! Throughput is in records (`mdp3`: packets). Every benchmark checks a value against the reference before it is timed (counts,
 //! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
 #![forbid(unsafe_code)]
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
+#[allow(dead_code)] // the run report's half (rates, per-packet histogram) is not used here
+#[path = "../src/mdp3.rs"]
+mod mdp3;
 
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -501,5 +513,46 @@ fn dbn(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, record, book_apply, ring, dbn);
+/// MDP 3.0 decode + normalise into the journal's stand-in against a bare `MsgSize` walk, per packet of line A.
+fn mdp3(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(mdp3::CAPTURE);
+    let packets = mdp3::line_a(&path).unwrap_or_else(|e| panic!("{e}"));
+    // checked before timing: the walk sees every message, the decoder every record
+    assert_eq!(mdp3::walk(&packets).0, mdp3::MESSAGES);
+    let mut ring = mdp3::Ring::default();
+    assert_eq!(mdp3::decode(&mut mdp3::channel(), &packets, &mut ring), mdp3::RECORDS);
+    let mut g = c.benchmark_group("mdp3");
+    g.throughput(Throughput::Elements(packets.len() as u64));
+    g.bench_function("walk", |b| b.iter(|| mdp3::walk(black_box(&packets))));
+    g.bench_function("decode_normalize", |b| {
+        b.iter_batched(
+            mdp3::channel,
+            |mut ch| {
+                let n = mdp3::decode(&mut ch, black_box(&packets), &mut ring);
+                (ch, n) // dropped untimed
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+/// The realtime clock on the subscriber's poll path (wire-to-poll): vDSO `clock_gettime` against the TSC alone
+/// and the TSC anchored to realtime.
+fn wire_clock(c: &mut Criterion) {
+    let tsc = quanta::Clock::new();
+    let mut anchored = mdfan_subscriber::latency::RealtimeClock::new(tsc.clone());
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    // checked before timing: the anchored clock reads realtime (within 1 ms, far above its error)
+    let (a, b) = (anchored.realtime_ns(), now());
+    assert!(a.abs_diff(b) < 1_000_000, "anchored {a} vs SystemTime {b}");
+    let mut g = c.benchmark_group("wire_clock");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("system_time_now", |b| b.iter(|| black_box(now())));
+    g.bench_function("tsc_raw", |b| b.iter(|| black_box(tsc.raw())));
+    g.bench_function("anchored_realtime", |b| b.iter(|| black_box(anchored.realtime_ns())));
+    g.finish();
+}
+
+criterion_group!(benches, record, book_apply, ring, dbn, mdp3, wire_clock);
 criterion_main!(benches);

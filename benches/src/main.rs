@@ -17,6 +17,11 @@
 //!   subscriber ring on a fixed schedule, with per-stage histograms and coordinated omission corrected;
 //! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
+//! - `mdfan.mdp3_decode.*` and `baseline.mdp3_walk`: [`mdp3`]: the live CME feed's decode + normalise over the
+//!   bundled MDP 3.0 capture's line A, against a bare walk of the same packets' `MsgSize` fields, and each
+//!   packet's decode time; `mdfan.mdp3_loopback.*`: [`mdp3_loopback`]: the same packets over loopback UDP into
+//!   a line socket, decoded into an shm ring and polled by the subscriber library: wire-to-poll beside
+//!   post-to-poll.
 //!
 //! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
@@ -31,6 +36,8 @@
 mod aeron;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
+mod mdp3;
+mod mdp3_loopback;
 mod openloop;
 mod pingpong;
 mod plot;
@@ -142,6 +149,9 @@ struct RunArgs {
     /// Skip the replay throughput scenario.
     #[arg(long)]
     no_replay: bool,
+    /// Skip the MDP 3.0 decode scenario.
+    #[arg(long)]
+    no_mdp3: bool,
     /// mdfan's fabric: `shm` (every scenario) or `verbs` (the ping-pong beside perftest's `ib_write_lat
     /// --write_with_imm` on the same RDMA device; needs the `verbs` feature).
     #[arg(long)]
@@ -169,6 +179,7 @@ struct Scenario {
     shm_dir: PathBuf,
     capture: Option<PathBuf>,
     replay: bool,
+    mdp3: bool,
     fabric: Provider,
     device: Option<String>,
     gid_index: Option<u32>,
@@ -188,6 +199,7 @@ impl Default for Scenario {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             capture: None,
             replay: true,
+            mdp3: true,
             fabric: Provider::Shm,
             device: None,
             gid_index: None,
@@ -219,6 +231,9 @@ impl Scenario {
         }
         if a.no_replay {
             s.replay = false;
+        }
+        if a.no_mdp3 {
+            s.mdp3 = false;
         }
         if let Some(f) = a.fabric {
             s.fabric = f;
@@ -373,6 +388,12 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, "replay") => openloop::Source::Replay(mdfan_feed::dbn::load_mbo_file(&capture)?.records.into()),
         _ => openloop::Source::Synthetic,
     };
+    let mdp3_packets = match (s.fabric, s.mdp3) {
+        (Provider::Shm, true) => mdp3::line_a(&repo_root().join(mdp3::CAPTURE))?,
+        _ => Vec::new(),
+    };
+    // passes of the 5,000 packets: for the rates (each pass timed whole), and for the per-packet histogram
+    let mdp3_passes = (s.count / 1_000).clamp(3, 100) as usize;
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
     let open_subs = *s.subscribers.iter().find(|&&n| n == 2).unwrap_or(&s.subscribers[0]);
     let run_start_wall = SystemTime::now();
@@ -448,6 +469,34 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.blocked_share"), r.blocked_share);
             }
         }
+        if !mdp3_packets.is_empty() {
+            let pk = &mdp3_packets;
+            let r = progress.step("mdfan.mdp3_decode", || {
+                fresh(|| {
+                    pin(a);
+                    mdp3::rates(pk, mdp3_passes)
+                })
+            })?;
+            scalars.add("baseline.mdp3_walk.packets_per_s".into(), r.walk_packets_per_s);
+            scalars.add("mdfan.mdp3_decode.packets_per_s".into(), r.decode_packets_per_s);
+            scalars.add("mdfan.mdp3_decode.records_per_s".into(), r.decode_records_per_s);
+            let t = Instant::now();
+            let h = progress.step("mdfan.mdp3_decode.packet", || {
+                fresh(|| {
+                    pin(a);
+                    mdp3::packet_latency(pk, mdp3_passes)
+                })
+            })?;
+            rec.add("mdfan.mdp3_decode.packet", t, h);
+            let t = Instant::now();
+            let lb = progress
+                .step("mdfan.mdp3_loopback", || fresh(|| mdp3_loopback::loopback(pk, mdp3_passes, &s.shm_dir, a, b)))?;
+            rec.add("mdfan.mdp3_loopback.wire_to_poll", t, lb.wire_to_poll);
+            rec.add("mdfan.mdp3_loopback.post_to_poll", t, lb.post_to_poll);
+            scalars.add("mdfan.mdp3_loopback.packets".into(), lb.packets as f64);
+            let hw = lb.stamp == mdfan_lines::StampKind::Hardware;
+            scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), f64::from(u8::from(hw)));
+        }
     }
     progress.finish();
 
@@ -496,6 +545,7 @@ impl Progress {
                     + 1
                     + rates
                     + if s.replay { 1 + s.subscribers.len() } else { 0 }
+                    + if s.mdp3 { 3 } else { 0 }
             }
         };
         let total = u64::from(s.rounds) * per_round as u64;
@@ -583,6 +633,7 @@ impl RunContext<'_> {
             "rates": self.rates.iter().map(|&r| rate_key(r)).collect::<Vec<_>>(),
             "subscribers": s.subscribers,
             "replay": s.replay,
+            "mdp3": s.mdp3,
             "open_loop_subscribers": self.open_loop_subscribers,
             "source": self.source,
             "capture": self.capture.display().to_string(),
@@ -647,6 +698,12 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
             "replay + normalize + fan-out to 2 subscribers >= 0.8x DBN decode of the capture file (zstd + DBN)",
             "ratio.mdfan.replay.subs2_vs_baseline.dbn_decode.rate".into(),
             0.8,
+            false,
+        ),
+        (
+            "MDP 3.0 decode + normalize into the journal >= 0.5x a bare walk of the packets' MsgSize fields",
+            "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(),
+            0.5,
             false,
         ),
         (

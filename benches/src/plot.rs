@@ -204,6 +204,9 @@ pub fn html(
         h.push_str(&t.html());
     }
     h.push_str(&charts_of(ChartKind::OpenLoop));
+    for t in [tables::mdp3(figures), tables::mdp3_loopback(figures)].into_iter().flatten() {
+        h.push_str(&t.html());
+    }
     h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th class=n>limit</th><th class=n>measured</th><th>verdict</th></tr>\n");
     for t in targets {
         let class = match t.met() {

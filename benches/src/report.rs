@@ -161,6 +161,14 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
             }
         }
     }
+    // MDP 3.0: decode + normalise into the journal against a bare MsgSize walk, packets/s over packets/s
+    if let (Some(d), Some(w)) =
+        (figures.get("mdfan.mdp3_decode.packets_per_s"), figures.get("baseline.mdp3_walk.packets_per_s"))
+    {
+        if *w > 0.0 {
+            figures.insert("ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(), d / w);
+        }
+    }
 }
 
 /// The replay's records/s by subscriber count (`mdfan.replay.subs<N>.rate_per_s`), fewest subscribers first.
@@ -220,6 +228,12 @@ pub fn display_name(key: &str) -> String {
         "baseline.dbn_decode" => "DBN decode of the capture file (zstd + DBN)",
         "baseline.dbn_decode_mem" => "DBN decode in memory",
         "mdfan.replay" => "mdfan replay + normalize + fan-out",
+        "mdfan.mdp3_decode" => "MDP 3.0 decode + normalize (line A, into the journal)",
+        "mdfan.mdp3_decode.packet" => "MDP 3.0 packet to records",
+        "baseline.mdp3_walk" => "MDP 3.0 bare MsgSize walk",
+        "mdfan.mdp3_loopback" => "MDP 3.0 over loopback UDP to the subscriber",
+        "mdfan.mdp3_loopback.wire_to_poll" => "MDP 3.0 over loopback: wire to poll",
+        "mdfan.mdp3_loopback.post_to_poll" => "MDP 3.0 over loopback: post to poll",
         _ => "",
     };
     if !fixed.is_empty() {

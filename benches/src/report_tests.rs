@@ -78,6 +78,13 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
         scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), 250.0 / subs as f64);
         scalars.add(format!("{base}.blocked_share"), 0.1 * subs as f64);
     }
+    scalars.add("baseline.mdp3_walk.packets_per_s".into(), 400_000_000.0);
+    scalars.add("mdfan.mdp3_decode.packets_per_s".into(), 10_000_000.0);
+    scalars.add("mdfan.mdp3_decode.records_per_s".into(), 11_700_000.0);
+    add("mdfan.mdp3_decode.packet", hist(90, 25_000, 25_000));
+    add("mdfan.mdp3_loopback.wire_to_poll", hist(9_000, 900_000, 29_240));
+    add("mdfan.mdp3_loopback.post_to_poll", hist(800, 90_000, 29_240));
+    scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), 0.0);
     let scenario = Scenario { rounds: 1, count: 5_000, warmup: 500, subscribers: vec![1, 2], ..Scenario::default() };
     let rates = [Some(20_000), None];
     let tuning = mdfan_tuning::TuningReport::read();
@@ -152,6 +159,8 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
         "## mdfan against each baseline",
         "## Replay throughput",
         "## Open loop",
+        "## MDP 3.0 decode",
+        "## MDP 3.0 over loopback UDP",
         "## Targets",
         "## All figures",
     ] {
@@ -179,10 +188,21 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(throughput.contains("\n| 1 | 4.00M/s | 1.14x | 0.43x | 250 | 10% |"), "{throughput}");
     assert!(throughput.contains("\n| 2 | 2.00M/s | 0.57x | 0.21x | 125 | 20% |"), "{throughput}");
 
-    let open = section(&md, "## Open loop", "## Targets");
+    let open = section(&md, "## Open loop", "## MDP 3.0 decode");
     let rows: Vec<&str> = open.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rate asked")).collect();
     assert_eq!(rows.len(), 2, "{open}");
     assert!(rows[0].starts_with("| 20k/s | 20.0k/s |") && rows[1].starts_with("| max | 2.40M/s |"), "{open}");
+
+    // MDP 3.0: the decoder's rate against the bare walk of the same packets, with the verdict of the 0.5x target
+    let mdp3 = section(&md, "## MDP 3.0 decode", "## MDP 3.0 over loopback");
+    assert!(mdp3.contains("\n| 10.00M/s | 11.70M/s | 400.00M/s | 0.025x (missed) | 90 ns |"), "{mdp3}");
+    assert_eq!(report.figures["ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate"], 10.0 / 400.0);
+    // and wire-to-poll beside post-to-poll, each with its clock
+    let lb = section(&md, "## MDP 3.0 over loopback", "## Targets");
+    assert!(lb.contains("\n| wire to poll | realtime (sw stamp) | 9007 ns |"), "{lb}");
+    assert!(lb.contains("\n| post to poll | tsc | 800 ns |") && lb.contains("| 29,240 |"), "{lb}");
+    let target = report.targets.iter().find(|t| t.key.contains("mdp3_walk")).expect("the MDP 3.0 target");
+    assert_eq!((target.met(), target.verdict().as_str()), (Some(false), "missed by 95%"));
 
     // The flat list keeps every key, percentiles in numeric order, counts as integers.
     let all = section(&md, "## All figures", "\n\n\n");
@@ -197,7 +217,8 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     for k in &ratio_keys {
         let pingpong = report::PINGPONG_RATIOS.iter().any(|(n, d)| k.starts_with(&format!("ratio.{n}_vs_{d}.")));
         let replay = k.starts_with("ratio.mdfan.replay.subs") && k.ends_with(".rate");
-        assert!(pingpong || replay, "a ratio that is not like for like: {k}");
+        let mdp3 = k.as_str() == "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate";
+        assert!(pingpong || replay || mdp3, "a ratio that is not like for like: {k}");
         assert!(!k.contains("openloop"), "{k}");
     }
     assert!(!md.contains("openloop.max.post_to_poll_vs"), "{md}");
@@ -370,9 +391,10 @@ fn progress_is_hidden_when_stderr_is_not_a_terminal() {
     assert!(p.bar.is_hidden());
     assert_eq!(p.step("baseline.cacheline", || 7), 7);
     assert_eq!(p.bar.position(), 1);
-    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays.
+    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays, MDP 3.0 rates and
+    // per-packet latency, MDP 3.0 over loopback.
     let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2"));
-    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 3)));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 3 + 3)));
 }
 
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.

@@ -5,7 +5,8 @@
 //! - one-way latency by percentile for each ping-pong variant measured ([`latency`]);
 //! - mdfan's ping-pong as a ratio to each baseline, percentile by percentile ([`ratios`]);
 //! - replay throughput by subscriber count against the DBN decode of the same capture ([`throughput`]);
-//! - the open loop by rate ([`open_loop`]).
+//! - the open loop by rate ([`open_loop`]);
+//! - the MDP 3.0 decoder's rate against a bare walk of the same packets, and its per-packet latency ([`mdp3`]).
 //!
 //! A variant absent from a run (a feature not built, the replay skipped) has no row; a table with no row is
 //! not given. Names are [`display_name`]s, never figure keys (those are in the flat figures list).
@@ -88,7 +89,18 @@ pub fn escape(s: &str) -> String {
 /// Every table of [`crate::tables`] this run has, in reading order (the run's context first).
 pub fn all(context: &serde_json::Value, figures: &BTreeMap<String, f64>) -> Vec<Table> {
     std::iter::once(self::context(context))
-        .chain([latency(figures), ratios(figures), throughput(figures), open_loop(figures)].into_iter().flatten())
+        .chain(
+            [
+                latency(figures),
+                ratios(figures),
+                throughput(figures),
+                open_loop(figures),
+                mdp3(figures),
+                mdp3_loopback(figures),
+            ]
+            .into_iter()
+            .flatten(),
+        )
         .collect()
 }
 
@@ -385,6 +397,75 @@ pub fn open_loop(f: &BTreeMap<String, f64>) -> Option<Table> {
         .to_vec(),
         rows,
         figures_from: 1,
+    })
+}
+
+/// MDP 3.0 decode + normalise into the journal: packets/s and records/s, the bare `MsgSize` walk's packets/s,
+/// their ratio (target >= 0.5x), and each packet's decode time p50 / p99 / p99.9.
+pub fn mdp3(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let decode = f.get("mdfan.mdp3_decode.packets_per_s")?;
+    let rate = |k: &str| f.get(k).map_or("-".into(), |&v| fmt_rate(v));
+    let ns = |k: &str| f.get(&format!("mdfan.mdp3_decode.packet.{k}_ns")).map_or("-".into(), |&v| fmt_ns(v));
+    let ratio = f.get("ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate");
+    let verdict =
+        ratio.map_or("-".into(), |&r| format!("{} ({})", fmt_ratio(r), if r >= 0.5 { "met" } else { "missed" }));
+    Some(Table {
+        title: "MDP 3.0 decode".into(),
+        note: "The bundled MDP 3.0 capture's line A (5,000 packets) in memory on one core: decode + normalize into a \
+               pre-allocated ring of 64-byte records (the journal's stand-in), against a bare walk of the same \
+               packets' MsgSize fields (target: at least 0.5x its packets/s); then each packet's decode time (TSC)."
+            .into(),
+        head: [
+            "packets/s",
+            "records/s",
+            "bare walk packets/s",
+            "vs bare walk (target >= 0.5x)",
+            "packet to records p50",
+            "p99",
+            "p99.9",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![vec![
+            fmt_rate(*decode),
+            rate("mdfan.mdp3_decode.records_per_s"),
+            rate("baseline.mdp3_walk.packets_per_s"),
+            verdict,
+            ns("p50"),
+            ns("p99"),
+            ns("p999"),
+        ]],
+        figures_from: 0,
+    })
+}
+
+/// MDP 3.0 over loopback UDP: wire-to-poll (the datagram's receive stamp to the subscriber's poll) beside
+/// post-to-poll (the ring write to the poll), each with its clock.
+pub fn mdp3_loopback(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let base = "mdfan.mdp3_loopback";
+    let hw = f.get(&format!("{base}.hardware_stamp")).copied()? > 0.0;
+    let rows: Vec<Vec<String>> = [
+        ("wire to poll", "wire_to_poll", if hw { "realtime (hw stamp)" } else { "realtime (sw stamp)" }),
+        ("post to poll", "post_to_poll", "tsc"),
+    ]
+    .iter()
+    .filter(|(_, k, _)| f.contains_key(&format!("{base}.{k}.count")))
+    .map(|(name, k, clock)| {
+        let ns = |q: &str| f.get(&format!("{base}.{k}.{q}_ns")).map_or("-".into(), |&v| fmt_ns(v));
+        let count = f.get(&format!("{base}.{k}.count")).map_or("-".into(), |&v| fmt_int(v));
+        vec![(*name).to_owned(), (*clock).to_owned(), ns("p50"), ns("p99"), ns("p999"), ns("max"), count]
+    })
+    .collect();
+    (!rows.is_empty()).then(|| Table {
+        title: "MDP 3.0 over loopback UDP".into(),
+        note: "Line A sent over loopback UDP to a line socket (SO_TIMESTAMPING), decoded into an shm ring and polled \
+               by the subscriber library with latency on: wire to poll is the datagram's receive stamp to the poll \
+               (CLOCK_REALTIME), post to poll the ring write to the poll (TSC). Sender, receiver and subscriber \
+               share the host's cores."
+            .into(),
+        head: ["", "clock", "p50", "p99", "p99.9", "max", "samples"].map(String::from).to_vec(),
+        rows,
+        figures_from: 2,
     })
 }
 

@@ -241,6 +241,8 @@ pub struct Conductor {
     pub(crate) pending: Vec<(Session, std::time::Instant)>,
     /// The fabric provider, opened once; attaches each subscriber's ring.
     pub(crate) sender: AnySender,
+    /// Which clock stamped `ts_recv_ns`, as each accept says it (`Publisher::set_ts_recv_clock`).
+    pub(crate) ts_recv_clock: crate::TsRecvClockCell,
 }
 
 impl Conductor {
@@ -476,6 +478,7 @@ impl Conductor {
             policy: sub.policy,
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
             definitions: self.definitions_for(sub.instruments.as_deref()),
+            ts_recv_clock: self.ts_recv_clock.get(),
         }));
         if let Err(e) = control::write_msg(&mut stream, &accept) {
             tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");
@@ -1011,6 +1014,7 @@ mod tests {
                 policy: SlowConsumerPolicy::Resync,
                 heartbeat_interval_ms: 10,
                 definitions,
+                ts_recv_clock: Default::default(),
             })
         };
         let few: Vec<InstrumentDef> = symbology().iter().cloned().collect();

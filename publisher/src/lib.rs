@@ -36,12 +36,13 @@ mod report;
 pub mod session;
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{FeedError, MboStream};
+use mdfan_wire::control::TsRecvClock;
 use mdfan_wire::{Books, Symbology};
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
@@ -114,6 +115,37 @@ pub struct Publisher {
     live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
+    ts_recv_clock: TsRecvClockCell,
+}
+
+/// Which clock stamped the records' `ts_recv_ns`, as every later `Accept` says it
+/// ([`Accept::ts_recv_clock`](mdfan_wire::control::Accept::ts_recv_clock)): shared between whoever learns it (a
+/// live feed handler, from its line socket's `StampKind`) and the conductor, which reads it for each accept.
+/// Starts as [`TsRecvClock::None`] (a file replay: no wire-to-poll). Off the hot path: one relaxed atomic.
+#[derive(Debug, Clone, Default)]
+pub struct TsRecvClockCell(Arc<AtomicU8>);
+
+impl TsRecvClockCell {
+    /// Sets the clock the next accepts name.
+    pub fn set(&self, clock: TsRecvClock) {
+        let v = match clock {
+            TsRecvClock::None => 0,
+            TsRecvClock::Software => 1,
+            TsRecvClock::Hardware => 2,
+            TsRecvClock::User => 3,
+        };
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The clock set last.
+    pub fn get(&self) -> TsRecvClock {
+        match self.0.load(Ordering::Relaxed) {
+            1 => TsRecvClock::Software,
+            2 => TsRecvClock::Hardware,
+            3 => TsRecvClock::User,
+            _ => TsRecvClock::None,
+        }
+    }
 }
 
 /// How far the replay is, readable from any thread while [`Publisher::run`] runs (for a progress display).
@@ -149,9 +181,13 @@ impl Publisher {
         let journal = Journal::new(cfg.journal.records);
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
+        let ts_recv_clock = TsRecvClockCell::default();
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Mdp3, Some(lines)) => {
-                let live = LiveMdp3::open(lines)?;
+                // The lines ask the kernel for receive stamps (SO_TIMESTAMPING): software at least, until the first
+                // datagrams say which (the feed thread refines it: hardware when the NIC stamps).
+                ts_recv_clock.set(TsRecvClock::Software);
+                let live = LiveMdp3::open(lines, ts_recv_clock.clone())?;
                 let counters = (live.counters(), live.line_addrs(), live.snapshot_addr());
                 (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters), Default::default())
             }
@@ -183,6 +219,7 @@ impl Publisher {
             sender,
             live,
             counters_file,
+            ts_recv_clock,
         })
     }
 
@@ -207,6 +244,20 @@ impl Publisher {
             Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
             None => self.cfg.feed.path.display().to_string(),
         }
+    }
+
+    /// Says which clock stamps the records' `ts_recv_ns`: every `Accept` sent from now on carries it, so
+    /// subscribers measure wire-to-poll when it is live. A file replay leaves it at [`TsRecvClock::None`] (its
+    /// `ts_recv_ns` is the capture's time); a live feed sets it from its line socket's stamp kind
+    /// (`StampKind::Hardware` -> `Hardware`, `Software` -> `Software`, `User` -> `User`). Callable before
+    /// [`Publisher::run`]; a feed handler that learns it later sets it through [`Publisher::ts_recv_clock_cell`].
+    pub fn set_ts_recv_clock(&self, clock: TsRecvClock) {
+        self.ts_recv_clock.set(clock);
+    }
+
+    /// The shared cell behind [`Publisher::set_ts_recv_clock`], for a thread that learns the clock while running.
+    pub fn ts_recv_clock_cell(&self) -> TsRecvClockCell {
+        self.ts_recv_clock.clone()
     }
 
     /// A handle on the replay's progress.
@@ -264,6 +315,7 @@ impl Publisher {
             sender,
             live,
             counters_file,
+            ts_recv_clock,
         } = self;
         let is_live = live.is_some();
         let max = cfg.publisher.max_subscribers;
@@ -325,6 +377,7 @@ impl Publisher {
             clock,
             pending: Vec::new(),
             sender,
+            ts_recv_clock,
             cfg,
         };
         Agents { feed, fanout, conductor }

@@ -222,14 +222,18 @@ pub struct LiveMdp3 {
     timeouts_logged: u64,
     /// Gap runs and recoveries already logged.
     logged: (u64, u64),
+    /// What the accepts say stamped `ts_recv_ns`.
+    ts_recv_clock: crate::TsRecvClockCell,
 }
 
 impl LiveMdp3 {
-    /// Opens lines A and B as `lines` says and reserves every buffer.
+    /// Opens lines A and B as `lines` says and reserves every buffer. `ts_recv_clock` is told which clock stamps
+    /// the datagrams once the first ones came (hardware when any did, else software, else user), so the accepts
+    /// sent after it let subscribers measure wire-to-poll.
     ///
     /// # Errors
     /// [`LineError`] naming the line's address and the socket call that failed.
-    pub fn open(lines: &LinesSection) -> Result<LiveMdp3, LineError> {
+    pub fn open(lines: &LinesSection, ts_recv_clock: crate::TsRecvClockCell) -> Result<LiveMdp3, LineError> {
         let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
         let mut cfg = ReceiverConfig::new(line(lines.a), line(lines.b));
         cfg.arbiter = ArbiterConfig {
@@ -273,6 +277,7 @@ impl LiveMdp3 {
             errors_logged: 0,
             timeouts_logged: 0,
             logged: (0, 0),
+            ts_recv_clock,
         })
     }
 
@@ -395,6 +400,20 @@ impl LiveMdp3 {
         }
         for k in 0..3 {
             st(&c.stamps[k], lines.stamps[0][k] + lines.stamps[1][k]);
+        }
+        use mdfan_wire::control::TsRecvClock;
+        let seen = |k: usize| lines.stamps[0][k] + lines.stamps[1][k] > 0;
+        let clock = if seen(0) {
+            TsRecvClock::Hardware
+        } else if seen(1) {
+            TsRecvClock::Software
+        } else if seen(2) {
+            TsRecvClock::User
+        } else {
+            TsRecvClock::None
+        };
+        if clock != self.ts_recv_clock.get() && clock != TsRecvClock::None {
+            self.ts_recv_clock.set(clock);
         }
         st(&c.duplicates, arb.duplicates);
         st(&c.late, arb.late);

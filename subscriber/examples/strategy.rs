@@ -156,6 +156,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let q = |q: f64| h.value_at_quantile(q);
         println!("latency count={} p50_ns={} p99_ns={} p99.9_ns={}", h.len(), q(0.5), q(0.99), q(0.999));
     }
+    // A live feed only (the publisher's accept said its ts_recv is a receive stamp): datagram receipt on the
+    // publisher's socket to this poll, CLOCK_REALTIME against that stamp; a file replay has none.
+    if let Some(wire) = sub.wire_latency() {
+        let h = wire.histogram();
+        let q = |q: f64| h.value_at_quantile(q);
+        println!(
+            "wire_to_poll clock={} count={} p50_ns={} p99_ns={} p99.9_ns={}",
+            wire.source().as_str(),
+            h.len(),
+            q(0.5),
+            q(0.99),
+            q(0.999)
+        );
+    }
     match end {
         End::Closed(CloseReason::EndOfStream) => Ok(()),
         other => Err(format!("the subscription ended: {} {:?}", other.as_str(), sub.bye()).into()),

@@ -1,11 +1,28 @@
-//! One-way latency, publisher post to subscriber poll, into an HDR histogram.
+//! One-way latency into HDR histograms: post-to-poll and wire-to-poll.
 //!
-//! The publisher stamps each record with its TSC (`ts_send_ticks`, raw `quanta` counter) as it posts; the
-//! subscriber reads the same invariant TSC when it reaps the completion and records the difference, scaled to
-//! ns with quanta's calibration. Same host only: two hosts' TSCs are unrelated (NIC completion timestamps are
-//! the cross-host clock).
+//! **Post-to-poll** ([`Latency`]): the publisher stamps each record with its TSC (`ts_send_ticks`, raw `quanta`
+//! counter) as it posts; the subscriber reads the same invariant TSC when it reaps the completion and records the
+//! difference, scaled to ns with quanta's calibration. Same host only: two hosts' TSCs are unrelated (NIC
+//! completion timestamps are the cross-host clock).
+//!
+//! **Wire-to-poll** ([`WireLatency`]): a live feed stamps each datagram on receipt (`SO_TIMESTAMPING`, software
+//! or hardware; the publisher's `Accept` says which, [`TsRecvClock`]) and the stamp travels in the record as
+//! `ts_recv_ns` (ns since the UNIX epoch). The subscriber records `CLOCK_REALTIME` now minus `ts_recv_ns`. Same
+//! host, or hosts whose realtime clocks are disciplined together (PTP): the figure carries their offset.
+//!
+//! The clock on the poll path: [`RealtimeClock`] reads `CLOCK_REALTIME` as an anchor (`std::time::SystemTime`,
+//! `clock_gettime` through the vDSO: no syscall with a TSC clocksource) at most once per
+//! [`REANCHOR_NS`] (1 ms) and otherwise extends it with the TSC read post-to-poll takes anyway (quanta's
+//! calibration), so a record costs no clock read beyond post-to-poll's. Re-anchoring every ms bounds the TSC's
+//! drift against an NTP-slewed `CLOCK_REALTIME` to well under a µs (500 ppm, the kernel's slew limit, is
+//! 0.5 µs per ms). `cargo bench -p mdfan-bench --bench micro -- wire_clock` compares it with `SystemTime::now()`
+//! (measured 2026-11-30 on this 2-core VM, clocksource tsc: `SystemTime::now()` 49 ns, the TSC 15 ns, the anchored
+//! clock 14 ns with its own TSC read; in the receiver it shares post-to-poll's read).
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
+pub use mdfan_wire::control::TsRecvClock;
 
 /// Which clock fed a histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +31,8 @@ pub enum ClockSource {
     Tsc,
     /// The NIC's completion timestamps.
     Nic,
+    /// `CLOCK_REALTIME` now against a receive stamp in `ts_recv_ns` taken by this clock (wire-to-poll).
+    Realtime(TsRecvClock),
 }
 
 impl ClockSource {
@@ -22,6 +41,10 @@ impl ClockSource {
         match self {
             ClockSource::Tsc => "tsc",
             ClockSource::Nic => "nic",
+            ClockSource::Realtime(TsRecvClock::Software) => "realtime(sw-stamp)",
+            ClockSource::Realtime(TsRecvClock::Hardware) => "realtime(hw-stamp)",
+            ClockSource::Realtime(TsRecvClock::User) => "realtime(user-stamp)",
+            ClockSource::Realtime(TsRecvClock::None) => "realtime(no-stamp)",
         }
     }
 }
@@ -55,9 +78,26 @@ impl Latency {
     /// Records now minus `ts_send_ticks`. A stamp from the future (another clock) records 0 ns... as 1 ns.
     #[inline]
     pub fn record(&mut self, ts_send_ticks: u64) {
-        let now = self.clock.raw();
-        let ns = if now > ts_send_ticks { self.clock.delta_as_nanos(ts_send_ticks, now) } else { 1 };
+        self.record_at(ts_send_ticks, self.clock.raw());
+    }
+
+    /// [`Latency::record`] with the TSC already read (`now_ticks`, raw quanta counter), so one read serves
+    /// post-to-poll and wire-to-poll.
+    #[inline]
+    pub fn record_at(&mut self, ts_send_ticks: u64, now_ticks: u64) {
+        let ns = if now_ticks > ts_send_ticks { self.clock.delta_as_nanos(ts_send_ticks, now_ticks) } else { 1 };
         self.hist.saturating_record(ns.clamp(1, MAX_TRACKABLE_NS));
+    }
+
+    /// The TSC now (raw quanta counter), for [`Latency::record_at`].
+    #[inline]
+    pub fn now_ticks(&self) -> u64 {
+        self.clock.raw()
+    }
+
+    /// The clock that reads the TSC (calibrated), for a [`WireLatency`] that shares its reads.
+    pub fn clock(&self) -> &quanta::Clock {
+        &self.clock
     }
 
     /// The histogram (ns).
@@ -68,5 +108,156 @@ impl Latency {
     /// The clock that fed it.
     pub fn source(&self) -> ClockSource {
         self.source
+    }
+}
+
+/// How often [`RealtimeClock`] reads `CLOCK_REALTIME` again, in ns of TSC time (1 ms).
+pub const REANCHOR_NS: u64 = 1_000_000;
+
+/// `CLOCK_REALTIME` in ns since the UNIX epoch, read from the TSC between anchors (module docs): an anchor
+/// (`SystemTime::now()`, vDSO) at most every [`REANCHOR_NS`], the TSC delta since it otherwise.
+pub struct RealtimeClock {
+    clock: quanta::Clock,
+    anchor_ticks: u64,
+    anchor_ns: u64,
+    reanchor_ticks: u64,
+}
+
+impl RealtimeClock {
+    /// Anchors on `clock` (the TSC, calibrated) now.
+    pub fn new(clock: quanta::Clock) -> RealtimeClock {
+        // ticks per REANCHOR_NS from the calibration: the ns of a large tick count, scaled back
+        let probe = 1u64 << 40;
+        let probe_ns = clock.delta_as_nanos(0, probe).max(1);
+        let reanchor_ticks = ((probe as u128 * REANCHOR_NS as u128) / probe_ns as u128).max(1) as u64;
+        let mut c = RealtimeClock { clock, anchor_ticks: 0, anchor_ns: 0, reanchor_ticks };
+        c.anchor();
+        c
+    }
+
+    /// Reads `CLOCK_REALTIME` between two TSC reads and pins it to their midpoint; of up to 3 tries, the one
+    /// with the narrowest window (a thread descheduled between the reads would pin it far off).
+    #[cold]
+    fn anchor(&mut self) {
+        let mut best = (u64::MAX, 0, 0);
+        for _ in 0..3 {
+            let before = self.clock.raw();
+            let ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let after = self.clock.raw();
+            let width = after.saturating_sub(before);
+            if width < best.0 {
+                best = (width, before + width / 2, ns);
+            }
+            if self.clock.delta_as_nanos(0, width) < 1_000 {
+                break;
+            }
+        }
+        (self.anchor_ticks, self.anchor_ns) = (best.1, best.2);
+    }
+
+    /// `CLOCK_REALTIME` at TSC reading `now_ticks` (raw quanta counter, read by the caller), ns since the
+    /// UNIX epoch. Re-anchors first when the last anchor is older than [`REANCHOR_NS`].
+    #[inline]
+    pub fn realtime_ns_at(&mut self, now_ticks: u64) -> u64 {
+        if now_ticks.wrapping_sub(self.anchor_ticks) >= self.reanchor_ticks {
+            self.anchor();
+        }
+        if now_ticks >= self.anchor_ticks {
+            self.anchor_ns + self.clock.delta_as_nanos(self.anchor_ticks, now_ticks)
+        } else {
+            self.anchor_ns.saturating_sub(self.clock.delta_as_nanos(now_ticks, self.anchor_ticks))
+        }
+    }
+
+    /// `CLOCK_REALTIME` now, ns since the UNIX epoch.
+    #[inline]
+    pub fn realtime_ns(&mut self) -> u64 {
+        let now = self.clock.raw();
+        self.realtime_ns_at(now)
+    }
+}
+
+/// Wire-to-poll: `CLOCK_REALTIME` at the poll minus the record's `ts_recv_ns` (its datagram's receive stamp),
+/// in ns, into an HDR histogram (1 ns .. [`MAX_TRACKABLE_NS`], 3 significant digits; a stamp from the future,
+/// e.g. clocks apart, records 1 ns; past the top, the top). Labelled with the stamp's clock
+/// ([`WireLatency::source`]: `realtime(sw-stamp)`, `realtime(hw-stamp)`, `realtime(user-stamp)`).
+pub struct WireLatency {
+    hist: Histogram<u64>,
+    now: RealtimeClock,
+    stamp: TsRecvClock,
+}
+
+impl WireLatency {
+    /// A histogram for receive stamps of clock `stamp`, reading `CLOCK_REALTIME` through `clock` (module docs).
+    /// Allocates the histogram (~200 KiB) here, never on record.
+    pub fn new(stamp: TsRecvClock, clock: quanta::Clock) -> WireLatency {
+        WireLatency {
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3).expect("static bounds are valid"),
+            now: RealtimeClock::new(clock),
+            stamp,
+        }
+    }
+
+    /// Records realtime at TSC reading `now_ticks` minus `ts_recv_ns` (ns since the UNIX epoch). A record
+    /// without a stamp (`ts_recv_ns` 0) is not recorded (the receiver also skips records flagged
+    /// `BAD_TS_RECV` or `SNAPSHOT`).
+    #[inline]
+    pub fn record_at(&mut self, ts_recv_ns: u64, now_ticks: u64) {
+        if ts_recv_ns == 0 {
+            return;
+        }
+        let now_ns = self.now.realtime_ns_at(now_ticks);
+        let ns = now_ns.saturating_sub(ts_recv_ns);
+        self.hist.saturating_record(ns.clamp(1, MAX_TRACKABLE_NS));
+    }
+
+    /// The histogram (ns).
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
+    /// The clock pair that fed it: [`ClockSource::Realtime`] with the stamp's clock.
+    pub fn source(&self) -> ClockSource {
+        ClockSource::Realtime(self.stamp)
+    }
+
+    /// Which clock stamped `ts_recv_ns`.
+    pub fn stamp(&self) -> TsRecvClock {
+        self.stamp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_anchored_clock_reads_realtime() {
+        let mut c = RealtimeClock::new(quanta::Clock::new());
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let t = c.realtime_ns();
+        std::thread::sleep(std::time::Duration::from_millis(3)); // past REANCHOR_NS: the next read re-anchors
+        let t2 = c.realtime_ns();
+        let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        // within the anchor's own error (the TSC reads around SystemTime::now, a few µs under a busy host)
+        assert!(t + 1_000_000 > before && t < after, "{before} {t} {after}");
+        assert!(t2 >= t + 2_000_000 && t2 < after + 1_000_000, "{t} {t2} {after}");
+    }
+
+    #[test]
+    fn wire_latency_skips_unstamped_records_and_is_labelled_with_its_clock() {
+        let clock = quanta::Clock::new();
+        let mut w = WireLatency::new(TsRecvClock::Software, clock.clone());
+        w.record_at(0, clock.raw());
+        assert_eq!(w.histogram().len(), 0);
+        let stamp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 - 5_000_000;
+        w.record_at(stamp, clock.raw());
+        assert_eq!(w.histogram().len(), 1);
+        let h = w.histogram();
+        assert!(h.highest_equivalent(h.min()) >= 5_000_000, "{}", h.min()); // 5 ms, to the histogram's precision
+        w.record_at(u64::MAX / 2, clock.raw()); // from the future
+        assert_eq!(w.histogram().min(), 1);
+        assert_eq!(w.source().as_str(), "realtime(sw-stamp)");
+        assert_eq!(ClockSource::Realtime(TsRecvClock::Hardware).as_str(), "realtime(hw-stamp)");
     }
 }

@@ -123,7 +123,7 @@ use std::time::{Duration, Instant};
 use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
-pub use latency::{ClockSource, Latency};
+pub use latency::{ClockSource, Latency, TsRecvClock, WireLatency};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
@@ -402,6 +402,7 @@ struct Opened {
     session_id: u64,
     policy: SlowConsumerPolicy,
     symbology: Symbology,
+    ts_recv_clock: TsRecvClock,
 }
 
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
@@ -458,12 +459,14 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology } = Self::open(cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock } = Self::open(cfg)?;
         let clock = quanta::Clock::new();
         let last_rx = clock.raw();
+        let mut rx = Receiver::new(ring);
+        rx.set_ts_recv_clock(ts_recv_clock);
         Ok(Subscriber {
             cfg: cfg.clone(),
-            rx: Receiver::new(ring),
+            rx,
             bye: None,
             control_buf: Vec::new(),
             control_out: Vec::new(),
@@ -563,6 +566,7 @@ impl Subscriber {
             session_id: accept.session_id,
             policy: accept.policy,
             symbology: accept.definitions.into_iter().collect(),
+            ts_recv_clock: accept.ts_recv_clock,
         })
     }
 
@@ -574,8 +578,9 @@ impl Subscriber {
     /// # Errors
     /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology } = Self::open(&self.cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock } = Self::open(&self.cfg)?;
         self.rx.restart(ring);
+        self.rx.set_ts_recv_clock(ts_recv_clock);
         self.control = control;
         self.session_id = session_id;
         self.policy = policy;
@@ -594,7 +599,10 @@ impl Subscriber {
         Ok(())
     }
 
-    /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram.
+    /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram
+    /// ([`Subscriber::latency`]), and, when the publisher's `Accept` said the records' `ts_recv_ns` is a live
+    /// receive stamp ([`TsRecvClock`]; never for a file replay), wire-to-poll too (datagram receipt to this poll,
+    /// [`Subscriber::wire_latency`]). Costs one TSC read per record for both (see [`latency`]).
     pub fn with_latency(mut self) -> Subscriber {
         self.rx.enable_latency();
         self
@@ -848,7 +856,7 @@ impl Subscriber {
         StreamStats { snapshots_requested: self.snapshots_requested, reconnects: self.reconnects, ..self.rx.stats() }
     }
 
-    /// The latency histogram, if enabled.
+    /// The latency histogram (post-to-poll: the publisher's TSC stamp to this poll), if enabled.
     pub fn latency(&self) -> Option<&Latency> {
         self.rx.latency()
     }
@@ -870,6 +878,18 @@ impl Subscriber {
     /// without a definition prints as [`format_price_e9`] does. Allocates: not for the hot path.
     pub fn format_price(&self, instrument_id: u32, price_e9: i64) -> String {
         self.symbology.format_price(instrument_id, price_e9)
+    }
+
+    /// The wire-to-poll histogram (`CLOCK_REALTIME` at this poll minus the record's `ts_recv_ns`, the
+    /// datagram's receive stamp; ns), when latency is enabled and the publisher said `ts_recv_ns` is a live
+    /// stamp; `None` for a file replay. [`WireLatency::source`] names the clocks.
+    pub fn wire_latency(&self) -> Option<&WireLatency> {
+        self.rx.wire_latency()
+    }
+
+    /// What the publisher said the records' `ts_recv_ns` is (its `Accept`): [`TsRecvClock::None`] for a replay.
+    pub fn ts_recv_clock(&self) -> TsRecvClock {
+        self.rx.ts_recv_clock()
     }
 
     /// The publisher's session id for this subscriber.

@@ -3,9 +3,9 @@
 //! directly over any [`LocalRing`].
 
 use mdfan_fabric::{CloseReason, LocalRing, PeerState};
-use mdfan_wire::{BookUpdate, Kind};
+use mdfan_wire::{flags, BookUpdate, Kind};
 
-use crate::latency::Latency;
+use crate::latency::{Latency, TsRecvClock, WireLatency};
 
 /// What [`Receiver::poll`] hands the callback.
 #[derive(Debug)]
@@ -67,6 +67,10 @@ pub struct Receiver<R: LocalRing> {
     ring: R,
     stats: StreamStats,
     latency: Option<Latency>,
+    /// Wire-to-poll, once latency is on and the publisher said `ts_recv_ns` is a live stamp.
+    wire: Option<WireLatency>,
+    /// What the publisher said `ts_recv_ns` is (its `Accept`); `None` until told (a file replay).
+    ts_recv_clock: TsRecvClock,
     closed: Option<CloseReason>,
     /// First seq of a gap not yet repaired by a snapshot.
     gap_from: Option<u64>,
@@ -79,6 +83,8 @@ impl<R: LocalRing> Receiver<R> {
             ring,
             stats: StreamStats { next_seq: 1, ..StreamStats::default() },
             latency: None,
+            wire: None,
+            ts_recv_clock: TsRecvClock::None,
             closed: None,
             gap_from: None,
         }
@@ -92,9 +98,29 @@ impl<R: LocalRing> Receiver<R> {
         self.gap_from = None;
     }
 
-    /// Records one-way latency of every record from now on.
+    /// Records one-way latency of every record from now on: post-to-poll always, wire-to-poll while the
+    /// publisher's `ts_recv_ns` is a live receive stamp ([`Receiver::set_ts_recv_clock`]).
     pub fn enable_latency(&mut self) {
-        self.latency = Some(Latency::new());
+        if self.latency.is_none() {
+            self.latency = Some(Latency::new());
+        }
+        self.arm_wire();
+    }
+
+    /// What the records' `ts_recv_ns` is, as the publisher's `Accept` said ([`TsRecvClock`]); the subscriber
+    /// sets it on every (re)connect. With latency on, a live clock records wire-to-poll from the next record;
+    /// [`TsRecvClock::None`] (a replay) stops it. A live clock other than the one the histogram holds starts a
+    /// new histogram (never two clocks in one); this allocates, off the poll path.
+    pub fn set_ts_recv_clock(&mut self, clock: TsRecvClock) {
+        self.ts_recv_clock = clock;
+        self.arm_wire();
+    }
+
+    fn arm_wire(&mut self) {
+        let (Some(l), true) = (&self.latency, self.ts_recv_clock.is_live()) else { return };
+        if self.wire.as_ref().is_none_or(|w| w.stamp() != self.ts_recv_clock) {
+            self.wire = Some(WireLatency::new(self.ts_recv_clock, l.clock().clone()));
+        }
     }
 
     /// Reaps up to `max` completions; see [`crate::Subscriber::poll`]. No syscall, no allocation.
@@ -179,7 +205,15 @@ impl<R: LocalRing> Receiver<R> {
                 self.stats.snapshots_received += 1;
             }
             if let Some(l) = &mut self.latency {
-                l.record(record.ts_send_ticks);
+                let now = l.now_ticks();
+                l.record_at(record.ts_send_ticks, now);
+                if let (Some(w), true) = (&mut self.wire, self.ts_recv_clock.is_live()) {
+                    // only records a datagram's own stamp travels in: not a stamp the feed marked bad, not a
+                    // snapshot's records (they carry the book's last stamp); heartbeats and the end carry 0
+                    if record.flags & (flags::BAD_TS_RECV | flags::SNAPSHOT) == 0 {
+                        w.record_at(record.ts_recv_ns, now);
+                    }
+                }
             }
             self.stats.records += 1;
             self.stats.next_seq = seq + 1;
@@ -206,6 +240,17 @@ impl<R: LocalRing> Receiver<R> {
     /// The latency histogram, if enabled.
     pub fn latency(&self) -> Option<&Latency> {
         self.latency.as_ref()
+    }
+
+    /// What the records' `ts_recv_ns` is, as last set ([`Receiver::set_ts_recv_clock`]).
+    pub fn ts_recv_clock(&self) -> TsRecvClock {
+        self.ts_recv_clock
+    }
+
+    /// The wire-to-poll histogram: `Some` once latency is on and the publisher said `ts_recv_ns` is a live
+    /// receive stamp (never for a file replay).
+    pub fn wire_latency(&self) -> Option<&WireLatency> {
+        self.wire.as_ref()
     }
 
     /// Why the publisher closed the ring, once it has.

@@ -2,7 +2,7 @@
 
 use mdfan_wire::{Book, Level, MbpBook, MbpLevel, Side, Symbology};
 
-use crate::latency::Latency;
+use crate::latency::{Latency, WireLatency};
 
 /// `4810.25x22`, the price at the instrument's precision ([`Symbology::format_price`]), or `-` for no level.
 pub fn level_text(symbology: &Symbology, instrument_id: u32, l: Option<Level>) -> String {
@@ -117,6 +117,23 @@ pub fn latency_line(l: &Latency) -> String {
     format!(
         "latency clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
         l.source().as_str(),
+        h.len(),
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.9),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.value_at_quantile(0.9999),
+        h.max()
+    )
+}
+
+/// `wire_to_poll clock=realtime(sw-stamp) count=N p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=..
+/// max_ns=..`: datagram receipt (the record's `ts_recv_ns`) to the poll, printed beside [`latency_line`].
+pub fn wire_latency_line(w: &WireLatency) -> String {
+    let h = w.histogram();
+    format!(
+        "wire_to_poll clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
+        w.source().as_str(),
         h.len(),
         h.value_at_quantile(0.5),
         h.value_at_quantile(0.9),

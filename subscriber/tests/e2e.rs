@@ -96,6 +96,8 @@ fn two_subscriber_processes_rebuild_the_reference_book_exactly() {
         }
         let latency = lines.iter().find(|l| l.starts_with("latency ")).expect("latency line");
         assert!(latency.starts_with(&format!("latency clock=tsc count={records} p50_ns=")), "{latency}");
+        // a file replay's ts_recv is the capture's time: no wire-to-poll
+        assert!(!lines.iter().any(|l| l.starts_with("wire_to_poll")), "{lines:?}");
     }
 }
 
@@ -292,6 +294,7 @@ fn the_strategy_example_acts_on_every_bbo_change_and_reports_latency() {
     let records: u64 = summary["records"].parse().unwrap();
     assert!(records > esh4::RECORDS, "every record, the end of stream and heartbeats: {records}");
     assert!(lines[2].starts_with(&format!("latency count={records} p50_ns=")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.starts_with("wire_to_poll")), "a replay has no wire-to-poll: {lines:?}");
     assert_eq!(report.session("strategy-example").unwrap().end, Some(CloseReason::EndOfStream));
 }
 

@@ -12,9 +12,11 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// The control protocol version this build speaks. 2: [`Bye`] carries a typed [`CloseReason`] and a separate
+/// The control protocol version this build speaks. 3: [`Subscribe`] may carry `symbols` and a `token`,
+/// [`Accept`] the instruments' `definitions` and the `ts_recv_clock` (a version-2 subscriber would refuse such an
+/// accept as malformed, so the version says it first). 2: [`Bye`] carries a typed [`CloseReason`] and a separate
 /// detail (1 had one free-text reason).
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest control frame accepted, in bytes (the length prefix excluded).
 pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
 
@@ -164,6 +166,53 @@ pub struct Accept {
     /// it knows none. See [`crate::symbology`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub definitions: Vec<crate::symbology::InstrumentDef>,
+    /// Whether the records' `ts_recv_ns` is a live receive stamp of this host, and from which clock: what a
+    /// subscriber needs to measure wire-to-poll (datagram receipt to its poll). `none` (a file replay, whose
+    /// `ts_recv_ns` is the historical capture time, or a publisher that predates the field) is left out of the
+    /// JSON, so such an `Accept` reads the same as before.
+    #[serde(default, skip_serializing_if = "TsRecvClock::is_none")]
+    pub ts_recv_clock: TsRecvClock,
+}
+
+/// Where the records' `ts_recv_ns` comes from ([`Accept::ts_recv_clock`]). Every live variant is ns since the
+/// UNIX epoch, stamped on this publisher's host when the datagram was received (`SO_TIMESTAMPING`, the
+/// `mdfan-lines` `StampKind` of the same name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TsRecvClock {
+    /// Not a live stamp: a file replay (`ts_recv_ns` is when the capture was recorded, years ago). No
+    /// wire-to-poll can be measured.
+    #[default]
+    None,
+    /// The kernel's software stamp (`CLOCK_REALTIME` when the datagram entered the stack).
+    Software,
+    /// The NIC's raw hardware stamp (its PTP hardware clock): comparable with `CLOCK_REALTIME` only when that
+    /// clock is disciplined to the host's (e.g. `phc2sys`); a PHC kept on TAI reads 37 s ahead of UTC.
+    Hardware,
+    /// No kernel stamp came: `CLOCK_REALTIME` read by the feed handler right after `recvmsg`.
+    User,
+}
+
+impl TsRecvClock {
+    /// The wire name (`none`, `software`, `hardware`, `user`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TsRecvClock::None => "none",
+            TsRecvClock::Software => "software",
+            TsRecvClock::Hardware => "hardware",
+            TsRecvClock::User => "user",
+        }
+    }
+
+    /// `None`: not a live receive stamp (serde's `skip_serializing_if`).
+    pub fn is_none(&self) -> bool {
+        *self == TsRecvClock::None
+    }
+
+    /// A live receive stamp: wire-to-poll can be measured against `CLOCK_REALTIME`.
+    pub fn is_live(self) -> bool {
+        !self.is_none()
+    }
 }
 
 /// Publisher -> subscriber: refused, with a reason an operator can act on.
@@ -452,6 +501,7 @@ mod tests {
             policy: SlowConsumerPolicy::Resync,
             heartbeat_interval_ms: 10,
             definitions,
+            ts_recv_clock: TsRecvClock::None,
         })
     }
 
@@ -464,7 +514,7 @@ mod tests {
         let body = std::str::from_utf8(&encode(&accept(vec![]))[4..]).unwrap().to_owned();
         assert_eq!(
             body,
-            r#"{"v":2,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
+            r#"{"v":3,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
         );
         assert_eq!(decode_body(body.as_bytes()).unwrap(), accept(vec![]));
         // Present.
@@ -486,9 +536,9 @@ mod tests {
         ));
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
         // A definition with only id and symbol takes the defaults (display factor 1, tick unknown).
-        let short = br#"{"v":2,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
+        let short = br#"{"v":3,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
         assert_eq!(decode_body(short).unwrap(), accept(vec![InstrumentDef::new(17077, "ESH4")]));
-        let bad = br#"{"v":2,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
+        let bad = br#"{"v":3,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
         let e = decode_body(bad).unwrap_err().to_string();
         assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
     }
@@ -510,14 +560,14 @@ mod tests {
         let frame = encode(&bye);
         assert_eq!(
             std::str::from_utf8(&frame[4..]).unwrap(),
-            r#"{"v":2,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
+            r#"{"v":3,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
         );
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), bye);
-        let shutdown = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
+        let shutdown = decode_body(br#"{"v":3,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
         assert_eq!(shutdown, ControlMsg::Bye(Bye::new(CloseReason::Shutdown)));
         assert_eq!(shutdown.kind(), "bye");
         // a free-text reason (protocol 1) is not a reason any more
-        let e = decode_body(br#"{"v":2,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
+        let e = decode_body(br#"{"v":3,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
         for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
@@ -544,6 +594,40 @@ mod tests {
         assert_eq!(huge.len(), 4, "an oversized frame is left in place");
     }
 
+    fn accept_clocked(ts_recv_clock: TsRecvClock) -> ControlMsg {
+        ControlMsg::Accept(Accept {
+            session_id: 3,
+            first_seq: 1,
+            fabric: AcceptFabric::Shm,
+            policy: SlowConsumerPolicy::Resync,
+            heartbeat_interval_ms: 10,
+            definitions: Vec::new(),
+            ts_recv_clock,
+        })
+    }
+
+    #[test]
+    fn an_accept_says_which_clock_stamped_ts_recv_and_a_replay_reads_as_before() {
+        let before = r#"{"v":3,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
+        // a replay's accept is byte for byte what a publisher without the field sent, and that one parses as a replay
+        let replay = encode(&accept_clocked(TsRecvClock::None));
+        assert_eq!(std::str::from_utf8(&replay[4..]).unwrap(), before);
+        assert_eq!(decode_body(before.as_bytes()).unwrap(), accept_clocked(TsRecvClock::None));
+        for (clock, name) in
+            [(TsRecvClock::Software, "software"), (TsRecvClock::Hardware, "hardware"), (TsRecvClock::User, "user")]
+        {
+            let frame = encode(&accept_clocked(clock));
+            let text = std::str::from_utf8(&frame[4..]).unwrap();
+            assert!(text.ends_with(&format!(r#""heartbeat_interval_ms":10,"ts_recv_clock":"{name}"}}}}"#)), "{text}");
+            assert_eq!(read_msg(&mut &frame[..]).unwrap(), accept_clocked(clock));
+            assert_eq!(clock.as_str(), name);
+            assert!(clock.is_live());
+        }
+        assert!(!TsRecvClock::None.is_live());
+        let e = decode_body(before.replace("10}", r#"10,"ts_recv_clock":"ptp"}"#).as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `ptp`"), "{e}");
+    }
+
     #[test]
     fn another_version_is_refused_by_number() {
         let body = br#"{"v":0,"msg":{"type":"bye","reason":"x"}}"#;
@@ -562,7 +646,7 @@ mod tests {
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
         assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
         assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
-        assert!(matches!(decode_body(br#"{"v":2,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":3,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
         assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
     }
 }

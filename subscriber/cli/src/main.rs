@@ -28,6 +28,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{
     instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, summary_line,
+    wire_latency_line,
 };
 use mdfan_subscriber::{
     flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
@@ -516,6 +517,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
     );
     if let Some(l) = sub.latency() {
         out!("{}", latency_line(l));
+    }
+    // datagram receipt to poll: only when the publisher's ts_recv is a live receive stamp (never on a replay)
+    if let Some(w) = sub.wire_latency() {
+        out!("{}", wire_latency_line(w));
     }
     Ok(match end {
         Some("end_of_stream" | "publisher_shutdown") => 0,
