@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 pub mod dbn;
+pub mod itch;
 pub mod mdp3;
 pub mod mdp3_channel;
+pub mod moldudp64;
 pub mod pcap;
