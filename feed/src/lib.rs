@@ -6,7 +6,10 @@
 //! - [`mdp3_channel`]: one MDP 3.0 channel for a live handler: arbitrated packets in, level and stale records
 //!   out, packets lost on both lines turned into stale marks, and market recovery from the snapshot feed (sans
 //!   I/O: the caller owns the sockets).
-//! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng capture, for tests and replay.
+//! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng or classic pcap capture, for tests and replay.
+//! - [`itch`]: Nasdaq TotalView-ITCH 5.0: messages, the BinaryFILE source (plain or gzip), and order-level
+//!   records keyed by stock locate.
+//! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
