@@ -832,7 +832,7 @@ impl ItchNormalizer {
     }
 
     /// Marks a locate stale; the record announcing it the first time.
-    fn mark_stale(&mut self, h: &Header, order_ref: u64, ts_event_ns: u64) -> Option<BookUpdate> {
+    fn mark_stale(&mut self, h: &Header, order_ref: u64, base: &BookUpdate) -> Option<BookUpdate> {
         let i = usize::from(h.stock_locate);
         let w = self.stale.get_mut(i / 64)?;
         let bit = 1u64 << (i % 64);
@@ -841,10 +841,10 @@ impl ItchNormalizer {
         }
         *w |= bit;
         Some(BookUpdate {
-            ts_event_ns,
             order_id: order_ref,
             instrument_id: u32::from(h.stock_locate),
-            ..BookUpdate::control(Kind::InstrumentStale)
+            kind: Kind::InstrumentStale as u8,
+            ..*base
         })
     }
 
@@ -887,17 +887,17 @@ impl ItchNormalizer {
                 if self.insert_new(a.order_ref, resting) {
                     out.push(rec(Kind::Add, side, a.order_ref, a.price_e9, a.shares));
                 } else {
-                    out.extend(self.mark_stale(h, a.order_ref, ts_event_ns));
+                    out.extend(self.mark_stale(h, a.order_ref, &base));
                 }
             }
             Body::Executed { order_ref, shares, .. } => {
-                self.take_off(h, order_ref, shares, None, ts_event_ns, &rec, &mut out);
+                self.take_off(h, order_ref, shares, None, &base, &rec, &mut out);
             }
             Body::ExecutedWithPrice { order_ref, shares, price_e9, .. } => {
-                self.take_off(h, order_ref, shares, Some(price_e9), ts_event_ns, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Some(price_e9), &base, &rec, &mut out);
             }
             Body::Cancel { order_ref, shares } => {
-                self.take_off(h, order_ref, shares, None, ts_event_ns, &rec, &mut out);
+                self.take_off(h, order_ref, shares, None, &base, &rec, &mut out);
                 // A cancel is no fill: drop the Fill `take_off` put first.
                 if out.len == 2 {
                     out.recs[0] = out.recs[1];
@@ -906,7 +906,7 @@ impl ItchNormalizer {
             }
             Body::Delete { order_ref } => match self.orders.remove(&order_ref) {
                 Some(o) => out.push(rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
-                None => self.unknown(h, order_ref, ts_event_ns, &mut out),
+                None => self.unknown(h, order_ref, &base, &mut out),
             },
             Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(&original_ref) {
                 Some(o) => {
@@ -918,10 +918,10 @@ impl ItchNormalizer {
                             ..rec(Kind::Add, o.side, new_ref, price_e9, shares)
                         });
                     } else {
-                        out.extend(self.mark_stale(h, new_ref, ts_event_ns));
+                        out.extend(self.mark_stale(h, new_ref, &base));
                     }
                 }
-                None => self.unknown(h, original_ref, ts_event_ns, &mut out),
+                None => self.unknown(h, original_ref, &base, &mut out),
             },
             Body::Trade { order_ref, buy_sell, shares, price_e9, .. } => {
                 out.push(rec(Kind::Trade, side_of(buy_sell), order_ref, price_e9, shares));
@@ -954,9 +954,9 @@ impl ItchNormalizer {
         }
     }
 
-    fn unknown(&mut self, h: &Header, order_ref: u64, ts_event_ns: u64, out: &mut Records) {
+    fn unknown(&mut self, h: &Header, order_ref: u64, base: &BookUpdate, out: &mut Records) {
         self.stats.unknown_reference[usize::from(h.msg_type)] += 1;
-        out.extend(self.mark_stale(h, order_ref, ts_event_ns));
+        out.extend(self.mark_stale(h, order_ref, base));
     }
 
     /// E, C and X: a `Fill` (at `exec_price_e9` or the resting price), then a `Cancel` of the shares.
@@ -967,12 +967,12 @@ impl ItchNormalizer {
         order_ref: u64,
         shares: u32,
         exec_price_e9: Option<i64>,
-        ts_event_ns: u64,
+        base: &BookUpdate,
         rec: &impl Fn(Kind, Side, u64, i64, u32) -> BookUpdate,
         out: &mut Records,
     ) {
         let Some(o) = self.orders.get_mut(&order_ref) else {
-            return self.unknown(h, order_ref, ts_event_ns, out);
+            return self.unknown(h, order_ref, base, out);
         };
         let o_copy = *o;
         let taken = shares.min(o.shares);

@@ -111,3 +111,21 @@ fn first1000_counts_and_symbols() {
     sorted.dedup();
     assert_eq!(sorted.len(), 993, "993 distinct symbols");
 }
+
+#[test]
+fn snippet_hds_skips_13_unknown_references() {
+    // Only HDS's messages (locate 3672), through a normaliser of their own: 13 skipped (U 10, D 2, C 1).
+    let mut file = ItchFile::open(&data("12302019_SNIPPET.NASDAQ_ITCH50")).unwrap();
+    let mut norm = ItchNormalizer::new(eastern_midnight_ns(2019, 12, 30).unwrap(), 256);
+    let (mut adds, mut messages) = (0, 0);
+    while let Some((_, m)) = file.next_message().unwrap() {
+        if m.header.stock_locate == 3672 {
+            messages += 1;
+            adds += norm.normalize(&m, 0, 0).as_slice().iter().filter(|r| r.kind == Kind::Add as u8).count();
+        }
+    }
+    assert_eq!((messages, adds), (99, 85));
+    let s = norm.stats();
+    let skipped: Vec<u64> = b"UDC".iter().map(|&t| s.unknown_reference[usize::from(t)]).collect();
+    assert_eq!((skipped, s.unknown_references()), (vec![10, 2, 1], 13));
+}
