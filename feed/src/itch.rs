@@ -1,8 +1,9 @@
 //! Nasdaq TotalView-ITCH 5.0: message decoding, the BinaryFILE source, and normalisation of the order-level
 //! messages into [`BookUpdate`] records.
 //!
-//! Source: Nasdaq TotalView-ITCH 5.0 specification (section 1.x: data types; 1.1 system event; 1.2 stock
-//! related messages; 1.3 add order; 1.4 modify order; 1.5 trade messages; 1.6 NOII; 1.7 RPII; 1.8 DLCR). Offsets
+//! Source: Nasdaq TotalView-ITCH 5.0 specification (section 3: data types; section 4, message formats: 4.1
+//! system event; 4.2 stock related messages; 4.3 add order; 4.4 modify order; 4.5 trade messages; 4.6 NOII; 4.7
+//! RPII; 4.8 DLCR; section numbers as we read the spec's table of contents, not re-checked against the PDF). Offsets
 //! below are the specification's; every message was also checked against the bundled real files
 //! (data/nasdaq-itch50-20191230-binaryfile-excerpts/, data/nasdaq-itch50-moldudp64-pcap-20230822/).
 //!
@@ -18,7 +19,9 @@
 //! ## Framing
 //!
 //! BinaryFILE (and each MoldUDP64 message block, see [`crate::moldudp64`]): a u16 big-endian length, then that
-//! many bytes of one message. All integers are big-endian and unsigned.
+//! many bytes of one message. All integers are big-endian and unsigned. [`ItchFile`] streams a BinaryFILE, plain
+//! or gzip (Nasdaq ships `.gz`), one message at a time; its errors ([`ItchFileError`]) name the file and the byte
+//! offset of the message's length prefix in the decompressed stream.
 //!
 //! ## Common header (every message), 11 bytes
 //!
@@ -34,29 +37,29 @@
 //!
 //! | type | name (spec section) | length | fields (offset) |
 //! |---|---|---:|---|
-//! | `S` | System Event (1.1) | 12 | event code (11) |
-//! | `R` | Stock Directory (1.2.1) | 39 | stock (11, 8), market category (19), financial status (20), round lot size u32 (21), round lots only (25), issue classification (26), issue sub-type (27, 2), authenticity (29), short sale threshold (30), IPO flag (31), LULD reference price tier (32), ETP flag (33), ETP leverage factor u32 (34), inverse indicator (38) |
-//! | `H` | Stock Trading Action (1.2.2) | 25 | stock (11, 8), trading state (19), reserved (20), reason (21, 4) |
-//! | `Y` | Reg SHO Restriction (1.2.3) | 20 | stock (11, 8), Reg SHO action (19) |
-//! | `L` | Market Participant Position (1.2.4) | 26 | MPID (11, 4), stock (15, 8), primary market maker (23), market maker mode (24), market participant state (25) |
-//! | `V` | MWCB Decline Level (1.2.5.1) | 35 | level 1, 2, 3: u64 price, 8 decimals (11, 19, 27) |
-//! | `W` | MWCB Status (1.2.5.2) | 12 | breached level (11) |
-//! | `K` | IPO Quoting Period Update (1.2.6) | 28 | stock (11, 8), IPO quotation release time u32 s since midnight (19), release qualifier (23), IPO price u32 (24) |
-//! | `J` | LULD Auction Collar (1.2.7) | 35 | stock (11, 8), reference price (19), upper collar (23), lower collar (27), extension u32 (31) |
-//! | `h` | Operational Halt (1.2.8) | 21 | stock (11, 8), market code (19), operational halt action (20) |
-//! | `A` | Add Order, no MPID (1.3.1) | 36 | order reference number u64 (11), buy/sell (19), shares u32 (20), stock (24, 8), price u32 (32) |
-//! | `F` | Add Order with MPID (1.3.2) | 40 | as `A`, then attribution MPID (36, 4) |
-//! | `E` | Order Executed (1.4.1) | 31 | order reference number (11), executed shares u32 (19), match number u64 (23) |
-//! | `C` | Order Executed with Price (1.4.2) | 36 | as `E`, then printable (31), execution price u32 (32) |
-//! | `X` | Order Cancel (1.4.3) | 23 | order reference number (11), cancelled shares u32 (19) |
-//! | `D` | Order Delete (1.4.4) | 19 | order reference number (11) |
-//! | `U` | Order Replace (1.4.5) | 35 | original order reference number (11), new order reference number (19), shares u32 (27), price u32 (31) |
-//! | `P` | Trade, non-cross (1.5.1) | 44 | order reference number (11), buy/sell (19), shares u32 (20), stock (24, 8), price u32 (32), match number (36) |
-//! | `Q` | Cross Trade (1.5.2) | 40 | shares u64 (11), stock (19, 8), cross price u32 (27), match number (31), cross type (39) |
-//! | `B` | Broken Trade (1.5.3) | 19 | match number (11) |
-//! | `I` | NOII (1.6) | 50 | paired shares u64 (11), imbalance shares u64 (19), imbalance direction (27), stock (28, 8), far price (36), near price (40), current reference price (44), cross type (48), price variation indicator (49) |
-//! | `N` | RPII (1.7) | 20 | stock (11, 8), interest flag (19) |
-//! | `O` | DLCR price discovery (1.8) | 48 | stock (11, 8), open eligibility status (19), minimum allowable price (20), maximum allowable price (24), near execution price (28), near execution time u64 ns (32), lower price range collar (40), upper price range collar (44) |
+//! | `S` | System Event (4.1) | 12 | event code (11) |
+//! | `R` | Stock Directory (4.2.1) | 39 | stock (11, 8), market category (19), financial status (20), round lot size u32 (21), round lots only (25), issue classification (26), issue sub-type (27, 2), authenticity (29), short sale threshold (30), IPO flag (31), LULD reference price tier (32), ETP flag (33), ETP leverage factor u32 (34), inverse indicator (38) |
+//! | `H` | Stock Trading Action (4.2.2) | 25 | stock (11, 8), trading state (19), reserved (20), reason (21, 4) |
+//! | `Y` | Reg SHO Restriction (4.2.3) | 20 | stock (11, 8), Reg SHO action (19) |
+//! | `L` | Market Participant Position (4.2.4) | 26 | MPID (11, 4), stock (15, 8), primary market maker (23), market maker mode (24), market participant state (25) |
+//! | `V` | MWCB Decline Level (4.2.5.1) | 35 | level 1, 2, 3: u64 price, 8 decimals (11, 19, 27) |
+//! | `W` | MWCB Status (4.2.5.2) | 12 | breached level (11) |
+//! | `K` | IPO Quoting Period Update (4.2.6) | 28 | stock (11, 8), IPO quotation release time u32 s since midnight (19), release qualifier (23), IPO price u32 (24) |
+//! | `J` | LULD Auction Collar (4.2.7) | 35 | stock (11, 8), reference price (19), upper collar (23), lower collar (27), extension u32 (31) |
+//! | `h` | Operational Halt (4.2.8) | 21 | stock (11, 8), market code (19), operational halt action (20) |
+//! | `A` | Add Order, no MPID (4.3.1) | 36 | order reference number u64 (11), buy/sell (19), shares u32 (20), stock (24, 8), price u32 (32) |
+//! | `F` | Add Order with MPID (4.3.2) | 40 | as `A`, then attribution MPID (36, 4) |
+//! | `E` | Order Executed (4.4.1) | 31 | order reference number (11), executed shares u32 (19), match number u64 (23) |
+//! | `C` | Order Executed with Price (4.4.2) | 36 | as `E`, then printable (31), execution price u32 (32) |
+//! | `X` | Order Cancel (4.4.3) | 23 | order reference number (11), cancelled shares u32 (19) |
+//! | `D` | Order Delete (4.4.4) | 19 | order reference number (11) |
+//! | `U` | Order Replace (4.4.5) | 35 | original order reference number (11), new order reference number (19), shares u32 (27), price u32 (31) |
+//! | `P` | Trade, non-cross (4.5.1) | 44 | order reference number (11), buy/sell (19), shares u32 (20), stock (24, 8), price u32 (32), match number (36) |
+//! | `Q` | Cross Trade (4.5.2) | 40 | shares u64 (11), stock (19, 8), cross price u32 (27), match number (31), cross type (39) |
+//! | `B` | Broken Trade (4.5.3) | 19 | match number (11) |
+//! | `I` | NOII (4.6) | 50 | paired shares u64 (11), imbalance shares u64 (19), imbalance direction (27), stock (28, 8), far price (36), near price (40), current reference price (44), cross type (48), price variation indicator (49) |
+//! | `N` | RPII (4.7) | 20 | stock (11, 8), interest flag (19) |
+//! | `O` | DLCR price discovery (4.8) | 48 | stock (11, 8), open eligibility status (19), minimum allowable price (20), maximum allowable price (24), near execution price (28), near execution time u64 ns (32), lower price range collar (40), upper price range collar (44) |
 //!
 //! Prices are u32 with 4 implied decimals, turned into 1e-9 units exactly (x 10^5); MWCB levels are u64 with 8
 //! implied decimals (x 10, refused if that passes `i64`). Symbols (stock, 8 bytes) and MPIDs (4 bytes) are
@@ -111,7 +114,7 @@ use std::path::{Path, PathBuf};
 
 use mdfan_wire::{flags, BookUpdate, Kind, Side};
 
-/// The common header: type, stock locate, tracking number, timestamp (spec 1.x).
+/// The common header: type, stock locate, tracking number, timestamp (spec 4).
 pub const HEADER_BYTES: usize = 11;
 /// The BinaryFILE and MoldUDP64 length prefix, u16 big-endian.
 pub const LENGTH_PREFIX_BYTES: usize = 2;
@@ -175,7 +178,7 @@ pub const fn type_name(msg_type: u8) -> &'static str {
     }
 }
 
-/// An 8-byte space-padded stock symbol (spec 1.x, Alpha).
+/// An 8-byte space-padded stock symbol (spec 3, Alpha).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Symbol(pub [u8; 8]);
 
@@ -200,7 +203,7 @@ impl fmt::Debug for Symbol {
     }
 }
 
-/// A 4-byte space-padded market participant id (MPID, spec 1.x, Alpha).
+/// A 4-byte space-padded market participant id (MPID, spec 3, Alpha).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Mpid(pub [u8; 4]);
 
@@ -218,7 +221,7 @@ impl fmt::Debug for Mpid {
     }
 }
 
-/// The common header of every message (spec 1.x).
+/// The common header of every message (spec 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Header {
     /// The message type byte.
@@ -231,7 +234,7 @@ pub struct Header {
     pub timestamp_ns: u64,
 }
 
-/// Stock Directory (spec 1.2.1).
+/// Stock Directory (spec 4.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StockDirectory {
     /// Symbol.
@@ -264,7 +267,7 @@ pub struct StockDirectory {
     pub inverse: u8,
 }
 
-/// Add Order (spec 1.3.1) and Add Order with MPID (1.3.2, `mpid` set).
+/// Add Order (spec 4.3.1) and Add Order with MPID (4.3.2, `mpid` set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddOrder {
     /// Order reference number.
@@ -281,7 +284,7 @@ pub struct AddOrder {
     pub mpid: Option<Mpid>,
 }
 
-/// NOII (spec 1.6).
+/// NOII (spec 4.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Imbalance {
     /// Paired shares.
@@ -304,7 +307,7 @@ pub struct Imbalance {
     pub price_variation: u8,
 }
 
-/// DLCR price discovery (spec 1.8).
+/// DLCR price discovery (spec 4.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dlcr {
     /// Symbol.
@@ -329,49 +332,49 @@ pub struct Dlcr {
 #[allow(missing_docs)] // the fields are named as in the specification's tables (module docs)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Body {
-    /// `S` (1.1).
+    /// `S` (4.1).
     SystemEvent { event_code: u8 },
-    /// `R` (1.2.1).
+    /// `R` (4.2.1).
     StockDirectory(StockDirectory),
-    /// `H` (1.2.2).
+    /// `H` (4.2.2).
     TradingAction { stock: Symbol, trading_state: u8, reason: [u8; 4] },
-    /// `Y` (1.2.3).
+    /// `Y` (4.2.3).
     RegSho { stock: Symbol, action: u8 },
-    /// `L` (1.2.4).
+    /// `L` (4.2.4).
     ParticipantPosition { mpid: Mpid, stock: Symbol, primary_market_maker: u8, mode: u8, state: u8 },
-    /// `V` (1.2.5.1).
+    /// `V` (4.2.5.1).
     MwcbDeclineLevel { level1_e9: i64, level2_e9: i64, level3_e9: i64 },
-    /// `W` (1.2.5.2).
+    /// `W` (4.2.5.2).
     MwcbStatus { breached_level: u8 },
-    /// `K` (1.2.6).
+    /// `K` (4.2.6).
     IpoQuotingPeriod { stock: Symbol, release_time_s: u32, qualifier: u8, price_e9: i64 },
-    /// `J` (1.2.7).
+    /// `J` (4.2.7).
     LuldAuctionCollar { stock: Symbol, reference_e9: i64, upper_e9: i64, lower_e9: i64, extension: u32 },
-    /// `h` (1.2.8).
+    /// `h` (4.2.8).
     OperationalHalt { stock: Symbol, market_code: u8, action: u8 },
-    /// `A` (1.3.1), `F` (1.3.2).
+    /// `A` (4.3.1), `F` (4.3.2).
     AddOrder(AddOrder),
-    /// `E` (1.4.1).
+    /// `E` (4.4.1).
     Executed { order_ref: u64, shares: u32, match_number: u64 },
-    /// `C` (1.4.2).
+    /// `C` (4.4.2).
     ExecutedWithPrice { order_ref: u64, shares: u32, match_number: u64, printable: u8, price_e9: i64 },
-    /// `X` (1.4.3).
+    /// `X` (4.4.3).
     Cancel { order_ref: u64, shares: u32 },
-    /// `D` (1.4.4).
+    /// `D` (4.4.4).
     Delete { order_ref: u64 },
-    /// `U` (1.4.5).
+    /// `U` (4.4.5).
     Replace { original_ref: u64, new_ref: u64, shares: u32, price_e9: i64 },
-    /// `P` (1.5.1).
+    /// `P` (4.5.1).
     Trade { order_ref: u64, buy_sell: u8, shares: u32, stock: Symbol, price_e9: i64, match_number: u64 },
-    /// `Q` (1.5.2).
+    /// `Q` (4.5.2).
     CrossTrade { shares: u64, stock: Symbol, price_e9: i64, match_number: u64, cross_type: u8 },
-    /// `B` (1.5.3).
+    /// `B` (4.5.3).
     BrokenTrade { match_number: u64 },
-    /// `I` (1.6).
+    /// `I` (4.6).
     Imbalance(Imbalance),
-    /// `N` (1.7).
+    /// `N` (4.7).
     RetailInterest { stock: Symbol, interest_flag: u8 },
-    /// `O` (1.8).
+    /// `O` (4.8).
     Dlcr(Dlcr),
     /// A type ITCH 5.0 does not define: skipped by its length. The header is decoded only if the message
     /// holds one (else zero but the type).
@@ -1057,8 +1060,9 @@ pub enum ItchFileError {
     },
 }
 
-/// Nasdaq's BinaryFILE (u16 big-endian length + message, repeated), plain or gzip (by the `.gz` suffix or the
-/// gzip magic), read one message at a time: memory does not grow with the file.
+/// Nasdaq's BinaryFILE (u16 big-endian length + message, repeated), plain or gzip (told by the gzip magic, so a
+/// `.gz` name is not needed and a misnamed file still reads), read one message at a time: memory does not grow
+/// with the file, and after the first message no allocation is made (one 64 KiB buffer is reused).
 pub struct ItchFile<R> {
     path: PathBuf,
     reader: R,
