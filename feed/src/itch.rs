@@ -95,9 +95,9 @@
 //!
 //! A reference that is not known (the stream joined mid-day, or an order the table lost) is counted
 //! ([`NormalizerStats::unknown_reference`], by type) and the message skipped; the first time on a locate, one
-//! [`Kind::InstrumentStale`] record (`order_id` = the unknown reference) marks that book unsynced. Executions or
-//! cancels of more shares than rest are cut to what rests, counted, and mark the locate stale too; so does an
-//! add of a live reference (skipped). The only clear point in ITCH is the start of the day: System Event `O`
+//! [`Kind::InstrumentStale`] record (`order_id` = the reference) marks that book unsynced. Executions or cancels
+//! of more shares than rest are cut to what rests, counted, and mark the locate stale too (a third record after
+//! `Fill` and `Cancel`); so does an add of a live reference (skipped). The only clear point in ITCH is the start of the day: System Event `O`
 //! (start of messages) empties the reference table and marks every locate synced again (no snapshot exists on
 //! TotalView-ITCH; no `Clear` record is sent, as the books are empty then).
 //!
@@ -731,16 +731,16 @@ struct Resting {
     shares: u32,
 }
 
-/// Up to two records from one message.
+/// Up to three records from one message (an over-execution: `Fill`, `Cancel`, `InstrumentStale`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Records {
-    recs: [BookUpdate; 2],
+    recs: [BookUpdate; 3],
     len: u8,
 }
 
 impl Records {
     const fn none() -> Records {
-        Records { recs: [BookUpdate::control(Kind::NoAction); 2], len: 0 }
+        Records { recs: [BookUpdate::control(Kind::NoAction); 3], len: 0 }
     }
     fn push(&mut self, r: BookUpdate) {
         if let Some(slot) = self.recs.get_mut(usize::from(self.len)) {
@@ -894,18 +894,13 @@ impl ItchNormalizer {
                 }
             }
             Body::Executed { order_ref, shares, .. } => {
-                self.take_off(h, order_ref, shares, None, &base, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Fill::AtRestingPrice, &base, &rec, &mut out);
             }
             Body::ExecutedWithPrice { order_ref, shares, price_e9, .. } => {
-                self.take_off(h, order_ref, shares, Some(price_e9), &base, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Fill::At(price_e9), &base, &rec, &mut out);
             }
             Body::Cancel { order_ref, shares } => {
-                self.take_off(h, order_ref, shares, None, &base, &rec, &mut out);
-                // A cancel is no fill: drop the Fill `take_off` put first.
-                if out.len == 2 {
-                    out.recs[0] = out.recs[1];
-                    out.len = 1;
-                }
+                self.take_off(h, order_ref, shares, Fill::None, &base, &rec, &mut out);
             }
             Body::Delete { order_ref } => match self.orders.remove(&order_ref) {
                 Some(o) => out.push(rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
@@ -962,14 +957,15 @@ impl ItchNormalizer {
         out.extend(self.mark_stale(h, order_ref, base));
     }
 
-    /// E, C and X: a `Fill` (at `exec_price_e9` or the resting price), then a `Cancel` of the shares.
+    /// E, C and X: a `Fill` (E, C), then a `Cancel` of the shares; a third record, `InstrumentStale`, if more
+    /// shares were taken than rest.
     #[allow(clippy::too_many_arguments)]
     fn take_off(
         &mut self,
         h: &Header,
         order_ref: u64,
         shares: u32,
-        exec_price_e9: Option<i64>,
+        fill: Fill,
         base: &BookUpdate,
         rec: &impl Fn(Kind, Side, u64, i64, u32) -> BookUpdate,
         out: &mut Records,
@@ -983,17 +979,20 @@ impl ItchNormalizer {
         if o.shares == 0 {
             self.orders.remove(&order_ref);
         }
-        let fill = rec(Kind::Fill, o_copy.side, order_ref, exec_price_e9.unwrap_or(o_copy.price_e9), taken);
-        out.push(BookUpdate { instrument_id: u32::from(o_copy.locate), ..fill });
+        let fill_price_e9 = match fill {
+            Fill::None => None,
+            Fill::AtRestingPrice => Some(o_copy.price_e9),
+            Fill::At(p) => Some(p),
+        };
+        if let Some(price_e9) = fill_price_e9 {
+            let fill = rec(Kind::Fill, o_copy.side, order_ref, price_e9, taken);
+            out.push(BookUpdate { instrument_id: u32::from(o_copy.locate), ..fill });
+        }
         let cancel = rec(Kind::Cancel, o_copy.side, order_ref, o_copy.price_e9, taken);
         out.push(BookUpdate { instrument_id: u32::from(o_copy.locate), ..cancel });
         if taken < shares {
             self.stats.too_many_shares += 1;
-            // The stale mark would be a third record: the locate is marked, announced by the next message.
-            let i = usize::from(h.stock_locate);
-            if let Some(w) = self.stale.get_mut(i / 64) {
-                *w |= 1 << (i % 64);
-            }
+            out.extend(self.mark_stale(h, order_ref, base));
         }
     }
 }
@@ -1004,6 +1003,17 @@ impl Records {
             self.push(r);
         }
     }
+}
+
+/// Whether an execution or cancel gives a `Fill` record first, and at which price.
+#[derive(Debug, Clone, Copy)]
+enum Fill {
+    /// `X`: no fill.
+    None,
+    /// `E`: at the resting order's price.
+    AtRestingPrice,
+    /// `C`: at the execution price.
+    At(i64),
 }
 
 fn side_of(buy_sell: u8) -> Side {

@@ -167,9 +167,17 @@ fn unknown_references_mark_the_locate_stale_until_start_of_messages() {
     let mut run = Run::new();
     run.feed(add(5, b'B', 10, 500, None));
     let r = run.feed(m(b'E', 5, Body::Executed { order_ref: 5, shares: 15, match_number: 2 }));
-    assert_eq!(kinds(&r), [(Kind::Fill, 5, px(500), 10), (Kind::Cancel, 5, px(500), 10)]);
+    assert_eq!(
+        kinds(&r),
+        [(Kind::Fill, 5, px(500), 10), (Kind::Cancel, 5, px(500), 10), (Kind::InstrumentStale, 5, 0, 0)]
+    );
     assert_eq!(run.norm.stats().too_many_shares, 1);
     assert!(run.norm.is_stale(LOCATE));
+    // A cancel of more than rests: cut, no fill; the locate is already stale, so no second announcement.
+    run.feed(add(7, b'S', 10, 600, None));
+    let r = run.feed(m(b'X', 6, Body::Cancel { order_ref: 7, shares: 11 }));
+    assert_eq!(kinds(&r), [(Kind::Cancel, 7, px(600), 10)]);
+    assert_eq!(run.norm.stats().too_many_shares, 2);
     // An add of a live reference is skipped and counted.
     run.feed(add(6, b'B', 10, 500, None));
     let r = run.feed(add(6, b'S', 20, 600, None));
