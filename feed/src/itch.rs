@@ -16,6 +16,10 @@
 //! errors naming the offset and field. The layouts are fixed-size and short, so this module reads them directly,
 //! in the shape of [`crate::mdp3`].
 //!
+//! Speed, measured once by hand (release build, 2 shared cores, the snippet's 1,000 messages in memory, decoded
+//! 20,000 times; not a test): 75 M messages/s decoded; 16 M messages/s decoded and normalised, a fresh
+//! normaliser (its 512 KiB symbol table and reference table) built for every 1,000 messages.
+//!
 //! ## Framing
 //!
 //! BinaryFILE (and each MoldUDP64 message block, see [`crate::moldudp64`]): a u16 big-endian length, then that
