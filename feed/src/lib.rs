@@ -8,7 +8,10 @@
 //!   I/O: the caller owns the sockets).
 //! - [`symbols`]: symbol files (security id → symbol, display factor, tick size) for MDP 3.0, whose incremental
 //!   feed carries no instrument definitions.
-//! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng capture, for tests and replay.
+//! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng or classic pcap capture, for tests and replay.
+//! - [`itch`]: Nasdaq TotalView-ITCH 5.0: messages, the BinaryFILE source (plain or gzip), and order-level
+//!   records keyed by stock locate.
+//! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
@@ -17,7 +20,9 @@
 #![warn(missing_docs)]
 
 pub mod dbn;
+pub mod itch;
 pub mod mdp3;
 pub mod mdp3_channel;
+pub mod moldudp64;
 pub mod pcap;
 pub mod symbols;

@@ -1,7 +1,10 @@
-//! Captured UDP multicast from a pcapng file: (capture time in ns, source, destination group:port, UDP payload).
+//! Captured UDP multicast from a pcapng or classic pcap file: (capture time in ns, source, destination
+//! group:port, UDP payload).
 //!
 //! The container is read with the `pcap-file` crate (pcapng: section header, interface description and
-//! enhanced packet blocks; other blocks are skipped). The link, network and transport headers are stripped here
+//! enhanced packet blocks; other blocks are skipped; classic libpcap: the global header in either byte order,
+//! micro- or nanosecond magic, then packet records). [`read_udp_capture`] tells the two apart by the first
+//! four bytes (pcapng section header block type `0x0A0D0D0A`). The link, network and transport headers are stripped here
 //! with checked reads:
 //!
 //! | layer | bytes | checked |
@@ -23,6 +26,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 
+use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::DataLink;
@@ -196,6 +200,60 @@ pub fn parse_udp_pcapng(bytes: &[u8], path: &Path) -> Result<UdpCapture, Capture
     Ok(out)
 }
 
+/// Reads every UDP datagram of a capture, pcapng or classic pcap (module docs).
+///
+/// # Errors
+/// [`CaptureError`], naming the file and the block or packet.
+pub fn read_udp_capture(path: &Path) -> Result<UdpCapture, CaptureError> {
+    let bytes = std::fs::read(path).map_err(|source| CaptureError::Open { path: path.to_owned(), source })?;
+    if bytes.starts_with(&PCAPNG_MAGIC) {
+        parse_udp_pcapng(&bytes, path)
+    } else {
+        parse_udp_pcap(&bytes, path)
+    }
+}
+
+/// The first four bytes of a pcapng file (section header block type).
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+/// Every UDP datagram of a classic libpcap capture held in memory; `path` only names it in errors. The global
+/// header counts as block 1 and each packet record as one block after it in [`CaptureError::Block`].
+///
+/// # Errors
+/// [`CaptureError::Block`] (bad header or record) or [`CaptureError::Packet`] (not a well-formed frame, or cut
+/// by the snap length).
+pub fn parse_udp_pcap(bytes: &[u8], path: &Path) -> Result<UdpCapture, CaptureError> {
+    let block_err = |block: u64, detail: String| CaptureError::Block { path: path.to_owned(), block, detail };
+    let (mut rest, parser) = PcapParser::new(bytes).map_err(|e| block_err(1, e.to_string()))?;
+    let linktype = parser.header().datalink;
+    let mut out = UdpCapture::default();
+    let mut packet = 0u64;
+    while !rest.is_empty() {
+        packet += 1;
+        let (next, p) = parser.next_packet(rest).map_err(|e| block_err(packet + 1, e.to_string()))?;
+        rest = next;
+        let packet_err = |detail: String| CaptureError::Packet { path: path.to_owned(), packet, detail };
+        if linktype != DataLink::ETHERNET {
+            out.skipped_not_udp += 1;
+            continue;
+        }
+        let ts_ns = u64::try_from(p.timestamp.as_nanos()).map_err(|_| packet_err("timestamp past 64 bits".into()))?;
+        if (p.data.len() as u64) < u64::from(p.orig_len) {
+            return Err(packet_err(format!(
+                "captured {} of {} bytes (cut by the snap length)",
+                p.data.len(),
+                p.orig_len
+            )));
+        }
+        match udp_in_ethernet(&p.data) {
+            Ok(Some(d)) => out.packets.push(UdpPacket { ts_ns, src: d.src, dst: d.dst, payload: d.payload.to_vec() }),
+            Ok(None) => out.skipped_not_udp += 1,
+            Err(e) => return Err(packet_err(e.to_string())),
+        }
+    }
+    Ok(out)
+}
+
 /// Converts a pcapng timestamp count in units of `if_tsresol` to ns; `None` on overflow.
 pub fn timestamp_ns(raw: u64, tsresol: u8) -> Option<u64> {
     let exp = u32::from(tsresol & 0x7f);
@@ -291,6 +349,36 @@ mod tests {
         f.extend_from_slice(&[0, 0]);
         f.extend_from_slice(payload);
         f
+    }
+
+    /// A classic pcap file (little-endian, ns magic) holding `frames`, each stamped 1.000000002 s.
+    fn classic(frames: &[Vec<u8>], snap_cut: bool) -> Vec<u8> {
+        let mut f = vec![0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0];
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(&262_144u32.to_le_bytes());
+        f.extend_from_slice(&1u32.to_le_bytes());
+        for fr in frames {
+            f.extend_from_slice(&1u32.to_le_bytes());
+            f.extend_from_slice(&2u32.to_le_bytes());
+            f.extend_from_slice(&(fr.len() as u32).to_le_bytes());
+            f.extend_from_slice(&(fr.len() as u32 + u32::from(snap_cut)).to_le_bytes());
+            f.extend_from_slice(fr);
+        }
+        f
+    }
+
+    #[test]
+    fn classic_pcap_with_nanosecond_timestamps() {
+        let name = Path::new("t.pcap");
+        let cap = parse_udp_pcap(&classic(&[frame(b"one"), frame(b"two")], false), name).unwrap();
+        let got: Vec<(u64, &[u8])> = cap.packets.iter().map(|p| (p.ts_ns, &p.payload[..])).collect();
+        assert_eq!(got, [(1_000_000_002, &b"one"[..]), (1_000_000_002, &b"two"[..])]);
+        let e = parse_udp_pcap(&classic(&[frame(b"one")], true), name).unwrap_err();
+        assert!(matches!(e, CaptureError::Packet { packet: 1, .. }), "{e}");
+        let mut cut = classic(&[frame(b"one")], false);
+        cut.truncate(cut.len() - 2);
+        assert!(matches!(parse_udp_pcap(&cut, name), Err(CaptureError::Block { block: 2, .. })));
+        assert!(matches!(parse_udp_pcap(&[0x42; 64], name), Err(CaptureError::Block { block: 1, .. })));
     }
 
     #[test]

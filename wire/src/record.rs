@@ -44,6 +44,16 @@
 //! [`Kind::InstrumentStale`] names an instrument whose book can no longer be trusted (a per-instrument
 //! `RptSeq` gap); `venue_seq` is the packet that showed it, `order_id` the `RptSeq` expected and `size` the one
 //! received (saturated to `u32`). It stays stale until a `Clear` (a snapshot or book reset) rebuilds it.
+//!
+//! ## Nasdaq TotalView-ITCH 5.0 (`mdfan_feed::itch`)
+//!
+//! Order kinds as for DBN MBO: `instrument_id` = stock locate, `order_id` = order reference number, `venue_seq` =
+//! the message's position in its stream (file index, or MoldUDP64 sequence number, low 32 bits), `ts_event_ns` =
+//! US Eastern midnight of the session + the ITCH timestamp. An execution is a `Fill` (at the execution price for
+//! `C`) followed by a `Cancel` of the executed shares. [`Kind::InstrumentStale`] marks a locate whose book lost
+//! an order (a reference the stream never added); there `order_id` is that order reference number and `size` 0.
+//! No kind carries ITCH's status messages (system event, trading action, operational halt, Reg SHO, MWCB, IPO,
+//! LULD collar, NOII, RPII, DLCR): the decoder counts them and sends no record.
 
 use bytemuck::{Pod, Zeroable};
 

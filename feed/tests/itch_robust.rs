@@ -1,0 +1,139 @@
+//! ITCH and MoldUDP64 on bad input: random bytes never panic, unknown types are skipped by their length and
+//! counted, a gzip file reads as the plain one, and a cut or corrupt file is refused naming the file and offset.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use mdfan_feed::itch::{decode_message, eastern_midnight_ns, ItchFile, ItchFileError, ItchNormalizer, Problem};
+use mdfan_feed::moldudp64::Packet;
+use proptest::prelude::*;
+
+fn snippet() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_SNIPPET.NASDAQ_ITCH50")
+}
+
+/// Decodes a BinaryFILE held in memory to its end or first error; normalises what decodes.
+fn walk(bytes: &[u8]) -> (u64, Result<(), ItchFileError>) {
+    let mut f = ItchFile::from_reader(Path::new("mem.itch"), bytes);
+    let mut norm = ItchNormalizer::new(0, 16);
+    let mut n = 0u32;
+    loop {
+        match f.next_message() {
+            Ok(Some((_, m))) => {
+                n += 1;
+                let _ = norm.normalize(&m, n, 0);
+            }
+            Ok(None) => return (f.stats().messages, Ok(())),
+            Err(e) => return (f.stats().messages, Err(e)),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = decode_message(&bytes, 0);
+        let _ = walk(&bytes);
+        if let Ok(p) = Packet::parse(&bytes) {
+            for b in p.messages() {
+                let _ = decode_message(b.message, b.offset as u64);
+            }
+        }
+    }
+
+    /// Random messages of every type byte, well framed: known types decode or are refused, unknown ones are
+    /// skipped and counted, and the stream always goes on to the end when nothing is refused.
+    #[test]
+    fn framed_random_messages_never_panic(msgs in proptest::collection::vec((any::<u8>(), proptest::collection::vec(any::<u8>(), 0..60)), 0..20)) {
+        let mut file = Vec::new();
+        for (t, body) in &msgs {
+            file.extend_from_slice(&((body.len() + 1) as u16).to_be_bytes());
+            file.push(*t);
+            file.extend_from_slice(body);
+        }
+        let (n, r) = walk(&file);
+        if r.is_ok() {
+            prop_assert_eq!(n, msgs.len() as u64);
+        }
+    }
+}
+
+#[test]
+fn unknown_types_are_skipped_by_length_and_counted() {
+    let real = std::fs::read(snippet()).unwrap();
+    // Two unknown types (`z`, 7 bytes, and 0xF0, 1 byte) before, one between and after the real messages.
+    let mut file = vec![0, 7, b'z', 1, 2, 3, 4, 5, 6, 0, 1, 0xF0];
+    let first_len = usize::from(u16::from_be_bytes([real[0], real[1]]));
+    file.extend_from_slice(&real[..2 + first_len]);
+    file.extend_from_slice(&[0, 3, b'~', 0, 0]);
+    file.extend_from_slice(&real[2 + first_len..]);
+    file.extend_from_slice(&[0, 0x20]);
+    file.extend_from_slice(&[b'!'; 0x20]);
+    let mut f = ItchFile::from_reader(Path::new("mixed.itch"), &file[..]);
+    while f.next_message().unwrap().is_some() {}
+    let s = f.stats();
+    assert_eq!((s.messages, s.unknown), (1004, 4));
+    assert_eq!((s.of(b'z'), s.of(0xF0), s.of(b'~'), s.of(b'!')), (1, 1, 1, 1));
+    assert_eq!((s.of(b'S'), s.of(b'A'), s.of(b'U')), (1, 367, 225));
+}
+
+#[test]
+fn gzip_reads_as_the_plain_file() {
+    let real = std::fs::read(snippet()).unwrap();
+    let dir = std::env::temp_dir().join(format!("mdfan-itch-gz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gz = dir.join("snippet.itch.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(&real).unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    let read_all = |p: &Path| {
+        let mut f = ItchFile::open(p).unwrap();
+        let mut v = Vec::new();
+        while let Some(m) = f.next_message().unwrap() {
+            v.push(m);
+        }
+        v
+    };
+    let (plain, zipped) = (read_all(&snippet()), read_all(&gz));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(plain.len(), 1000);
+    assert_eq!(plain, zipped);
+    assert_eq!(plain.last().map(|(off, _)| *off), Some(35_570 - 2 - 35), "the last message is a U (35 bytes)");
+}
+
+#[test]
+fn cut_and_corrupt_files_name_the_file_and_offset() {
+    let real = std::fs::read(snippet()).unwrap();
+    // Cut inside the last message.
+    let (n, r) = walk(&real[..real.len() - 5]);
+    assert_eq!(n, 999);
+    match r {
+        Err(ItchFileError::Truncated { path, offset, what: "message", .. }) => {
+            assert_eq!((path.to_str(), offset), (Some("mem.itch"), 35_533));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Cut inside a length prefix.
+    let (_, r) = walk(&real[..1]);
+    assert!(matches!(r, Err(ItchFileError::Truncated { offset: 0, what: "length prefix", .. })), "{r:?}");
+    // The first message (D, 19 bytes) claims 5: too short for its type.
+    let mut bad = real.clone();
+    bad[1] = 5;
+    let (_, r) = walk(&bad);
+    let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
+    assert_eq!((source.offset, source.msg_type, source.field), (0, b'D', "length"));
+    assert_eq!(source.problem, Problem::Truncated { have: 5, need: 19 });
+    assert!(source.to_string().contains("byte 0, type D (Order Delete), field length"), "{source}");
+    // The first add (message 6, at byte 126): buy/sell is neither B nor S.
+    let mut bad = real;
+    bad[126 + 2 + 19] = b'Q';
+    let (n, r) = walk(&bad);
+    assert_eq!(n, 5);
+    let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
+    assert_eq!((source.offset, source.msg_type, source.field), (126, b'A', "buy/sell"));
+    assert!(ItchFile::open(Path::new("/nonexistent/x.itch")).is_err());
+    let _ = eastern_midnight_ns(2019, 12, 30).unwrap();
+}
