@@ -135,9 +135,12 @@ struct Args {
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
     /// Folder of this subscriber's counters file (`mdfan-subscriber-NAME-PID.counters`, read by `mdfan-stat`;
-    /// removed at exit); an empty value: none.
+    /// removed at exit).
     #[arg(long, default_value = "/dev/shm")]
     counters_dir: std::path::PathBuf,
+    /// Keep no counters file.
+    #[arg(long)]
+    no_counters: bool,
 }
 
 /// The doctor's start-up checks that would make this run fail or lie: room in `--shm-dir` for the ring (shm),
@@ -283,7 +286,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     };
     cfg.snapshot = !args.no_snapshot;
     cfg.token = token(args)?;
-    cfg.counters_dir = (!args.counters_dir.as_os_str().is_empty()).then(|| args.counters_dir.clone());
+    cfg.counters_dir = (!args.no_counters).then(|| args.counters_dir.clone());
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
     // breaks, and retries the first connect while nobody listens yet.
