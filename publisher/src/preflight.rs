@@ -14,20 +14,6 @@ use mdfan_doctor::{checks, Finding, Inputs, Rooted, Verdict};
 
 use crate::config::Config;
 
-/// Check ids reported as warnings (tail latency; the run goes on).
-pub const TAIL_CHECKS: [&str; 10] = [
-    "host.isolcpus",
-    "host.nohz_full",
-    "host.rcu_nocbs",
-    "host.governor",
-    "host.cstates",
-    "host.smt",
-    "host.irq",
-    "host.thp",
-    "host.swap",
-    "host.clocksource",
-];
-
 /// What preflight found.
 #[derive(Debug, Clone, Default)]
 pub struct Preflight {
@@ -46,10 +32,7 @@ impl Preflight {
             .into_iter()
             .filter(|f| f.verdict == Verdict::Fail && (memlock || f.id != "host.memlock"))
             .collect();
-        let warnings = checks::all(&src, inputs)
-            .into_iter()
-            .filter(|f| TAIL_CHECKS.contains(&f.id.as_str()) && matches!(f.verdict, Verdict::Warn | Verdict::Fail))
-            .collect();
+        let warnings = checks::tail_warnings(&src, inputs);
         Preflight { failures, warnings }
     }
 

@@ -97,6 +97,29 @@ pub fn all(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
     out
 }
 
+/// The checks whose findings cost tail latency but do not stop a run: what a binary logs as warnings at start
+/// and lists with its report.
+pub const TAIL_LATENCY: [&str; 10] = [
+    "host.isolcpus",
+    "host.nohz_full",
+    "host.rcu_nocbs",
+    "host.governor",
+    "host.cstates",
+    "host.smt",
+    "host.irq",
+    "host.thp",
+    "host.swap",
+    "host.clocksource",
+];
+
+/// The [`TAIL_LATENCY`] findings that warn or fail on this host.
+pub fn tail_warnings(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
+    all(src, inputs)
+        .into_iter()
+        .filter(|f| TAIL_LATENCY.contains(&f.id.as_str()) && matches!(f.verdict, Verdict::Warn | Verdict::Fail))
+        .collect()
+}
+
 /// The checks whose failure makes mdfan fail at start or lie about what it does, for the publisher's and
 /// subscriber's preflight: `host.memlock` (ring registration and `mlockall`), `host.shm` (ring files fit),
 /// `host.cores` (the hot cores exist and this process may run on them) and, when `inputs.need_rdma`,

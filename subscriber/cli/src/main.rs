@@ -144,8 +144,9 @@ struct Args {
 }
 
 /// The doctor's start-up checks that would make this run fail or lie: room in `--shm-dir` for the ring (shm),
-/// RLIMIT_MEMLOCK for the ring and an RDMA device (verbs). One line each, then exit 1; nothing is created.
-fn preflight(args: &Args) -> Result<(), CliError> {
+/// RLIMIT_MEMLOCK for the ring and an RDMA device (verbs). One line each, then exit 1; nothing is created. With
+/// `--core`, returns the tail-latency findings for it (isolation, governor, ...), already warned about on stderr.
+fn preflight(args: &Args) -> Result<Vec<String>, CliError> {
     use mdfan_doctor::{checks, Inputs, Rooted, Verdict};
     let verbs = args.fabric == Provider::Verbs;
     let inputs = Inputs {
@@ -163,11 +164,21 @@ fn preflight(args: &Args) -> Result<(), CliError> {
         .filter(|f| if verbs { f.id != "host.shm" } else { f.id != "host.memlock" })
         .map(|f| format!("preflight {}: found {}; wanted {} (fix: {})", f.id, f.found, f.wanted, f.fix))
         .collect();
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Preflight(failed.join("\nmdfan-subscribe: error: ")))
+    if !failed.is_empty() {
+        return Err(CliError::Preflight(failed.join("\nmdfan-subscribe: error: ")));
     }
+    // With a hot core named, what costs it tail latency: a warning now, and a `host_warning` line at the end.
+    if args.core.is_none() {
+        return Ok(Vec::new());
+    }
+    let warnings: Vec<String> = checks::tail_warnings(&Rooted::new("/"), &inputs)
+        .into_iter()
+        .map(|f| format!("{}: found {}; wanted {} (fix: {})", f.id, f.found, f.wanted, f.fix))
+        .collect();
+    for w in &warnings {
+        eprintln!("mdfan-subscribe: warning: host tuning (tail latency): {w}");
+    }
+    Ok(warnings)
 }
 
 /// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
@@ -273,7 +284,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     }
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
         .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
-    preflight(args)?;
+    let host_warnings = preflight(args)?;
     let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
@@ -524,6 +535,9 @@ fn run(args: &Args) -> Result<i32, CliError> {
     // datagram receipt to poll: only when the publisher's ts_recv is a live receive stamp (never on a replay)
     if let Some(w) = sub.wire_latency() {
         out!("{}", wire_latency_line(w));
+    }
+    for w in &host_warnings {
+        out!("host_warning {w}");
     }
     Ok(match end {
         Some("end_of_stream" | "publisher_shutdown") => 0,
