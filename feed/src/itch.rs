@@ -1091,7 +1091,7 @@ impl<R> fmt::Debug for ItchFile<R> {
     }
 }
 
-impl ItchFile<Box<dyn Read>> {
+impl ItchFile<Box<dyn Read + Send>> {
     /// Opens a BinaryFILE; gzip is detected by its magic bytes (`1f 8b`).
     ///
     /// # Errors
@@ -1103,7 +1103,7 @@ impl ItchFile<Box<dyn Read>> {
             use std::io::BufRead;
             file.fill_buf().map_err(open)?.starts_with(&[0x1f, 0x8b])
         };
-        let reader: Box<dyn Read> =
+        let reader: Box<dyn Read + Send> =
             if gz { Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(file))) } else { Box::new(file) };
         Ok(ItchFile::from_reader(path, reader))
     }

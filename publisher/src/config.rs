@@ -15,8 +15,10 @@
 //! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
 //!
 //! [feed]
-//! format = "dbn"               # "dbn" (a DBN MBO file) or "mdp3" (CME MDP 3.0 live, from [lines])
-//! path = "data/....mbo.dbn.zst" # dbn only; relative paths are taken from the config file's folder
+//! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip)
+//!                              # or "mdp3" (CME MDP 3.0 live, from [lines])
+//! path = "data/....mbo.dbn.zst" # dbn and itch50; relative paths are taken from the config file's folder
+//! session_date = "2019-12-30"  # itch50 only: the file's trading day (ITCH times are ns since US Eastern midnight)
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
 //! symbols = "symbols.csv"      # instrument definitions added to the feed's own (DBN metadata mappings): CSV,
@@ -262,6 +264,9 @@ pub enum FeedFormat {
     Dbn,
     /// CME MDP 3.0 (SBE schema 1 v8), live from UDP lines A and B (`[lines]`): price-level records.
     Mdp3,
+    /// Nasdaq TotalView-ITCH 5.0 BinaryFILE (plain or gzip), replayed: order-level records keyed by stock locate;
+    /// needs `session_date`.
+    Itch50,
 }
 
 /// How fast the replay goes.
@@ -315,7 +320,11 @@ impl<'de> Deserialize<'de> for Pace {
 pub struct FeedSection {
     /// Feed format.
     pub format: FeedFormat,
-    /// File path (format `dbn`); relative paths are resolved against the config file's folder.
+    /// The trading day of an ITCH 5.0 file (`format = "itch50"`), `YYYY-MM-DD`: ITCH timestamps are ns since
+    /// that day's midnight, US Eastern time.
+    #[serde(default)]
+    pub session_date: Option<String>,
+    /// File path (formats `dbn`, `itch50`); relative paths are resolved against the config file's folder.
     #[serde(default)]
     pub path: PathBuf,
     /// Replay pace.
@@ -328,6 +337,19 @@ pub struct FeedSection {
     /// same instrument_id; relative paths are resolved against the config file's folder. Default: none.
     #[serde(default)]
     pub symbols: Option<PathBuf>,
+}
+
+impl FeedSection {
+    /// `session_date`'s US Eastern midnight in ns since the UNIX epoch, if it is a valid `YYYY-MM-DD`.
+    pub fn session_midnight_ns(&self) -> Option<u64> {
+        let d = self.session_date.as_deref()?;
+        let mut it = d.splitn(3, '-');
+        let (y, m, day) = (it.next()?, it.next()?, it.next()?);
+        if y.len() != 4 || m.len() != 2 || day.len() != 2 {
+            return None;
+        }
+        mdfan_feed::itch::eastern_midnight_ns(y.parse().ok()?, m.parse().ok()?, day.parse().ok()?)
+    }
 }
 
 fn default_pace() -> Pace {
@@ -457,6 +479,21 @@ impl Config {
                 return Err(bad("lines", "[lines] is for a live feed: feed.format is \"dbn\" (a file)".into()));
             }
             (FeedFormat::Dbn, None) => {}
+            (FeedFormat::Itch50, Some(_)) => {
+                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"itch50\" (a file)".into()));
+            }
+            (FeedFormat::Itch50, None) => {
+                if cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad("feed.format", "\"itch50\" needs feed.path (the file to replay)".into()));
+                }
+                let date = cfg.feed.session_date.as_deref().unwrap_or_default();
+                if cfg.feed.session_midnight_ns().is_none() {
+                    return Err(bad(
+                        "feed.session_date",
+                        format!("{date:?}: \"itch50\" needs the file's trading day as YYYY-MM-DD"),
+                    ));
+                }
+            }
             (FeedFormat::Mdp3, None) => {
                 return Err(bad("feed.format", "\"mdp3\" needs a [lines] section (lines A and B)".into()));
             }
@@ -485,7 +522,7 @@ impl Config {
                 }
             }
         }
-        if cfg.feed.format == FeedFormat::Dbn && cfg.feed.path.is_relative() {
+        if cfg.feed.format != FeedFormat::Mdp3 && cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
         }

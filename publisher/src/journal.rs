@@ -25,7 +25,7 @@
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mdfan_feed::dbn::{FeedError, MboStream};
+use mdfan_feed::dbn::MboStream;
 use mdfan_tuning::Agent;
 use mdfan_wire::BookUpdate;
 
@@ -227,8 +227,9 @@ impl JournalWriter {
 
 /// Where a [`FeedAgent`] gets its records.
 pub(crate) enum Source {
-    /// A file, decoded as it goes: the next record, `None` at its end.
-    File(Box<dyn FnMut() -> Result<Option<BookUpdate>, FeedError> + Send>),
+    /// A file, decoded as it goes: the next record, `None` at its end; an error names the file, the byte offset
+    /// and the record or message.
+    File(Box<dyn FnMut() -> Result<Option<BookUpdate>, String> + Send>),
     /// A live feed from UDP lines ([`crate::live`]).
     Live(Box<crate::live::LiveMdp3>),
 }
@@ -253,7 +254,37 @@ impl FeedAgent {
         writer: JournalWriter,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> FeedAgent {
-        let source = Source::File(Box::new(move || stream.next_update()));
+        let source = Source::File(Box::new(move || stream.next_update().map_err(|e| e.to_string())));
+        FeedAgent { source, writer, pending: None, done: false, stop }
+    }
+
+    /// A feed handler reading a Nasdaq TotalView-ITCH 5.0 file (`format = "itch50"`) into `writer`'s journal:
+    /// each message normalised by `normalizer` (order-level records keyed by stock locate; up to three per
+    /// message), `venue_seq` = the message's position in the file. The file has no capture times, so
+    /// `ts_recv_ns` is the message's own (absolute) timestamp, flagged `BAD_TS_RECV` (paced replays follow the
+    /// exchange's clock; no wire-to-poll is measured).
+    pub fn itch<R: std::io::Read + Send + 'static>(
+        mut file: mdfan_feed::itch::ItchFile<R>,
+        mut normalizer: mdfan_feed::itch::ItchNormalizer,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u32);
+        let mut len = 0usize;
+        let source = Source::File(Box::new(move || loop {
+            if next < len {
+                next += 1;
+                return Ok(Some(queued[next - 1]));
+            }
+            let Some((_, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
+            position = position.wrapping_add(1);
+            let records = normalizer.normalize(&m, position, 0);
+            len = records.as_slice().len();
+            next = 0;
+            for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
+                *slot = BookUpdate { ts_recv_ns: r.ts_event_ns, flags: r.flags | mdfan_wire::flags::BAD_TS_RECV, ..*r };
+            }
+        }));
         FeedAgent { source, writer, pending: None, done: false, stop }
     }
 

@@ -69,6 +69,9 @@ pub enum PublisherError {
     /// The feed is unusable.
     #[error(transparent)]
     Feed(#[from] FeedError),
+    /// The ITCH 5.0 file cannot be opened.
+    #[error(transparent)]
+    Itch(#[from] mdfan_feed::itch::ItchFileError),
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),
@@ -190,6 +193,12 @@ impl Publisher {
                 let live = LiveMdp3::open(lines, ts_recv_clock.clone())?;
                 let counters = (live.counters(), live.line_addrs(), live.snapshot_addr());
                 (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters), Default::default())
+            }
+            (FeedFormat::Itch50, _) => {
+                let file = mdfan_feed::itch::ItchFile::open(&cfg.feed.path)?;
+                let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
+                let normalizer = mdfan_feed::itch::ItchNormalizer::new(midnight, 1 << 20);
+                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, Default::default())
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;
