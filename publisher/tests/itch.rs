@@ -37,11 +37,7 @@ fn the_itch_snippet_replays_through_the_publisher_to_the_readme_books() {
     loop {
         assert!(Instant::now() < deadline, "watchdog");
         sub.poll(256, |e| match e {
-            Event::Record(r) => {
-                if books.apply(r).is_err() {
-                    errors += 1;
-                }
-            }
+            Event::Record(r) if books.apply(r).is_err() => errors += 1,
             Event::Gap { .. } => gaps += 1,
             _ => {}
         });
