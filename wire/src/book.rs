@@ -11,7 +11,7 @@
 //!   `NoAction` (DBN `N`, a record that carries only flags).
 //!
 //! Records with the `SNAPSHOT` flag are applied like any other; snapshot markers, heartbeats, end of stream and
-//! the price-level kinds (`Level*`, `InstrumentStale`: those are for [`crate::mbp`]) do not touch the book. Errors never leave the book half-changed: the record is refused whole.
+//! the price-level kinds (`Level*`, `InstrumentStale`: those are for [`crate::mbp`]) and `TradingStatus` (for [`crate::status`]) do not touch the book. Errors never leave the book half-changed: the record is refused whole.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -224,7 +224,8 @@ impl Book {
             | Kind::LevelDelete
             | Kind::LevelDeleteThru
             | Kind::LevelDeleteFrom
-            | Kind::InstrumentStale => return Ok(()),
+            | Kind::InstrumentStale
+            | Kind::TradingStatus => return Ok(()),
         }
         self.last_venue_seq = r.venue_seq;
         self.last_ts_recv_ns = r.ts_recv_ns;
@@ -330,7 +331,7 @@ impl Books {
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
             // Price-level records (for `crate::mbp::MbpBooks`) are ignored here, without making a book.
-            Some(k) if k.is_level() || k == Kind::InstrumentStale => Ok(()),
+            Some(k) if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus => Ok(()),
             _ => match self.books.get_mut(&r.instrument_id) {
                 Some(book) => book.apply(r),
                 None => {
@@ -554,6 +555,7 @@ mod tests {
             Kind::LevelDeleteThru,
             Kind::LevelDeleteFrom,
             Kind::InstrumentStale,
+            Kind::TradingStatus,
         ] {
             let r = BookUpdate { level: 1, ..rec(kind, Side::Bid, 3, 100, 2) };
             books.apply(&r).unwrap();

@@ -609,7 +609,8 @@ impl HotBook {
             | Kind::LevelDelete
             | Kind::LevelDeleteThru
             | Kind::LevelDeleteFrom
-            | Kind::InstrumentStale => return Ok(()),
+            | Kind::InstrumentStale
+            | Kind::TradingStatus => return Ok(()),
         }
         self.last_venue_seq = r.venue_seq;
         self.last_ts_recv_ns = r.ts_recv_ns;
@@ -794,7 +795,7 @@ impl HotBooks {
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
             // Price-level records (for `crate::mbp::MbpBooks`) are ignored, without taking a book, as in `Books`.
-            Some(k) if k.is_level() || k == Kind::InstrumentStale => Ok(()),
+            Some(k) if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus => Ok(()),
             _ => {
                 let p = self.index.probe(r.instrument_id as u64);
                 if p.found {

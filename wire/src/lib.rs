@@ -10,6 +10,7 @@
 //!   [`Book`]/[`Books`] after every record.
 //! - [`mbp`]: price-level (MBP-10) books fed the level kinds, with CME MDP 3.0's rules.
 //! - [`symbology`]: instrument_id → symbol and price display ([`Symbology`], [`InstrumentDef`]), control plane only.
+//! - [`status`]: per-instrument trading status from [`Kind::TradingStatus`] records ([`TradingStates`]).
 //!
 //! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
@@ -21,10 +22,12 @@ pub mod hot_book;
 pub mod mbp;
 pub mod record;
 pub mod ring;
+pub mod status;
 pub mod symbology;
 
 pub use book::{Book, BookError, Books, Level};
 pub use hot_book::{BookCapacity, HotBook, HotBooks, LevelIter, RestingOrder};
 pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
-pub use record::{flags, BookUpdate, Kind, Side};
+pub use record::{flags, BookUpdate, Kind, Side, Status, StatusKind};
+pub use status::{InstrumentStatus, TradingStates};
 pub use symbology::{InstrumentDef, Symbology};

@@ -19,7 +19,7 @@
 //! |     60 |    1 | `kind`           | [`Kind`]                                                            |
 //! |     61 |    1 | `side`           | [`Side`] as ASCII: `B`, `A`, `N`                                    |
 //! |     62 |    1 | `flags`          | DBN flags, passed through ([`flags::LAST`], [`flags::SNAPSHOT`] ...)|
-//! |     63 |    1 | `level`          | level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`); else 0 |
+//! |     63 |    1 | `level`          | level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`); `TradingStatus`: the state; else 0 |
 //!
 //! Sources: DBN `MboMsg` field definitions (Databento DBN docs, "MBO" schema; `dbn::MboMsg`).
 //!
@@ -52,8 +52,28 @@
 //! US Eastern midnight of the session + the ITCH timestamp. An execution is a `Fill` (at the execution price for
 //! `C`) followed by a `Cancel` of the executed shares. [`Kind::InstrumentStale`] marks a locate whose book lost
 //! an order (a reference the stream never added); there `order_id` is that order reference number and `size` 0.
-//! No kind carries ITCH's status messages (system event, trading action, operational halt, Reg SHO, MWCB, IPO,
-//! LULD collar, NOII, RPII, DLCR): the decoder counts them and sends no record.
+//! The per-instrument status messages become [`Kind::TradingStatus`] records (below); the market-wide ones
+//! (system event, MWCB decline level and status) and the others (IPO, LULD collar, NOII, RPII, DLCR, market
+//! participant position) give no record: the decoder counts them.
+//!
+//! ## Trading status records ([`Kind::TradingStatus`])
+//!
+//! The state of one instrument's trading, from Nasdaq TotalView-ITCH 5.0 section 4.2.2 Stock Trading Action
+//! (`H`), 4.2.3 Reg SHO Short Sale Price Test Restricted Indicator (`Y`) and 4.2.8 Operational Halt (`h`). Same
+//! 64 bytes, the fields reused ([`BookUpdate::status`] decodes them):
+//!
+//! | field (offset) | meaning |
+//! |---|---|
+//! | `instrument_id` (48) | the instrument (ITCH stock locate) |
+//! | `order_id` (40) | which status, as the ITCH message type: [`StatusKind`] `H` (72) trading state, `Y` (89) Reg SHO, `h` (104) operational halt |
+//! | `level` (63) | the state, one ASCII byte: `H`: `H` halted, `P` paused, `Q` quotation only, `T` trading; `Y`: `0` no price test, `1` restriction in effect (intraday drop), `2` restriction remains in effect; `h`: `H` halted, `T` resumed |
+//! | `size` (52..56) | the reason, 4 ASCII bytes in the venue's order (`u32::from_le_bytes` of them): `H`: the trading action reason (`T1  `, or 4 spaces); `h`: the market code (`Q` Nasdaq, `B` BX, `X` PSX) then 3 spaces; `Y`: 4 spaces |
+//! | `price_e9` (32) | 0 |
+//! | `side` (61) | `N` |
+//! | `flags` (62) | [`flags::LAST`] |
+//! | `venue_seq`, `ts_event_ns`, `ts_recv_ns` | as for the order kinds |
+//!
+//! Books ignore the kind; `crate::status::TradingStates` keeps the last state of each instrument.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -126,6 +146,10 @@ pub enum Kind {
     /// No book change (DBN action `N`): the venue's event carries only flags or other information, e.g. a
     /// record with `F_LAST` that closes an event. Books count it and move their venue seq, nothing else.
     NoAction = 17,
+    /// An instrument's trading status changed (halted, paused, quotation only, trading; Reg SHO; operational
+    /// halt): layout in the module docs, "Trading status records"; decoded by [`BookUpdate::status`]. No book
+    /// changes.
+    TradingStatus = 18,
 }
 
 impl Kind {
@@ -149,6 +173,7 @@ impl Kind {
             15 => Kind::LevelDeleteFrom,
             16 => Kind::InstrumentStale,
             17 => Kind::NoAction,
+            18 => Kind::TradingStatus,
             _ => return None,
         })
     }
@@ -184,6 +209,42 @@ impl Side {
             _ => None,
         }
     }
+}
+
+/// Which status a [`Kind::TradingStatus`] record carries: the ITCH message type it came from, in `order_id`.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatusKind {
+    /// Stock Trading Action (ITCH 5.0 section 4.2.2, `H`): state `H` halted, `P` paused, `Q` quotation only,
+    /// `T` trading; reason the trading action reason code.
+    Trading = b'H',
+    /// Reg SHO Short Sale Price Test Restricted Indicator (section 4.2.3, `Y`): state `0`, `1` or `2`.
+    RegSho = b'Y',
+    /// Operational Halt (section 4.2.8, `h`): state `H` halted or `T` resumed; reason the market code.
+    OperationalHalt = b'h',
+}
+
+impl StatusKind {
+    /// Decodes the ITCH message type byte; `None` for any other byte.
+    pub const fn from_u8(v: u8) -> Option<StatusKind> {
+        match v {
+            b'H' => Some(StatusKind::Trading),
+            b'Y' => Some(StatusKind::RegSho),
+            b'h' => Some(StatusKind::OperationalHalt),
+            _ => None,
+        }
+    }
+}
+
+/// A [`Kind::TradingStatus`] record's content (module docs, "Trading status records").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Status {
+    /// Which status.
+    pub kind: StatusKind,
+    /// The state, one ASCII byte (`b'T'` trading, ...).
+    pub state: u8,
+    /// The reason, 4 ASCII bytes as the venue sent them (space-padded).
+    pub reason: [u8; 4],
 }
 
 /// One normalised order-book update: 64 bytes, align 64, no implicit padding (layout in the module docs).
@@ -254,6 +315,29 @@ impl BookUpdate {
             return None;
         }
         crate::control::CloseReason::from_u32(self.size)
+    }
+
+    /// A trading status record of `instrument_id` (layout in the module docs, "Trading status records").
+    pub const fn trading_status(instrument_id: u32, status: Status) -> BookUpdate {
+        BookUpdate {
+            instrument_id,
+            order_id: status.kind as u64,
+            size: u32::from_le_bytes(status.reason),
+            level: status.state,
+            flags: flags::LAST,
+            ..BookUpdate::control(Kind::TradingStatus)
+        }
+    }
+
+    /// What a [`Kind::TradingStatus`] record says; `None` for any other kind, or a status kind this build does
+    /// not know.
+    #[inline]
+    pub fn status(&self) -> Option<Status> {
+        if self.kind != Kind::TradingStatus as u8 {
+            return None;
+        }
+        let kind = StatusKind::from_u8(u8::try_from(self.order_id).ok()?)?;
+        Some(Status { kind, state: self.level, reason: self.size.to_le_bytes() })
     }
 
     /// The decoded kind, or `None` if the byte is not a [`Kind`].
@@ -359,15 +443,31 @@ mod tests {
 
     #[test]
     fn enum_bytes_decode_and_garbage_is_refused() {
-        for v in 1..=17u8 {
+        for v in 1..=18u8 {
             assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
         }
         assert_eq!(Kind::from_u8(17), Some(Kind::NoAction));
         assert_eq!(Kind::from_u8(0), None);
-        assert_eq!(Kind::from_u8(18), None);
+        assert_eq!(Kind::from_u8(18), Some(Kind::TradingStatus));
+        assert_eq!(Kind::from_u8(19), None);
         assert!(Kind::LevelDeleteFrom.is_level() && !Kind::InstrumentStale.is_level() && !Kind::Add.is_level());
         assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
         assert_eq!(Side::from_u8(b'X'), None);
+    }
+
+    #[test]
+    fn a_trading_status_record_carries_kind_state_and_reason_at_their_offsets() {
+        let st = Status { kind: StatusKind::Trading, state: b'H', reason: *b"T1  " };
+        let r = BookUpdate { venue_seq: 82, ..BookUpdate::trading_status(6556, st) };
+        let b = r.as_bytes();
+        assert_eq!(&b[40..48], &72u64.to_le_bytes());
+        assert_eq!(&b[48..52], &6556u32.to_le_bytes());
+        assert_eq!(&b[52..56], b"T1  ");
+        assert_eq!((b[60], b[61], b[62], b[63]), (18, b'N', flags::LAST, b'H'));
+        assert_eq!(BookUpdate::from_bytes(b).status(), Some(st));
+        assert_eq!(BookUpdate { order_id: u64::from(b'Z'), ..r }.status(), None);
+        assert_eq!(BookUpdate::control(Kind::Add).status(), None);
+        assert_eq!(StatusKind::from_u8(b'h'), Some(StatusKind::OperationalHalt));
     }
 
     #[test]
