@@ -91,11 +91,17 @@
 //! | `U` | `Cancel` of the original reference (all shares left); then `Add` of the new reference, same side and locate, new shares and price |
 //! | `P` | `Trade` (side, shares, price; `order_id` = the reference, 0 since 2014) |
 //! | `Q` | `Trade`, side `N`, shares saturated to u32 |
-//! | other | no record, counted by type in [`ItchStats::by_type`] |
+//! | `H` | `TradingStatus`: status kind `H`, state = trading state (`H`, `P`, `Q`, `T`), reason = the 4-byte reason |
+//! | `Y` | `TradingStatus`: status kind `Y`, state = Reg SHO action (`0`, `1`, `2`), reason 4 spaces |
+//! | `h` | `TradingStatus`: status kind `h`, state = operational halt action (`H`, `T`), reason = market code + 3 spaces |
+//! | other | no record, counted by type in [`NormalizerStats::no_record`] |
 //!
-//! **Gap, documented:** the wire has no status kind, so `S`, `H`, `h`, `Y`, `L`, `V`, `W`, `K`, `J`, `I`, `N`,
-//! `O` (and `B`, a broken trade, which changes no book) give no record: they are counted, and a caller can read
-//! them from [`Message`]. No wire kind was added.
+//! The `TradingStatus` layout is in `mdfan_wire::record` ("Trading status records"). The per-instrument states
+//! are the three above; the others give no record and are counted: `S`, `V` and `W` are market-wide (stock
+//! locate 0), `J` (LULD auction collar) carries an auction's collar prices, not a state, and `L`, `K`, `I`, `N`,
+//! `O` are about participants, IPOs and auctions (and `B`, a broken trade, changes no book); a caller can read
+//! them all from [`Message`]. `R` (Stock Directory) gives no record either: its symbols reach subscribers in
+//! the handshake ([`stock_directory`]).
 //!
 //! A reference that is not known (the stream joined mid-day, or an order the table lost) is counted
 //! ([`NormalizerStats::unknown_reference`], by type) and the message skipped; the first time on a locate, one
@@ -116,7 +122,7 @@ use std::fmt;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use mdfan_wire::{flags, BookUpdate, Kind, Side};
+use mdfan_wire::{flags, BookUpdate, InstrumentDef, Kind, Side, StatusKind, Symbology};
 
 /// The common header: type, stock locate, tracking number, timestamp (spec 4).
 pub const HEADER_BYTES: usize = 11;
@@ -875,6 +881,13 @@ impl ItchNormalizer {
             size,
             ..base
         };
+        let status = |kind, state, reason| BookUpdate {
+            kind: Kind::TradingStatus as u8,
+            order_id: kind as u64,
+            level: state,
+            size: u32::from_le_bytes(reason),
+            ..base
+        };
         let mut out = Records::none();
         match m.body {
             Body::SystemEvent { event_code: b'O' } => {
@@ -887,6 +900,13 @@ impl ItchNormalizer {
                     *s = d.stock;
                 }
                 self.stats.no_record[usize::from(h.msg_type)] += 1;
+            }
+            Body::TradingAction { trading_state, reason, .. } => {
+                out.push(status(StatusKind::Trading, trading_state, reason));
+            }
+            Body::RegSho { action, .. } => out.push(status(StatusKind::RegSho, action, *b"    ")),
+            Body::OperationalHalt { market_code, action, .. } => {
+                out.push(status(StatusKind::OperationalHalt, action, [market_code, b' ', b' ', b' ']));
             }
             Body::AddOrder(a) => {
                 let side = side_of(a.buy_sell);
@@ -1148,11 +1168,9 @@ impl<R: Read> ItchFile<R> {
         Ok(have)
     }
 
-    /// The next message and the byte offset of its length prefix; `None` at the end of the file.
-    ///
-    /// # Errors
-    /// [`ItchFileError`]: the stream stops there; the messages before it were delivered.
-    pub fn next_message(&mut self) -> Result<Option<(u64, Message)>, ItchFileError> {
+    /// The next message's bytes (after the length prefix), undecoded and not counted, with the byte offset of
+    /// its length prefix; `None` at the end of the file.
+    fn next_raw(&mut self) -> Result<Option<(u64, &[u8])>, ItchFileError> {
         let at = self.offset;
         let truncated = |path: &Path, what, have, need| ItchFileError::Truncated {
             path: path.to_owned(),
@@ -1174,12 +1192,59 @@ impl<R: Read> ItchFile<R> {
         if got < len {
             return Err(truncated(&self.path, "message", got, len));
         }
-        let msg = decode_message(self.buf.get(..len).unwrap_or(&[]), at)
-            .map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
         self.offset += (LENGTH_PREFIX_BYTES + len) as u64;
+        Ok(Some((at, self.buf.get(..len).unwrap_or(&[]))))
+    }
+
+    /// The next message and the byte offset of its length prefix; `None` at the end of the file.
+    ///
+    /// # Errors
+    /// [`ItchFileError`]: the stream stops there; the messages before it were delivered.
+    pub fn next_message(&mut self) -> Result<Option<(u64, Message)>, ItchFileError> {
+        let Some((at, b)) = self.next_raw()? else { return Ok(None) };
+        let len = b.len();
+        let msg = decode_message(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
         self.stats.count(&msg, len);
         Ok(Some((at, msg)))
     }
+}
+
+/// ITCH prices have 4 implied decimals (spec section 3, Price(4)): the tick size a Stock Directory definition
+/// gets (0.0001 in units of 10⁻⁹), so prices print with 4 decimals. This is the price format's resolution, not
+/// the Reg NMS minimum increment (0.01 at or above $1), which ITCH does not send.
+pub const PRICE4_TICK_E9: i64 = 100_000;
+
+/// The definition a Stock Directory message (`R`, spec 4.2.1) gives: `instrument_id` = its stock locate, the
+/// symbol without its padding, display factor 1, tick size [`PRICE4_TICK_E9`] (4 decimals).
+pub fn stock_definition(header: &Header, directory: &StockDirectory) -> InstrumentDef {
+    InstrumentDef {
+        tick_size_e9: PRICE4_TICK_E9,
+        ..InstrumentDef::new(u32::from(header.stock_locate), directory.stock.as_str())
+    }
+}
+
+/// Every Stock Directory (`R`, spec 4.2.1) definition in a BinaryFILE (plain or gzip), read in one pass before
+/// the replay: stock locate → symbol ([`stock_definition`]); a later `R` of the same locate replaces an earlier
+/// one. Only `R` messages are decoded; the rest are skipped by their length prefix, so the pass costs one read
+/// of the file (for a full day's file, a few seconds of the start; the day's `R` messages come first, before
+/// 04:00, but an IPO may add one later, hence the whole file).
+///
+/// # Errors
+/// [`ItchFileError`] naming the file and the byte offset: the file cannot be opened or read, ends inside a
+/// message, or holds an `R` message that does not decode.
+pub fn stock_directory(path: &Path) -> Result<Symbology, ItchFileError> {
+    let mut file = ItchFile::open(path)?;
+    let mut symbology = Symbology::new();
+    while let Some((at, b)) = file.next_raw()? {
+        if b.first() != Some(&b'R') {
+            continue;
+        }
+        let m = decode_message(b, at).map_err(|source| ItchFileError::Decode { path: file.path.clone(), source })?;
+        if let Body::StockDirectory(d) = m.body {
+            symbology.insert(stock_definition(&m.header, &d));
+        }
+    }
+    Ok(symbology)
 }
 
 #[cfg(test)]

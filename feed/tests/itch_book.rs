@@ -3,7 +3,7 @@
 //! unknown references mark the locate stale until System Event `O`.
 
 use mdfan_feed::itch::{AddOrder, Body, Header, ItchNormalizer, Message, Mpid, Symbol};
-use mdfan_wire::{flags, BookUpdate, Books, Kind, Level, Side};
+use mdfan_wire::{flags, BookUpdate, Books, Kind, Level, Side, Status, StatusKind};
 
 const LOCATE: u16 = 42;
 const MIDNIGHT_NS: u64 = 1_577_682_000_000_000_000;
@@ -131,14 +131,31 @@ fn executions_cancels_deletes_and_replaces() {
     assert_eq!(run.levels(Side::Ask), [lv(1010, 300, 1)]);
     assert_eq!(run.norm.resting_orders(), 1);
     assert!(!run.norm.is_stale(LOCATE));
-    // Status messages give no record and are counted.
+    // Per-instrument status messages give one TradingStatus record each; books ignore it.
     let r = run.feed(m(
         b'H',
         9_000,
         Body::TradingAction { stock: Symbol(*b"TEST    "), trading_state: b'H', reason: *b"LUDP" },
     ));
-    assert!(r.is_empty());
-    assert_eq!(run.norm.stats().no_record[usize::from(b'H')], 1);
+    let status = |kind, state, reason: &[u8; 4]| Some(Status { kind, state, reason: *reason });
+    assert_eq!(
+        r.iter().map(|r| (r.instrument_id, r.status())).collect::<Vec<_>>(),
+        [(u32::from(LOCATE), status(StatusKind::Trading, b'H', b"LUDP"))]
+    );
+    assert_eq!((r[0].kind(), r[0].side(), r[0].price_e9), (Some(Kind::TradingStatus), Some(Side::None), 0));
+    let r = run.feed(m(b'Y', 9_001, Body::RegSho { stock: Symbol(*b"TEST    "), action: b'1' }));
+    assert_eq!(r[0].status(), status(StatusKind::RegSho, b'1', b"    "));
+    let r = run.feed(m(
+        b'h',
+        9_002,
+        Body::OperationalHalt { stock: Symbol(*b"TEST    "), market_code: b'Q', action: b'H' },
+    ));
+    assert_eq!(r[0].status(), status(StatusKind::OperationalHalt, b'H', b"Q   "));
+    assert_eq!(run.levels(Side::Ask), [lv(1010, 300, 1)]);
+    // Market-wide status gives no record and is counted.
+    assert!(run.feed(m(b'W', 9_003, Body::MwcbStatus { breached_level: b'1' })).is_empty());
+    assert_eq!(run.norm.stats().no_record[usize::from(b'W')], 1);
+    assert_eq!(run.norm.stats().no_record[usize::from(b'H')], 0);
 }
 
 #[test]

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use mdfan_feed::itch::{eastern_midnight_ns, Body, ItchFile, ItchNormalizer};
-use mdfan_wire::{BookUpdate, Books, Kind, Level, Side};
+use mdfan_feed::itch::{eastern_midnight_ns, stock_directory, Body, ItchFile, ItchNormalizer};
+use mdfan_wire::{BookUpdate, Books, Kind, Level, Side, Status, StatusKind, TradingStates};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/nasdaq-itch50-20191230-binaryfile-excerpts").join(name)
@@ -101,7 +101,34 @@ fn first1000_counts_and_symbols() {
     let counts: Vec<u64> = b"SRHY".iter().map(|&t| stats.of(t)).collect();
     assert_eq!(counts, [1, 993, 3, 3]);
     assert_eq!(bodies.first(), Some(&Body::SystemEvent { event_code: b'O' }));
-    assert!(records.is_empty(), "no order messages, no records");
+    // No order messages: the only records are the 3 trading actions and 3 Reg SHO indicators, all "trading,
+    // no price test" (the README's H 3, Y 3; checked by hand: locates 1 A, 2 AA, 3 AAAU, messages 82/83,
+    // 265/266, 583/584).
+    let got: Vec<_> = records.iter().map(|r| (r.venue_seq, r.instrument_id, r.kind(), r.status())).collect();
+    let st = |kind, state, reason: &[u8; 4]| Some(Status { kind, state, reason: *reason });
+    let (trading, no_test) = (st(StatusKind::Trading, b'T', b"    "), st(StatusKind::RegSho, b'0', b"    "));
+    let k = Some(Kind::TradingStatus);
+    assert_eq!(
+        got,
+        [
+            (82, 1, k, trading),
+            (83, 1, k, no_test),
+            (265, 2, k, trading),
+            (266, 2, k, no_test),
+            (583, 3, k, trading),
+            (584, 3, k, no_test)
+        ]
+    );
+    // 03:09:14.328694637 ET on 2019-12-30 (EST): the first H's timestamp after midnight.
+    assert_eq!(records[0].ts_event_ns, eastern_midnight_ns(2019, 12, 30).unwrap() + 11_354_328_694_637);
+    let mut states = TradingStates::new();
+    records.iter().for_each(|r| assert!(states.apply(r)));
+    assert_eq!(states.len(), 3);
+    let aa = states.get(2).unwrap();
+    assert_eq!(
+        (aa.trading, aa.reg_sho, aa.operational_halt, aa.is_halted()),
+        (Some((b'T', *b"    ")), Some(b'0'), None, false)
+    );
     let symbols: Vec<&str> = (1..=993).map(|l| norm.symbol(l).unwrap()).collect();
     assert_eq!(symbols.len(), 993);
     assert_eq!((symbols[0], symbols[992]), ("A", "BPFH"));
@@ -110,6 +137,26 @@ fn first1000_counts_and_symbols() {
     let mut sorted = symbols.clone();
     sorted.dedup();
     assert_eq!(sorted.len(), 993, "993 distinct symbols");
+}
+
+#[test]
+fn first1000_stock_directory_gives_993_definitions_at_4_decimals() {
+    let symbology = stock_directory(&data("12302019_first1000.itch")).unwrap();
+    assert_eq!(symbology.len(), 993);
+    let ids: Vec<u32> = symbology.iter().map(|d| d.instrument_id).collect();
+    assert_eq!(ids, (1..=993).collect::<Vec<u32>>());
+    assert_eq!((symbology.symbol(1), symbology.symbol(993)), (Some("A"), Some("BPFH")));
+    assert_eq!(
+        (symbology.ids_of("AAPL"), symbology.ids_of("AMZN"), symbology.ids_of("BABA")),
+        (vec![13], vec![393], vec![687])
+    );
+    let aapl = symbology.get(13).unwrap();
+    assert_eq!((aapl.display_factor_e9, aapl.tick_size_e9, aapl.min_decimals()), (E9, 100_000, 4));
+    assert_eq!(symbology.format_price(13, px(21351)), "213.5100");
+    // The snippet (cut after 09:30) has no Stock Directory message.
+    assert!(stock_directory(&data("12302019_SNIPPET.NASDAQ_ITCH50")).unwrap().is_empty());
+    let e = stock_directory(&data("no-such-file")).unwrap_err().to_string();
+    assert!(e.contains("no-such-file"), "{e}");
 }
 
 #[test]
