@@ -69,7 +69,7 @@ pub enum PublisherError {
     /// The feed is unusable.
     #[error(transparent)]
     Feed(#[from] FeedError),
-    /// The ITCH 5.0 file cannot be opened.
+    /// The ITCH 5.0 file cannot be opened, or its Stock Directory pass found a message it cannot read.
     #[error(transparent)]
     Itch(#[from] mdfan_feed::itch::ItchFileError),
     /// A live feed's line could not be opened.
@@ -198,7 +198,12 @@ impl Publisher {
                 let file = mdfan_feed::itch::ItchFile::open(&cfg.feed.path)?;
                 let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
                 let normalizer = mdfan_feed::itch::ItchNormalizer::new(midnight, 1 << 20);
-                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, Default::default())
+                // Symbols: a first pass over the file's Stock Directory messages, so that every subscriber,
+                // however early it attaches, gets every definition in its Accept and can subscribe by symbol.
+                // (A table the feed thread filled as it went would race the first attaches, which come before
+                // the replay.)
+                let symbology = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
+                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, symbology)
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;

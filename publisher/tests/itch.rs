@@ -1,6 +1,7 @@
 //! Nasdaq TotalView-ITCH 5.0 through the publisher (`format = "itch50"`): the BinaryFILE snippet of
 //! data/nasdaq-itch50-20191230-binaryfile-excerpts/ replayed to a subscriber of the library, whose order books
-//! equal the same file normalised in-process, and the HDS and QQQ books of that folder's README.
+//! equal the same file normalised in-process, and the HDS and QQQ books of that folder's README; symbols from
+//! Stock Directory messages (subscribing by symbol) and trading status records (the start-of-day file).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant};
 use mdfan_feed::itch::{eastern_midnight_ns, ItchFile, ItchNormalizer};
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
-use mdfan_subscriber::{Books, Event, Health, Level, Side, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{
+    BookUpdate, Books, Event, Health, Kind, Level, Side, StatusKind, Subscriber, SubscriberConfig, TradingStates,
+};
 
 const SNIPPET: &str = "12302019_SNIPPET.NASDAQ_ITCH50";
 
@@ -87,4 +90,97 @@ fn an_itch_config_without_a_session_date_is_refused_naming_the_key() {
     let bad_date = format!("{text}session_date = \"2019-13-30\"\n");
     let e = Config::parse(&bad_date, Path::new("itch.toml")).unwrap_err().to_string();
     assert!(e.contains("key feed.session_date: \"2019-13-30\": "), "{e}");
+}
+
+/// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) with its BinaryFILE length prefix: the snippet
+/// (cut after 09:30) has none, so the test puts this one for QQQ (locate 6556, as in the README) in front of it.
+/// The fields other than locate and symbol are plausible values (category G, round lot 100, ETP).
+fn stock_directory_message(locate: u16, symbol: &[u8; 8], timestamp_ns: u64) -> Vec<u8> {
+    let mut m = vec![b'R'];
+    m.extend(locate.to_be_bytes());
+    m.extend(0u16.to_be_bytes()); // tracking number
+    m.extend(&timestamp_ns.to_be_bytes()[2..]); // 6 bytes
+    m.extend(symbol);
+    m.extend([b'G', b'N']); // market category, financial status
+    m.extend(100u32.to_be_bytes()); // round lot size
+    m.extend([b'N', b'Q', b'E', b' ', b'P', b'N', b' ', b'1', b'Y']); // round lots only .. ETP flag
+    m.extend(0u32.to_be_bytes()); // ETP leverage factor
+    m.push(b'N'); // inverse
+    assert_eq!(m.len(), 39);
+    let mut framed = (m.len() as u16).to_be_bytes().to_vec();
+    framed.extend(m);
+    framed
+}
+
+/// Binds a publisher on `file` (waiting for 1 subscriber), runs it on a thread; the subscriber `name` asking
+/// for `symbols` collects every record until the end of stream. Returns the records and the subscriber.
+fn replay_to(file: &Path, name: &str, symbols: &[&str]) -> (Vec<BookUpdate>, Subscriber) {
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\npath = {file:?}\nsession_date = \"2019-12-30\"\n"
+    );
+    let publisher = Publisher::bind(Config::parse(&text, Path::new("itch-test.toml")).unwrap()).unwrap();
+    let endpoint = publisher.local_addr().to_string();
+    let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
+    let mut cfg = SubscriberConfig::new(&endpoint, name);
+    cfg.symbols = Some(symbols.iter().map(|s| s.to_string()).collect());
+    let mut sub = Subscriber::connect(&cfg).unwrap();
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "watchdog");
+        sub.poll(256, |e| match e {
+            Event::Record(r) if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) => records.push(*r),
+            Event::Gap { expected, got } => panic!("gap {expected}..{got}"),
+            _ => {}
+        });
+        if let Some(Health::Ended(end)) = sub.maintain_if_due() {
+            assert_eq!(end.as_str(), "end_of_stream");
+            break;
+        }
+    }
+    run.join().unwrap().unwrap();
+    (records, sub)
+}
+
+#[test]
+fn a_subscriber_asking_for_qqq_by_symbol_gets_only_qqqs_records_and_the_readme_book() {
+    let path = std::env::temp_dir().join(format!("mdfan-itch-qqq-{}.itch", std::process::id()));
+    let mut bytes = stock_directory_message(6556, b"QQQ     ", 11_000_000_000_000);
+    bytes.extend(std::fs::read(data(SNIPPET)).unwrap());
+    std::fs::write(&path, &bytes).unwrap();
+    let (records, sub) = replay_to(&path, "qqq", &["QQQ"]);
+    let _ = std::fs::remove_file(&path);
+    // The README: QQQ has 13 A and 2 D in the snippet, all of orders added inside it: 15 records, nothing else.
+    assert!(records.iter().all(|r| r.instrument_id == 6556), "only QQQ's records");
+    let kinds = |k| records.iter().filter(|r| r.kind() == Some(k)).count();
+    assert_eq!((records.len(), kinds(Kind::Add), kinds(Kind::Cancel)), (15, 13, 2));
+    let mut books = Books::new();
+    records.iter().for_each(|r| books.apply(r).unwrap());
+    let lv = |c, size, orders| Level { price_e9: px(c), size, orders };
+    assert_eq!(books.get(6556).unwrap().bbo(), (Some(lv(21351, 100, 1)), Some(lv(21352, 500, 2))));
+    // The definition came in the Accept: the symbol, and prices at ITCH's 4 decimals.
+    let defs: Vec<_> = sub.symbology().iter().map(|d| (d.instrument_id, d.symbol.clone())).collect();
+    assert_eq!(defs, [(6556, "QQQ".to_owned())]);
+    assert_eq!(sub.symbology().format_price(6556, px(21351)), "213.5100");
+}
+
+#[test]
+fn the_start_of_day_file_gives_symbols_and_trading_states_to_a_subscriber() {
+    // 12302019_first1000.itch: R 993 (A is locate 1, AAAU 3), then per stock H (trading) and Y (no price test);
+    // the README's H 3, Y 3 are for locates 1, 2, 3. A subscriber for A and AAAU gets those two's 4 records.
+    let (records, sub) = replay_to(&data("12302019_first1000.itch"), "status", &["A", "AAAU"]);
+    let got: Vec<_> =
+        records.iter().map(|r| (r.venue_seq, r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
+    let (h, y) = (Some((StatusKind::Trading, b'T')), Some((StatusKind::RegSho, b'0')));
+    assert_eq!(got, [(82, 1, h), (83, 1, y), (583, 3, h), (584, 3, y)]);
+    let mut states = TradingStates::new();
+    records.iter().for_each(|r| assert!(states.apply(r)));
+    let a = states.get(1).unwrap();
+    assert_eq!(
+        (a.trading, a.reg_sho, a.is_halted(), a.last_venue_seq),
+        (Some((b'T', *b"    ")), Some(b'0'), false, 83)
+    );
+    assert!(states.get(2).is_none(), "AA was not asked for");
+    let s = sub.symbology();
+    assert_eq!((s.len(), s.symbol(1), s.symbol(3)), (2, Some("A"), Some("AAAU")));
 }

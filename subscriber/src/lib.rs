@@ -132,8 +132,9 @@ pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
-    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, InstrumentDef, Kind, Level, LevelIter,
-    MbpBook, MbpBooks, MbpLevel, RestingOrder, Side, Symbology, MBP_DEPTH,
+    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, InstrumentDef, InstrumentStatus, Kind, Level,
+    LevelIter, MbpBook, MbpBooks, MbpLevel, RestingOrder, Side, Status, StatusKind, Symbology, TradingStates,
+    MBP_DEPTH,
 };
 
 /// How to reach the publisher and what ring to offer it.

@@ -1,6 +1,6 @@
 //! The text `mdfan-subscribe` prints: one key=value line per instrument, top levels, latency percentiles.
 
-use mdfan_wire::{Book, Level, MbpBook, MbpLevel, Side, Symbology};
+use mdfan_wire::{Book, InstrumentStatus, Level, MbpBook, MbpLevel, Side, Symbology};
 
 use crate::latency::{Latency, WireLatency};
 
@@ -109,6 +109,36 @@ pub fn mbp_level_lines(symbology: &Symbology, book: &MbpBook, n: usize) -> Vec<S
         }
     }
     out
+}
+
+/// An instrument's trading status ([`mdfan_wire::TradingStates`]): `status instrument=2 symbol=AA trading=T
+/// reason=- reg_sho=0 operational_halt=- halted=false records=2 last_seq=266` (`symbol=` when the symbology
+/// knows it). `trading` is the Stock Trading Action state (`H` halted, `P` paused, `Q` quotation only, `T`
+/// trading) and `reason` its reason code, trimmed; `reg_sho` the Reg SHO indicator (`0`, `1`, `2`);
+/// `operational_halt` the action and market code (`HQ`: halted on Nasdaq); `-` for what no record said yet.
+/// `halted` is [`InstrumentStatus::is_halted`]; `last_seq` the venue sequence of the last status record.
+pub fn status_line(symbology: &Symbology, instrument_id: u32, s: &InstrumentStatus) -> String {
+    let ascii = |b: &[u8]| {
+        let t = String::from_utf8_lossy(b).trim().to_owned();
+        if t.is_empty() {
+            "-".to_owned()
+        } else {
+            t
+        }
+    };
+    let (trading, reason) = match s.trading {
+        Some((state, reason)) => (ascii(&[state]), ascii(&reason)),
+        None => ("-".to_owned(), "-".to_owned()),
+    };
+    format!(
+        "status {} trading={trading} reason={reason} reg_sho={} operational_halt={} halted={} records={} last_seq={}",
+        instrument_text(symbology, instrument_id),
+        s.reg_sho.map_or("-".to_owned(), |b| ascii(&[b])),
+        s.operational_halt.map_or("-".to_owned(), |(action, market)| ascii(&[action, market])),
+        s.is_halted(),
+        s.records,
+        s.last_venue_seq,
+    )
 }
 
 /// `latency clock=tsc count=N p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..`.

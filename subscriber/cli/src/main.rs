@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{
-    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, summary_line,
-    wire_latency_line,
+    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, status_line,
+    summary_line, wire_latency_line,
 };
 use mdfan_subscriber::{
     flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
-    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
+    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig, TradingStates,
 };
 
 /// Price-level (MBP) books this process keeps room for.
@@ -322,6 +322,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut symbology = sub.symbology().clone();
     let mut books = Books::new();
     let mut mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
+    let mut statuses = TradingStates::new();
     let mut stale_records = 0u64;
     let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
     let mut book_records = 0u64;
@@ -353,6 +354,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Some(Kind::SnapshotEnd) => {
                     stale = false;
                     out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
+                }
+                Some(Kind::TradingStatus) => {
+                    book_records += 1;
+                    statuses.apply(r);
                 }
                 _ if is_mbp(r) => {
                     book_records += 1;
@@ -474,6 +479,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Reconnected { session_id } => {
                     books = Books::new();
                     mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
+                    // statuses stay: a snapshot carries none, and the last known state beats none
                     symbology = sub.symbology().clone();
                     out!("reconnected session={session_id}");
                 }
@@ -513,6 +519,9 @@ fn run(args: &Args) -> Result<i32, CliError> {
         for line in mbp_level_lines(&symbology, book, args.levels.min(mdfan_subscriber::MBP_DEPTH)) {
             out!("{line}");
         }
+    }
+    for (id, status) in statuses.iter() {
+        out!("{}", status_line(&symbology, id, status));
     }
     if stale_records > 0 || mbp.iter().any(|b| b.is_stale()) {
         let stale_now = mbp.iter().filter(|b| b.is_stale()).count();
