@@ -26,18 +26,24 @@
 //!   each record copied into a pre-allocated ring of 64-byte records, the journal's stand-in; a fresh channel per
 //!   iteration, made untimed), both per packet: the ratio of their times is the "≥ 0.5x a bare walk".
 //!   `mdfan-bench run` reports the same ratio and each packet's decode time (`benches/src/mdp3.rs`).
+//! - `itch`: over the bundled Nasdaq ITCH 5.0 snippet (1,000 messages, in memory): `walk` (the 2-byte length
+//!   prefixes walked and summed: the floor) and `decode_normalize` (`decode_message` + `ItchNormalizer::normalize`,
+//!   each record copied into the same kind of ring; a fresh normaliser per iteration, made untimed), per message
+//!   (`benches/src/itch.rs`).
 //! - `wire_clock`: the clocks a subscriber could read per record for wire-to-poll: `system_time_now`
 //!   (`SystemTime::now()`, `clock_gettime(CLOCK_REALTIME)` through the vDSO), `tsc_raw` (quanta's raw TSC, what
 //!   post-to-poll reads anyway) and `anchored_realtime` (`mdfan_subscriber::latency::RealtimeClock`: that TSC read
 //!   turned into realtime from an anchor refreshed once per ms; what the subscriber uses).
 //!
-//! Throughput is in records (`mdp3`: packets). Every benchmark checks a value against the reference before it is timed (counts,
+//! Throughput is in records (`mdp3`: packets; `itch`: messages). Every benchmark checks a value against the reference before it is timed (counts,
 //! books and timestamps of data/README.md), so a broken benchmark fails instead of timing nothing.
 #![forbid(unsafe_code)]
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 #[allow(dead_code)] // the run report's half (rates, per-packet histogram) is not used here
+#[path = "../src/itch.rs"]
+mod itch;
 #[path = "../src/mdp3.rs"]
 mod mdp3;
 
@@ -537,6 +543,31 @@ fn mdp3(c: &mut Criterion) {
     g.finish();
 }
 
+/// ITCH 5.0 decode + normalise into the journal's stand-in against a bare length-prefix walk, per message of the
+/// bundled snippet.
+fn itch(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(itch::SNIPPET);
+    let file = itch::snippet(&path).unwrap_or_else(|e| panic!("{e}"));
+    // checked before timing: the walk sees every message, the decoder every record
+    assert_eq!(itch::walk(&file), (itch::MESSAGES, itch::MESSAGE_BYTES));
+    let mut ring = itch::Ring::default();
+    assert_eq!(itch::decode(&mut itch::normalizer(), &file, &mut ring).unwrap(), itch::RECORDS);
+    let mut g = c.benchmark_group("itch");
+    g.throughput(Throughput::Elements(itch::MESSAGES));
+    g.bench_function("walk", |b| b.iter(|| itch::walk(black_box(&file))));
+    g.bench_function("decode_normalize", |b| {
+        b.iter_batched(
+            itch::normalizer,
+            |mut norm| {
+                let n = itch::decode(&mut norm, black_box(&file), &mut ring);
+                (norm, n) // dropped untimed
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
 /// The realtime clock on the subscriber's poll path (wire-to-poll): vDSO `clock_gettime` against the TSC alone
 /// and the TSC anchored to realtime.
 fn wire_clock(c: &mut Criterion) {
@@ -554,5 +585,5 @@ fn wire_clock(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, record, book_apply, ring, dbn, mdp3, wire_clock);
+criterion_group!(benches, record, book_apply, ring, dbn, mdp3, itch, wire_clock);
 criterion_main!(benches);

@@ -22,6 +22,9 @@
 //!   packet's decode time; `mdfan.mdp3_loopback.*`: [`mdp3_loopback`]: the same packets over loopback UDP into
 //!   a line socket, decoded into an shm ring and polled by the subscriber library: wire-to-poll beside
 //!   post-to-poll.
+//! - `mdfan.itch_decode.*` and `baseline.itch_walk`: [`itch`]: Nasdaq ITCH 5.0 decode + normalise over the
+//!   bundled snippet, against a bare walk of the same bytes' length prefixes (with the MDP 3.0 decode; the same
+//!   `--no-mdp3` skips both).
 //!
 //! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
@@ -36,6 +39,7 @@
 mod aeron;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
+mod itch;
 mod mdp3;
 mod mdp3_loopback;
 mod openloop;
@@ -149,7 +153,7 @@ struct RunArgs {
     /// Skip the replay throughput scenario.
     #[arg(long)]
     no_replay: bool,
-    /// Skip the MDP 3.0 decode scenario.
+    /// Skip the MDP 3.0 and ITCH 5.0 decode scenarios.
     #[arg(long)]
     no_mdp3: bool,
     /// mdfan's fabric: `shm` (every scenario) or `verbs` (the ping-pong beside perftest's `ib_write_lat
@@ -392,6 +396,10 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, true) => mdp3::line_a(&repo_root().join(mdp3::CAPTURE))?,
         _ => Vec::new(),
     };
+    let itch_file = match (s.fabric, s.mdp3) {
+        (Provider::Shm, true) => itch::snippet(&repo_root().join(itch::SNIPPET))?,
+        _ => Vec::new(),
+    };
     // passes of the 5,000 packets: for the rates (each pass timed whole), and for the per-packet histogram
     let mdp3_passes = (s.count / 1_000).clamp(3, 100) as usize;
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
@@ -468,6 +476,18 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), r.cpu_ns_per_record_per_sub);
                 scalars.add(format!("{base}.blocked_share"), r.blocked_share);
             }
+        }
+        if !itch_file.is_empty() {
+            // 1,000 messages a pass (about 20 to 100 us): ten times the MDP 3.0 passes
+            let r = progress.step("mdfan.itch_decode", || {
+                fresh(|| {
+                    pin(a);
+                    itch::rates(&itch_file, mdp3_passes * 10)
+                })
+            })?;
+            scalars.add("baseline.itch_walk.messages_per_s".into(), r.walk_messages_per_s);
+            scalars.add("mdfan.itch_decode.messages_per_s".into(), r.decode_messages_per_s);
+            scalars.add("mdfan.itch_decode.records_per_s".into(), r.decode_records_per_s);
         }
         if !mdp3_packets.is_empty() {
             let pk = &mdp3_packets;

@@ -169,6 +169,14 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
             figures.insert("ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(), d / w);
         }
     }
+    // ITCH 5.0: decode + normalise into the journal against a bare length-prefix walk, messages/s over messages/s
+    if let (Some(d), Some(w)) =
+        (figures.get("mdfan.itch_decode.messages_per_s"), figures.get("baseline.itch_walk.messages_per_s"))
+    {
+        if *w > 0.0 {
+            figures.insert("ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate".into(), d / w);
+        }
+    }
 }
 
 /// The replay's records/s by subscriber count (`mdfan.replay.subs<N>.rate_per_s`), fewest subscribers first.
@@ -231,6 +239,8 @@ pub fn display_name(key: &str) -> String {
         "mdfan.mdp3_decode" => "MDP 3.0 decode + normalize (line A, into the journal)",
         "mdfan.mdp3_decode.packet" => "MDP 3.0 packet to records",
         "baseline.mdp3_walk" => "MDP 3.0 bare MsgSize walk",
+        "mdfan.itch_decode" => "ITCH 5.0 decode + normalize (snippet, into the journal)",
+        "baseline.itch_walk" => "ITCH 5.0 bare length-prefix walk",
         "mdfan.mdp3_loopback" => "MDP 3.0 over loopback UDP to the subscriber",
         "mdfan.mdp3_loopback.wire_to_poll" => "MDP 3.0 over loopback: wire to poll",
         "mdfan.mdp3_loopback.post_to_poll" => "MDP 3.0 over loopback: post to poll",
