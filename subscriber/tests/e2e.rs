@@ -8,6 +8,7 @@ mod dbn_file;
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::*;
@@ -391,4 +392,84 @@ fn a_feed_that_breaks_mid_replay_ends_the_stream_with_feed_error() {
         "{err}"
     );
     assert!(err.starts_with(&format!("feed {}", feed.display())), "{err}");
+}
+
+/// Nasdaq ITCH 5.0: the symbols of the file's Stock Directory messages reach `mdfan-subscribe`. The bundled
+/// snippet starts at 09:30 and has no Stock Directory message, so one for QQQ (locate 6556, ITCH 5.0 section
+/// 4.2.1, 39 bytes) is put in front of it; `--symbol QQQ` then gets only QQQ, whose summary names it with its
+/// prices at ITCH's 4 decimals: the excerpt README's BBO 213.51 x 100 / 213.52 x 500.
+#[test]
+fn an_itch_symbol_from_the_stock_directory_selects_its_locate_and_prints_4_decimals() {
+    let mut r = vec![b'R'];
+    r.extend(6556u16.to_be_bytes());
+    r.extend([0, 0]); // tracking number
+    r.extend(&11_000_000_000_000u64.to_be_bytes()[2..]); // timestamp, 6 bytes
+    r.extend(b"QQQ     G N"); // symbol, market category, financial status
+    r.truncate(21);
+    r.extend(100u32.to_be_bytes()); // round lot size
+    r.extend(b"NQE PN 1Y"); // round lots only .. ETP flag
+    r.extend(0u32.to_be_bytes()); // ETP leverage factor
+    r.push(b'N'); // inverse indicator
+    assert_eq!(r.len(), 39);
+    let feed = std::env::temp_dir().join(format!("mdfan-itch-cli-{}.itch", std::process::id()));
+    let mut bytes = 39u16.to_be_bytes().to_vec();
+    bytes.extend(r);
+    let snippet = "../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_SNIPPET.NASDAQ_ITCH50";
+    bytes.extend(std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(snippet)).unwrap());
+    std::fs::write(&feed, bytes).unwrap();
+    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
+        .replace("format = \"dbn\"", "format = \"itch50\"");
+    let cfg = mdfan_publisher::config::Config::parse(&text, std::path::Path::new("itch.toml")).unwrap();
+    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
+    let addr = publisher.local_addr();
+    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let qqq = wait_with_watchdog(spawn_subscriber(addr, "qqq", &["--symbol", "QQQ", "--levels", "1"]));
+    let report = handle.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&feed);
+    let lines = stdout_lines(&qqq);
+    let summaries: Vec<&String> =
+        lines.iter().filter(|l| l.starts_with("instrument=") && !l.contains(" side=")).collect();
+    assert_eq!(
+        summaries,
+        // 13 A, 2 D (the README); the last is the snippet's message 451, 452 behind the R; 11 orders on 4 bid
+        // and 5 ask prices (checked by hand with a separate walk of the file)
+        ["instrument=6556 symbol=QQQ records=15 gaps=0 last_seq=452 orders=11 levels_bid=4 levels_ask=5 bbo=213.5100x100/213.5200x500"],
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"instrument=6556 side=bid level=1 price=213.5100 size=100 orders=1".to_owned()),
+        "{lines:?}"
+    );
+    let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+    assert_eq!((stream["book_records"], stream["gaps"], stream["end"]), ("15", "0", "end_of_stream"), "{lines:?}");
+    assert_eq!(report.session("qqq").unwrap().filtered, 812 - 15);
+}
+
+/// Nasdaq ITCH 5.0 trading status through `mdfan-subscribe`: the start-of-day file's Stock Directory names A
+/// (locate 1), and its `H` (trading, message 82) and `Y` (no price test, message 83) for A end as A's status line.
+#[test]
+fn an_itch_subscriber_prints_the_trading_status_of_its_symbol() {
+    let feed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
+    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
+        .replace("format = \"dbn\"", "format = \"itch50\"");
+    let cfg = mdfan_publisher::config::Config::parse(&text, Path::new("itch.toml")).unwrap();
+    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
+    let addr = publisher.local_addr();
+    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let a = wait_with_watchdog(spawn_subscriber(addr, "a", &["--symbol", "A"]));
+    handle.join().unwrap().unwrap();
+    let lines = stdout_lines(&a);
+    let status: Vec<&String> = lines.iter().filter(|l| l.starts_with("status ")).collect();
+    assert_eq!(
+        status,
+        ["status instrument=1 symbol=A trading=T reason=- reg_sho=0 operational_halt=- halted=false records=2 last_seq=83"],
+        "{lines:?}"
+    );
+    let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+    assert_eq!(
+        (stream["book_records"], stream["book_errors"], stream["end"]),
+        ("2", "0", "end_of_stream"),
+        "{lines:?}"
+    );
 }

@@ -114,7 +114,10 @@ mod tests {
         assert!(t.apply(&rec(7, StatusKind::Trading, b'T', b"    ", 4)));
         let s = *t.get(7).unwrap();
         assert_eq!(s.trading, Some((b'T', *b"    ")));
-        assert_eq!((s.reg_sho, s.operational_halt, s.records, s.last_venue_seq), (Some(b'1'), Some((b'H', b'Q')), 4, 4));
+        assert_eq!(
+            (s.reg_sho, s.operational_halt, s.records, s.last_venue_seq),
+            (Some(b'1'), Some((b'H', b'Q')), 4, 4)
+        );
         assert!(s.is_halted(), "trading resumed, but the operational halt is still in force");
         t.apply(&rec(7, StatusKind::OperationalHalt, b'T', b"Q   ", 5));
         assert!(!t.get(7).unwrap().is_halted());

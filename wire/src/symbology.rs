@@ -10,7 +10,8 @@
 //! - A symbol file for CME MDP 3.0 (security id → symbol, display factor, tick size), parsed by `mdfan-feed`
 //!   (`feed::symbols`): the definition messages (template 54, CME "MDP 3.0 - Security Definition") come on
 //!   another channel than the incremental feed.
-//! - Nasdaq ITCH Stock Directory (`R`) messages: a decoder calls [`Symbology::insert`] per message (to come).
+//! - Nasdaq ITCH Stock Directory (`R`) messages: `mdfan_feed::itch::stock_directory` reads a file's, one
+//!   [`InstrumentDef`] per stock locate (tick 0.0001: ITCH's 4 decimals).
 //!
 //! Prices: a record's `price_e9` is the feed's price in units of 10⁻⁹. The price a person reads is
 //! `price_e9 × 10⁻⁹ × display factor` (CME "MDP 3.0 - Security Definition", tag 9787 `DisplayFactor`: 1 for
