@@ -41,9 +41,10 @@
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
-#[allow(dead_code)] // the run report's half (rates, per-packet histogram) is not used here
+#[allow(dead_code, unused_imports)] // the run report's half (rates) and the unit test are not used here
 #[path = "../src/itch.rs"]
 mod itch;
+#[allow(dead_code)] // the run report's half (rates, per-packet histogram) is not used here
 #[path = "../src/mdp3.rs"]
 mod mdp3;
 
