@@ -727,6 +727,12 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
             false,
         ),
         (
+            "ITCH 5.0 decode + normalize into the journal >= 0.5x a bare walk of the messages' length prefixes",
+            "ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate".into(),
+            0.5,
+            false,
+        ),
+        (
             "verbs one-way p50 <= 1.15x perftest write-with-imm (Soft-RoCE run)",
             "ratio.mdfan.verbs.pingpong_vs_baseline.perftest.p50".into(),
             1.15,
