@@ -4,6 +4,9 @@
 //! [publisher]
 //! listen = "127.0.0.1:7700"    # control endpoint (TCP). Default 127.0.0.1:7700.
 //! hot_core = 1                 # core the hot loop is pinned to. Default: not pinned.
+//! hot_idle = "spin"            # the live hot loop on an empty cycle: "spin" (PAUSE, burns its core) or "yield"
+//!                              # (sched_yield after 1,000 empty cycles: a host without a core per busy thread).
+//!                              # Default "spin".
 //! control_core = 0             # core of the control thread. Default: not pinned.
 //! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
 //! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
@@ -63,6 +66,7 @@
 use std::path::{Path, PathBuf};
 
 use mdfan_fabric::{FabricConfig, Provider};
+use mdfan_tuning::IdleStrategy;
 use mdfan_wire::control::SlowConsumerPolicy;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -216,6 +220,8 @@ pub struct PublisherSection {
     pub listen: String,
     /// Core the hot loop is pinned to; `None`: not pinned.
     pub hot_core: Option<usize>,
+    /// What the live hot loop does on a cycle that sent nothing ([`HotIdle`]).
+    pub hot_idle: HotIdle,
     /// Core the control thread is pinned to; `None`: not pinned.
     pub control_core: Option<usize>,
     /// Subscribers to wait for before the replay starts.
@@ -243,6 +249,7 @@ impl Default for PublisherSection {
         PublisherSection {
             listen: "127.0.0.1:7700".into(),
             hot_core: None,
+            hot_idle: HotIdle::Spin,
             control_core: None,
             wait_for_subscribers: 1,
             max_subscribers: 64,
@@ -252,6 +259,35 @@ impl Default for PublisherSection {
             policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
             counters_dir: PathBuf::from("/dev/shm"),
             keep_counters: false,
+        }
+    }
+}
+
+/// What the live hot loop does on a duty cycle that sent nothing (`publisher.hot_idle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HotIdle {
+    /// PAUSE and go round again ([`IdleStrategy::BusySpin`]): the lowest latency, for a hot loop on an isolated
+    /// core of its own.
+    #[default]
+    Spin,
+    /// PAUSE for [`HotIdle::YIELD_AFTER_CYCLES`] empty cycles in a row, then `sched_yield` on each further one
+    /// ([`IdleStrategy::SpinThenYield`]): for a host with fewer cores than busy threads (the feed thread, the hot
+    /// loop, subscribers), where a spinning hot loop would starve the feed thread that gives it work. A record
+    /// that arrives during a yield waits for the yield to return (about a microsecond on an idle core, a time
+    /// slice on a busy one).
+    Yield,
+}
+
+impl HotIdle {
+    /// Empty cycles that only PAUSE before [`HotIdle::Yield`] starts to yield.
+    pub const YIELD_AFTER_CYCLES: u32 = 1_000;
+
+    /// The idle strategy of the live hot loop's runner.
+    pub fn strategy(self) -> IdleStrategy {
+        match self {
+            HotIdle::Spin => IdleStrategy::BusySpin,
+            HotIdle::Yield => IdleStrategy::SpinThenYield { spins: Self::YIELD_AFTER_CYCLES },
         }
     }
 }
@@ -682,6 +718,8 @@ provider = "shm"
         assert_eq!(c.publisher.max_subscribers, 64);
         assert_eq!(c.feed.pace, Pace::Factor(10.0));
         assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
+        assert_eq!(c.publisher.hot_idle, HotIdle::Spin);
+        assert_eq!(c.publisher.hot_idle.strategy(), IdleStrategy::BusySpin);
         assert_eq!(c.feed.max_gap_ms, 1000);
         assert_eq!(c.feed.symbols, None);
         assert_eq!(c.fabric.provider, Provider::Shm);
@@ -782,6 +820,10 @@ snapshot = "224.0.31.43:14330"
         assert!(e.contains("fabric.ring_slots_max") && e.contains("1000"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "hot_core = \"one\"")).unwrap_err().to_string();
         assert!(e.contains("line 4: key publisher.hot_core: "), "{e}");
+        let c = parse(&GOOD.replace("hot_core = 1", "hot_idle = \"yield\"")).unwrap();
+        assert_eq!(c.publisher.hot_idle.strategy(), IdleStrategy::SpinThenYield { spins: 1_000 });
+        let e = parse(&GOOD.replace("hot_core = 1", "hot_idle = \"sleep\"")).unwrap_err().to_string();
+        assert!(e.contains("line 4: key publisher.hot_idle: ") && e.contains("unknown variant `sleep`"), "{e}");
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
         assert!(e.ends_with("line 2: key feed.format: \"dbn\" needs feed.path (the file to replay)"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();

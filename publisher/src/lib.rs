@@ -3,7 +3,8 @@
 //! Two agents ([`mdfan_tuning::Agent`]: a `do_work` duty cycle that returns the work it did, run by a runner
 //! that idles on 0):
 //! - the **hot loop** ([`agent::FanoutAgent`]), on thread `mdfan-hot` pinned to `publisher.hot_core`: idling with
-//!   a backoff ([`agent::WAITING_IDLE`]) while it waits for its first subscribers, busy-spinning once live;
+//!   a backoff ([`agent::WAITING_IDLE`]) while it waits for its first subscribers, then busy-spinning (or, with
+//!   `publisher.hot_idle = "yield"`, yielding after a run of empty cycles: [`config::HotIdle`]);
 //! - the **conductor** ([`Conductor`], on the thread that calls [`Publisher::run`], backoff up to 1 ms when
 //!   idle): accepts subscribers on the control endpoint, checks their
 //!   [`Subscribe`](mdfan_wire::control::Subscribe), attaches their rings, hands sessions to the hot loop through
@@ -45,7 +46,7 @@ use mdfan_feed::dbn::{FeedError, MboStream};
 use mdfan_wire::control::TsRecvClock;
 use mdfan_wire::{Books, Symbology};
 
-use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
+use mdfan_tuning::{run_agent, run_agent_until, Agent};
 
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
@@ -394,7 +395,8 @@ impl Publisher {
 
     /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor's,
     /// under [`conductor::CONDUCTOR_IDLE`]. The hot loop runs on thread `mdfan-hot`, pinned to
-    /// `publisher.hot_core`: under [`agent::WAITING_IDLE`] while it waits for subscribers, then busy-spinning.
+    /// `publisher.hot_core`: under [`agent::WAITING_IDLE`] while it waits for subscribers, then busy-spinning
+    /// (`publisher.hot_idle`, [`config::HotIdle`]).
     /// The pinning is logged here, not on the hot thread.
     ///
     /// # Errors
@@ -404,6 +406,7 @@ impl Publisher {
         let (feed_name, journal_records) = (self.feed_name(), self.journal.capacity());
         let feed_stop = Arc::clone(&self.feed_stop);
         let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
+        let hot_idle = self.cfg.publisher.hot_idle.strategy();
         let lock_memory = self.cfg.publisher.lock_memory;
         // A live feed starts at once (the market does not wait).
         let wait_for = if self.live.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
@@ -419,7 +422,7 @@ impl Publisher {
                 let pinned = hot_core.map(|core| (core, mdfan_tuning::pin_current_thread(core)));
                 let _ = pinned_tx.send(pinned);
                 run_agent_until(&mut fanout, agent::WAITING_IDLE, |a| !a.is_waiting());
-                run_agent(&mut fanout, IdleStrategy::BusySpin);
+                run_agent(&mut fanout, hot_idle);
                 // Handed back, so what it still holds (commands that came after the end: sessions, snapshot
                 // buffers) is freed on the conductor's thread, where a teardown failure may be logged.
                 fanout
