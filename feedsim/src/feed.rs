@@ -63,6 +63,14 @@ pub trait Feed {
     /// The packet's sequence number, or `None` when the payload cannot carry one.
     fn seq(&self, payload: &[u8]) -> Option<u64>;
 
+    /// Sequence numbers the packet carries (`seq..seq + seq_count`): 1 by default (one seq per packet);
+    /// MoldUDP64: the message count (0 for a heartbeat or end of session). `--drop-seqs` drops a packet when
+    /// any of its sequence numbers is in the range.
+    fn seq_count(&self, payload: &[u8]) -> u64 {
+        let _ = payload;
+        1
+    }
+
     /// Writes the datagram to send on `line` for one captured payload into `out` (cleared by the caller). The
     /// default passes the payload through.
     fn encode(&mut self, line: Line, payload: &[u8], out: &mut Vec<u8>) {
@@ -118,6 +126,10 @@ impl Feed for WithRecovery<'_> {
 
     fn seq(&self, payload: &[u8]) -> Option<u64> {
         self.feed.seq(payload)
+    }
+
+    fn seq_count(&self, payload: &[u8]) -> u64 {
+        self.feed.seq_count(payload)
     }
 
     fn encode(&mut self, line: Line, payload: &[u8], out: &mut Vec<u8>) {
