@@ -28,10 +28,10 @@ pub const DEFAULT_LINGER_MS: u64 = 1_000;
 /// The recovery server a run opens ([`crate::SimConfig::recovery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoveryConfig {
-    /// Where it sends (MDP 3.0: the snapshot feed): a multicast group (sent on 127.0.0.1, TTL 0) or a loopback
-    /// address.
+    /// MDP 3.0: where the snapshot feed is sent, a multicast group (sent on 127.0.0.1, TTL 0) or a loopback
+    /// address. MoldUDP64: where the retransmission server listens, a loopback address only.
     pub addr: SocketAddrV4,
-    /// Period of the snapshot loop, ms (at least 1).
+    /// Period of the snapshot loop, ms (at least 1; unused by MoldUDP64).
     pub interval_ms: u64,
     /// How long it keeps serving after the capture's last packet was sent, ms.
     pub linger_ms: u64,

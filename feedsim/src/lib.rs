@@ -9,6 +9,10 @@
 //! - [`feed`]: what a feed adds ([`Feed`]: seq extraction, an encoder hook, a recovery-server hook), with CME MDP
 //!   3.0 ([`Mdp3`]).
 //! - [`snapshot`]: CME MDP 3.0 market recovery, the snapshot feed served from the simulator's own books.
+//! - [`itch`]: Nasdaq TotalView-ITCH 5.0 synthesised from DBN MBO ([`ItchEncoder`], sans I/O).
+//! - [`moldudp64`]: those messages framed into MoldUDP64 packets ([`MoldFramer`]), played as the feed
+//!   [`MoldItch`] ([`run_capture`] over the in-memory packets, [`moldudp64::capture_of`]), with a MoldUDP64
+//!   retransmission server ([`MoldRetransmitServer`]).
 //! - [`sender`]: the sockets (multicast on 127.0.0.1 with TTL 0, or loopback unicast; nothing else).
 //! - [`plan`] and [`play`]: which datagram goes out on which line when, and sending it.
 //!
