@@ -26,8 +26,8 @@ fn esh4_as_itch_over_moldudp64_replays_to_the_reference_book() {
     assert_eq!(s.stats.records, esh4::RECORDS);
     // S O, one R (ESH4 at locate 1), ..., S C.
     assert_eq!((s.stats.of(b'S'), s.stats.of(b'R')), (2, 1));
-    // 7 cancels/fills/modifies of orders the file never added (the DBN replay skips them as well); the
-    // 8,725 snapshot records are stamped before the session's midnight (ts clamped to 0); one T without side.
+    // 7 fills (side N, records 9,660..=9,670, at the reopen) of orders the file never added; the 8,725 snapshot
+    // records are stamped before the session's midnight (ts clamped to 0); one T without a side (record 9,651).
     assert_eq!((s.stats.price_unrepresentable, s.stats.no_locate, s.stats.unknown_order), (0, 0, 7));
     assert_eq!((s.stats.ts_clamped, s.stats.skipped), (8_725, 1));
     // Per type: A 29,299, D 12,670, E 6,364, P 2,972, U 9,904, X 1,362 (62,574 messages in all).
