@@ -20,7 +20,7 @@
 //! | `F` fill | `E` Order Executed (the fill's size, at most what rests in ITCH; match number = DBN sequence) |
 //! | `M` modify | `U` Order Replace (new reference number, new shares and price) |
 //! | `R` clear | `D` Order Delete per order resting on that instrument |
-//! | `T` trade, side `B`/`A` | `P` Trade (non-cross), order reference 0, buy/sell of the DBN side |
+//! | `T` trade, side `B`/`A` | `P` Trade (non-cross), order reference 0, buy/sell of the DBN side (CME: the aggressor's), match number = DBN sequence |
 //! | `T` with side `N`, `N` no action | nothing (counted in [`EncoderStats::skipped`]) |
 //! | end of file ([`ItchEncoder::finish`]) | System Event `S` (event code `C`, end of messages) |
 //!

@@ -30,7 +30,6 @@
 //! published (`beyond`). Knobs ([`RetransmitOptions`]): stop answering after N requests, or once a given
 //! sequence number was published (a server that dies mid-run), and silent (never answers).
 
-use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::Path;
@@ -366,8 +365,6 @@ pub struct MoldRetransmitServer {
     dead: bool,
     counters: RetransmitCounters,
     answer: Vec<u8>,
-    /// Requests taken off the socket, answered in the same poll.
-    pending: VecDeque<(SocketAddr, [u8; REQUEST_BYTES])>,
 }
 
 impl MoldRetransmitServer {
@@ -401,7 +398,6 @@ impl MoldRetransmitServer {
             dead: false,
             counters: RetransmitCounters::default(),
             answer: Vec::with_capacity(max_payload_bytes),
-            pending: VecDeque::new(),
         })
     }
 
@@ -501,30 +497,18 @@ impl RecoveryServer for MoldRetransmitServer {
     }
 
     fn poll(&mut self, _now_ns: u64) -> std::io::Result<usize> {
+        // Larger than a request: a longer datagram arrives cut to this and is counted as malformed.
         let mut buf = [0u8; 64];
+        let mut sent = 0;
         loop {
             match self.sock.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    let mut req = [0u8; REQUEST_BYTES];
-                    if n == REQUEST_BYTES {
-                        req.copy_from_slice(&buf[..n]);
-                        self.pending.push_back((from, req));
-                    } else {
-                        self.counters.requests += 1;
-                        self.counters.malformed += 1;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                // A previous answer's ICMP port unreachable surfaces here on Linux; the requester is gone.
+                Ok((n, from)) => sent += self.handle(from, &buf[..n])?,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(sent),
+                // A previous answer's ICMP port unreachable surfaces here on Linux; that requester is gone.
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
             }
         }
-        let mut sent = 0;
-        while let Some((from, req)) = self.pending.pop_front() {
-            sent += self.handle(from, &req)?;
-        }
-        Ok(sent)
     }
 }
 
