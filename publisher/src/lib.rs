@@ -402,7 +402,12 @@ impl Publisher {
             live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
-            mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
+            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one.
+            mbp: mdfan_wire::MbpBooks::with_capacity(match (cfg.feed.format, &cfg.lines) {
+                (_, Some(l)) => l.instruments,
+                (FeedFormat::Lobster, None) => 1,
+                _ => 0,
+            }),
             applied: 0,
             clock,
             pending: Vec::new(),

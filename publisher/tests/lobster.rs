@@ -96,3 +96,51 @@ fn a_missing_orderbook_file_is_refused_naming_it() {
     let e = Publisher::bind(Config::parse(&text, Path::new("/tmp/lobster.toml")).unwrap()).err().unwrap().to_string();
     assert!(e.starts_with("/tmp/nowhere_orderbook_1.csv: cannot open: "), "{e}");
 }
+
+/// Polls `sub` to its end of stream, applying every record to a price-level book; also returns the level records
+/// that came in a snapshot.
+fn drain(sub: &mut Subscriber) -> (MbpBooks, u64) {
+    let (mut books, mut snapshot_levels) = (MbpBooks::with_capacity(1), 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "watchdog");
+        sub.poll(256, |e| {
+            if let Event::Record(r) = e {
+                books.apply(r).unwrap();
+                if r.flags & mdfan_subscriber::flags::SNAPSHOT != 0 && r.kind().is_some_and(Kind::is_level) {
+                    snapshot_levels += 1;
+                }
+            }
+        });
+        if let Some(Health::Ended(end)) = sub.maintain_if_due() {
+            assert_eq!(end.as_str(), "end_of_stream");
+            return (books, snapshot_levels);
+        }
+    }
+}
+
+#[test]
+fn a_late_joiner_gets_the_level_1_book_in_its_snapshot() {
+    // Paced (gaps shortened to 1 ms, 20x: about 3 s), so the second subscriber joins mid-stream.
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"lobster\"\npath = {:?}\npace = 20\nmax_gap_ms = 1\n",
+        data(MESSAGES)
+    );
+    let publisher = Publisher::bind(Config::parse(&text, Path::new("lobster-late.toml")).unwrap()).unwrap();
+    let endpoint = publisher.local_addr().to_string();
+    let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
+    let mut early = Subscriber::connect(&SubscriberConfig::new(&endpoint, "early")).unwrap();
+    let first = std::thread::spawn(move || drain(&mut early));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut late = Subscriber::connect(&SubscriberConfig::new(&endpoint, "late")).unwrap();
+    let (late_books, late_snapshot_levels) = drain(&mut late);
+    assert_eq!(late.stats().snapshots_received, 1);
+    assert_eq!(late_snapshot_levels, 2, "the snapshot carries level 1 of both sides");
+    let (early_books, early_snapshot_levels) = first.join().unwrap();
+    assert_eq!(early_snapshot_levels, 0);
+    run.join().unwrap().unwrap();
+    let lv = |price_e9, size| Some(MbpLevel { price_e9, size, orders: 0 });
+    for books in [&early_books, &late_books] {
+        assert_eq!(books.get(1).unwrap().bbo(), (lv(220_510_000_000, 249), lv(220_640_000_000, 100)));
+    }
+}
