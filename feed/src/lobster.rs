@@ -57,7 +57,7 @@
 //! Submits, cancels and deletes are not sent as order (MBO) records: the file has an order only while it touches
 //! the best level, so an order book built from them would hold orders that left unseen and cancel orders it never
 //! had. Every record: `instrument_id` = [`INSTRUMENT_ID`] (LOBSTER has no ids; the symbol is the file name's
-//! ticker), `venue_seq` = the message's line number, `ts_event_ns` = the session date's US Eastern midnight +
+//! ticker), `venue_seq` = the message's line number (low 32 bits), `ts_event_ns` = the session date's US Eastern midnight +
 //! the message time, `ts_recv_ns` = `ts_event_ns` flagged [`flags::BAD_TS_RECV`] (the files have no capture
 //! time), prices as `price_e9` = price x 100,000.
 
@@ -78,6 +78,10 @@ pub const DUMMY_ASK_PRICE: i64 = 9_999_999_999;
 pub const DUMMY_BID_PRICE: i64 = -9_999_999_999;
 /// Digits after the decimal point a message time may have (ns).
 pub const MAX_TIME_DECIMALS: usize = 9;
+/// The latest message time, in ns after midnight: 24 h (times are seconds after midnight of one trading day).
+pub const MAX_TIME_NS: u64 = 86_400 * 1_000_000_000;
+/// The highest price a record can carry, in LOBSTER units (dollars x 10,000): `price_e9` must fit an i64.
+pub const MAX_PRICE: i64 = i64::MAX / PRICE_E9_PER_UNIT;
 
 /// A LOBSTER message type (message column 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -317,7 +321,7 @@ pub fn orderbook_path(message_path: &Path) -> Option<PathBuf> {
 }
 
 /// Parses a message time, seconds after midnight with up to 9 decimals (`34200.017459617`), into ns, exactly
-/// (no floating point). `Err` says what is wrong: empty, a sign, a non-digit, more than 9 decimals, overflow.
+/// (no floating point). `Err` says what is wrong: empty, a sign, a non-digit, more than 9 decimals, past 24 h.
 pub fn parse_time_ns(text: &str) -> Result<u64, &'static str> {
     if text.starts_with('-') {
         return Err("a negative time; want seconds after midnight");
@@ -329,12 +333,13 @@ pub fn parse_time_ns(text: &str) -> Result<u64, &'static str> {
     if frac.len() > MAX_TIME_DECIMALS {
         return Err("more than 9 decimals (ns is the finest LOBSTER gives)");
     }
-    let secs: u64 = secs.parse().map_err(|_| "too large")?;
+    let past = "past 24 h after midnight";
+    let secs: u64 = secs.parse().map_err(|_| past)?;
     let mut ns = 0u64;
     for i in 0..MAX_TIME_DECIMALS {
         ns = ns * 10 + frac.as_bytes().get(i).map_or(0, |b| u64::from(b - b'0'));
     }
-    secs.checked_mul(1_000_000_000).and_then(|s| s.checked_add(ns)).ok_or("too large")
+    secs.checked_mul(1_000_000_000).and_then(|s| s.checked_add(ns)).filter(|&t| t <= MAX_TIME_NS).ok_or(past)
 }
 
 fn csv_reader<R: Read>(input: R) -> csv::Reader<R> {
@@ -395,7 +400,7 @@ impl<R: Read> MessageReader<R> {
     ///
     /// # Errors
     /// [`LobsterError::Csv`], [`LobsterError::Fields`] (not 6 fields) or [`LobsterError::Field`] naming the file,
-    /// the line and the field: a time that is not seconds with up to 9 decimals, a type not 1 to 7, an order_id,
+    /// the line and the field: a time that is not seconds with up to 9 decimals or is past 24 h, a type not 1 to 7, an order_id,
     /// size or price that is not an integer in range, a direction not 1 or -1.
     pub fn next_message(&mut self) -> Result<Option<Message>, LobsterError> {
         let line = self.line + 1;
@@ -425,6 +430,9 @@ impl<R: Read> MessageReader<R> {
         };
         if event == EventType::Halt && !(-1..=1).contains(&price) {
             return Err(bad(4, "price", "a type 7 (halt) message's price is -1, 0 or 1"));
+        }
+        if price > MAX_PRICE {
+            return Err(bad(4, "price", "above 92233720368547 (dollars x 10,000), the most a record carries"));
         }
         if event != EventType::Halt && price <= 0 {
             return Err(bad(4, "price", "want a positive price (dollars x 10,000)"));
@@ -510,8 +518,14 @@ impl<R: Read> BookReader<R> {
                         return Err(field_err(file, line, &name(k + 1), s, "an empty level (dummy price) has size 0"));
                     }
                     None
-                } else if price <= 0 {
-                    return Err(field_err(file, line, &name(k), p, "want a positive price or the dummy price"));
+                } else if price <= 0 || price > MAX_PRICE {
+                    return Err(field_err(
+                        file,
+                        line,
+                        &name(k),
+                        p,
+                        "want a positive price up to 92233720368547, or the dummy price",
+                    ));
                 } else {
                     Some(Level { price, size })
                 };
@@ -749,10 +763,10 @@ impl<R: Read, B: Read> LobsterFeed<R, B> {
                 detail: format!("row {} has no message: the message file ends after {line} lines", line + 1),
             });
         };
-        let too_big = |field: &str, v: u64| LobsterError::Field {
+        let too_big = |field: String, v: u64| LobsterError::Field {
             file: book_file.clone(),
             line,
-            field: field.to_string(),
+            field,
             value: v.to_string(),
             detail: "more shares than a record carries (2^32-1)",
         };
@@ -796,7 +810,9 @@ impl<R: Read, B: Read> LobsterFeed<R, B> {
                 let (price_e9, size) = match now {
                     Some(l) => (
                         l.price * PRICE_E9_PER_UNIT,
-                        u32::try_from(l.size).map_err(|_| too_big(LEVEL_FIELDS[0], l.size))?,
+                        u32::try_from(l.size).map_err(|_| {
+                            too_big(format!("{}_size_{}", if side == Side::Ask { "ask" } else { "bid" }, n + 1), l.size)
+                        })?,
                     ),
                     None => (0, 0),
                 };

@@ -175,6 +175,9 @@ fn times_are_read_exactly_to_the_ns() {
     assert_eq!(parse_time_ns("0.300000001"), Ok(300_000_001));
     assert!(parse_time_ns("34200.0174596171").unwrap_err().contains("more than 9 decimals"));
     assert!(parse_time_ns("-1.5").unwrap_err().contains("negative"));
+    assert_eq!(parse_time_ns("86400"), Ok(86_400_000_000_000));
+    assert_eq!(parse_time_ns("86400.000000001"), Err("past 24 h after midnight"));
+    assert_eq!(parse_time_ns("99999999999999999999"), Err("past 24 h after midnight"));
     assert!(parse_time_ns("").is_err() && parse_time_ns(".5").is_err() && parse_time_ns("1e3").is_err());
 }
 
@@ -218,6 +221,10 @@ fn bad_message_rows_name_the_file_the_line_and_the_field() {
         "m.csv: line 1: field size: \"-3\": want shares, an integer 0 to 2^32-1"
     );
     assert_eq!(
+        message_err("34200.5,1,2,3,92233720368548,1\n"),
+        "m.csv: line 1: field price: \"92233720368548\": above 92233720368547 (dollars x 10,000), the most a record carries"
+    );
+    assert_eq!(
         message_err("34200.5,7,0,0,5,-1\n"),
         "m.csv: line 1: field price: \"5\": a type 7 (halt) message's price is -1, 0 or 1"
     );
@@ -254,6 +261,10 @@ fn bad_orderbook_rows_name_the_field() {
         row_err("9999999999,5,2231800,100\n"),
         "b.csv: line 1: field ask_size_1: \"5\": an empty level (dummy price) has size 0"
     );
+    assert_eq!(
+        row_err("2239500,100,0,100\n"),
+        "b.csv: line 1: field bid_price_1: \"0\": want a positive price up to 92233720368547, or the dummy price"
+    );
     let mut r = BookReader::new("9999999999,0,-9999999999,0\n".as_bytes(), Path::new("b.csv"), 1);
     let row = r.next_row().unwrap().unwrap();
     assert_eq!((row.best(Side::Ask), row.best(Side::Bid)), (None, None), "the dummy prices are empty levels");
@@ -284,4 +295,15 @@ fn a_row_the_messages_cannot_give_is_a_mismatch_naming_the_orderbook_line() {
     feed.next_message().unwrap();
     let e = feed.next_message().unwrap_err().to_string();
     assert_eq!(e, "b.csv: ends after 1 rows; the message file goes on at line 2");
+}
+
+#[test]
+fn a_level_larger_than_a_record_carries_is_an_error_naming_the_field() {
+    let mut feed = LobsterFeed::new(
+        MessageReader::new("34200.1,1,1,100,2239500,-1\n".as_bytes(), Path::new("m.csv")),
+        BookReader::new("2239500,5000000000,2231800,100\n".as_bytes(), Path::new("b.csv"), 1),
+        0,
+    );
+    let e = feed.next_message().unwrap_err().to_string();
+    assert_eq!(e, "b.csv: line 1: field ask_size_1: \"5000000000\": more shares than a record carries (2^32-1)");
 }
