@@ -144,3 +144,35 @@ fn a_late_joiner_gets_the_level_1_book_in_its_snapshot() {
         assert_eq!(books.get(1).unwrap().bbo(), (lv(220_510_000_000, 249), lv(220_640_000_000, 100)));
     }
 }
+
+#[test]
+fn a_row_the_messages_cannot_give_ends_the_stream_with_feed_error_naming_the_line() {
+    let dir = std::env::temp_dir().join(format!("mdfan-lobster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let messages = dir.join("XYZ_2012-06-21_34200000_57600000_message_1.csv");
+    std::fs::write(&messages, "34200.1,1,1,100,2239500,-1\n34200.2,1,2,50,2239500,-1\n").unwrap();
+    // Row 2 says 140 shares at the ask; the messages give 150.
+    let book = dir.join("XYZ_2012-06-21_34200000_57600000_orderbook_1.csv");
+    std::fs::write(&book, "2239500,100,2231800,100\n2239500,140,2231800,100\n").unwrap();
+    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"lobster\"\npath = {messages:?}\n");
+    let publisher = Publisher::bind(Config::parse(&text, Path::new("lobster-bad.toml")).unwrap()).unwrap();
+    let endpoint = publisher.local_addr().to_string();
+    let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
+    let mut sub = Subscriber::connect(&SubscriberConfig::new(&endpoint, "bad")).unwrap();
+    assert_eq!(sub.symbol(1), Some("XYZ"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let end = loop {
+        assert!(Instant::now() < deadline, "watchdog");
+        sub.poll(256, |_| {});
+        if let Some(Health::Ended(end)) = sub.maintain_if_due() {
+            break end;
+        }
+    };
+    assert_eq!(end.as_str(), "feed_error");
+    let report = run.join().unwrap().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(report.records, 2, "message 1's two level records went out before the error");
+    let e = report.feed_error.unwrap();
+    let want = format!("{}: line 2: the level-1 book after message 2 does not match this row: ", book.display());
+    assert!(e.starts_with(&want), "{e}");
+}
