@@ -18,10 +18,15 @@
 //! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
 //!
 //! [feed]
-//! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip)
+//! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip),
+//!                              # "lobster" (a LOBSTER message CSV checked against its order-book CSV)
 //!                              # or "mdp3" (CME MDP 3.0 live, from [lines])
-//! path = "data/....mbo.dbn.zst" # dbn and itch50; relative paths are taken from the config file's folder
-//! session_date = "2019-12-30"  # itch50 only: the file's trading day (ITCH times are ns since US Eastern midnight)
+//! path = "data/....mbo.dbn.zst" # dbn, itch50 and lobster (the message CSV); relative paths are taken from the
+//!                              # config file's folder
+//! session_date = "2019-12-30"  # itch50: the file's trading day (ITCH times are ns since US Eastern midnight);
+//!                              # lobster: the same, default the date in the message file's name
+//! orderbook = "..._orderbook_1.csv" # lobster only: the order-book CSV. Default: the message file's name with
+//!                              # _message_ -> _orderbook_, in its folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
 //! symbols = "symbols.csv"      # instrument definitions added to the feed's own (DBN metadata mappings): CSV,
@@ -303,6 +308,9 @@ pub enum FeedFormat {
     /// Nasdaq TotalView-ITCH 5.0 BinaryFILE (plain or gzip), replayed: order-level records keyed by stock locate;
     /// needs `session_date`.
     Itch50,
+    /// A LOBSTER message CSV (`path`) with its order-book CSV (`orderbook`), replayed: price-level (MBP) records
+    /// of the order-book file and trades, every message checked against its row (`mdfan_feed::lobster`).
+    Lobster,
 }
 
 /// How fast the replay goes.
@@ -356,13 +364,19 @@ impl<'de> Deserialize<'de> for Pace {
 pub struct FeedSection {
     /// Feed format.
     pub format: FeedFormat,
-    /// The trading day of an ITCH 5.0 file (`format = "itch50"`), `YYYY-MM-DD`: ITCH timestamps are ns since
-    /// that day's midnight, US Eastern time.
+    /// The trading day of an ITCH 5.0 file (`format = "itch50"`, required), `YYYY-MM-DD`: ITCH timestamps are ns
+    /// since that day's midnight, US Eastern time. For `lobster` (seconds after that midnight), optional: the
+    /// date in the message file's name by default.
     #[serde(default)]
     pub session_date: Option<String>,
-    /// File path (formats `dbn`, `itch50`); relative paths are resolved against the config file's folder.
+    /// File path (formats `dbn`, `itch50`, and `lobster`: the message CSV); relative paths are resolved against
+    /// the config file's folder.
     #[serde(default)]
     pub path: PathBuf,
+    /// `lobster` only: the order-book CSV that goes with `path`, relative to the config file's folder. Default:
+    /// `path` with `_message_` replaced by `_orderbook_` in its file name.
+    #[serde(default)]
+    pub orderbook: Option<PathBuf>,
     /// Replay pace.
     #[serde(default = "default_pace")]
     pub pace: Pace,
@@ -530,6 +544,22 @@ impl Config {
                     ));
                 }
             }
+            (FeedFormat::Lobster, Some(_)) => {
+                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"lobster\" (a file)".into()));
+            }
+            (FeedFormat::Lobster, None) => {
+                if cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad("feed.format", "\"lobster\" needs feed.path (the message CSV to replay)".into()));
+                }
+                if let Some(date) = cfg.feed.session_date.as_deref() {
+                    if cfg.feed.session_midnight_ns().is_none() {
+                        return Err(bad(
+                            "feed.session_date",
+                            format!("{date:?}: want the file's trading day as YYYY-MM-DD"),
+                        ));
+                    }
+                }
+            }
             (FeedFormat::Mdp3, None) => {
                 return Err(bad("feed.format", "\"mdp3\" needs a [lines] section (lines A and B)".into()));
             }
@@ -561,6 +591,12 @@ impl Config {
         if cfg.feed.format != FeedFormat::Mdp3 && cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
+        }
+        if cfg.feed.format != FeedFormat::Lobster && cfg.feed.orderbook.is_some() {
+            return Err(bad("feed.orderbook", "only for feed.format = \"lobster\"".into()));
+        }
+        if let Some(book) = cfg.feed.orderbook.as_mut().filter(|p| p.is_relative()) {
+            *book = path.parent().unwrap_or(Path::new(".")).join(&*book);
         }
         if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
             *symbols = path.parent().unwrap_or(Path::new(".")).join(&*symbols);

@@ -288,6 +288,30 @@ impl FeedAgent {
         FeedAgent { source, writer, pending: None, done: false, stop }
     }
 
+    /// A feed handler replaying a LOBSTER message file checked against its order-book file (`format =
+    /// "lobster"`; records as `mdfan_feed::lobster` documents: price-level records of the order-book rows and
+    /// trades, `venue_seq` = the message's line, `ts_recv_ns` = `ts_event_ns` flagged `BAD_TS_RECV`). A row the
+    /// messages cannot give stops the replay with the error naming the order-book file and line, as a corrupt
+    /// record of any file does: the two files do not belong together, and a book past that point would be wrong.
+    pub fn lobster(
+        mut feed: mdfan_feed::lobster::LobsterFeed,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        let (mut queued, mut next) = (Vec::new(), 0usize);
+        let source = Source::File(Box::new(move || loop {
+            if next < queued.len() {
+                next += 1;
+                return Ok(Some(queued[next - 1]));
+            }
+            let Some((_, records)) = feed.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
+            queued.clear();
+            queued.extend_from_slice(records.as_slice());
+            next = 0;
+        }));
+        FeedAgent { source, writer, pending: None, done: false, stop }
+    }
+
     /// A feed handler reading the live feed `live` into `writer`'s journal until `stop` is set.
     pub fn live(
         live: crate::live::LiveMdp3,

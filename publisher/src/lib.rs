@@ -73,6 +73,9 @@ pub enum PublisherError {
     /// The ITCH 5.0 file cannot be opened.
     #[error(transparent)]
     Itch(#[from] mdfan_feed::itch::ItchFileError),
+    /// The LOBSTER files cannot be opened, or their names are not LOBSTER's.
+    #[error(transparent)]
+    Lobster(#[from] mdfan_feed::lobster::LobsterError),
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),
@@ -200,6 +203,24 @@ impl Publisher {
                 let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
                 let normalizer = mdfan_feed::itch::ItchNormalizer::new(midnight, 1 << 20);
                 (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, Default::default())
+            }
+            (FeedFormat::Lobster, _) => {
+                let name = mdfan_feed::lobster::FileName::parse(&cfg.feed.path)?;
+                let (y, m, d) = name.date;
+                let midnight = match cfg.feed.session_midnight_ns() {
+                    Some(ns) => ns,
+                    None => mdfan_feed::itch::eastern_midnight_ns(y, m, d).ok_or_else(|| {
+                        mdfan_feed::lobster::LobsterError::FileName {
+                            file: cfg.feed.path.clone(),
+                            detail: format!("date {y:04}-{m:02}-{d:02} is not in the calendar"),
+                        }
+                    })?,
+                };
+                let feed =
+                    mdfan_feed::lobster::LobsterFeed::open(&cfg.feed.path, cfg.feed.orderbook.as_deref(), midnight)?;
+                let mut symbology = Symbology::new();
+                symbology.insert(mdfan_wire::InstrumentDef::new(mdfan_feed::lobster::INSTRUMENT_ID, name.ticker));
+                (FeedAgent::lobster(feed, writer, Arc::clone(&feed_stop)), None, symbology)
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;
@@ -382,7 +403,12 @@ impl Publisher {
             live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
-            mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
+            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one.
+            mbp: mdfan_wire::MbpBooks::with_capacity(match (cfg.feed.format, &cfg.lines) {
+                (_, Some(l)) => l.instruments,
+                (FeedFormat::Lobster, None) => 1,
+                _ => 0,
+            }),
             applied: 0,
             clock,
             pending: Vec::new(),
