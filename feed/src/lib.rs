@@ -12,6 +12,8 @@
 //! - [`itch`]: Nasdaq TotalView-ITCH 5.0: messages, the BinaryFILE source (plain or gzip), and order-level
 //!   records keyed by stock locate.
 //! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
+//! - [`mold_session`]: a MoldUDP64 session receiver: messages in sequence order, gaps, retransmission requests,
+//!   holes given up and reported (sans I/O).
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
@@ -23,6 +25,7 @@ pub mod dbn;
 pub mod itch;
 pub mod mdp3;
 pub mod mdp3_channel;
+pub mod mold_session;
 pub mod moldudp64;
 pub mod pcap;
 pub mod symbols;
