@@ -550,6 +550,12 @@ impl Config {
                         format!("{date:?}: \"itch50\" needs the session's trading day as YYYY-MM-DD"),
                     ));
                 }
+                if lines.snapshot.is_some() {
+                    return Err(bad(
+                        "lines.snapshot",
+                        "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
+                    ));
+                }
                 if lines.b == Some(lines.a) && lines.a.port() != 0 {
                     return Err(bad("lines.b", format!("{}: the same address as line A", lines.a)));
                 }
@@ -852,6 +858,11 @@ snapshot = "224.0.31.43:14330"
         assert!(e.contains("key lines: \"mdp3\" needs line B (lines.b)"), "{e}");
         let e = parse(&format!("{LIVE}retransmit = \"127.0.0.1:9100\"\n")).unwrap_err().to_string();
         assert!(e.contains("retransmit and session are MoldUDP64 keys"), "{e}");
+        let e = parse(&format!("{live}snapshot = \"127.0.0.1:9\"\n")).unwrap_err().to_string();
+        assert!(
+            e.ends_with("key lines.snapshot: MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit"),
+            "{e}"
+        );
     }
 
     #[test]
