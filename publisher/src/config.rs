@@ -45,6 +45,17 @@
 //! instruments = 4096           # securities the channel reserves room for. Default 4096.
 //! end_after_idle_ms = 0        # end the stream after this long with no datagram (tests, demos). Default 0: never.
 //!
+//! # format "itch50" with [lines]: Nasdaq TotalView-ITCH 5.0 live over MoldUDP64 (feed.session_date still needed;
+//! # no feed.path). Keys a, interface, rcvbuf_bytes, end_after_idle_ms as above; b optional (arbitrated by
+//! # MoldUDP64 sequence number), and:
+//! retransmit = "127.0.0.1:9100" # the MoldUDP64 re-request server. Default: none (a hole waits one timeout for
+//!                              # line B, then is given up: every stock locate seen is marked stale)
+//! retransmit_timeout_ms = 50   # a request unanswered this long is sent again. Default 50.
+//! retransmit_retries = 3       # re-sends after the first request, then the hole is given up. Default 3.
+//! session = "000010059B"       # the MoldUDP64 session; default: the first packet's (others are dropped)
+//! start = "first_seen"         # or "one": expect sequence number 1 and request what came before. Default first_seen.
+//! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start).
+//!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
 //!                              # 1024 to 2^28; 128 B each, allocated at start). Default 131072 (16 MiB).
@@ -150,8 +161,9 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 pub struct LinesSection {
     /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind.
     pub a: std::net::SocketAddrV4,
-    /// Line B, as line A.
-    pub b: std::net::SocketAddrV4,
+    /// Line B, as line A. Required for `mdp3`; optional for `itch50` (MoldUDP64 arbitrates by sequence number).
+    #[serde(default)]
+    pub b: Option<std::net::SocketAddrV4>,
     /// Address of the interface that joins the groups. Default 127.0.0.1.
     #[serde(default = "default_interface")]
     pub interface: std::net::Ipv4Addr,
@@ -179,6 +191,48 @@ pub struct LinesSection {
     /// never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
     #[serde(default)]
     pub end_after_idle_ms: u64,
+    /// `itch50` only: the MoldUDP64 re-request server (unicast ip:port) gaps are requested from. `None`: a hole
+    /// waits `retransmit_timeout_ms` for the other line, then is given up (its locates marked stale).
+    #[serde(default)]
+    pub retransmit: Option<std::net::SocketAddrV4>,
+    /// `itch50` only: how long a request waits for its answer before it is sent again, in ms. Default 50.
+    #[serde(default = "default_retransmit_timeout_ms")]
+    pub retransmit_timeout_ms: u64,
+    /// `itch50` only: requests sent again after the first times out, before the hole is given up. Default 3.
+    #[serde(default = "default_retransmit_retries")]
+    pub retransmit_retries: u32,
+    /// `itch50` only: the MoldUDP64 session (up to 10 ASCII characters, space-padded). Default: the first
+    /// packet's.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// `itch50` only: `"first_seen"` (default: start at the first packet seen) or `"one"` (expect the session
+    /// from sequence number 1, requesting what came before the first packet).
+    #[serde(default)]
+    pub start: MoldStart,
+    /// `itch50` only: messages that may wait behind a hole (64-byte slots allocated at start). Default 65,536.
+    #[serde(default = "default_window_messages")]
+    pub window_messages: usize,
+}
+
+/// `lines.start`: where a MoldUDP64 receiver starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoldStart {
+    /// At the first packet seen.
+    #[default]
+    FirstSeen,
+    /// At sequence number 1.
+    One,
+}
+
+fn default_retransmit_timeout_ms() -> u64 {
+    50
+}
+fn default_retransmit_retries() -> u32 {
+    3
+}
+fn default_window_messages() -> usize {
+    1 << 16
 }
 
 fn default_interface() -> std::net::Ipv4Addr {
@@ -529,8 +583,52 @@ impl Config {
                 return Err(bad("lines", "[lines] is for a live feed: feed.format is \"dbn\" (a file)".into()));
             }
             (FeedFormat::Dbn, None) => {}
-            (FeedFormat::Itch50, Some(_)) => {
-                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"itch50\" (a file)".into()));
+            (FeedFormat::Itch50, Some(lines)) => {
+                if !cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad(
+                        "feed.path",
+                        "a live feed (\"itch50\" with [lines]) reads [lines], not a file".into(),
+                    ));
+                }
+                if cfg.feed.pace != Pace::Max {
+                    return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
+                }
+                if cfg.feed.session_midnight_ns().is_none() {
+                    let date = cfg.feed.session_date.as_deref().unwrap_or_default();
+                    return Err(bad(
+                        "feed.session_date",
+                        format!("{date:?}: \"itch50\" needs the session's trading day as YYYY-MM-DD"),
+                    ));
+                }
+                if lines.snapshot.is_some() {
+                    return Err(bad(
+                        "lines.snapshot",
+                        "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
+                    ));
+                }
+                if lines.b == Some(lines.a) && lines.a.port() != 0 {
+                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.a)));
+                }
+                if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
+                    let v = lines.retransmit_timeout_ms;
+                    return Err(bad("lines.retransmit_timeout_ms", format!("{v}: must be 1 to 60000")));
+                }
+                if lines.retransmit_retries > 100 {
+                    let v = lines.retransmit_retries;
+                    return Err(bad("lines.retransmit_retries", format!("{v}: must be 0 to 100")));
+                }
+                if let Some(s) = &lines.session {
+                    if s.is_empty() || s.len() > 10 || !s.is_ascii() {
+                        return Err(bad("lines.session", format!("{s:?}: must be 1 to 10 ASCII characters")));
+                    }
+                }
+                if !(16..=1 << 24).contains(&lines.window_messages) {
+                    let v = lines.window_messages;
+                    return Err(bad("lines.window_messages", format!("{v}: must be 16 to 16777216")));
+                }
+                if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
+                    return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
+                }
             }
             (FeedFormat::Itch50, None) => {
                 if cfg.feed.path.as_os_str().is_empty() {
@@ -570,8 +668,14 @@ impl Config {
                 if cfg.feed.pace != Pace::Max {
                     return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
                 }
-                if lines.a == lines.b && lines.a.port() != 0 {
-                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.b)));
+                let Some(b) = lines.b else {
+                    return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
+                };
+                if lines.a == b && lines.a.port() != 0 {
+                    return Err(bad("lines.b", format!("{b}: the same address as line A")));
+                }
+                if lines.retransmit.is_some() || lines.session.is_some() {
+                    return Err(bad("lines", "retransmit and session are MoldUDP64 keys (format \"itch50\")".into()));
                 }
                 if !(1..=3_600_000).contains(&lines.recovery_timeout_ms) {
                     let v = lines.recovery_timeout_ms;
@@ -588,7 +692,7 @@ impl Config {
                 }
             }
         }
-        if cfg.feed.format != FeedFormat::Mdp3 && cfg.feed.path.is_relative() {
+        if cfg.lines.is_none() && cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
         }
@@ -783,7 +887,7 @@ snapshot = "224.0.31.43:14330"
         assert_eq!(c.feed.format, FeedFormat::Mdp3);
         let l = c.lines.as_ref().unwrap();
         assert_eq!(l.a, "224.0.31.11:14320".parse().unwrap());
-        assert_eq!(l.b, "224.0.32.11:15320".parse().unwrap());
+        assert_eq!(l.b, Some("224.0.32.11:15320".parse().unwrap()));
         assert_eq!(l.snapshot, Some("224.0.31.43:14330".parse().unwrap()));
         assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
@@ -805,6 +909,34 @@ snapshot = "224.0.31.43:14330"
         assert!(e.ends_with("key lines.gap_timeout_ms: 0: must be 1 to 60000"), "{e}");
         let e = parse(&format!("{GOOD}\n[lines]\na = \"127.0.0.1:1\"\nb = \"127.0.0.1:2\"\n")).unwrap_err().to_string();
         assert!(e.contains("key lines: [lines] is for a live feed: feed.format is \"dbn\" (a file)"), "{e}");
+    }
+
+    #[test]
+    fn a_live_itch_config_parses_with_defaults_and_its_mistakes_are_named() {
+        let live = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\nretransmit = \"127.0.0.1:9100\"\n";
+        let c = parse(live).unwrap();
+        let l = c.lines.as_ref().unwrap();
+        assert_eq!((l.b, l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
+        assert_eq!((l.retransmit_timeout_ms, l.retransmit_retries, l.window_messages), (50, 3, 65_536));
+        assert_eq!((l.start, l.session.as_deref()), (MoldStart::FirstSeen, None));
+        let c = parse(&format!("{live}start = \"one\"\nsession = \"000010059B\"\n")).unwrap();
+        let l = c.lines.unwrap();
+        assert_eq!((l.start, l.session.as_deref()), (MoldStart::One, Some("000010059B")));
+        let e = parse(&format!("{live}retransmit_timeout_ms = 0\n")).unwrap_err().to_string();
+        assert!(e.ends_with("line 11: key lines.retransmit_timeout_ms: 0: must be 1 to 60000"), "{e}");
+        let e = parse(&format!("{live}session = \"TOO-LONG-SESSION\"\n")).unwrap_err().to_string();
+        assert!(e.ends_with("key lines.session: \"TOO-LONG-SESSION\": must be 1 to 10 ASCII characters"), "{e}");
+        let e = parse(&live.replace("session_date = \"2023-08-22\"\n", "")).unwrap_err().to_string();
+        assert!(e.contains("key feed.session_date: "), "{e}");
+        let e = parse(&LIVE.replace("b = \"224.0.32.11:15320\"\n", "")).unwrap_err().to_string();
+        assert!(e.contains("key lines: \"mdp3\" needs line B (lines.b)"), "{e}");
+        let e = parse(&format!("{LIVE}retransmit = \"127.0.0.1:9100\"\n")).unwrap_err().to_string();
+        assert!(e.contains("retransmit and session are MoldUDP64 keys"), "{e}");
+        let e = parse(&format!("{live}snapshot = \"127.0.0.1:9\"\n")).unwrap_err().to_string();
+        assert!(
+            e.ends_with("key lines.snapshot: MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod config;
 pub mod cycles;
 pub mod journal;
 pub mod live;
+pub mod live_itch;
 mod pacing;
 pub mod preflight;
 pub mod queue;
@@ -120,6 +121,8 @@ pub struct Publisher {
     sender: AnySender,
     /// A live feed's counters and its lines' bound addresses (A, B).
     live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
+    /// A live ITCH 5.0 feed's MoldUDP64 counters and its lines' bound addresses (A, B; B = A without line B).
+    itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
     ts_recv_clock: TsRecvClockCell,
@@ -189,7 +192,15 @@ impl Publisher {
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();
+        let mut itch = None;
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
+            (FeedFormat::Itch50, Some(lines)) => {
+                ts_recv_clock.set(TsRecvClock::Software);
+                let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
+                let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone())?;
+                itch = Some((live.counters(), live.line_addrs()));
+                (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), None, Default::default())
+            }
             (FeedFormat::Mdp3, Some(lines)) => {
                 // The lines ask the kernel for receive stamps (SO_TIMESTAMPING): software at least, until the first
                 // datagrams say which (the feed thread refines it: hardware when the NIC stamps).
@@ -249,9 +260,15 @@ impl Publisher {
             counters: Arc::new(AgentCounters::default()),
             sender,
             live,
+            itch,
             counters_file,
             ts_recv_clock,
         })
+    }
+
+    /// A live ITCH 5.0 feed's MoldUDP64 counters (`None` otherwise).
+    pub fn mold_counters(&self) -> Option<Arc<crate::live_itch::MoldCounters>> {
+        self.itch.as_ref().map(|(c, _)| Arc::clone(c))
     }
 
     /// A live feed's counters (`None` for a file).
@@ -261,7 +278,7 @@ impl Publisher {
 
     /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
-        self.live.as_ref().map(|(_, a, _)| *a)
+        self.live.as_ref().map(|(_, a, _)| *a).or(self.itch.as_ref().map(|(_, a)| *a))
     }
 
     /// A live feed's market recovery (snapshot) feed as bound, if `lines.snapshot` is set.
@@ -272,6 +289,7 @@ impl Publisher {
     /// What the feed is, for logs: the file, or `mdp3 lines A=.. B=..`.
     pub fn feed_name(&self) -> String {
         match self.line_addrs() {
+            Some([a, b]) if self.itch.is_some() => format!("itch50 moldudp64 line_a={a} line_b={b}"),
             Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
             None => self.cfg.feed.path.display().to_string(),
         }
@@ -345,10 +363,11 @@ impl Publisher {
             counters,
             sender,
             live,
+            itch,
             counters_file,
             ts_recv_clock,
         } = self;
-        let is_live = live.is_some();
+        let is_live = live.is_some() || itch.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -401,6 +420,7 @@ impl Publisher {
             counters_file,
             counters_written: std::time::Instant::now(),
             live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
+            itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
             // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one.
@@ -435,7 +455,8 @@ impl Publisher {
         let hot_idle = self.cfg.publisher.hot_idle.strategy();
         let lock_memory = self.cfg.publisher.lock_memory;
         // A live feed starts at once (the market does not wait).
-        let wait_for = if self.live.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
+        let wait_for =
+            if self.live.is_some() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
         let Agents { mut feed, mut fanout, mut conductor } = self.into_agents(shutdown);
         let feed_thread = std::thread::Builder::new()
             .name(feed.role_name().to_owned())
