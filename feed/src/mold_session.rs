@@ -26,15 +26,19 @@
 //!   past the next expected) first gives up the oldest missing messages, as few as make room
 //!   ([`SessionCounters::overflow_holes`]): those holes are reported, never dropped silently. A message longer
 //!   than `slot_bytes` that has to wait is counted ([`SessionCounters::oversize`]) and treated as not received.
-//! - **Requests.** [`SessionReceiver::tick`] asks for the oldest hole ([`SessionEvent::Request`]: the 20-byte
-//!   request packet; at most [`SessionConfig::max_request_messages`] messages per request). When the hole has
-//!   not moved after [`SessionConfig::request_timeout_ns`], the same request goes again, up to
-//!   [`SessionConfig::retries`] times ([`SessionCounters::retries`]); after the timeout of the last try the
-//!   hole is given up: [`SessionEvent::Hole`] (first and last sequence number), counted in
+//! - **Requests.** [`SessionReceiver::tick`] asks for the span from the oldest hole to the highest sequence
+//!   number known ([`SessionEvent::Request`]: the 20-byte request packet; at most
+//!   [`SessionConfig::max_request_messages`] messages per request), so one answer fills every hole in it (the
+//!   messages already held come back as counted duplicates). While the oldest hole has not moved after
+//!   [`SessionConfig::request_timeout_ns`], what the span still misses is asked for again, up to
+//!   [`SessionConfig::retries`] times ([`SessionCounters::retries`]); an answer that fills the oldest hole
+//!   restarts the tries for the rest of the span. After the timeout of the last try every hole left in the span
+//!   is given up: one [`SessionEvent::Hole`] each (first and last sequence number), counted in
 //!   [`SessionCounters::given_up_holes`] and [`SessionCounters::given_up_messages`], and the messages after it
-//!   go out. An answer that fills part of a hole restarts the tries for what is left. With
-//!   [`SessionConfig::requests`] off (no re-request server) no request is made: a hole waits one timeout (for
-//!   the other line) and is then given up.
+//!   go out; the next span is asked for at once. A dead re-request server therefore costs a timeout times
+//!   (retries + 1) per span of up to `max_request_messages`, not per hole. With [`SessionConfig::requests`] off
+//!   (no re-request server) no request is made: a span waits one timeout (for the other line) and its holes are
+//!   then given up.
 //! - **End.** An end-of-session packet (count `0xFFFF`) says the next sequence number is the last + 1; once
 //!   every message before it went out (or was given up), [`SessionEvent::EndOfSession`] is emitted once and
 //!   later packets are ignored.
@@ -211,10 +215,13 @@ struct Slot {
 
 const EMPTY: u64 = u64::MAX;
 
-/// The request in flight for the oldest hole.
+/// The request in flight: the span `seq..end` from the oldest hole.
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
+    /// `next` when it was sent.
     seq: u64,
+    /// One past the last sequence number the span asks for.
+    end: u64,
     sent_ns: u64,
     attempt: u32,
 }
@@ -355,32 +362,35 @@ impl SessionReceiver {
     pub fn tick(&mut self, now_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
         while self.has_hole() && !self.ended {
             let first = self.next;
-            let run = self.hole_len();
-            let count = u16::try_from(run).unwrap_or(u16::MAX).min(self.cfg.max_request_messages.max(1));
             match self.in_flight {
-                Some(f) if f.seq == first && now_ns.saturating_sub(f.sent_ns) < self.cfg.request_timeout_ns => {
+                Some(f) if first < f.end && now_ns.saturating_sub(f.sent_ns) < self.cfg.request_timeout_ns => {
                     return; // waiting for the answer
                 }
-                Some(f) if f.seq == first && self.cfg.requests && f.attempt <= self.cfg.retries => {
-                    self.counters.retries += 1;
-                    self.request(first, count, f.attempt + 1, now_ns, out);
+                Some(f) if first < f.end && self.cfg.requests && (first != f.seq || f.attempt <= self.cfg.retries) => {
+                    // Timed out: ask again for what the span still misses. Progress since the last try (an answer
+                    // that filled its first hole) restarts the tries.
+                    let attempt = if first == f.seq { f.attempt + 1 } else { 1 };
+                    if attempt > 1 {
+                        self.counters.retries += 1;
+                    }
+                    let count = u16::try_from(f.end - first).unwrap_or(u16::MAX);
+                    self.request(first, count, f.end, attempt, now_ns, out);
                     return;
                 }
-                Some(f) if f.seq == first => {
-                    // The last try timed out: give the hole up and go on after it.
+                Some(f) if first < f.end => {
+                    // The last try timed out: give up what the span still misses and go on after it.
                     self.in_flight = None;
-                    if run == 0 {
-                        return; // nothing missing at `next` (cannot happen: waiting messages in order went out)
-                    }
-                    self.give_up(first, first + run, out);
-                    self.drain(out);
+                    self.advance_to(f.end, out);
                     self.check_end(out);
                 }
                 _ => {
+                    let span = self.high - first;
+                    let count = u16::try_from(span).unwrap_or(u16::MAX).min(self.cfg.max_request_messages.max(1));
+                    let end = first + u64::from(count);
                     if self.cfg.requests {
-                        self.request(first, count, 1, now_ns, out);
+                        self.request(first, count, end, 1, now_ns, out);
                     } else {
-                        self.in_flight = Some(InFlight { seq: first, sent_ns: now_ns, attempt: 1 });
+                        self.in_flight = Some(InFlight { seq: first, end, sent_ns: now_ns, attempt: 1 });
                     }
                     return;
                 }
@@ -391,11 +401,19 @@ impl SessionReceiver {
         }
     }
 
-    fn request(&mut self, seq: u64, count: u16, attempt: u32, now_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
+    fn request(
+        &mut self,
+        seq: u64,
+        count: u16,
+        end: u64,
+        attempt: u32,
+        now_ns: u64,
+        out: &mut impl FnMut(SessionEvent<'_>),
+    ) {
         let Some(session) = self.session else { return };
         let packet = request_packet(session, seq, count);
         self.counters.requests += 1;
-        self.in_flight = Some(InFlight { seq, sent_ns: now_ns, attempt });
+        self.in_flight = Some(InFlight { seq, end, sent_ns: now_ns, attempt });
         out(SessionEvent::Request { packet, seq, count, attempt });
     }
 
