@@ -889,7 +889,8 @@ impl ItchNormalizer {
     /// (capture) time, 0 if unknown (module docs).
     pub fn normalize(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64) -> Records {
         let h = &m.header;
-        if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64) {
+        // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
+        if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
             *w |= 1 << (h.stock_locate % 64);
         }
         let ts_event_ns = self.midnight_ns.saturating_add(h.timestamp_ns);
