@@ -417,21 +417,6 @@ impl SessionReceiver {
         out(SessionEvent::Request { packet, seq, count, attempt });
     }
 
-    /// Messages missing from `next` up to the first waiting one (or `high`).
-    fn hole_len(&self) -> u64 {
-        if self.waiting == 0 {
-            return self.high.saturating_sub(self.next);
-        }
-        let mut s = self.next;
-        while s < self.high && s - self.next < self.slots.len() as u64 {
-            if self.slot(s).seq == s {
-                break;
-            }
-            s += 1;
-        }
-        s - self.next
-    }
-
     fn raise_high(&mut self, first: u64, end: u64) {
         if first > self.high {
             self.counters.gaps += 1;
