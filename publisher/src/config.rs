@@ -952,6 +952,15 @@ snapshot = "224.0.31.43:14330"
         let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
         let l = c.lines.unwrap();
         assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
+        // The ITCH examples: a file, and live from mdfan-feedsim's MoldUDP64 on loopback.
+        let c = Config::load(&ops.join("itch.toml")).unwrap();
+        assert!(c.feed.path.ends_with("12302019_SNIPPET.NASDAQ_ITCH50") && c.feed.path.exists(), "{c:?}");
+        let c = Config::load(&ops.join("live-itch.toml")).unwrap();
+        let l = c.lines.unwrap();
+        assert_eq!(
+            (c.feed.format, l.retransmit.map(|a| a.to_string())),
+            (FeedFormat::Itch50, Some("127.0.0.1:26401".into()))
+        );
     }
 
     #[test]
