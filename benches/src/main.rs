@@ -17,6 +17,8 @@
 //!   subscriber ring on a fixed schedule, with per-stage histograms and coordinated omission corrected;
 //! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
+//!   `mdfan.replay_yield.subs<N>.*`: the same with the hot loop and the subscriber thread yielding when idle
+//!   (`publisher.hot_idle = "yield"`), so that the unpinned feed thread is not starved on a 2-core host.
 //! - `mdfan.mdp3_decode.*` and `baseline.mdp3_walk`: [`mdp3`]: the live CME feed's decode + normalise over the
 //!   bundled MDP 3.0 capture's line A, against a bare walk of the same packets' `MsgSize` fields, and each
 //!   packet's decode time; `mdfan.mdp3_loopback.*`: [`mdp3_loopback`]: the same packets over loopback UDP into
@@ -464,10 +466,13 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             scalars.add("baseline.dbn_decode.rate_per_s".into(), d.file_per_s);
             scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), d.mem_per_s);
             scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
-            for &subs in &s.subscribers {
-                let base = format!("mdfan.replay.subs{subs}");
+            for (idle, &subs) in [replay::Idle::Spin, replay::Idle::Yield]
+                .into_iter()
+                .flat_map(|idle| s.subscribers.iter().map(move |subs| (idle, subs)))
+            {
+                let base = format!("mdfan.{}.subs{subs}", idle.stem());
                 let t = Instant::now();
-                let r = progress.step(&base, || fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b)))?;
+                let r = progress.step(&base, || fresh(|| replay::run(&capture, &s.shm_dir, subs, a, b, idle)))?;
                 rec.add(&format!("{base}.post_to_poll"), t, r.post_to_poll);
                 rec.add(&format!("{base}.cycle"), t, r.cycle);
                 rec.add(&format!("{base}.decode_to_post"), t, r.decode_to_post);
@@ -564,7 +569,7 @@ impl Progress {
                     + usize::from(cfg!(feature = "iceoryx2"))
                     + 1
                     + rates
-                    + if s.replay { 1 + s.subscribers.len() } else { 0 }
+                    + if s.replay { 1 + 2 * s.subscribers.len() } else { 0 }
                     + if s.mdp3 { 3 } else { 0 }
             }
         };
@@ -717,6 +722,12 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
         (
             "replay + normalize + fan-out to 2 subscribers >= 0.8x DBN decode of the capture file (zstd + DBN)",
             "ratio.mdfan.replay.subs2_vs_baseline.dbn_decode.rate".into(),
+            0.8,
+            false,
+        ),
+        (
+            "the same with hot_idle = \"yield\" and yielding subscribers (a host with fewer cores than busy threads)",
+            "ratio.mdfan.replay_yield.subs2_vs_baseline.dbn_decode.rate".into(),
             0.8,
             false,
         ),

@@ -6,6 +6,13 @@
 //! The publisher's hot loop is pinned to one core and spins for the whole replay, so its CPU time per record
 //! per subscriber is the replay's wall time / records / subscribers. All subscribers are polled by one thread
 //! pinned to the other core (a strategy with several feeds); their post-to-poll latencies are merged.
+//!
+//! The feed thread (zstd, DBN decode, normalise into the journal) is not pinned. On a host with fewer cores
+//! than busy threads (2 cores: the hot loop and the subscriber thread each pin one) a spinning hot loop and a
+//! spinning subscriber leave the feed thread only time slices, and the replay measures the scheduler, not
+//! mdfan. [`Idle::Yield`] runs the same replay with `publisher.hot_idle = "yield"` and a subscriber thread that
+//! yields after the same run of empty polls, so the feed thread gets the cores whenever the others have
+//! nothing to do: the configuration such a host should run. Both are reported.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -13,9 +20,9 @@ use std::sync::Arc;
 
 use dbn::decode::DecodeRecord;
 use hdrhistogram::Histogram;
-use mdfan_publisher::config::Config;
+use mdfan_publisher::config::{Config, HotIdle};
 use mdfan_publisher::Publisher;
-use mdfan_subscriber::{Event, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{Event, Idler, Subscriber, SubscriberConfig};
 use mdfan_wire::control::SlowConsumerPolicy;
 
 /// The bundled capture the replay scenarios read (relative to the repository root).
@@ -39,21 +46,56 @@ pub struct Replay {
     pub decode_to_post: Histogram<u64>,
 }
 
-/// Replays `capture` to `subscribers` subscribers; hot loop on `hot_core`, subscribers on `sub_core`.
+/// What the hot loop and the subscriber thread do on an empty poll (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Both busy-spin (`hot_idle = "spin"`, the default): a core per busy thread.
+    Spin,
+    /// Both yield after [`HotIdle::YIELD_AFTER_CYCLES`] empty polls in a row (`hot_idle = "yield"`).
+    Yield,
+}
+
+impl Idle {
+    /// The scalar name's stem: `replay` or `replay_yield`.
+    pub fn stem(self) -> &'static str {
+        match self {
+            Idle::Spin => "replay",
+            Idle::Yield => "replay_yield",
+        }
+    }
+
+    fn hot_idle(self) -> HotIdle {
+        match self {
+            Idle::Spin => HotIdle::Spin,
+            Idle::Yield => HotIdle::Yield,
+        }
+    }
+}
+
+/// Replays `capture` to `subscribers` subscribers; hot loop on `hot_core`, subscribers on `sub_core`, both idling
+/// as `idle` says.
 pub fn run(
     capture: &Path,
     shm_dir: &Path,
     subscribers: usize,
     hot_core: Option<usize>,
     sub_core: Option<usize>,
+    idle: Idle,
 ) -> anyhow::Result<Replay> {
     let hot = hot_core.map_or(String::new(), |c| format!("hot_core = {c}\n"));
+    let hot_idle = match idle {
+        Idle::Spin => "spin",
+        Idle::Yield => "yield",
+    };
     let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\n{hot}wait_for_subscribers = {subscribers}\npolicies = [\"block\"]\n\
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n{hot}hot_idle = \"{hot_idle}\"\nwait_for_subscribers = {subscribers}\n\
+         policies = [\"block\"]\n\
          [feed]\nformat = \"dbn\"\npath = {capture:?}\npace = \"max\"\n\
          [fabric]\nprovider = \"shm\"\nshm_dir = {shm_dir:?}\n",
     );
     let cfg = Config::parse(&text, Path::new("mdfan-bench replay"))?;
+    anyhow::ensure!(cfg.publisher.hot_idle == idle.hot_idle(), "replay config: hot_idle not {hot_idle}");
+    let sub_idle = idle.hot_idle().strategy();
     let publisher = Publisher::bind(cfg)?;
     let endpoint = publisher.local_addr().to_string();
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -74,13 +116,15 @@ pub fn run(
             let mut open = subscribers;
             let mut closed = vec![false; subscribers];
             let mut records = 0u64;
+            let mut idler = Idler::new(sub_idle);
             while open > 0 {
+                let mut work = 0;
                 for (k, s) in subs.iter_mut().enumerate() {
                     if closed[k] {
                         continue;
                     }
                     let mut ended = false;
-                    s.poll(64, |ev| match ev {
+                    work += s.poll(64, |ev| match ev {
                         Event::Record(_) => records += 1,
                         Event::Closed(_) => ended = true,
                         _ => {}
@@ -90,7 +134,7 @@ pub fn run(
                         open -= 1;
                     }
                 }
-                std::hint::spin_loop();
+                idler.idle(work);
             }
             let mut merged = crate::new_histogram();
             for s in &subs {

@@ -139,7 +139,8 @@ pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
 ///   (round trip / 2) of one message at a time, the same message size, the same two cores, the same counts,
 ///   interleaved in every round, compared at the same percentile;
 /// - `ratio.mdfan.replay.subs<N>_vs_baseline.dbn_decode.rate` and `…_vs_baseline.dbn_decode_mem.rate`: records/s of
-///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory).
+///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory); the
+///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle).
 ///
 /// Not given (earlier versions wrote them): the open loop's post-to-poll against the cache line,
 /// `ratio.mdfan.shm.openloop.<rate>.post_to_poll_vs_baseline.cacheline.<pNN>`. The open loop posts on a schedule
@@ -154,10 +155,12 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
     }
     let decode = figures.get("baseline.dbn_decode.rate_per_s").copied();
     let mem = figures.get("baseline.dbn_decode_mem.rate_per_s").copied();
-    for (subs, rate) in replay_rates(figures) {
-        for (den, d) in [("baseline.dbn_decode", decode), ("baseline.dbn_decode_mem", mem)] {
-            if let Some(d) = d.filter(|d| *d > 0.0) {
-                figures.insert(format!("ratio.mdfan.replay.subs{subs}_vs_{den}.rate"), rate / d);
+    for stem in REPLAY_STEMS {
+        for (subs, rate) in replay_rates_of(figures, stem) {
+            for (den, d) in [("baseline.dbn_decode", decode), ("baseline.dbn_decode_mem", mem)] {
+                if let Some(d) = d.filter(|d| *d > 0.0) {
+                    figures.insert(format!("ratio.mdfan.{stem}.subs{subs}_vs_{den}.rate"), rate / d);
+                }
             }
         }
     }
@@ -179,12 +182,17 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
     }
 }
 
-/// The replay's records/s by subscriber count (`mdfan.replay.subs<N>.rate_per_s`), fewest subscribers first.
-pub fn replay_rates(figures: &BTreeMap<String, f64>) -> Vec<(usize, f64)> {
+/// The replay scenarios' key stems: busy-spinning (`replay`) and yielding when idle (`replay_yield`).
+pub const REPLAY_STEMS: [&str; 2] = ["replay", "replay_yield"];
+
+/// The replay scenario `stem`'s ([`REPLAY_STEMS`]) records/s by subscriber count
+/// (`mdfan.<stem>.subs<N>.rate_per_s`), fewest subscribers first.
+pub fn replay_rates_of(figures: &BTreeMap<String, f64>, stem: &str) -> Vec<(usize, f64)> {
+    let prefix = format!("mdfan.{stem}.subs");
     let mut v: Vec<(usize, f64)> = figures
         .iter()
         .filter_map(|(k, v)| {
-            let n = k.strip_prefix("mdfan.replay.subs")?.strip_suffix(".rate_per_s")?;
+            let n = k.strip_prefix(prefix.as_str())?.strip_suffix(".rate_per_s")?;
             Some((n.parse().ok()?, *v))
         })
         .collect();
@@ -262,13 +270,14 @@ pub fn display_name(key: &str) -> String {
             None => format!("open loop {}", rate_name(rest)),
         };
     }
-    if let Some(rest) = key.strip_prefix("mdfan.replay.subs") {
+    let replay = [("mdfan.replay.subs", "mdfan replay"), ("mdfan.replay_yield.subs", "mdfan replay (yielding idle)")];
+    if let Some((rest, name)) = replay.iter().find_map(|(p, name)| Some((key.strip_prefix(p)?, name))) {
         let (n, s) = rest.split_once('.').unwrap_or((rest, ""));
         let subs = if n == "1" { "1 subscriber".to_owned() } else { format!("{n} subscribers") };
         return match s {
-            "" => format!("mdfan replay, {subs}"),
-            "cycle" => format!("mdfan replay, {subs}: hot loop cycle"),
-            s => format!("mdfan replay, {subs}: {}", stage(s)),
+            "" => format!("{name}, {subs}"),
+            "cycle" => format!("{name}, {subs}: hot loop cycle"),
+            s => format!("{name}, {subs}: {}", stage(s)),
         };
     }
     key.to_owned()

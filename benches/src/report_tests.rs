@@ -68,12 +68,13 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
     scalars.add("baseline.dbn_decode.rate_per_s".into(), 3_500_000.0);
     scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), 9_400_000.0);
     scalars.add("baseline.dbn_decode.records".into(), 68_792.0);
-    for subs in [1usize, 2] {
-        let base = format!("mdfan.replay.subs{subs}");
+    for (stem, subs) in [("replay", 1usize), ("replay", 2), ("replay_yield", 1), ("replay_yield", 2)] {
+        let base = format!("mdfan.{stem}.subs{subs}");
         add(&format!("{base}.post_to_poll"), hist(2_000, 900_000, 68_792));
         add(&format!("{base}.cycle"), hist(700, 20_000, 68_792));
         add(&format!("{base}.decode_to_post"), hist(45, 1_400, 68_792));
-        scalars.add(format!("{base}.rate_per_s"), 4_000_000.0 / subs as f64);
+        let rate_per_s = if stem == "replay" { 4_000_000.0 } else { 6_000_000.0 };
+        scalars.add(format!("{base}.rate_per_s"), rate_per_s / subs as f64);
         scalars.add(format!("{base}.records"), 68_792.0);
         scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), 250.0 / subs as f64);
         scalars.add(format!("{base}.blocked_share"), 0.1 * subs as f64);
@@ -185,8 +186,10 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
 
     let throughput = section(&md, "## Replay throughput", "## Open loop");
     assert!(throughput.contains("The capture decoded alone: 3.50M/s from the file (zstd + DBN), 9.40M/s in memory."));
-    assert!(throughput.contains("\n| 1 | 4.00M/s | 1.14x | 0.43x | 250 | 10% |"), "{throughput}");
-    assert!(throughput.contains("\n| 2 | 2.00M/s | 0.57x | 0.21x | 125 | 20% |"), "{throughput}");
+    assert!(throughput.contains("\n| spin | 1 | 4.00M/s | 1.14x | 0.43x | 250 | 10% |"), "{throughput}");
+    assert!(throughput.contains("\n| spin | 2 | 2.00M/s | 0.57x | 0.21x | 125 | 20% |"), "{throughput}");
+    assert!(throughput.contains("\n| yield | 1 | 6.00M/s | 1.71x | 0.64x | 250 | 10% |"), "{throughput}");
+    assert!(throughput.contains("\n| yield | 2 | 3.00M/s | 0.86x | 0.32x | 125 | 20% |"), "{throughput}");
 
     let open = section(&md, "## Open loop", "## MDP 3.0 decode");
     let rows: Vec<&str> = open.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| rate asked")).collect();
@@ -203,6 +206,13 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(lb.contains("\n| post to poll | tsc | 800 ns |") && lb.contains("| 29,240 |"), "{lb}");
     let target = report.targets.iter().find(|t| t.key.contains("mdp3_walk")).expect("the MDP 3.0 target");
     assert_eq!((target.met(), target.verdict().as_str()), (Some(false), "missed by 95%"));
+    let replay = |stem: &str| {
+        let key = format!("ratio.mdfan.{stem}.subs2_vs_baseline.dbn_decode.rate");
+        let t = report.targets.iter().find(|t| t.key == key).unwrap_or_else(|| panic!("no target {key}"));
+        (t.met(), t.verdict())
+    };
+    assert_eq!(replay("replay").0, Some(false));
+    assert_eq!(replay("replay_yield").0, Some(true), "0.86x against 0.8x: {:?}", replay("replay_yield").1);
 
     // The flat list keeps every key, percentiles in numeric order, counts as integers.
     let all = section(&md, "## All figures", "\n\n\n");
@@ -216,7 +226,8 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(!ratio_keys.is_empty());
     for k in &ratio_keys {
         let pingpong = report::PINGPONG_RATIOS.iter().any(|(n, d)| k.starts_with(&format!("ratio.{n}_vs_{d}.")));
-        let replay = k.starts_with("ratio.mdfan.replay.subs") && k.ends_with(".rate");
+        let replay = (k.starts_with("ratio.mdfan.replay.subs") || k.starts_with("ratio.mdfan.replay_yield.subs"))
+            && k.ends_with(".rate");
         let mdp3 = k.as_str() == "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate";
         let itch = k.as_str() == "ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate";
         assert!(pingpong || replay || mdp3 || itch, "a ratio that is not like for like: {k}");
@@ -381,6 +392,7 @@ fn figures_format_for_a_reader() {
         ("baseline.perftest", "perftest write_with_imm"),
         ("mdfan.shm.openloop.max.end_to_end", "open loop max: end to end"),
         ("mdfan.replay.subs1.cycle", "mdfan replay, 1 subscriber: hot loop cycle"),
+        ("mdfan.replay_yield.subs2", "mdfan replay (yielding idle), 2 subscribers"),
     ] {
         assert_eq!(report::display_name(key), name);
     }
@@ -392,10 +404,10 @@ fn progress_is_hidden_when_stderr_is_not_a_terminal() {
     assert!(p.bar.is_hidden());
     assert_eq!(p.step("baseline.cacheline", || 7), 7);
     assert_eq!(p.bar.position(), 1);
-    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays, MDP 3.0 rates and
-    // per-packet latency, MDP 3.0 over loopback.
+    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays spinning and 3
+    // yielding, MDP 3.0 rates and per-packet latency, MDP 3.0 over loopback.
     let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2"));
-    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 3 + 3)));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 3)));
 }
 
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.

@@ -800,6 +800,8 @@ pub struct ItchNormalizer {
     orders: rustc_hash::FxHashMap<u64, Resting>,
     symbols: Box<[Symbol]>,
     stale: Box<[u64]>,
+    /// Locates any message named (a bitset, 65,536 bits), for [`ItchNormalizer::mark_all_stale`].
+    seen: Box<[u64]>,
     stats: NormalizerStats,
 }
 
@@ -821,6 +823,7 @@ impl ItchNormalizer {
             orders: rustc_hash::FxHashMap::with_capacity_and_hasher(order_capacity, Default::default()),
             symbols: vec![Symbol::default(); 1 << 16].into_boxed_slice(),
             stale: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
+            seen: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
             stats: NormalizerStats::default(),
         }
     }
@@ -864,10 +867,41 @@ impl ItchNormalizer {
         })
     }
 
+    /// Messages were lost from the stream (a MoldUDP64 hole given up): every locate seen so far and not yet
+    /// stale is marked unsynced, each with one [`Kind::InstrumentStale`] record (`order_id` 0, `venue_seq` the
+    /// first lost message's position, `ts_event_ns` and `ts_recv_ns` = `ts_recv_ns`) handed to `out`. ITCH has
+    /// no per-instrument sequence, so a hole may have touched any of them. Returns the records made. Allocates
+    /// nothing.
+    pub fn mark_all_stale(&mut self, venue_seq: u32, ts_recv_ns: u64, out: &mut impl FnMut(BookUpdate)) -> u64 {
+        let mut made = 0;
+        for (w, (seen, stale)) in self.seen.iter().zip(self.stale.iter_mut()).enumerate() {
+            let mut fresh = *seen & !*stale;
+            *stale |= *seen;
+            while fresh != 0 {
+                let bit = fresh.trailing_zeros();
+                fresh &= fresh - 1;
+                made += 1;
+                out(BookUpdate {
+                    instrument_id: (w as u32) * 64 + bit,
+                    venue_seq,
+                    ts_event_ns: ts_recv_ns,
+                    ts_recv_ns,
+                    flags: flags::LAST,
+                    ..BookUpdate::control(Kind::InstrumentStale)
+                });
+            }
+        }
+        made
+    }
+
     /// The records of one message; `venue_seq` is its position in the stream and `ts_recv_ns` its receive
     /// (capture) time, 0 if unknown (module docs).
     pub fn normalize(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64) -> Records {
         let h = &m.header;
+        // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
+        if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
+            *w |= 1 << (h.stock_locate % 64);
+        }
         let ts_event_ns = self.midnight_ns.saturating_add(h.timestamp_ns);
         let base = BookUpdate {
             ts_event_ns,

@@ -11,7 +11,11 @@
 //! - [`pcap`]: UDP datagrams (time, group:port, payload) from a pcapng or classic pcap capture, for tests and replay.
 //! - [`itch`]: Nasdaq TotalView-ITCH 5.0: messages, the BinaryFILE source (plain or gzip), and order-level
 //!   records keyed by stock locate.
+//! - [`lobster`]: LOBSTER message and order-book CSVs: the level-1 book rebuilt from the messages and checked
+//!   against the order-book file per message, price-level records and trades.
 //! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
+//! - [`mold_session`]: a MoldUDP64 session receiver: messages in sequence order, gaps, retransmission requests,
+//!   holes given up and reported (sans I/O).
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
@@ -21,8 +25,10 @@
 
 pub mod dbn;
 pub mod itch;
+pub mod lobster;
 pub mod mdp3;
 pub mod mdp3_channel;
+pub mod mold_session;
 pub mod moldudp64;
 pub mod pcap;
 pub mod symbols;

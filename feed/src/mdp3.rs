@@ -75,7 +75,9 @@
 //! field, and nothing of it reaches the caller. Decoding never panics and never allocates, except the
 //! `RptSeq` table's growth when more instruments appear than [`Mdp3Decoder::with_capacity`] reserved.
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap;
 
 use mdfan_wire::{flags, BookUpdate, Kind, Side};
 
@@ -691,7 +693,7 @@ impl SeqTracker {
 #[derive(Debug, Clone)]
 pub struct Mdp3Decoder {
     packets: SeqTracker,
-    rpt_seq: HashMap<i32, u32>,
+    rpt_seq: FxHashMap<i32, u32>,
     stats: Mdp3Stats,
 }
 
@@ -709,7 +711,7 @@ impl Mdp3Decoder {
     pub fn with_capacity(instruments: usize) -> Mdp3Decoder {
         Mdp3Decoder {
             packets: SeqTracker::default(),
-            rpt_seq: HashMap::with_capacity(instruments),
+            rpt_seq: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
             stats: Mdp3Stats::default(),
         }
     }
@@ -786,17 +788,20 @@ impl Mdp3Decoder {
             }
             if let Some((security_id, got)) = rpt_seq_of(ev) {
                 stats.rpt_seq_entries += 1;
-                match rpt_seq.insert(security_id, got) {
-                    Some(last) if got <= last => {
-                        rpt_seq.insert(security_id, last);
+                let last = match rpt_seq.entry(security_id) {
+                    Entry::Occupied(e) if got <= *e.get() => {
                         stats.rpt_seq_stale += 1;
                         return;
                     }
-                    Some(last) if got != last.wrapping_add(1) => {
-                        stats.rpt_seq_gaps += 1;
-                        on_event(info, &Event::RptSeqGap { security_id, expected: last.wrapping_add(1), got });
+                    Entry::Occupied(mut e) => Some(std::mem::replace(e.get_mut(), got)),
+                    Entry::Vacant(e) => {
+                        e.insert(got);
+                        None
                     }
-                    _ => {}
+                };
+                if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
+                    stats.rpt_seq_gaps += 1;
+                    on_event(info, &Event::RptSeqGap { security_id, expected: last.wrapping_add(1), got });
                 }
             }
             on_event(info, ev);
@@ -996,11 +1001,11 @@ impl<'a> Group<'a> {
 }
 
 /// Walks every message of a packet, calling `sink` per event; returns the message count.
-fn walk_packet(
+fn walk_packet<F: FnMut(&MessageInfo, &Event)>(
     payload: &[u8],
     header: PacketHeader,
     ts_recv_ns: u64,
-    sink: &mut dyn FnMut(&MessageInfo, &Event),
+    sink: &mut F,
 ) -> Result<u16, DecodeError> {
     let mut pos = PACKET_HEADER_BYTES;
     let mut message = 0u16;
@@ -1055,13 +1060,13 @@ const fn rpt_seq_only_layout(template_id: u16) -> Option<(u16, usize, usize)> {
     }
 }
 
-fn decode_message(
+fn decode_message<F: FnMut(&MessageInfo, &Event)>(
     mut body: Body<'_>,
     block_length: u16,
     version: u16,
     mut info: MessageInfo,
     msg_size: u16,
-    sink: &mut dyn FnMut(&MessageInfo, &Event),
+    sink: &mut F,
 ) -> Result<(), DecodeError> {
     const ENTRIES: &str = "NoMDEntries";
     let template_id = info.template_id;

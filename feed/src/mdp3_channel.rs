@@ -43,7 +43,7 @@
 //! from the snapshot channel; `LastMsgSeqNumProcessed` and `RptSeq` synchronise a snapshot with the incremental
 //! feed) and "MDP 3.0 - Packet Sequence Number".
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use mdfan_wire::{flags, BookUpdate, Kind};
 
@@ -128,7 +128,7 @@ pub enum RecoveryStatus {
 #[derive(Debug)]
 struct Securities {
     list: Vec<i32>,
-    index: HashMap<i32, usize>,
+    index: FxHashMap<i32, usize>,
     /// Per security (same order as `list`): `Some(MsgSeqNum)` while stale, the incremental packet a snapshot
     /// must cover (`LastMsgSeqNumProcessed` at or past it) to be applied.
     stale: Vec<Option<u32>>,
@@ -192,7 +192,7 @@ impl Mdp3Channel {
             decoder: Mdp3Decoder::with_capacity(instruments),
             secs: Securities {
                 list: Vec::with_capacity(instruments),
-                index: HashMap::with_capacity(instruments),
+                index: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
                 stale: Vec::with_capacity(instruments),
                 stale_now: 0,
                 since_ns: None,

@@ -137,3 +137,17 @@ fn cut_and_corrupt_files_name_the_file_and_offset() {
     assert!(ItchFile::open(Path::new("/nonexistent/x.itch")).is_err());
     let _ = eastern_midnight_ns(2019, 12, 30).unwrap();
 }
+
+#[test]
+fn a_zero_length_prefix_is_an_error_naming_the_offset_after_the_messages_before_it() {
+    let real = std::fs::read(snippet()).unwrap();
+    // A zero length prefix after the first message (D, 19 bytes: ends at byte 21).
+    let mut file = real[..21].to_vec();
+    file.extend_from_slice(&[0, 0]);
+    file.extend_from_slice(&real[21..]);
+    let (n, r) = walk(&file);
+    assert_eq!(n, 1, "the message before it was read");
+    let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
+    assert_eq!((source.offset, source.problem), (21, Problem::Empty));
+    assert!(source.to_string().contains("byte 21"), "{source}");
+}

@@ -28,10 +28,10 @@ pub const DEFAULT_LINGER_MS: u64 = 1_000;
 /// The recovery server a run opens ([`crate::SimConfig::recovery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoveryConfig {
-    /// Where it sends (MDP 3.0: the snapshot feed): a multicast group (sent on 127.0.0.1, TTL 0) or a loopback
-    /// address.
+    /// MDP 3.0: where the snapshot feed is sent, a multicast group (sent on 127.0.0.1, TTL 0) or a loopback
+    /// address. MoldUDP64: where the retransmission server listens, a loopback address only.
     pub addr: SocketAddrV4,
-    /// Period of the snapshot loop, ms (at least 1).
+    /// Period of the snapshot loop, ms (at least 1; unused by MoldUDP64).
     pub interval_ms: u64,
     /// How long it keeps serving after the capture's last packet was sent, ms.
     pub linger_ms: u64,
@@ -62,6 +62,14 @@ pub trait Feed {
 
     /// The packet's sequence number, or `None` when the payload cannot carry one.
     fn seq(&self, payload: &[u8]) -> Option<u64>;
+
+    /// Sequence numbers the packet carries (`seq..seq + seq_count`): 1 by default (one seq per packet);
+    /// MoldUDP64: the message count (0 for a heartbeat or end of session). `--drop-seqs` drops a packet when
+    /// any of its sequence numbers is in the range.
+    fn seq_count(&self, payload: &[u8]) -> u64 {
+        let _ = payload;
+        1
+    }
 
     /// Writes the datagram to send on `line` for one captured payload into `out` (cleared by the caller). The
     /// default passes the payload through.
@@ -118,6 +126,10 @@ impl Feed for WithRecovery<'_> {
 
     fn seq(&self, payload: &[u8]) -> Option<u64> {
         self.feed.seq(payload)
+    }
+
+    fn seq_count(&self, payload: &[u8]) -> u64 {
+        self.feed.seq_count(payload)
     }
 
     fn encode(&mut self, line: Line, payload: &[u8], out: &mut Vec<u8>) {

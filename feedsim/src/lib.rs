@@ -9,6 +9,10 @@
 //! - [`feed`]: what a feed adds ([`Feed`]: seq extraction, an encoder hook, a recovery-server hook), with CME MDP
 //!   3.0 ([`Mdp3`]).
 //! - [`snapshot`]: CME MDP 3.0 market recovery, the snapshot feed served from the simulator's own books.
+//! - [`itch`]: Nasdaq TotalView-ITCH 5.0 synthesised from DBN MBO ([`ItchEncoder`], sans I/O).
+//! - [`moldudp64`]: those messages framed into MoldUDP64 packets ([`MoldFramer`]), played as the feed
+//!   [`MoldItch`] ([`run_capture`] over the in-memory packets, [`moldudp64::capture_of`]), with a MoldUDP64
+//!   retransmission server ([`MoldRetransmitServer`]).
 //! - [`sender`]: the sockets (multicast on 127.0.0.1 with TTL 0, or loopback unicast; nothing else).
 //! - [`plan`] and [`play`]: which datagram goes out on which line when, and sending it.
 //!
@@ -19,6 +23,8 @@
 pub mod capture;
 pub mod feed;
 pub mod impair;
+pub mod itch;
+pub mod moldudp64;
 pub mod sender;
 pub mod snapshot;
 
@@ -33,6 +39,8 @@ use mdfan_lines::Line;
 pub use capture::{read_capture, Capture, CaptureError, UdpPacket};
 pub use feed::{Feed, Mdp3, RecoveryConfig, RecoveryServer};
 pub use impair::{plan_line, Impairment, LinePlan};
+pub use itch::{EncoderStats, ItchEncoder};
+pub use moldudp64::{MoldFramer, MoldItch, MoldRetransmitServer, RetransmitOptions, Session};
 pub use sender::{LineSender, SendError};
 
 /// Everything a run needs.
@@ -185,8 +193,8 @@ fn check_fraction(what: &'static str, value: f64) -> Result<(), SimError> {
     }
 }
 
-/// Reads the capture and plans the run: picks the lines' groups, applies the impairment model, orders the sends.
-pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
+/// Checks the run's knobs: speed, impairment fractions, destinations.
+fn check_config(cfg: &SimConfig) -> Result<(), SimError> {
     if !(cfg.speed >= 0.0 && cfg.speed.is_finite()) {
         return Err(SimError::Speed(cfg.speed));
     }
@@ -197,6 +205,12 @@ pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
     }
     sender::check_dest("A", cfg.send_a)?;
     sender::check_dest("B", cfg.send_b)?;
+    Ok(())
+}
+
+/// Reads the capture and plans the run: picks the lines' groups, applies the impairment model, orders the sends.
+pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
+    check_config(cfg)?;
     let capture = read_capture(&cfg.pcap)?;
     let groups = capture.groups();
     let pick = |want: Option<SocketAddrV4>, nth: usize, name: &str| -> Result<SocketAddrV4, SimError> {
@@ -208,6 +222,13 @@ pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
         }
     };
     let group = [pick(cfg.line_a, 0, "A")?, pick(cfg.line_b, 1, "B")?];
+    Ok(plan_capture(cfg, feed, capture, group))
+}
+
+/// Plans a run over a capture already in memory (a synthesised feed, [`moldudp64::capture_of`]): `group` are
+/// the capture destinations played as lines A and B (a group without packets leaves its line idle). Checks
+/// nothing; [`plan`] and [`run_capture`] do.
+pub fn plan_capture(cfg: &SimConfig, feed: &dyn Feed, capture: Capture, group: [SocketAddrV4; 2]) -> Plan {
     let dest = [cfg.send_a, cfg.send_b];
     let imp = [cfg.impair_a, cfg.impair_b];
     let mut events = Vec::new();
@@ -220,8 +241,12 @@ pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
         }
         let ts: Vec<u64> = idx.iter().map(|&i| capture.packets[i].ts_ns).collect();
         let seq_of = |k: usize| feed.seq(&capture.packets[idx[k]].payload);
+        // A packet goes when any of its seqs is in the range (MoldUDP64 packets carry several).
         let forced = |k: usize| match (cfg.drop_seqs, seq_of(k)) {
-            (Some((first, last)), Some(s)) => (first..=last).contains(&s),
+            (Some((first, last)), Some(s)) => {
+                let count = feed.seq_count(&capture.packets[idx[k]].payload);
+                count > 0 && s <= last && s.saturating_add(count - 1) >= first
+            }
             _ => false,
         };
         let p = plan_line(&ts, &imp[li], cfg.seed, line, forced);
@@ -243,7 +268,7 @@ pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
     });
     // Stable: line A's sends come first in `events`, so A wins a tie.
     events.sort_by_key(|e| e.ts_ns);
-    Ok(Plan { capture, events, lines, published })
+    Plan { capture, events, lines, published }
 }
 
 /// What a run did.
@@ -386,6 +411,28 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
 /// `linger_ms` after the last one.
 pub fn run(cfg: &SimConfig, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Result<Summary, SimError> {
     let p = plan(cfg, feed)?;
+    play_with_recovery(cfg, p, feed, shutdown)
+}
+
+/// As [`run`], over a capture already in memory ([`plan_capture`]; `cfg.pcap` only names the source).
+pub fn run_capture(
+    cfg: &SimConfig,
+    capture: Capture,
+    group: [SocketAddrV4; 2],
+    feed: &mut dyn Feed,
+    shutdown: &AtomicBool,
+) -> Result<Summary, SimError> {
+    check_config(cfg)?;
+    let p = plan_capture(cfg, feed, capture, group);
+    play_with_recovery(cfg, p, feed, shutdown)
+}
+
+fn play_with_recovery(
+    cfg: &SimConfig,
+    p: Plan,
+    feed: &mut dyn Feed,
+    shutdown: &AtomicBool,
+) -> Result<Summary, SimError> {
     let Some(rc) = &cfg.recovery else { return play(p, cfg.speed, feed, shutdown) };
     let server = feed.open_recovery(rc)?;
     let mut with = feed::WithRecovery { feed, server };

@@ -1,4 +1,5 @@
-//! `mdfan-feedsim`: plays a pcap/pcapng capture onto UDP lines A and B (see the crate docs and README).
+//! `mdfan-feedsim`: plays a pcap/pcapng capture onto UDP lines A and B, or a DBN MBO file synthesised as Nasdaq
+//! TotalView-ITCH 5.0 over MoldUDP64 with a retransmission server (see the crate docs and README).
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
@@ -7,17 +8,56 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Parser;
 use mdfan_feedsim::feed::{DEFAULT_INTERVAL_MS, DEFAULT_LINGER_MS};
-use mdfan_feedsim::{run, Impairment, Mdp3, RecoveryConfig, SimConfig};
+use mdfan_feedsim::moldudp64::{
+    capture_of, synthesize, SynthOptions, DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_MAX_PAYLOAD_BYTES, SYNTH_GROUP_A,
+    SYNTH_GROUP_B,
+};
+use mdfan_feedsim::{
+    run, run_capture, Impairment, Mdp3, MoldItch, RecoveryConfig, RetransmitOptions, Session, SimConfig,
+};
 
 /// Plays the UDP datagrams of a pcap/pcapng capture onto lines A and B (multicast on 127.0.0.1 with TTL 0, or
 /// loopback unicast), at the recorded pace or faster, with seeded loss, duplication and reordering per line.
-/// The feed is CME MDP 3.0 (MsgSeqNum = payload bytes 0..4, little-endian).
+/// The feed is CME MDP 3.0 (MsgSeqNum = payload bytes 0..4, little-endian). With --dbn instead of --pcap: a DBN
+/// MBO file synthesised as Nasdaq TotalView-ITCH 5.0 over MoldUDP64 (same packets on A and, with --send-b, B),
+/// with a MoldUDP64 retransmission server (--retransmit).
 #[derive(Parser, Debug)]
 #[command(name = "mdfan-feedsim", version)]
 struct Cli {
     /// The capture (pcap or pcapng; Ethernet, IPv4, UDP).
+    #[arg(long, required_unless_present = "dbn", conflicts_with = "dbn")]
+    pcap: Option<PathBuf>,
+    /// A DBN MBO file (plain or zstd) to synthesise as ITCH 5.0 over MoldUDP64, paced by its ts_recv.
     #[arg(long)]
-    pcap: PathBuf,
+    dbn: Option<PathBuf>,
+    /// The MoldUDP64 session (up to 10 ASCII characters, space-padded).
+    #[arg(long, default_value = "MDFAN00001", requires = "dbn")]
+    itch_session: String,
+    /// Largest MoldUDP64 packet (UDP payload, header included), bytes; 72 at least.
+    #[arg(long, default_value_t = DEFAULT_MAX_PAYLOAD_BYTES, requires = "dbn")]
+    itch_max_payload_bytes: usize,
+    /// A heartbeat (message count 0) per this much idle time, ms; 0 = none.
+    #[arg(long, default_value_t = DEFAULT_HEARTBEAT_INTERVAL_NS / 1_000_000, requires = "dbn")]
+    itch_heartbeat_ms: u64,
+    /// The session date the ITCH timestamps count from (US Eastern midnight) [default: the UTC date of the first
+    /// record's ts_recv].
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = parse_date, requires = "dbn")]
+    itch_session_date: Option<(i32, u32, u32)>,
+    /// Serve MoldUDP64 retransmission requests on this loopback address (answers go to the requester).
+    #[arg(long, value_name = "127.0.0.1:PORT", requires = "dbn")]
+    retransmit: Option<SocketAddrV4>,
+    /// How long the retransmission server keeps serving after the last packet, ms.
+    #[arg(long, default_value_t = DEFAULT_LINGER_MS, requires = "retransmit")]
+    retransmit_linger_ms: u64,
+    /// Answer this many requests, then none.
+    #[arg(long, requires = "retransmit")]
+    retransmit_max_requests: Option<u64>,
+    /// Stop answering once this MoldUDP64 sequence number was published.
+    #[arg(long, requires = "retransmit")]
+    retransmit_die_after_seq: Option<u64>,
+    /// Keep the messages but never answer.
+    #[arg(long, requires = "retransmit")]
+    retransmit_silent: bool,
     /// The capture's destination (group:port) played as line A [default: the first in the file].
     #[arg(long, value_name = "GROUP:PORT")]
     line_a: Option<SocketAddrV4>,
@@ -27,9 +67,9 @@ struct Cli {
     /// Where line A goes: a multicast group (sent with IP_MULTICAST_IF 127.0.0.1, TTL 0) or 127.0.0.1:PORT.
     #[arg(long, value_name = "ADDR:PORT")]
     send_a: SocketAddrV4,
-    /// Where line B goes (as --send-a).
-    #[arg(long, value_name = "ADDR:PORT")]
-    send_b: SocketAddrV4,
+    /// Where line B goes (as --send-a); with --dbn, no line B without it.
+    #[arg(long, value_name = "ADDR:PORT", required_unless_present = "dbn")]
+    send_b: Option<SocketAddrV4>,
     /// Pace: 1 = as recorded, 10 = ten times faster, 0 = as fast as possible.
     #[arg(long, default_value_t = 1.0)]
     speed: f64,
@@ -48,12 +88,13 @@ struct Cli {
     /// Seed of the impairment model: the same seed drops, duplicates and reorders the same packets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Drop these MsgSeqNums on both lines (FIRST-LAST, inclusive).
+    /// Drop these MsgSeqNums (MoldUDP64: packets holding any of these sequence numbers) on both lines
+    /// (FIRST-LAST, inclusive).
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
     drop_seqs: Option<(u64, u64)>,
     /// Serve the MDP 3.0 snapshot feed (market recovery) to this address (multicast group or 127.0.0.1:PORT):
     /// a loop of SnapshotFullRefresh38 per instrument from the simulator's own books.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "dbn")]
     snapshot: Option<SocketAddrV4>,
     /// Period of the snapshot loop, ms.
     #[arg(long, default_value_t = DEFAULT_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(1..))]
@@ -76,28 +117,24 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     Ok((first, last))
 }
 
+fn parse_date(s: &str) -> Result<(i32, u32, u32), String> {
+    let mut it = s.splitn(3, '-').map(|p| p.parse::<u32>());
+    match (it.next(), it.next(), it.next()) {
+        (Some(Ok(y)), Some(Ok(m)), Some(Ok(d))) if y >= 1970 && (1..=12).contains(&m) && (1..=31).contains(&d) => {
+            Ok((y as i32, m, d))
+        }
+        _ => Err(format!("{s:?}: expected YYYY-MM-DD, e.g. 2023-12-25")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let cfg = SimConfig {
-        pcap: cli.pcap,
-        line_a: cli.line_a,
-        line_b: cli.line_b,
-        send_a: cli.send_a,
-        send_b: cli.send_b,
-        speed: cli.speed,
-        impair_a: Impairment { loss: cli.loss_a, dup: cli.dup, reorder: cli.reorder },
-        impair_b: Impairment { loss: cli.loss_b, dup: cli.dup, reorder: cli.reorder },
-        seed: cli.seed,
-        drop_seqs: cli.drop_seqs,
-        recovery: cli.snapshot.map(|addr| RecoveryConfig {
-            addr,
-            interval_ms: cli.snapshot_interval_ms,
-            linger_ms: cli.snapshot_linger_ms,
-            silent: cli.snapshot_silent,
-        }),
-    };
     let shutdown = AtomicBool::new(false);
-    match run(&cfg, &mut Mdp3, &shutdown) {
+    let result = match &cli.dbn {
+        Some(dbn) => run_dbn(&cli, dbn, &shutdown),
+        None => run_pcap(&cli, &shutdown),
+    };
+    match result {
         Ok(summary) => {
             println!("{summary}");
             ExitCode::SUCCESS
@@ -107,4 +144,76 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn config(cli: &Cli, source: PathBuf, send_b: SocketAddrV4) -> SimConfig {
+    SimConfig {
+        pcap: source,
+        line_a: cli.line_a,
+        line_b: cli.line_b,
+        send_a: cli.send_a,
+        send_b,
+        speed: cli.speed,
+        impair_a: Impairment { loss: cli.loss_a, dup: cli.dup, reorder: cli.reorder },
+        impair_b: Impairment { loss: cli.loss_b, dup: cli.dup, reorder: cli.reorder },
+        seed: cli.seed,
+        drop_seqs: cli.drop_seqs,
+        recovery: None,
+    }
+}
+
+fn run_pcap(cli: &Cli, shutdown: &AtomicBool) -> Result<mdfan_feedsim::Summary, Box<dyn std::error::Error>> {
+    let (Some(pcap), Some(send_b)) = (&cli.pcap, cli.send_b) else { unreachable!("clap requires both without --dbn") };
+    let mut cfg = config(cli, pcap.clone(), send_b);
+    cfg.recovery = cli.snapshot.map(|addr| RecoveryConfig {
+        addr,
+        interval_ms: cli.snapshot_interval_ms,
+        linger_ms: cli.snapshot_linger_ms,
+        silent: cli.snapshot_silent,
+    });
+    Ok(run(&cfg, &mut Mdp3, shutdown)?)
+}
+
+fn run_dbn(
+    cli: &Cli,
+    dbn: &std::path::Path,
+    shutdown: &AtomicBool,
+) -> Result<mdfan_feedsim::Summary, Box<dyn std::error::Error>> {
+    let session = Session::new(&cli.itch_session).map_err(|e| format!("--itch-session: {e}"))?;
+    let opts = SynthOptions {
+        session,
+        max_payload_bytes: cli.itch_max_payload_bytes,
+        heartbeat_interval_ns: cli.itch_heartbeat_ms.saturating_mul(1_000_000),
+        session_date: cli.itch_session_date,
+    };
+    let synth = synthesize(dbn, &opts)?;
+    // Without --send-b, line B has no packets (its destination is line A's and is never sent to).
+    let mut cfg = config(cli, dbn.to_owned(), cli.send_b.unwrap_or(cli.send_a));
+    cfg.recovery = cli.retransmit.map(|addr| RecoveryConfig {
+        linger_ms: cli.retransmit_linger_ms,
+        silent: cli.retransmit_silent,
+        ..RecoveryConfig::new(addr)
+    });
+    let mut feed = MoldItch {
+        session,
+        max_payload_bytes: cli.itch_max_payload_bytes,
+        retransmit: RetransmitOptions {
+            max_requests: cli.retransmit_max_requests,
+            die_after_seq: cli.retransmit_die_after_seq,
+        },
+    };
+    let capture = capture_of(&synth.packets, cli.send_b.is_some());
+    let s = &synth.stats;
+    println!(
+        "feedsim itch records={} messages={} last_seq={} packets={} price_unrepresentable={} unknown_order={} skipped={} ts_clamped={}",
+        s.records,
+        s.messages(),
+        synth.last_seq,
+        synth.packets.len(),
+        s.price_unrepresentable,
+        s.unknown_order,
+        s.skipped,
+        s.ts_clamped
+    );
+    Ok(run_capture(&cfg, capture, [SYNTH_GROUP_A, SYNTH_GROUP_B], &mut feed, shutdown)?)
 }

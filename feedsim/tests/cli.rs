@@ -92,3 +92,41 @@ fn the_snapshot_feed_is_served_from_the_simulators_books_and_counted() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line snapshot destination 192.0.2.1:9: only a multicast group"), "{err}");
 }
+
+const ESH4: &str = "../data/cme-glbx-mdp3-es-mbo-dbn/esh4-glbx-mdp3-20231225.mbo.dbn.zst";
+
+#[test]
+fn a_dbn_file_plays_as_itch_over_moldudp64_on_both_lines() {
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dest = sink.local_addr().unwrap().to_string();
+    let retransmit = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let out = feedsim()
+        .args(["--dbn", ESH4, "--itch-session", "TEST", "--itch-heartbeat-ms", "0", "--speed", "0"])
+        .args(["--send-a", &dest, "--send-b", &dest, "--drop-seqs", "100-199"])
+        .args(["--retransmit", &retransmit, "--retransmit-linger-ms", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(
+        lines[0],
+        "feedsim itch records=68792 messages=62574 last_seq=62574 packets=45517 price_unrepresentable=0 \
+         unknown_order=7 skipped=1 ts_clamped=8725"
+    );
+    // The snapshot's Add Orders go 36 to a 1,400-byte packet (seqs 73..=108, ..., 181..=216): seqs 100..=199
+    // touch 4 packets, dropped whole on each line.
+    for l in &lines[1..3] {
+        assert!(l.ends_with("read=45517 sent=45513 dropped=4 dropped_by_seq=4 duplicated=0 reordered=0"), "{text}");
+    }
+    assert!(lines[3].starts_with("feedsim feed=itch-moldudp64 packets=91034 skipped=0 sent=91026 "), "{text}");
+    assert!(lines[3].ends_with("end=complete recovery_sent=0"), "{text}");
+    // Usage: --snapshot is MDP 3.0's; a retransmission server off loopback is refused.
+    let out = feedsim().args(["--dbn", ESH4, "--send-a", &dest, "--snapshot", &dest]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = feedsim().args(["--dbn", ESH4, "--send-a", &dest, "--retransmit", "192.0.2.1:9"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("retransmission server address 192.0.2.1:9: only a loopback address"), "{err}");
+}

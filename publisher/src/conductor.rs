@@ -205,6 +205,8 @@ pub struct Conductor {
     pub(crate) counters_written: std::time::Instant,
     /// A live feed's counters.
     pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
+    /// A live ITCH 5.0 feed's MoldUDP64 counters.
+    pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
     /// Set (e.g. by SIGHUP) to have the next pass re-read `[access]` from the config file.
     pub(crate) reload: Arc<AtomicBool>,
     /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
@@ -700,6 +702,9 @@ impl Conductor {
         if let Some(live) = &self.live_feed {
             let _ = writeln!(out, "counters {}", live.report().line());
         }
+        if let Some(mold) = &self.itch_feed {
+            let _ = writeln!(out, "counters {}", mold.report().line());
+        }
     }
 
     /// Rewrites the counters file (see [`mdfan_tuning::counters`]): the run's, the live feed's and every
@@ -741,6 +746,24 @@ impl Conductor {
             file.set("mdfan_feed_recovered_total", "", Counter, f.recovered);
             file.set("mdfan_feed_stale_instruments", "", Gauge, f.stale_now);
             file.set("mdfan_feed_recovery_timeouts_total", "", Counter, f.recovery_timeouts);
+        }
+        if let Some(mold) = &self.itch_feed {
+            let f = mold.report();
+            for (i, origin) in ["a", "b", "retransmit"].into_iter().enumerate() {
+                file.set("mdfan_mold_packets_total", &format!("origin=\"{origin}\""), Counter, f.packets[i]);
+            }
+            file.set("mdfan_mold_heartbeats_total", "", Counter, f.heartbeats);
+            file.set("mdfan_mold_messages_total", "", Counter, f.messages);
+            file.set("mdfan_mold_retransmitted_messages_total", "", Counter, f.retransmitted);
+            file.set("mdfan_mold_duplicates_total", "", Counter, f.duplicates);
+            file.set("mdfan_mold_gaps_total", "", Counter, f.gaps);
+            file.set("mdfan_mold_requests_total", "", Counter, f.requests);
+            file.set("mdfan_mold_retries_total", "", Counter, f.retries);
+            file.set("mdfan_mold_given_up_holes_total", "", Counter, f.given_up_holes);
+            file.set("mdfan_mold_given_up_messages_total", "", Counter, f.given_up_messages);
+            file.set("mdfan_mold_foreign_session_total", "", Counter, f.foreign_session);
+            file.set("mdfan_mold_bad_packets_total", "", Counter, f.bad_packets);
+            file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
         }
         let order = self
             .reports
@@ -896,6 +919,7 @@ impl Conductor {
             end: agent.end,
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
             live: self.live_feed.as_ref().map(|c| c.report()),
+            moldudp64: self.itch_feed.as_ref().map(|c| c.report()),
         });
     }
 

@@ -4,6 +4,9 @@
 //! [publisher]
 //! listen = "127.0.0.1:7700"    # control endpoint (TCP). Default 127.0.0.1:7700.
 //! hot_core = 1                 # core the hot loop is pinned to. Default: not pinned.
+//! hot_idle = "spin"            # the live hot loop on an empty cycle: "spin" (PAUSE, burns its core) or "yield"
+//!                              # (sched_yield after 1,000 empty cycles: a host without a core per busy thread).
+//!                              # Default "spin".
 //! control_core = 0             # core of the control thread. Default: not pinned.
 //! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
 //! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
@@ -15,10 +18,15 @@
 //! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
 //!
 //! [feed]
-//! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip)
+//! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip),
+//!                              # "lobster" (a LOBSTER message CSV checked against its order-book CSV)
 //!                              # or "mdp3" (CME MDP 3.0 live, from [lines])
-//! path = "data/....mbo.dbn.zst" # dbn and itch50; relative paths are taken from the config file's folder
-//! session_date = "2019-12-30"  # itch50 only: the file's trading day (ITCH times are ns since US Eastern midnight)
+//! path = "data/....mbo.dbn.zst" # dbn, itch50 and lobster (the message CSV); relative paths are taken from the
+//!                              # config file's folder
+//! session_date = "2019-12-30"  # itch50: the file's trading day (ITCH times are ns since US Eastern midnight);
+//!                              # lobster: the same, default the date in the message file's name
+//! orderbook = "..._orderbook_1.csv" # lobster only: the order-book CSV. Default: the message file's name with
+//!                              # _message_ -> _orderbook_, in its folder
 //! pace = "max"                 # "max", "realtime", or a speed-up factor such as 10.0. Default "max".
 //! max_gap_ms = 1000            # realtime/factor pacing first shortens idle gaps to this many ms. Default 1000.
 //! symbols = "symbols.csv"      # instrument definitions added to the feed's own (DBN metadata mappings): CSV,
@@ -36,6 +44,17 @@
 //! line_tolerance = 8           # ... or once both lines are this many seqs past it. Default 8.
 //! instruments = 4096           # securities the channel reserves room for. Default 4096.
 //! end_after_idle_ms = 0        # end the stream after this long with no datagram (tests, demos). Default 0: never.
+//!
+//! # format "itch50" with [lines]: Nasdaq TotalView-ITCH 5.0 live over MoldUDP64 (feed.session_date still needed;
+//! # no feed.path). Keys a, interface, rcvbuf_bytes, end_after_idle_ms as above; b optional (arbitrated by
+//! # MoldUDP64 sequence number), and:
+//! retransmit = "127.0.0.1:9100" # the MoldUDP64 re-request server. Default: none (a hole waits one timeout for
+//!                              # line B, then is given up: every stock locate seen is marked stale)
+//! retransmit_timeout_ms = 50   # a request unanswered this long is sent again. Default 50.
+//! retransmit_retries = 3       # re-sends after the first request, then the hole is given up. Default 3.
+//! session = "000010059B"       # the MoldUDP64 session; default: the first packet's (others are dropped)
+//! start = "first_seen"         # or "one": expect sequence number 1 and request what came before. Default first_seen.
+//! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start).
 //!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
@@ -63,6 +82,7 @@
 use std::path::{Path, PathBuf};
 
 use mdfan_fabric::{FabricConfig, Provider};
+use mdfan_tuning::IdleStrategy;
 use mdfan_wire::control::SlowConsumerPolicy;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -141,8 +161,9 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 pub struct LinesSection {
     /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind.
     pub a: std::net::SocketAddrV4,
-    /// Line B, as line A.
-    pub b: std::net::SocketAddrV4,
+    /// Line B, as line A. Required for `mdp3`; optional for `itch50` (MoldUDP64 arbitrates by sequence number).
+    #[serde(default)]
+    pub b: Option<std::net::SocketAddrV4>,
     /// Address of the interface that joins the groups. Default 127.0.0.1.
     #[serde(default = "default_interface")]
     pub interface: std::net::Ipv4Addr,
@@ -170,6 +191,48 @@ pub struct LinesSection {
     /// never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
     #[serde(default)]
     pub end_after_idle_ms: u64,
+    /// `itch50` only: the MoldUDP64 re-request server (unicast ip:port) gaps are requested from. `None`: a hole
+    /// waits `retransmit_timeout_ms` for the other line, then is given up (its locates marked stale).
+    #[serde(default)]
+    pub retransmit: Option<std::net::SocketAddrV4>,
+    /// `itch50` only: how long a request waits for its answer before it is sent again, in ms. Default 50.
+    #[serde(default = "default_retransmit_timeout_ms")]
+    pub retransmit_timeout_ms: u64,
+    /// `itch50` only: requests sent again after the first times out, before the hole is given up. Default 3.
+    #[serde(default = "default_retransmit_retries")]
+    pub retransmit_retries: u32,
+    /// `itch50` only: the MoldUDP64 session (up to 10 ASCII characters, space-padded). Default: the first
+    /// packet's.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// `itch50` only: `"first_seen"` (default: start at the first packet seen) or `"one"` (expect the session
+    /// from sequence number 1, requesting what came before the first packet).
+    #[serde(default)]
+    pub start: MoldStart,
+    /// `itch50` only: messages that may wait behind a hole (64-byte slots allocated at start). Default 65,536.
+    #[serde(default = "default_window_messages")]
+    pub window_messages: usize,
+}
+
+/// `lines.start`: where a MoldUDP64 receiver starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoldStart {
+    /// At the first packet seen.
+    #[default]
+    FirstSeen,
+    /// At sequence number 1.
+    One,
+}
+
+fn default_retransmit_timeout_ms() -> u64 {
+    50
+}
+fn default_retransmit_retries() -> u32 {
+    3
+}
+fn default_window_messages() -> usize {
+    1 << 16
 }
 
 fn default_interface() -> std::net::Ipv4Addr {
@@ -216,6 +279,8 @@ pub struct PublisherSection {
     pub listen: String,
     /// Core the hot loop is pinned to; `None`: not pinned.
     pub hot_core: Option<usize>,
+    /// What the live hot loop does on a cycle that sent nothing ([`HotIdle`]).
+    pub hot_idle: HotIdle,
     /// Core the control thread is pinned to; `None`: not pinned.
     pub control_core: Option<usize>,
     /// Subscribers to wait for before the replay starts.
@@ -243,6 +308,7 @@ impl Default for PublisherSection {
         PublisherSection {
             listen: "127.0.0.1:7700".into(),
             hot_core: None,
+            hot_idle: HotIdle::Spin,
             control_core: None,
             wait_for_subscribers: 1,
             max_subscribers: 64,
@@ -252,6 +318,35 @@ impl Default for PublisherSection {
             policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
             counters_dir: PathBuf::from("/dev/shm"),
             keep_counters: false,
+        }
+    }
+}
+
+/// What the live hot loop does on a duty cycle that sent nothing (`publisher.hot_idle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HotIdle {
+    /// PAUSE and go round again ([`IdleStrategy::BusySpin`]): the lowest latency, for a hot loop on an isolated
+    /// core of its own.
+    #[default]
+    Spin,
+    /// PAUSE for [`HotIdle::YIELD_AFTER_CYCLES`] empty cycles in a row, then `sched_yield` on each further one
+    /// ([`IdleStrategy::SpinThenYield`]): for a host with fewer cores than busy threads (the feed thread, the hot
+    /// loop, subscribers), where a spinning hot loop would starve the feed thread that gives it work. A record
+    /// that arrives during a yield waits for the yield to return (about a microsecond on an idle core, a time
+    /// slice on a busy one).
+    Yield,
+}
+
+impl HotIdle {
+    /// Empty cycles that only PAUSE before [`HotIdle::Yield`] starts to yield.
+    pub const YIELD_AFTER_CYCLES: u32 = 1_000;
+
+    /// The idle strategy of the live hot loop's runner.
+    pub fn strategy(self) -> IdleStrategy {
+        match self {
+            HotIdle::Spin => IdleStrategy::BusySpin,
+            HotIdle::Yield => IdleStrategy::SpinThenYield { spins: Self::YIELD_AFTER_CYCLES },
         }
     }
 }
@@ -267,6 +362,9 @@ pub enum FeedFormat {
     /// Nasdaq TotalView-ITCH 5.0 BinaryFILE (plain or gzip), replayed: order-level records keyed by stock locate;
     /// needs `session_date`.
     Itch50,
+    /// A LOBSTER message CSV (`path`) with its order-book CSV (`orderbook`), replayed: price-level (MBP) records
+    /// of the order-book file and trades, every message checked against its row (`mdfan_feed::lobster`).
+    Lobster,
 }
 
 /// How fast the replay goes.
@@ -320,13 +418,19 @@ impl<'de> Deserialize<'de> for Pace {
 pub struct FeedSection {
     /// Feed format.
     pub format: FeedFormat,
-    /// The trading day of an ITCH 5.0 file (`format = "itch50"`), `YYYY-MM-DD`: ITCH timestamps are ns since
-    /// that day's midnight, US Eastern time.
+    /// The trading day of an ITCH 5.0 file (`format = "itch50"`, required), `YYYY-MM-DD`: ITCH timestamps are ns
+    /// since that day's midnight, US Eastern time. For `lobster` (seconds after that midnight), optional: the
+    /// date in the message file's name by default.
     #[serde(default)]
     pub session_date: Option<String>,
-    /// File path (formats `dbn`, `itch50`); relative paths are resolved against the config file's folder.
+    /// File path (formats `dbn`, `itch50`, and `lobster`: the message CSV); relative paths are resolved against
+    /// the config file's folder.
     #[serde(default)]
     pub path: PathBuf,
+    /// `lobster` only: the order-book CSV that goes with `path`, relative to the config file's folder. Default:
+    /// `path` with `_message_` replaced by `_orderbook_` in its file name.
+    #[serde(default)]
+    pub orderbook: Option<PathBuf>,
     /// Replay pace.
     #[serde(default = "default_pace")]
     pub pace: Pace,
@@ -479,8 +583,52 @@ impl Config {
                 return Err(bad("lines", "[lines] is for a live feed: feed.format is \"dbn\" (a file)".into()));
             }
             (FeedFormat::Dbn, None) => {}
-            (FeedFormat::Itch50, Some(_)) => {
-                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"itch50\" (a file)".into()));
+            (FeedFormat::Itch50, Some(lines)) => {
+                if !cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad(
+                        "feed.path",
+                        "a live feed (\"itch50\" with [lines]) reads [lines], not a file".into(),
+                    ));
+                }
+                if cfg.feed.pace != Pace::Max {
+                    return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
+                }
+                if cfg.feed.session_midnight_ns().is_none() {
+                    let date = cfg.feed.session_date.as_deref().unwrap_or_default();
+                    return Err(bad(
+                        "feed.session_date",
+                        format!("{date:?}: \"itch50\" needs the session's trading day as YYYY-MM-DD"),
+                    ));
+                }
+                if lines.snapshot.is_some() {
+                    return Err(bad(
+                        "lines.snapshot",
+                        "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
+                    ));
+                }
+                if lines.b == Some(lines.a) && lines.a.port() != 0 {
+                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.a)));
+                }
+                if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
+                    let v = lines.retransmit_timeout_ms;
+                    return Err(bad("lines.retransmit_timeout_ms", format!("{v}: must be 1 to 60000")));
+                }
+                if lines.retransmit_retries > 100 {
+                    let v = lines.retransmit_retries;
+                    return Err(bad("lines.retransmit_retries", format!("{v}: must be 0 to 100")));
+                }
+                if let Some(s) = &lines.session {
+                    if s.is_empty() || s.len() > 10 || !s.is_ascii() {
+                        return Err(bad("lines.session", format!("{s:?}: must be 1 to 10 ASCII characters")));
+                    }
+                }
+                if !(16..=1 << 24).contains(&lines.window_messages) {
+                    let v = lines.window_messages;
+                    return Err(bad("lines.window_messages", format!("{v}: must be 16 to 16777216")));
+                }
+                if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
+                    return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
+                }
             }
             (FeedFormat::Itch50, None) => {
                 if cfg.feed.path.as_os_str().is_empty() {
@@ -494,6 +642,22 @@ impl Config {
                     ));
                 }
             }
+            (FeedFormat::Lobster, Some(_)) => {
+                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"lobster\" (a file)".into()));
+            }
+            (FeedFormat::Lobster, None) => {
+                if cfg.feed.path.as_os_str().is_empty() {
+                    return Err(bad("feed.format", "\"lobster\" needs feed.path (the message CSV to replay)".into()));
+                }
+                if let Some(date) = cfg.feed.session_date.as_deref() {
+                    if cfg.feed.session_midnight_ns().is_none() {
+                        return Err(bad(
+                            "feed.session_date",
+                            format!("{date:?}: want the file's trading day as YYYY-MM-DD"),
+                        ));
+                    }
+                }
+            }
             (FeedFormat::Mdp3, None) => {
                 return Err(bad("feed.format", "\"mdp3\" needs a [lines] section (lines A and B)".into()));
             }
@@ -504,8 +668,14 @@ impl Config {
                 if cfg.feed.pace != Pace::Max {
                     return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
                 }
-                if lines.a == lines.b && lines.a.port() != 0 {
-                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.b)));
+                let Some(b) = lines.b else {
+                    return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
+                };
+                if lines.a == b && lines.a.port() != 0 {
+                    return Err(bad("lines.b", format!("{b}: the same address as line A")));
+                }
+                if lines.retransmit.is_some() || lines.session.is_some() {
+                    return Err(bad("lines", "retransmit and session are MoldUDP64 keys (format \"itch50\")".into()));
                 }
                 if !(1..=3_600_000).contains(&lines.recovery_timeout_ms) {
                     let v = lines.recovery_timeout_ms;
@@ -522,9 +692,15 @@ impl Config {
                 }
             }
         }
-        if cfg.feed.format != FeedFormat::Mdp3 && cfg.feed.path.is_relative() {
+        if cfg.lines.is_none() && cfg.feed.path.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             cfg.feed.path = base.join(&cfg.feed.path);
+        }
+        if cfg.feed.format != FeedFormat::Lobster && cfg.feed.orderbook.is_some() {
+            return Err(bad("feed.orderbook", "only for feed.format = \"lobster\"".into()));
+        }
+        if let Some(book) = cfg.feed.orderbook.as_mut().filter(|p| p.is_relative()) {
+            *book = path.parent().unwrap_or(Path::new(".")).join(&*book);
         }
         if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
             *symbols = path.parent().unwrap_or(Path::new(".")).join(&*symbols);
@@ -682,6 +858,8 @@ provider = "shm"
         assert_eq!(c.publisher.max_subscribers, 64);
         assert_eq!(c.feed.pace, Pace::Factor(10.0));
         assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
+        assert_eq!(c.publisher.hot_idle, HotIdle::Spin);
+        assert_eq!(c.publisher.hot_idle.strategy(), IdleStrategy::BusySpin);
         assert_eq!(c.feed.max_gap_ms, 1000);
         assert_eq!(c.feed.symbols, None);
         assert_eq!(c.fabric.provider, Provider::Shm);
@@ -709,7 +887,7 @@ snapshot = "224.0.31.43:14330"
         assert_eq!(c.feed.format, FeedFormat::Mdp3);
         let l = c.lines.as_ref().unwrap();
         assert_eq!(l.a, "224.0.31.11:14320".parse().unwrap());
-        assert_eq!(l.b, "224.0.32.11:15320".parse().unwrap());
+        assert_eq!(l.b, Some("224.0.32.11:15320".parse().unwrap()));
         assert_eq!(l.snapshot, Some("224.0.31.43:14330".parse().unwrap()));
         assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
@@ -734,6 +912,34 @@ snapshot = "224.0.31.43:14330"
     }
 
     #[test]
+    fn a_live_itch_config_parses_with_defaults_and_its_mistakes_are_named() {
+        let live = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\nretransmit = \"127.0.0.1:9100\"\n";
+        let c = parse(live).unwrap();
+        let l = c.lines.as_ref().unwrap();
+        assert_eq!((l.b, l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
+        assert_eq!((l.retransmit_timeout_ms, l.retransmit_retries, l.window_messages), (50, 3, 65_536));
+        assert_eq!((l.start, l.session.as_deref()), (MoldStart::FirstSeen, None));
+        let c = parse(&format!("{live}start = \"one\"\nsession = \"000010059B\"\n")).unwrap();
+        let l = c.lines.unwrap();
+        assert_eq!((l.start, l.session.as_deref()), (MoldStart::One, Some("000010059B")));
+        let e = parse(&format!("{live}retransmit_timeout_ms = 0\n")).unwrap_err().to_string();
+        assert!(e.ends_with("line 11: key lines.retransmit_timeout_ms: 0: must be 1 to 60000"), "{e}");
+        let e = parse(&format!("{live}session = \"TOO-LONG-SESSION\"\n")).unwrap_err().to_string();
+        assert!(e.ends_with("key lines.session: \"TOO-LONG-SESSION\": must be 1 to 10 ASCII characters"), "{e}");
+        let e = parse(&live.replace("session_date = \"2023-08-22\"\n", "")).unwrap_err().to_string();
+        assert!(e.contains("key feed.session_date: "), "{e}");
+        let e = parse(&LIVE.replace("b = \"224.0.32.11:15320\"\n", "")).unwrap_err().to_string();
+        assert!(e.contains("key lines: \"mdp3\" needs line B (lines.b)"), "{e}");
+        let e = parse(&format!("{LIVE}retransmit = \"127.0.0.1:9100\"\n")).unwrap_err().to_string();
+        assert!(e.contains("retransmit and session are MoldUDP64 keys"), "{e}");
+        let e = parse(&format!("{live}snapshot = \"127.0.0.1:9\"\n")).unwrap_err().to_string();
+        assert!(
+            e.ends_with("key lines.snapshot: MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_shipped_live_configs_parse() {
         let ops = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops");
         let c = Config::load(&ops.join("live.toml")).unwrap();
@@ -746,6 +952,15 @@ snapshot = "224.0.31.43:14330"
         let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
         let l = c.lines.unwrap();
         assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
+        // The ITCH examples: a file, and live from mdfan-feedsim's MoldUDP64 on loopback.
+        let c = Config::load(&ops.join("itch.toml")).unwrap();
+        assert!(c.feed.path.ends_with("12302019_SNIPPET.NASDAQ_ITCH50") && c.feed.path.exists(), "{c:?}");
+        let c = Config::load(&ops.join("live-itch.toml")).unwrap();
+        let l = c.lines.unwrap();
+        assert_eq!(
+            (c.feed.format, l.retransmit.map(|a| a.to_string())),
+            (FeedFormat::Itch50, Some("127.0.0.1:26401".into()))
+        );
     }
 
     #[test]
@@ -782,6 +997,10 @@ snapshot = "224.0.31.43:14330"
         assert!(e.contains("fabric.ring_slots_max") && e.contains("1000"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "hot_core = \"one\"")).unwrap_err().to_string();
         assert!(e.contains("line 4: key publisher.hot_core: "), "{e}");
+        let c = parse(&GOOD.replace("hot_core = 1", "hot_idle = \"yield\"")).unwrap();
+        assert_eq!(c.publisher.hot_idle.strategy(), IdleStrategy::SpinThenYield { spins: 1_000 });
+        let e = parse(&GOOD.replace("hot_core = 1", "hot_idle = \"sleep\"")).unwrap_err().to_string();
+        assert!(e.contains("line 4: key publisher.hot_idle: ") && e.contains("unknown variant `sleep`"), "{e}");
         let e = parse("[feed]\nformat = \"dbn\"\n").unwrap_err().to_string();
         assert!(e.ends_with("line 2: key feed.format: \"dbn\" needs feed.path (the file to replay)"), "{e}");
         let e = parse(&GOOD.replace("hot_core = 1", "max_subscribers = 4611686018427387904")).unwrap_err().to_string();

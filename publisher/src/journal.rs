@@ -232,6 +232,8 @@ pub(crate) enum Source {
     File(Box<dyn FnMut() -> Result<Option<BookUpdate>, String> + Send>),
     /// A live feed from UDP lines ([`crate::live`]).
     Live(Box<crate::live::LiveMdp3>),
+    /// A live ITCH 5.0 feed over MoldUDP64 ([`crate::live_itch`]).
+    LiveItch(Box<crate::live_itch::LiveItch>),
 }
 
 /// The feed handler: an [`Agent`] that decodes the feed and appends each record to the journal, on thread
@@ -288,6 +290,30 @@ impl FeedAgent {
         FeedAgent { source, writer, pending: None, done: false, stop }
     }
 
+    /// A feed handler replaying a LOBSTER message file checked against its order-book file (`format =
+    /// "lobster"`; records as `mdfan_feed::lobster` documents: price-level records of the order-book rows and
+    /// trades, `venue_seq` = the message's line, `ts_recv_ns` = `ts_event_ns` flagged `BAD_TS_RECV`). A row the
+    /// messages cannot give stops the replay with the error naming the order-book file and line, as a corrupt
+    /// record of any file does: the two files do not belong together, and a book past that point would be wrong.
+    pub fn lobster(
+        mut feed: mdfan_feed::lobster::LobsterFeed,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        let (mut queued, mut next) = (Vec::new(), 0usize);
+        let source = Source::File(Box::new(move || loop {
+            if next < queued.len() {
+                next += 1;
+                return Ok(Some(queued[next - 1]));
+            }
+            let Some((_, records)) = feed.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
+            queued.clear();
+            queued.extend_from_slice(records.as_slice());
+            next = 0;
+        }));
+        FeedAgent { source, writer, pending: None, done: false, stop }
+    }
+
     /// A feed handler reading the live feed `live` into `writer`'s journal until `stop` is set.
     pub fn live(
         live: crate::live::LiveMdp3,
@@ -297,9 +323,23 @@ impl FeedAgent {
         FeedAgent { source: Source::Live(Box::new(live)), writer, pending: None, done: false, stop }
     }
 
+    /// A feed handler reading the live ITCH 5.0 feed `live` (MoldUDP64) into `writer`'s journal until `stop` is
+    /// set.
+    pub fn live_itch(
+        live: crate::live_itch::LiveItch,
+        writer: JournalWriter,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> FeedAgent {
+        FeedAgent { source: Source::LiveItch(Box::new(live)), writer, pending: None, done: false, stop }
+    }
+
     fn live_work(&mut self) -> usize {
-        let Source::Live(live) = &mut self.source else { return 0 };
-        match live.step(&mut self.writer) {
+        let step = match &mut self.source {
+            Source::Live(live) => live.step(&mut self.writer),
+            Source::LiveItch(live) => live.step(&mut self.writer),
+            Source::File(_) => return 0,
+        };
+        match step {
             Ok(crate::live::Step::Work(n)) => n,
             Ok(crate::live::Step::Ended) => {
                 self.writer.end();
@@ -323,7 +363,7 @@ impl Agent for FeedAgent {
     fn do_work(&mut self) -> usize {
         let next = match &mut self.source {
             Source::File(next) => next,
-            Source::Live(_) => return if self.done { 0 } else { self.live_work() },
+            Source::Live(_) | Source::LiveItch(_) => return if self.done { 0 } else { self.live_work() },
         };
         let mut n = 0;
         while n < FEED_BATCH && !self.done {

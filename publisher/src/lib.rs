@@ -3,7 +3,8 @@
 //! Two agents ([`mdfan_tuning::Agent`]: a `do_work` duty cycle that returns the work it did, run by a runner
 //! that idles on 0):
 //! - the **hot loop** ([`agent::FanoutAgent`]), on thread `mdfan-hot` pinned to `publisher.hot_core`: idling with
-//!   a backoff ([`agent::WAITING_IDLE`]) while it waits for its first subscribers, busy-spinning once live;
+//!   a backoff ([`agent::WAITING_IDLE`]) while it waits for its first subscribers, then busy-spinning (or, with
+//!   `publisher.hot_idle = "yield"`, yielding after a run of empty cycles: [`config::HotIdle`]);
 //! - the **conductor** ([`Conductor`], on the thread that calls [`Publisher::run`], backoff up to 1 ms when
 //!   idle): accepts subscribers on the control endpoint, checks their
 //!   [`Subscribe`](mdfan_wire::control::Subscribe), attaches their rings, hands sessions to the hot loop through
@@ -29,6 +30,7 @@ pub mod config;
 pub mod cycles;
 pub mod journal;
 pub mod live;
+pub mod live_itch;
 mod pacing;
 pub mod preflight;
 pub mod queue;
@@ -45,7 +47,7 @@ use mdfan_feed::dbn::{FeedError, MboStream};
 use mdfan_wire::control::TsRecvClock;
 use mdfan_wire::{Books, Symbology};
 
-use mdfan_tuning::{run_agent, run_agent_until, Agent, IdleStrategy};
+use mdfan_tuning::{run_agent, run_agent_until, Agent};
 
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
@@ -72,6 +74,9 @@ pub enum PublisherError {
     /// The ITCH 5.0 file cannot be opened, or its Stock Directory pass found a message it cannot read.
     #[error(transparent)]
     Itch(#[from] mdfan_feed::itch::ItchFileError),
+    /// The LOBSTER files cannot be opened, or their names are not LOBSTER's.
+    #[error(transparent)]
+    Lobster(#[from] mdfan_feed::lobster::LobsterError),
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),
@@ -116,6 +121,8 @@ pub struct Publisher {
     sender: AnySender,
     /// A live feed's counters and its lines' bound addresses (A, B).
     live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
+    /// A live ITCH 5.0 feed's MoldUDP64 counters and its lines' bound addresses (A, B; B = A without line B).
+    itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
     ts_recv_clock: TsRecvClockCell,
@@ -185,7 +192,15 @@ impl Publisher {
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();
+        let mut itch = None;
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
+            (FeedFormat::Itch50, Some(lines)) => {
+                ts_recv_clock.set(TsRecvClock::Software);
+                let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
+                let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone())?;
+                itch = Some((live.counters(), live.line_addrs()));
+                (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), None, Default::default())
+            }
             (FeedFormat::Mdp3, Some(lines)) => {
                 // The lines ask the kernel for receive stamps (SO_TIMESTAMPING): software at least, until the first
                 // datagrams say which (the feed thread refines it: hardware when the NIC stamps).
@@ -204,6 +219,24 @@ impl Publisher {
                 // the replay.)
                 let symbology = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
                 (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, symbology)
+            }
+            (FeedFormat::Lobster, _) => {
+                let name = mdfan_feed::lobster::FileName::parse(&cfg.feed.path)?;
+                let (y, m, d) = name.date;
+                let midnight = match cfg.feed.session_midnight_ns() {
+                    Some(ns) => ns,
+                    None => mdfan_feed::itch::eastern_midnight_ns(y, m, d).ok_or_else(|| {
+                        mdfan_feed::lobster::LobsterError::FileName {
+                            file: cfg.feed.path.clone(),
+                            detail: format!("date {y:04}-{m:02}-{d:02} is not in the calendar"),
+                        }
+                    })?,
+                };
+                let feed =
+                    mdfan_feed::lobster::LobsterFeed::open(&cfg.feed.path, cfg.feed.orderbook.as_deref(), midnight)?;
+                let mut symbology = Symbology::new();
+                symbology.insert(mdfan_wire::InstrumentDef::new(mdfan_feed::lobster::INSTRUMENT_ID, name.ticker));
+                (FeedAgent::lobster(feed, writer, Arc::clone(&feed_stop)), None, symbology)
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;
@@ -232,9 +265,15 @@ impl Publisher {
             counters: Arc::new(AgentCounters::default()),
             sender,
             live,
+            itch,
             counters_file,
             ts_recv_clock,
         })
+    }
+
+    /// A live ITCH 5.0 feed's MoldUDP64 counters (`None` otherwise).
+    pub fn mold_counters(&self) -> Option<Arc<crate::live_itch::MoldCounters>> {
+        self.itch.as_ref().map(|(c, _)| Arc::clone(c))
     }
 
     /// A live feed's counters (`None` for a file).
@@ -244,7 +283,7 @@ impl Publisher {
 
     /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
-        self.live.as_ref().map(|(_, a, _)| *a)
+        self.live.as_ref().map(|(_, a, _)| *a).or(self.itch.as_ref().map(|(_, a)| *a))
     }
 
     /// A live feed's market recovery (snapshot) feed as bound, if `lines.snapshot` is set.
@@ -255,6 +294,7 @@ impl Publisher {
     /// What the feed is, for logs: the file, or `mdp3 lines A=.. B=..`.
     pub fn feed_name(&self) -> String {
         match self.line_addrs() {
+            Some([a, b]) if self.itch.is_some() => format!("itch50 moldudp64 line_a={a} line_b={b}"),
             Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
             None => self.cfg.feed.path.display().to_string(),
         }
@@ -328,10 +368,11 @@ impl Publisher {
             counters,
             sender,
             live,
+            itch,
             counters_file,
             ts_recv_clock,
         } = self;
-        let is_live = live.is_some();
+        let is_live = live.is_some() || itch.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -384,9 +425,15 @@ impl Publisher {
             counters_file,
             counters_written: std::time::Instant::now(),
             live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
+            itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
-            mbp: mdfan_wire::MbpBooks::with_capacity(cfg.lines.as_ref().map_or(0, |l| l.instruments)),
+            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one.
+            mbp: mdfan_wire::MbpBooks::with_capacity(match (cfg.feed.format, &cfg.lines) {
+                (_, Some(l)) => l.instruments,
+                (FeedFormat::Lobster, None) => 1,
+                _ => 0,
+            }),
             applied: 0,
             clock,
             pending: Vec::new(),
@@ -399,7 +446,8 @@ impl Publisher {
 
     /// Runs the replay to its end, or until `shutdown` is set. Blocks; the calling thread is the conductor's,
     /// under [`conductor::CONDUCTOR_IDLE`]. The hot loop runs on thread `mdfan-hot`, pinned to
-    /// `publisher.hot_core`: under [`agent::WAITING_IDLE`] while it waits for subscribers, then busy-spinning.
+    /// `publisher.hot_core`: under [`agent::WAITING_IDLE`] while it waits for subscribers, then busy-spinning
+    /// (`publisher.hot_idle`, [`config::HotIdle`]).
     /// The pinning is logged here, not on the hot thread.
     ///
     /// # Errors
@@ -409,9 +457,11 @@ impl Publisher {
         let (feed_name, journal_records) = (self.feed_name(), self.journal.capacity());
         let feed_stop = Arc::clone(&self.feed_stop);
         let (hot_core, control_core) = (self.cfg.publisher.hot_core, self.cfg.publisher.control_core);
+        let hot_idle = self.cfg.publisher.hot_idle.strategy();
         let lock_memory = self.cfg.publisher.lock_memory;
         // A live feed starts at once (the market does not wait).
-        let wait_for = if self.live.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
+        let wait_for =
+            if self.live.is_some() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
         let Agents { mut feed, mut fanout, mut conductor } = self.into_agents(shutdown);
         let feed_thread = std::thread::Builder::new()
             .name(feed.role_name().to_owned())
@@ -424,7 +474,7 @@ impl Publisher {
                 let pinned = hot_core.map(|core| (core, mdfan_tuning::pin_current_thread(core)));
                 let _ = pinned_tx.send(pinned);
                 run_agent_until(&mut fanout, agent::WAITING_IDLE, |a| !a.is_waiting());
-                run_agent(&mut fanout, IdleStrategy::BusySpin);
+                run_agent(&mut fanout, hot_idle);
                 // Handed back, so what it still holds (commands that came after the end: sessions, snapshot
                 // buffers) is freed on the conductor's thread, where a teardown failure may be logged.
                 fanout

@@ -169,13 +169,15 @@ impl LiveReport {
 
 /// A line that could not be opened, named as the config names it (`lines.a`, `lines.b`, `lines.snapshot`, with
 /// `lines.interface` for a multicast join).
-fn in_config(e: LineError, lines: &LinesSection) -> LineError {
+pub(crate) fn in_config(e: LineError, lines: &LinesSection) -> LineError {
     match e {
         LineError::Open { addr, what, source } => {
             let key = if addr == lines.a {
                 "lines.a"
-            } else if addr == lines.b {
+            } else if Some(addr) == lines.b {
                 "lines.b"
+            } else if Some(addr) == lines.retransmit {
+                "lines.retransmit"
             } else {
                 "lines.snapshot"
             };
@@ -235,7 +237,8 @@ impl LiveMdp3 {
     /// [`LineError`] naming the line's address and the socket call that failed.
     pub fn open(lines: &LinesSection, ts_recv_clock: crate::TsRecvClockCell) -> Result<LiveMdp3, LineError> {
         let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
-        let mut cfg = ReceiverConfig::new(line(lines.a), line(lines.b));
+        // The config requires line B for mdp3 (checked there); without it, line A twice would fail to bind.
+        let mut cfg = ReceiverConfig::new(line(lines.a), line(lines.b.unwrap_or(lines.a)));
         cfg.arbiter = ArbiterConfig {
             gap_timeout_ns: lines.gap_timeout_ms * 1_000_000,
             line_tolerance: lines.line_tolerance,

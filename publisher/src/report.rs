@@ -121,6 +121,8 @@ pub struct RunReport {
     pub feed_error: Option<String>,
     /// A live feed's counters at the end (lines, arbitration, losses, decoding); `None` for a file.
     pub live: Option<crate::live::LiveReport>,
+    /// A live ITCH 5.0 feed's MoldUDP64 counters at the end (packets, gaps, requests, holes); `None` otherwise.
+    pub moldudp64: Option<crate::live_itch::MoldReport>,
 }
 
 impl RunReport {

@@ -172,14 +172,18 @@ fn an_unknown_symbol_is_refused_by_name() {
         )
     );
     assert!(stdout_lines(&refused).is_empty());
-    let good = wait_with_watchdog(spawn_subscriber(publisher.addr, "good", &["--symbol", "ESH4"]));
+    the_next_subscriber_is_served_whole(publisher, &["--symbol", "ESH4"]);
+}
+
+/// After refusing subscriber `typo`, the publisher still serves the next one, `good` (`args`), the whole
+/// snapshot file and its end of stream; `typo` never had a session.
+fn the_next_subscriber_is_served_whole(publisher: RunningPublisher, args: &[&str]) {
+    let good = wait_with_watchdog(spawn_subscriber(publisher.addr, "good", args));
     assert_eq!(good.status.code(), Some(0));
     let report = publisher.handle.join().unwrap().unwrap();
     assert!(report.session("typo").is_none());
-    assert_eq!(
-        report.session("good").unwrap().sent - report.session("good").unwrap().heartbeats,
-        esh4::SNAPSHOT_RECORDS + 1
-    );
+    let good = report.session("good").unwrap();
+    assert_eq!(good.sent - good.heartbeats, esh4::SNAPSHOT_RECORDS + 1);
 }
 
 /// `[feed] symbols` (a symbol file, as for MDP 3.0) names an instrument the DBN file has no mapping for and gives
@@ -223,15 +227,7 @@ fn an_instrument_the_feed_does_not_have_is_refused_with_the_list() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{err}");
     assert!(err.contains("field instruments: 999 not in this feed (it has 17077)"), "{err}");
-    // the publisher goes on waiting and serves the next one
-    let good = wait_with_watchdog(spawn_subscriber(publisher.addr, "good", &["--instrument", "17077"]));
-    assert_eq!(good.status.code(), Some(0));
-    let report = publisher.handle.join().unwrap().unwrap();
-    assert!(report.session("typo").is_none());
-    assert_eq!(
-        report.session("good").unwrap().sent - report.session("good").unwrap().heartbeats,
-        esh4::SNAPSHOT_RECORDS + 1
-    );
+    the_next_subscriber_is_served_whole(publisher, &["--instrument", "17077"]);
 }
 
 /// `examples/bbo.rs`, the loop the crate docs recommend, run against a publisher: it prints the reference BBO.

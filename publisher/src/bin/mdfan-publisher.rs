@@ -124,6 +124,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     if let Some(live) = &report.live {
         out!("{}", live.line());
     }
+    if let Some(mold) = &report.moldudp64 {
+        out!("{}", mold.line());
+    }
     for f in &preflight.warnings {
         out!("host_warning {}", mdfan_publisher::preflight::line(f));
     }

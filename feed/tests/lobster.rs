@@ -1,0 +1,309 @@
+//! LOBSTER AMZN 2012-06-21, level 1 (data/lobster-nasdaq-2012-06-21-level1/): every message read, the level-1
+//! book rebuilt from the messages equal to the order-book CSV's row after each one, the records' price-level book
+//! equal to the row after each message, and the counts and values of data/README.md (LOBSTER section).
+
+use std::path::{Path, PathBuf};
+
+use mdfan_feed::itch::eastern_midnight_ns;
+use mdfan_feed::lobster::{
+    orderbook_path, parse_time_ns, BookReader, EventType, FileName, LobsterError, LobsterFeed, Message, MessageReader,
+    INSTRUMENT_ID,
+};
+use mdfan_wire::{flags, Kind, MbpBooks, MbpLevel, Side};
+
+const MESSAGES: &str = "AMZN_2012-06-21_34200000_57600000_message_1.csv";
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/lobster-nasdaq-2012-06-21-level1").join(name)
+}
+
+/// A level as price (dollars x 10,000) and size, from the subscriber's side of things: price_e9 / 100,000.
+fn lv(l: Option<MbpLevel>) -> Option<(i64, u32)> {
+    l.map(|l| (l.price_e9 / 100_000, l.size))
+}
+
+/// The order-book CSV read here on its own (not through the reader under test): per row, ask and bid level 1.
+/// Ask and bid level 1 of one row, each as (price, size) or `None` for an empty level.
+type Row = (Option<(i64, u32)>, Option<(i64, u32)>);
+
+fn rows() -> Vec<Row> {
+    let text = std::fs::read_to_string(data("AMZN_2012-06-21_34200000_57600000_orderbook_1.csv")).unwrap();
+    let level = |p: &str, s: &str| {
+        let p: i64 = p.parse().unwrap();
+        (p.abs() != 9_999_999_999).then(|| (p, s.parse().unwrap()))
+    };
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (level(f[0], f[1]), level(f[2], f[3]))
+        })
+        .collect()
+}
+
+#[test]
+fn lobster_amzn_the_rebuilt_level_1_book_equals_the_orderbook_row_after_every_message() {
+    let midnight = eastern_midnight_ns(2012, 6, 21).unwrap();
+    let mut feed = LobsterFeed::open(&data(MESSAGES), None, midnight).unwrap();
+    let want = rows();
+    assert_eq!(want.len(), 57_515);
+    let mut mbp = MbpBooks::with_capacity(1);
+    let (mut n, mut records, mut trades, mut levels, mut no_action) = (0usize, 0u64, 0u64, 0u64, 0u64);
+    let (mut first, mut last) = (None, None);
+    while let Some((m, recs)) = feed.next_message().unwrap() {
+        let recs = recs.as_slice();
+        assert!(!recs.is_empty());
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.is_last(), i + 1 == recs.len(), "message {}: F_LAST on the last record only", n + 1);
+            assert_eq!((r.venue_seq, r.instrument_id), (n as u32 + 1, INSTRUMENT_ID));
+            assert_eq!(r.ts_event_ns, midnight + m.time_ns);
+            match r.kind() {
+                Some(Kind::Trade) => trades += 1,
+                Some(Kind::NoAction) => no_action += 1,
+                Some(k) if k.is_level() => levels += 1,
+                k => panic!("message {}: unexpected kind {k:?}", n + 1),
+            }
+            mbp.apply(r).unwrap();
+        }
+        records += recs.len() as u64;
+        let book = mbp.get(INSTRUMENT_ID).unwrap();
+        let got = (lv(book.level(Side::Ask, 1)), lv(book.level(Side::Bid, 1)));
+        assert_eq!(got, want[n], "orderbook line {}: the records' level-1 book after message {}", n + 1, n + 1);
+        if n == 0 {
+            first = Some(m);
+        }
+        last = Some(m);
+        n += 1;
+    }
+    assert_eq!(n, 57_515);
+    // data/README.md, LOBSTER: 57,514/57,514 transitions consistent.
+    let check = feed.level1().unwrap();
+    assert_eq!(check.consistent, 57_514);
+    let c = feed.counts();
+    let per = |e| (c.get(e, Side::None), c.get(e, Side::Ask), c.get(e, Side::Bid));
+    assert_eq!(per(EventType::Submit), (27_845, 14_851, 12_994));
+    assert_eq!(per(EventType::PartialCancel), (16, 10, 6));
+    assert_eq!(per(EventType::Delete), (18_235, 9_123, 9_112));
+    assert_eq!(per(EventType::VisibleExecution), (8_974, 4_808, 4_166));
+    assert_eq!(per(EventType::HiddenExecution), (2_445, 1_096, 1_349));
+    assert_eq!(per(EventType::Halt), (0, 0, 0));
+    assert_eq!(c.total(), 57_515);
+    // first message 34200.017459617,5,0,1,2238200,-1; last 57599.95935965,3,287174077,100,2206300,-1.
+    let first = first.unwrap();
+    assert_eq!(
+        first,
+        Message {
+            time_ns: 34_200_017_459_617,
+            event: EventType::HiddenExecution,
+            order_id: 0,
+            size: 1,
+            price: 2_238_200,
+            side: Side::Ask
+        }
+    );
+    assert_eq!(want[0], (Some((2_239_500, 100)), Some((2_231_800, 100))), "ask 223.95 x 100, bid 223.18 x 100");
+    let last = last.unwrap();
+    assert_eq!(
+        last,
+        Message {
+            time_ns: 57_599_959_359_650,
+            event: EventType::Delete,
+            order_id: 287_174_077,
+            size: 100,
+            price: 2_206_300,
+            side: Side::Ask
+        }
+    );
+    let book = mbp.get(INSTRUMENT_ID).unwrap();
+    assert_eq!(lv(book.level(Side::Ask, 1)), Some((2_206_400, 100)), "final ask 220.64 x 100");
+    assert_eq!(lv(book.level(Side::Bid, 1)), Some((2_205_100, 249)), "final bid 220.51 x 249");
+    assert_eq!(book.level(Side::Ask, 2), None);
+    // Every execution is one trade; the price-level records and messages with neither, from the files.
+    assert_eq!(trades, 8_974 + 2_445);
+    assert_eq!((records, levels, no_action), (66_491, 55_072, 0));
+    // A best level emptied 13,953 times: the level below came from the row (the messages cannot give it).
+    assert_eq!(check.taken_from_row, 13_953);
+}
+
+#[test]
+fn the_first_message_is_a_hidden_buy_trade_followed_by_the_first_row() {
+    let midnight = eastern_midnight_ns(2012, 6, 21).unwrap();
+    assert_eq!(midnight, 1_340_251_200_000_000_000, "2012-06-21 00:00 EDT = 04:00 UTC");
+    let mut feed = LobsterFeed::open(&data(MESSAGES), None, midnight).unwrap();
+    let (_, recs) = feed.next_message().unwrap().unwrap();
+    let recs = recs.as_slice();
+    assert_eq!(recs.len(), 3);
+    let t = recs[0];
+    assert_eq!(
+        (t.kind(), t.side(), t.price_e9, t.size, t.order_id),
+        (Some(Kind::Trade), Some(Side::Bid), 223_820_000_000, 1, 0)
+    );
+    assert_eq!(t.ts_event_ns, 1_340_251_200_000_000_000 + 34_200_017_459_617);
+    assert_eq!((t.ts_recv_ns, t.flags), (t.ts_event_ns, flags::BAD_TS_RECV));
+    let (a, b) = (recs[1], recs[2]);
+    assert_eq!(
+        (a.kind(), a.side(), a.level, a.price_e9, a.size),
+        (Some(Kind::LevelChange), Some(Side::Ask), 1, 223_950_000_000, 100)
+    );
+    assert_eq!(
+        (b.kind(), b.side(), b.level, b.price_e9, b.size),
+        (Some(Kind::LevelChange), Some(Side::Bid), 1, 223_180_000_000, 100)
+    );
+    assert_eq!(b.flags, flags::MBP | flags::BAD_TS_RECV | flags::LAST);
+}
+
+#[test]
+fn file_names_give_ticker_date_levels_and_the_orderbook_file() {
+    let n = FileName::parse(&data(MESSAGES)).unwrap();
+    assert_eq!(
+        (n.ticker.as_str(), n.date, n.start_ms, n.end_ms, n.levels),
+        ("AMZN", (2012, 6, 21), 34_200_000, 57_600_000, 1)
+    );
+    assert_eq!(orderbook_path(&data(MESSAGES)).unwrap(), data("AMZN_2012-06-21_34200000_57600000_orderbook_1.csv"));
+    let e = FileName::parse(Path::new("/x/amzn.csv")).unwrap_err().to_string();
+    assert!(e.starts_with("/x/amzn.csv: file name: want TICKER_YYYY-MM-DD"), "{e}");
+    let e = FileName::parse(Path::new("AMZN_2012-6_1_2_message_1.csv")).unwrap_err().to_string();
+    assert_eq!(e, "AMZN_2012-6_1_2_message_1.csv: file name: date \"2012-6\": want YYYY-MM-DD");
+}
+
+#[test]
+fn times_are_read_exactly_to_the_ns() {
+    assert_eq!(parse_time_ns("34200.017459617"), Ok(34_200_017_459_617));
+    assert_eq!(parse_time_ns("57599.95935965"), Ok(57_599_959_359_650));
+    assert_eq!(parse_time_ns("34200.1"), Ok(34_200_100_000_000));
+    assert_eq!(parse_time_ns("34200"), Ok(34_200_000_000_000));
+    // f64 would read 0.3 as 299999999.99999997 ns and round one way or the other.
+    assert_eq!(parse_time_ns("0.300000001"), Ok(300_000_001));
+    assert!(parse_time_ns("34200.0174596171").unwrap_err().contains("more than 9 decimals"));
+    assert!(parse_time_ns("-1.5").unwrap_err().contains("negative"));
+    assert_eq!(parse_time_ns("86400"), Ok(86_400_000_000_000));
+    assert_eq!(parse_time_ns("86400.000000001"), Err("past 24 h after midnight"));
+    assert_eq!(parse_time_ns("99999999999999999999"), Err("past 24 h after midnight"));
+    assert!(parse_time_ns("").is_err() && parse_time_ns(".5").is_err() && parse_time_ns("1e3").is_err());
+}
+
+fn message_err(text: &str) -> String {
+    let mut r = MessageReader::new(text.as_bytes(), Path::new("m.csv"));
+    loop {
+        match r.next_message() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("no error in {text:?}"),
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+#[test]
+fn bad_message_rows_name_the_file_the_line_and_the_field() {
+    let ok = "34200.017459617,5,0,1,2238200,-1\n";
+    assert_eq!(message_err(&format!("{ok}34200.1,1,2,3,2238200\n")), "m.csv: line 2: 5 fields; want 6");
+    assert_eq!(
+        message_err(&format!("{ok}{ok}34200.1,1,2,3,22x8200,1\n")),
+        "m.csv: line 3: field price: \"22x8200\": want dollars x 10,000 as an integer"
+    );
+    assert_eq!(
+        message_err("34200.1,8,2,3,2238200,1\n"),
+        "m.csv: line 1: field type: \"8\": want a message type 1 to 7"
+    );
+    assert_eq!(
+        message_err("34200.0174596171,1,2,3,2238200,1\n"),
+        "m.csv: line 1: field time: \"34200.0174596171\": more than 9 decimals (ns is the finest LOBSTER gives)"
+    );
+    assert_eq!(
+        message_err("-34200.5,1,2,3,2238200,1\n"),
+        "m.csv: line 1: field time: \"-34200.5\": a negative time; want seconds after midnight"
+    );
+    assert_eq!(
+        message_err("34200.5,1,2,3,2238200,0\n"),
+        "m.csv: line 1: field direction: \"0\": want 1 (buy order) or -1 (sell order)"
+    );
+    assert_eq!(
+        message_err("34200.5,1,2,-3,2238200,1\n"),
+        "m.csv: line 1: field size: \"-3\": want shares, an integer 0 to 2^32-1"
+    );
+    assert_eq!(
+        message_err("34200.5,1,2,3,92233720368548,1\n"),
+        "m.csv: line 1: field price: \"92233720368548\": above 92233720368547 (dollars x 10,000), the most a record carries"
+    );
+    assert_eq!(
+        message_err("34200.5,7,0,0,5,-1\n"),
+        "m.csv: line 1: field price: \"5\": a type 7 (halt) message's price is -1, 0 or 1"
+    );
+}
+
+#[test]
+fn halts_are_read_with_their_state() {
+    let text = "36023,7,0,0,-1,-1\n36323,7,0,0,0,-1\n36723,7,0,0,1,-1\n";
+    let mut r = MessageReader::new(text.as_bytes(), Path::new("m.csv"));
+    let mut states = Vec::new();
+    while let Some(m) = r.next_message().unwrap() {
+        assert_eq!(m.event, EventType::Halt);
+        states.push(m.halt_state().unwrap());
+    }
+    use mdfan_feed::lobster::HaltState::*;
+    assert_eq!(states, [Halted, Quoting, Resumed]);
+}
+
+#[test]
+fn bad_orderbook_rows_name_the_field() {
+    let row_err = |text: &str| {
+        let mut r = BookReader::new(text.as_bytes(), Path::new("b.csv"), 1);
+        loop {
+            match r.next_row() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("no error"),
+                Err(e) => return e.to_string(),
+            }
+        }
+    };
+    assert_eq!(row_err("2239500,100,2231800\n"), "b.csv: line 1: 3 fields; want 4");
+    assert_eq!(row_err("2239500,100,x,100\n"), "b.csv: line 1: field bid_price_1: \"x\": want an integer");
+    assert_eq!(
+        row_err("9999999999,5,2231800,100\n"),
+        "b.csv: line 1: field ask_size_1: \"5\": an empty level (dummy price) has size 0"
+    );
+    assert_eq!(
+        row_err("2239500,100,0,100\n"),
+        "b.csv: line 1: field bid_price_1: \"0\": want a positive price up to 92233720368547, or the dummy price"
+    );
+    let mut r = BookReader::new("9999999999,0,-9999999999,0\n".as_bytes(), Path::new("b.csv"), 1);
+    let row = r.next_row().unwrap().unwrap();
+    assert_eq!((row.best(Side::Ask), row.best(Side::Bid)), (None, None), "the dummy prices are empty levels");
+}
+
+#[test]
+fn a_row_the_messages_cannot_give_is_a_mismatch_naming_the_orderbook_line() {
+    let messages = "34200.1,1,1,100,2239500,-1\n34200.2,1,2,50,2239500,-1\n";
+    let rows = "2239500,100,2231800,100\n2239500,140,2231800,100\n";
+    let mut feed = LobsterFeed::new(
+        MessageReader::new(messages.as_bytes(), Path::new("m.csv")),
+        BookReader::new(rows.as_bytes(), Path::new("b.csv"), 1),
+        0,
+    );
+    feed.next_message().unwrap();
+    let e = feed.next_message().unwrap_err();
+    assert!(matches!(e, LobsterError::Mismatch { line: 2, .. }), "{e}");
+    assert!(
+        e.to_string().starts_with("b.csv: line 2: the level-1 book after message 2 does not match this row: "),
+        "{e}"
+    );
+    // One file shorter than the other.
+    let mut feed = LobsterFeed::new(
+        MessageReader::new(messages.as_bytes(), Path::new("m.csv")),
+        BookReader::new(&rows.as_bytes()[..24], Path::new("b.csv"), 1),
+        0,
+    );
+    feed.next_message().unwrap();
+    let e = feed.next_message().unwrap_err().to_string();
+    assert_eq!(e, "b.csv: ends after 1 rows; the message file goes on at line 2");
+}
+
+#[test]
+fn a_level_larger_than_a_record_carries_is_an_error_naming_the_field() {
+    let mut feed = LobsterFeed::new(
+        MessageReader::new("34200.1,1,1,100,2239500,-1\n".as_bytes(), Path::new("m.csv")),
+        BookReader::new("2239500,5000000000,2231800,100\n".as_bytes(), Path::new("b.csv"), 1),
+        0,
+    );
+    let e = feed.next_message().unwrap_err().to_string();
+    assert_eq!(e, "b.csv: line 1: field ask_size_1: \"5000000000\": more shares than a record carries (2^32-1)");
+}

@@ -1,0 +1,326 @@
+//! The MoldUDP64 session receiver with exact sequences: gaps filled by answers (in order and out of order),
+//! a request retried then given up, foreign sessions, count/bytes mismatches, duplicates, heartbeats, end of
+//! session and the window bound.
+
+use mdfan_feed::mold_session::{
+    parse_request, Origin, SessionConfig, SessionError, SessionEvent, SessionReceiver, Start,
+};
+use mdfan_feed::moldudp64::{MoldError, END_OF_SESSION};
+
+const SESSION: &[u8; 10] = b"000010059B";
+const MS: u64 = 1_000_000;
+
+/// A downstream packet of `session` whose messages are `first, first+1, ...`, each message the 8 bytes of its
+/// sequence number (so a test can check what came out).
+fn packet_of(session: &[u8; 10], first: u64, n: u16) -> Vec<u8> {
+    let mut p = session.to_vec();
+    p.extend_from_slice(&first.to_be_bytes());
+    p.extend_from_slice(&n.to_be_bytes());
+    if n != END_OF_SESSION {
+        for s in first..first + u64::from(n) {
+            p.extend_from_slice(&8u16.to_be_bytes());
+            p.extend_from_slice(&s.to_be_bytes());
+        }
+    }
+    p
+}
+
+fn packet(first: u64, n: u16) -> Vec<u8> {
+    packet_of(SESSION, first, n)
+}
+
+/// What came out, in a comparable form.
+#[derive(Debug, PartialEq, Eq)]
+enum Out {
+    /// seq, retransmitted
+    Msg(u64, bool),
+    /// seq, count, attempt
+    Req(u64, u16, u32),
+    Hole(u64, u64),
+    End(u64),
+}
+
+struct Rx {
+    rx: SessionReceiver,
+    out: Vec<Out>,
+}
+
+impl Rx {
+    fn new(cfg: SessionConfig) -> Rx {
+        Rx { rx: SessionReceiver::new(cfg), out: Vec::new() }
+    }
+
+    fn push(&mut self, payload: &[u8], origin: Origin) -> Result<(), SessionError> {
+        let out = &mut self.out;
+        self.rx.on_packet(payload, origin, 7, &mut |e| out.push(conv(e)))
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        let out = &mut self.out;
+        self.rx.tick(now_ns, &mut |e| out.push(conv(e)));
+    }
+
+    fn take(&mut self) -> Vec<Out> {
+        std::mem::take(&mut self.out)
+    }
+}
+
+fn conv(e: SessionEvent<'_>) -> Out {
+    match e {
+        SessionEvent::Message { seq, retransmitted, message, ts_recv_ns } => {
+            assert_eq!(message, seq.to_be_bytes(), "the message of seq {seq}");
+            assert_eq!(ts_recv_ns, 7);
+            Out::Msg(seq, retransmitted)
+        }
+        SessionEvent::Request { packet, seq, count, attempt } => {
+            assert_eq!(parse_request(&packet), Some((*SESSION, seq, count)));
+            // The spec's layout, byte for byte: session, seq u64 BE, count u16 BE.
+            assert_eq!(&packet[..10], SESSION);
+            assert_eq!(packet[10..18], seq.to_be_bytes());
+            assert_eq!(packet[18..20], count.to_be_bytes());
+            Out::Req(seq, count, attempt)
+        }
+        SessionEvent::Hole { first, last } => Out::Hole(first, last),
+        SessionEvent::EndOfSession { next_seq } => Out::End(next_seq),
+    }
+}
+
+fn msgs(seqs: std::ops::RangeInclusive<u64>, retransmitted: bool) -> Vec<Out> {
+    seqs.map(|s| Out::Msg(s, retransmitted)).collect()
+}
+
+#[test]
+fn a_gap_is_filled_by_the_answer_to_its_request() {
+    let mut rx = Rx::new(SessionConfig { start: Start::One, ..SessionConfig::default() });
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    rx.push(&packet(5, 2), Origin::LineA).unwrap(); // 3 and 4 lost
+    assert_eq!(rx.take(), msgs(1..=2, false));
+    assert!(rx.rx.has_hole());
+    rx.tick(0);
+    // The span from the oldest hole to the highest sequence number known: 3..=6 (5 and 6 would come back as
+    // duplicates; this server sends only what was missing).
+    assert_eq!(rx.take(), [Out::Req(3, 4, 1)]);
+    rx.tick(10 * MS); // within the timeout: nothing
+    assert_eq!(rx.take(), []);
+    rx.push(&packet(3, 2), Origin::Retransmission).unwrap();
+    let mut want = msgs(3..=4, true);
+    want.extend(msgs(5..=6, false));
+    assert_eq!(rx.take(), want);
+    rx.tick(20 * MS);
+    assert_eq!(rx.take(), []);
+    let c = *rx.rx.counters();
+    assert_eq!(
+        (c.messages, c.retransmitted_messages, c.gaps, c.requests, c.retries, c.given_up_holes, c.packets),
+        (6, 2, 1, 1, 0, 0, [2, 0, 1])
+    );
+    assert_eq!(rx.rx.next_seq(), 7);
+}
+
+#[test]
+fn answers_out_of_order_and_in_parts_are_merged_in_order() {
+    let mut rx = Rx::new(SessionConfig::default()); // starts at the first packet seen
+    rx.push(&packet(100, 1), Origin::LineA).unwrap();
+    rx.push(&packet(110, 1), Origin::LineA).unwrap(); // 101..=109 lost
+    rx.tick(0);
+    assert_eq!(rx.take(), [Out::Msg(100, false), Out::Req(101, 10, 1)]);
+    // The server answers in three packets; the last part arrives first.
+    rx.push(&packet(107, 3), Origin::Retransmission).unwrap();
+    rx.push(&packet(104, 3), Origin::Retransmission).unwrap();
+    assert_eq!(rx.take(), []);
+    rx.push(&packet(101, 3), Origin::Retransmission).unwrap();
+    let mut want = msgs(101..=109, true);
+    want.push(Out::Msg(110, false));
+    assert_eq!(rx.take(), want);
+    // A part answer: the rest of the span is asked for once the timeout passes, as a first try again.
+    rx.push(&packet(120, 1), Origin::LineA).unwrap();
+    rx.tick(MS);
+    rx.push(&packet(111, 4), Origin::Retransmission).unwrap();
+    rx.tick(2 * MS);
+    let mut want = vec![Out::Req(111, 10, 1)];
+    want.extend(msgs(111..=114, true));
+    assert_eq!(rx.take(), want);
+    rx.tick(51 * MS);
+    assert_eq!(rx.take(), [Out::Req(115, 6, 1)]);
+    assert_eq!((rx.rx.counters().requests, rx.rx.counters().retries), (3, 0));
+}
+
+#[test]
+fn a_request_that_times_out_is_retried_then_the_exact_hole_is_given_up() {
+    let cfg = SessionConfig { start: Start::One, request_timeout_ns: 50 * MS, retries: 2, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 3), Origin::LineA).unwrap();
+    rx.push(&packet(8, 2), Origin::LineB).unwrap(); // 4..=7 lost on both lines
+    rx.tick(0);
+    rx.tick(49 * MS);
+    rx.tick(50 * MS);
+    rx.tick(100 * MS);
+    rx.tick(149 * MS);
+    assert!(rx.rx.has_hole());
+    rx.tick(150 * MS); // the last try timed out
+    let mut want = msgs(1..=3, false);
+    // The span 4..=9 is asked for (8 and 9 are held); after the last try its one hole is given up.
+    want.extend([Out::Req(4, 6, 1), Out::Req(4, 6, 2), Out::Req(4, 6, 3), Out::Hole(4, 7)]);
+    want.extend(msgs(8..=9, false));
+    assert_eq!(rx.take(), want);
+    assert!(!rx.rx.has_hole());
+    // The answer comes after all: late copies are duplicates.
+    rx.push(&packet(4, 4), Origin::Retransmission).unwrap();
+    assert_eq!(rx.take(), []);
+    let c = *rx.rx.counters();
+    assert_eq!(
+        (c.requests, c.retries, c.given_up_holes, c.given_up_messages, c.duplicates, c.messages),
+        (3, 2, 1, 4, 4, 5)
+    );
+}
+
+#[test]
+fn without_a_request_server_a_hole_waits_one_timeout_for_the_other_line() {
+    let cfg = SessionConfig { requests: false, request_timeout_ns: 10 * MS, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 1), Origin::LineA).unwrap();
+    rx.push(&packet(3, 1), Origin::LineA).unwrap();
+    rx.push(&packet(6, 1), Origin::LineA).unwrap();
+    rx.tick(0);
+    rx.push(&packet(2, 1), Origin::LineB).unwrap(); // line B had 2
+    rx.tick(5 * MS);
+    rx.tick(15 * MS);
+    assert_eq!(
+        rx.take(),
+        [Out::Msg(1, false), Out::Msg(2, false), Out::Msg(3, false), Out::Hole(4, 5), Out::Msg(6, false)]
+    );
+    assert_eq!(rx.rx.counters().requests, 0);
+}
+
+#[test]
+fn a_foreign_session_and_a_count_that_disagrees_with_the_bytes_are_counted_and_dropped() {
+    let mut rx = Rx::new(SessionConfig { start: Start::One, ..SessionConfig::default() });
+    rx.push(&packet(1, 1), Origin::LineA).unwrap();
+    let e = rx.push(&packet_of(b"000010059D", 2, 1), Origin::LineA).unwrap_err();
+    assert_eq!(e, SessionError::ForeignSession { expected: *SESSION, got: *b"000010059D", seq: 2 });
+    assert_eq!(
+        e.to_string(),
+        "MoldUDP64 packet seq 2, field session: \"000010059D\" is not this receiver's session \"000010059B\""
+    );
+    // Count 3, two messages' bytes.
+    let mut bad = packet(2, 2);
+    bad[19] = 3;
+    let e = rx.push(&bad, Origin::LineB).unwrap_err();
+    assert_eq!(
+        e,
+        SessionError::Malformed(MoldError::Truncated {
+            sequence_number: 2,
+            message_count: 3,
+            message: 3,
+            field: "message length",
+            offset: 40
+        })
+    );
+    // Count 1, two messages' bytes.
+    bad[19] = 1;
+    assert!(matches!(rx.push(&bad, Origin::LineB), Err(SessionError::Malformed(MoldError::TrailingBytes { .. }))));
+    rx.push(&packet(2, 1), Origin::LineB).unwrap();
+    assert_eq!(rx.take(), msgs(1..=2, false));
+    let c = *rx.rx.counters();
+    assert_eq!((c.foreign_session, c.bad_packets, c.messages, c.packets), (1, 2, 2, [2, 3, 0]));
+}
+
+#[test]
+fn duplicates_from_both_lines_and_double_answers_are_dropped() {
+    let mut rx = Rx::new(SessionConfig::default());
+    rx.push(&packet(50, 3), Origin::LineA).unwrap();
+    rx.push(&packet(50, 3), Origin::LineB).unwrap();
+    rx.push(&packet(55, 1), Origin::LineB).unwrap();
+    rx.push(&packet(55, 1), Origin::LineA).unwrap(); // waiting already
+    rx.tick(0);
+    rx.push(&packet(53, 2), Origin::Retransmission).unwrap();
+    rx.push(&packet(53, 2), Origin::Retransmission).unwrap();
+    let mut want = msgs(50..=52, false);
+    want.push(Out::Req(53, 3, 1));
+    want.extend(msgs(53..=54, true));
+    want.push(Out::Msg(55, false));
+    assert_eq!(rx.take(), want);
+    assert_eq!((rx.rx.counters().duplicates, rx.rx.counters().messages), (3 + 1 + 2, 6));
+}
+
+#[test]
+fn heartbeats_reveal_a_gap_at_the_tail_and_end_of_session_ends_after_it() {
+    let cfg = SessionConfig { retries: 0, request_timeout_ns: MS, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(10, 2), Origin::LineA).unwrap();
+    rx.push(&packet(12, 0), Origin::LineA).unwrap(); // heartbeat: next is 12, nothing missing
+    rx.tick(0);
+    assert_eq!(rx.take(), msgs(10..=11, false));
+    rx.push(&packet(14, 0), Origin::LineA).unwrap(); // heartbeat: 12 and 13 were sent and lost
+    rx.tick(0);
+    assert_eq!(rx.take(), [Out::Req(12, 2, 1)]);
+    rx.push(&packet(14, END_OF_SESSION), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), [], "the end waits for the hole");
+    rx.push(&packet(12, 1), Origin::Retransmission).unwrap();
+    rx.tick(MS); // 13 never comes: no retry (retries 0), given up
+    assert_eq!(rx.take(), [Out::Msg(12, true), Out::Req(13, 1, 1)]);
+    rx.tick(2 * MS);
+    assert_eq!(rx.take(), [Out::Hole(13, 13), Out::End(14)]);
+    assert!(rx.rx.is_ended());
+    rx.push(&packet(14, 1), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), [], "nothing after the end");
+    let c = *rx.rx.counters();
+    assert_eq!((c.heartbeats, c.gaps, c.given_up_holes), (2, 1, 1));
+}
+
+#[test]
+fn a_message_past_the_window_gives_up_the_oldest_hole_and_says_so() {
+    let cfg = SessionConfig { start: Start::One, window_messages: 8, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 1), Origin::LineA).unwrap();
+    rx.push(&packet(4, 2), Origin::LineA).unwrap(); // 2, 3 missing; 4, 5 wait
+    rx.push(&packet(12, 1), Origin::LineA).unwrap(); // 12 - 2 >= 8: 2..=4 must make room
+    let mut want = vec![Out::Msg(1, false), Out::Hole(2, 3)];
+    want.extend(msgs(4..=5, false));
+    assert_eq!(rx.take(), want);
+    assert_eq!(rx.rx.next_seq(), 6);
+    rx.push(&packet(6, 6), Origin::LineB).unwrap();
+    assert_eq!(rx.take(), msgs(6..=12, false));
+    let c = *rx.rx.counters();
+    assert_eq!((c.overflow_holes, c.given_up_holes, c.given_up_messages), (1, 1, 2));
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rx = SessionReceiver::new(SessionConfig { window_messages: 4, ..SessionConfig::default() });
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let mut p = packet((x % 64) + 1, (x >> 8) as u16 % 4);
+        if x.is_multiple_of(5) {
+            let at = (x >> 16) as usize % p.len();
+            p[at] ^= (x >> 24) as u8;
+        }
+        if x.is_multiple_of(7) {
+            p.truncate((x >> 32) as usize % p.len());
+        }
+        let _ = rx.on_packet(&p, Origin::LineA, i, &mut |_| {});
+        rx.tick(i * MS, &mut |_| {});
+    }
+}
+
+#[test]
+fn a_dead_server_gives_up_every_hole_of_a_span_at_once_not_one_hole_per_timeout() {
+    let cfg = SessionConfig { start: Start::One, request_timeout_ns: 50 * MS, retries: 1, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    rx.push(&packet(4, 1), Origin::LineA).unwrap(); // 3 lost
+    rx.push(&packet(6, 2), Origin::LineA).unwrap(); // 5 lost
+    rx.tick(0);
+    rx.tick(50 * MS);
+    rx.tick(99 * MS);
+    assert!(rx.rx.has_hole());
+    rx.tick(100 * MS); // the last try timed out: both holes of the span 3..=7 go
+    let mut want = msgs(1..=2, false);
+    want.extend([Out::Req(3, 5, 1), Out::Req(3, 5, 2), Out::Hole(3, 3), Out::Msg(4, false), Out::Hole(5, 5)]);
+    want.extend(msgs(6..=7, false));
+    assert_eq!(rx.take(), want);
+    let c = *rx.rx.counters();
+    assert_eq!((c.requests, c.retries, c.given_up_holes, c.given_up_messages, c.messages), (2, 1, 2, 2, 5));
+}

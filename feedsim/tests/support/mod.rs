@@ -1,0 +1,2 @@
+//! Shared by the feedsim tests.
+pub mod itch_book;

@@ -1,0 +1,489 @@
+//! The live Nasdaq TotalView-ITCH 5.0 feed handler: MoldUDP64 from lines A (and B) into the journal, gaps
+//! filled from the re-request server.
+//!
+//! [`LiveItch`] glues, on the feed thread (`mdfan-feed`): the line sockets ([`LineSocket`]: multicast join or
+//! unicast bind, `SO_TIMESTAMPING` receive stamps), the request socket (a UDP socket connected to
+//! `lines.retransmit`: requests go out on it and the answers, ordinary downstream packets, come back on it), the
+//! sans-IO MoldUDP64 session receiver ([`SessionReceiver`]: messages in sequence order, A/B duplicates dropped
+//! by sequence number, holes requested, retried, and after the last retry given up), the ITCH decoder
+//! ([`decode_message`]), the [`ItchNormalizer`] (order-level records keyed by stock locate, `venue_seq` = the
+//! MoldUDP64 sequence number's low 32 bits) and the journal's writer.
+//!
+//! A hole given up marks every stock locate seen so far stale: one `InstrumentStale` record each (the kind
+//! subscribers already see for MDP 3.0), since an ITCH stream has no per-instrument sequence. The normaliser
+//! keeps them unsynced until the start of the next day (System Event `O`); references it then does not know
+//! are counted and skipped as for a file.
+//!
+//! As [`crate::live`]: while records are pending (the journal is full) the sockets are not read and their
+//! receive buffers (`lines.rcvbuf_bytes`) hold the backlog. After warm-up nothing here allocates (the pending
+//! buffer holds one poll's records plus one stale mark per locate); a request is one `send` on the feed thread.
+//! Each poll reads `CLOCK_REALTIME` once (vDSO) for the request timeouts.
+//!
+//! Source: Nasdaq "MoldUDP64 Protocol Specification" 1.00 ("Downstream Packets", "Request Packets"); Nasdaq
+//! "TotalView-ITCH 5.0" specification.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mdfan_feed::itch::{decode_message, ItchNormalizer};
+use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
+use mdfan_lines::{realtime_ns, LineConfig, LineError, LineSocket, StampKind};
+use mdfan_wire::BookUpdate;
+
+use crate::config::{LinesSection, MoldStart};
+use crate::journal::JournalWriter;
+use crate::live::Step;
+
+/// Datagrams read per duty cycle at most.
+const POLL_BUDGET: usize = 16;
+/// Records one poll can make: a 1,472-byte packet holds at most 115 ITCH messages (13 bytes at least with
+/// their length), each up to three records.
+const POLL_RECORDS: usize = POLL_BUDGET * 115 * 3;
+
+/// What the live ITCH feed counted, readable from any thread (Relaxed; stored by the feed thread after each poll
+/// that read something or changed a hole).
+#[derive(Debug, Default)]
+pub struct MoldCounters {
+    /// Packets read on line A, line B, and answers on the request socket.
+    pub packets: [AtomicU64; 3],
+    /// Heartbeats (count 0) among them.
+    pub heartbeats: AtomicU64,
+    /// ITCH messages handed out in sequence order.
+    pub messages: AtomicU64,
+    /// Of those, messages that came from the re-request server.
+    pub retransmitted: AtomicU64,
+    /// Copies of messages already handed out (the other line, a second answer): dropped.
+    pub duplicates: AtomicU64,
+    /// Gaps opened (a packet past the highest sequence number known).
+    pub gaps: AtomicU64,
+    /// Request packets sent, retries included.
+    pub requests: AtomicU64,
+    /// Of those, retries after a timeout.
+    pub retries: AtomicU64,
+    /// Holes given up (retries exhausted, or no room to wait).
+    pub given_up_holes: AtomicU64,
+    /// Messages in those holes.
+    pub given_up_messages: AtomicU64,
+    /// Packets of another MoldUDP64 session: dropped.
+    pub foreign_session: AtomicU64,
+    /// Packets whose message count disagrees with their bytes, and ITCH messages that did not decode: dropped.
+    pub bad_packets: AtomicU64,
+    /// Order-level records written to the journal (stale marks included).
+    pub records: AtomicU64,
+    /// `InstrumentStale` records written (holes given up, unknown references).
+    pub stale_records: AtomicU64,
+    /// Requests whose `send` failed.
+    pub send_errors: AtomicU64,
+    /// Datagrams by where their receive stamp came from: hardware, software, user.
+    pub stamps: [AtomicU64; 3],
+}
+
+/// A copy of [`MoldCounters`] for the run report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MoldReport {
+    /// See [`MoldCounters::packets`].
+    pub packets: [u64; 3],
+    /// See [`MoldCounters::heartbeats`].
+    pub heartbeats: u64,
+    /// See [`MoldCounters::messages`].
+    pub messages: u64,
+    /// See [`MoldCounters::retransmitted`].
+    pub retransmitted: u64,
+    /// See [`MoldCounters::duplicates`].
+    pub duplicates: u64,
+    /// See [`MoldCounters::gaps`].
+    pub gaps: u64,
+    /// See [`MoldCounters::requests`].
+    pub requests: u64,
+    /// See [`MoldCounters::retries`].
+    pub retries: u64,
+    /// See [`MoldCounters::given_up_holes`].
+    pub given_up_holes: u64,
+    /// See [`MoldCounters::given_up_messages`].
+    pub given_up_messages: u64,
+    /// See [`MoldCounters::foreign_session`].
+    pub foreign_session: u64,
+    /// See [`MoldCounters::bad_packets`].
+    pub bad_packets: u64,
+    /// See [`MoldCounters::records`].
+    pub records: u64,
+    /// See [`MoldCounters::stale_records`].
+    pub stale_records: u64,
+    /// See [`MoldCounters::send_errors`].
+    pub send_errors: u64,
+    /// See [`MoldCounters::stamps`].
+    pub stamps: [u64; 3],
+}
+
+impl MoldCounters {
+    /// A copy of every counter.
+    pub fn report(&self) -> MoldReport {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MoldReport {
+            packets: [ld(&self.packets[0]), ld(&self.packets[1]), ld(&self.packets[2])],
+            heartbeats: ld(&self.heartbeats),
+            messages: ld(&self.messages),
+            retransmitted: ld(&self.retransmitted),
+            duplicates: ld(&self.duplicates),
+            gaps: ld(&self.gaps),
+            requests: ld(&self.requests),
+            retries: ld(&self.retries),
+            given_up_holes: ld(&self.given_up_holes),
+            given_up_messages: ld(&self.given_up_messages),
+            foreign_session: ld(&self.foreign_session),
+            bad_packets: ld(&self.bad_packets),
+            records: ld(&self.records),
+            stale_records: ld(&self.stale_records),
+            send_errors: ld(&self.send_errors),
+            stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+        }
+    }
+}
+
+impl MoldReport {
+    /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ...`.
+    pub fn line(&self) -> String {
+        format!(
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={}",
+            self.packets[0],
+            self.packets[1],
+            self.packets[2],
+            self.heartbeats,
+            self.messages,
+            self.retransmitted,
+            self.duplicates,
+            self.gaps,
+            self.requests,
+            self.retries,
+            self.given_up_holes,
+            self.given_up_messages,
+            self.foreign_session,
+            self.bad_packets,
+            self.records,
+            self.stale_records,
+            self.send_errors
+        )
+    }
+}
+
+/// Everything a poll's callback writes to, apart from the session receiver.
+struct Sink<'a> {
+    normalizer: &'a mut ItchNormalizer,
+    pending: &'a mut Vec<BookUpdate>,
+    request: Option<&'a UdpSocket>,
+    send_errors: &'a mut u64,
+    decode_errors: &'a mut u64,
+    stale_records: &'a mut u64,
+}
+
+impl Sink<'_> {
+    fn on(&mut self, e: SessionEvent<'_>) {
+        match e {
+            SessionEvent::Message { seq, ts_recv_ns, message, .. } => match decode_message(message, 0) {
+                Ok(m) => {
+                    let records = self.normalizer.normalize(&m, seq as u32, ts_recv_ns);
+                    for r in records.as_slice() {
+                        if r.kind() == Some(mdfan_wire::Kind::InstrumentStale) {
+                            *self.stale_records += 1;
+                        }
+                        self.pending.push(*r);
+                    }
+                }
+                Err(_) => *self.decode_errors += 1,
+            },
+            SessionEvent::Request { packet, .. } => {
+                if let Some(sock) = self.request {
+                    if sock.send(&packet).is_err() {
+                        *self.send_errors += 1;
+                    }
+                }
+            }
+            SessionEvent::Hole { first, .. } => {
+                let pending = &mut *self.pending;
+                *self.stale_records +=
+                    self.normalizer.mark_all_stale(first as u32, realtime_ns(), &mut |r| pending.push(r));
+            }
+            SessionEvent::EndOfSession { .. } => {}
+        }
+    }
+}
+
+/// The live ITCH 5.0 over MoldUDP64 feed handler. See the [module docs](self).
+pub struct LiveItch {
+    lines: Vec<LineSocket>,
+    request: Option<UdpSocket>,
+    buf: Vec<u8>,
+    session: SessionReceiver,
+    normalizer: ItchNormalizer,
+    pending: Vec<BookUpdate>,
+    head: usize,
+    counters: Arc<MoldCounters>,
+    end_after_idle_ns: u64,
+    last_datagram_ns: u64,
+    stamps: [u64; 3],
+    send_errors: u64,
+    decode_errors: u64,
+    stale_records: u64,
+    records: u64,
+    /// Errors and holes already logged.
+    logged: (u64, u64),
+    /// The last packet refused, logged with the counts (off the hot loop: this is the feed thread).
+    last_error: Option<mdfan_feed::mold_session::SessionError>,
+    ts_recv_clock: crate::TsRecvClockCell,
+}
+
+impl LiveItch {
+    /// Opens line A (and B), connects the request socket to `lines.retransmit` if set, and reserves every
+    /// buffer. `midnight_ns` is `feed.session_date`'s US Eastern midnight (ITCH times are ns since it).
+    ///
+    /// # Errors
+    /// [`LineError`] naming the address, the socket call and the config key.
+    pub fn open(
+        lines: &LinesSection,
+        midnight_ns: u64,
+        ts_recv_clock: crate::TsRecvClockCell,
+    ) -> Result<LiveItch, LineError> {
+        let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
+        let mut socks = vec![LineSocket::open(&line(lines.a)).map_err(|e| crate::live::in_config(e, lines))?];
+        if let Some(b) = lines.b {
+            socks.push(LineSocket::open(&line(b)).map_err(|e| crate::live::in_config(e, lines))?);
+        }
+        for s in &socks {
+            if s.rcvbuf_bytes() < lines.rcvbuf_bytes {
+                tracing::warn!(line = %s.local_addr(), rcvbuf_bytes = s.rcvbuf_bytes(), wanted_bytes = lines.rcvbuf_bytes,
+                    "line receive buffer smaller than lines.rcvbuf_bytes: a burst may be lost (then requested). Raise net.core.rmem_max, or run with CAP_NET_ADMIN");
+            }
+        }
+        let request = match lines.retransmit {
+            Some(server) => {
+                let open_err = |what: &'static str| {
+                    move |source: std::io::Error| {
+                        let source =
+                            std::io::Error::new(source.kind(), format!("{source} (config key lines.retransmit)"));
+                        LineError::Open { addr: server, what, source }
+                    }
+                };
+                let sock = UdpSocket::bind(SocketAddrV4::new(lines.interface, 0)).map_err(open_err("bind"))?;
+                sock.connect(server).map_err(open_err("connect"))?;
+                sock.set_nonblocking(true).map_err(open_err("O_NONBLOCK"))?;
+                Some(sock)
+            }
+            None => None,
+        };
+        let session = lines.session.as_ref().map(|s| {
+            let mut b = [b' '; 10];
+            b[..s.len()].copy_from_slice(s.as_bytes());
+            b
+        });
+        let cfg = SessionConfig {
+            start: match lines.start {
+                MoldStart::FirstSeen => Start::FirstSeen,
+                MoldStart::One => Start::One,
+            },
+            session,
+            window_messages: lines.window_messages,
+            slot_bytes: 64,
+            requests: request.is_some(),
+            request_timeout_ns: lines.retransmit_timeout_ms * 1_000_000,
+            retries: lines.retransmit_retries,
+            max_request_messages: 1_000,
+        };
+        Ok(LiveItch {
+            lines: socks,
+            request,
+            buf: vec![0; 65_536],
+            session: SessionReceiver::new(cfg),
+            normalizer: ItchNormalizer::new(midnight_ns, 1 << 20),
+            pending: Vec::with_capacity(POLL_RECORDS + (1 << 16)),
+            head: 0,
+            counters: Arc::new(MoldCounters::default()),
+            end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
+            last_datagram_ns: 0,
+            stamps: [0; 3],
+            send_errors: 0,
+            decode_errors: 0,
+            stale_records: 0,
+            records: 0,
+            logged: (0, 0),
+            last_error: None,
+            ts_recv_clock,
+        })
+    }
+
+    /// The counters, for the run report and the counters file.
+    pub fn counters(&self) -> Arc<MoldCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The lines' bound addresses (A, and B if configured; B = A otherwise).
+    pub fn line_addrs(&self) -> [SocketAddrV4; 2] {
+        let a = self.lines[0].local_addr();
+        [a, self.lines.get(1).map_or(a, LineSocket::local_addr)]
+    }
+
+    /// One duty cycle: the pending records into the journal; if they all went in, one poll of the lines and
+    /// the request socket, then the session receiver's timers.
+    ///
+    /// # Errors
+    /// A socket read that failed for a reason other than "nothing to read".
+    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
+        let mut written = self.drain(writer);
+        if self.head < self.pending.len() {
+            return Ok(Step::Work(written));
+        }
+        let now_ns = realtime_ns();
+        let mut read = 0;
+        let mut idle = [false; 3];
+        let mut last_error = None;
+        let LiveItch {
+            lines,
+            request,
+            buf,
+            session,
+            normalizer,
+            pending,
+            send_errors,
+            decode_errors,
+            stale_records,
+            stamps,
+            ..
+        } = self;
+        let mut sink =
+            Sink { normalizer, pending, request: request.as_ref(), send_errors, decode_errors, stale_records };
+        while read < POLL_BUDGET && idle.iter().filter(|i| **i).count() < 3 {
+            for (src, is_idle) in idle.iter_mut().enumerate() {
+                if *is_idle || read >= POLL_BUDGET {
+                    continue;
+                }
+                let (len, ts_recv_ns, origin) = if src < 2 {
+                    let Some(sock) = lines.get_mut(src) else {
+                        *is_idle = true;
+                        continue;
+                    };
+                    let Some(r) = sock.recv(buf)? else {
+                        *is_idle = true;
+                        continue;
+                    };
+                    stamps[match r.stamp {
+                        StampKind::Hardware => 0,
+                        StampKind::Software => 1,
+                        StampKind::User | StampKind::None => 2,
+                    }] += 1;
+                    if r.truncated {
+                        read += 1;
+                        continue;
+                    }
+                    (r.len, r.ts_recv_ns, if src == 0 { Origin::LineA } else { Origin::LineB })
+                } else {
+                    let Some(sock) = sink.request else {
+                        *is_idle = true;
+                        continue;
+                    };
+                    match sock.recv(buf) {
+                        Ok(n) => (n, now_ns, Origin::Retransmission),
+                        Err(_) => {
+                            // WouldBlock (nothing to read), or an ICMP port unreachable from a server not up yet:
+                            // either way nothing to hand on; an unanswered request is retried, then given up.
+                            *is_idle = true;
+                            continue;
+                        }
+                    }
+                };
+                read += 1;
+                if let Err(e) = session.on_packet(&buf[..len], origin, ts_recv_ns, &mut |e| sink.on(e)) {
+                    last_error = Some(e);
+                }
+            }
+        }
+        session.tick(now_ns, &mut |e| sink.on(e));
+        if last_error.is_some() {
+            self.last_error = last_error;
+        }
+        let ended = session.is_ended();
+        if read > 0 {
+            self.last_datagram_ns = now_ns;
+        }
+        self.publish_counters();
+        written += self.drain(writer);
+        if self.head < self.pending.len() {
+            return Ok(Step::Work(written.max(read)));
+        }
+        let idle_end = self.end_after_idle_ns > 0
+            && self.last_datagram_ns > 0
+            && now_ns.saturating_sub(self.last_datagram_ns) > self.end_after_idle_ns
+            && !self.session.has_hole();
+        if ended || idle_end {
+            return Ok(Step::Ended);
+        }
+        Ok(Step::Work(written.max(read)))
+    }
+
+    /// Writes pending records into the journal until it is full; returns how many went in.
+    fn drain(&mut self, writer: &mut JournalWriter) -> usize {
+        let start = self.head;
+        while self.head < self.pending.len() && writer.try_push(&self.pending[self.head]) {
+            self.head += 1;
+        }
+        let written = self.head - start;
+        self.records += written as u64;
+        if self.head == self.pending.len() {
+            self.pending.clear();
+            self.head = 0;
+        }
+        written
+    }
+
+    fn publish_counters(&mut self) {
+        let c = &*self.counters;
+        let st = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        let s = *self.session.counters();
+        for i in 0..3 {
+            st(&c.packets[i], s.packets[i]);
+            st(&c.stamps[i], self.stamps[i]);
+        }
+        st(&c.heartbeats, s.heartbeats);
+        st(&c.messages, s.messages);
+        st(&c.retransmitted, s.retransmitted_messages);
+        st(&c.duplicates, s.duplicates);
+        st(&c.gaps, s.gaps);
+        st(&c.requests, s.requests);
+        st(&c.retries, s.retries);
+        st(&c.given_up_holes, s.given_up_holes);
+        st(&c.given_up_messages, s.given_up_messages);
+        st(&c.foreign_session, s.foreign_session);
+        st(&c.bad_packets, s.bad_packets + self.decode_errors);
+        st(&c.records, self.records);
+        st(&c.stale_records, self.stale_records);
+        st(&c.send_errors, self.send_errors);
+        use mdfan_wire::control::TsRecvClock;
+        let clock = if self.stamps[0] > 0 {
+            TsRecvClock::Hardware
+        } else if self.stamps[1] > 0 {
+            TsRecvClock::Software
+        } else if self.stamps[2] > 0 {
+            TsRecvClock::User
+        } else {
+            TsRecvClock::None
+        };
+        if clock != self.ts_recv_clock.get() && clock != TsRecvClock::None {
+            self.ts_recv_clock.set(clock);
+        }
+        if s.given_up_holes > self.logged.1 {
+            tracing::warn!(holes = s.given_up_holes - self.logged.1, lost_messages_total = s.given_up_messages,
+                "MoldUDP64 messages given up after the last retransmission request: every stock locate seen is marked stale");
+            self.logged.1 = s.given_up_holes;
+        }
+        let errors = s.foreign_session + s.bad_packets + self.decode_errors + self.send_errors;
+        if errors > self.logged.0 {
+            tracing::warn!(
+                foreign_session = s.foreign_session,
+                bad_packets = s.bad_packets,
+                bad_messages = self.decode_errors,
+                send_errors = self.send_errors,
+                "MoldUDP64 packets dropped"
+            );
+            self.logged.0 = errors;
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Live Nasdaq TotalView-ITCH 5.0 over MoldUDP64 through the whole publisher, on loopback unicast: the bundled
+//! real packets (data/nasdaq-itch50-moldudp64-pcap-20230822/README.md gives every value asserted here) sent to
+//! line A (and B), with the publisher's session receiver, ITCH decoder and normaliser in front of the journal, to
+//! a subscriber built on the subscriber library. A small re-request server in the test answers MoldUDP64
+//! request packets from the capture's messages (or never answers).
+//!
+//! No timing is asserted: the test waits for the publisher's counters to reach each expected value (under a
+//! watchdog), and the stream ends on end of session or after `end_after_idle_ms` of silence.
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mdfan_feed::moldudp64::{Packet, END_OF_SESSION};
+use mdfan_feed::pcap::read_udp_capture;
+use mdfan_publisher::config::Config;
+use mdfan_publisher::live_itch::MoldCounters;
+use mdfan_publisher::{Publisher, RunReport};
+use mdfan_subscriber::{BookUpdate, Event, Health, Kind, Side, Subscriber, SubscriberConfig};
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+const SESSION: &[u8; 10] = b"000010059B";
+/// The 38-message META packet (locate 6514): sequence numbers 19,009,117 ..= 19,009,154.
+const META_FIRST: u64 = 19_009_117;
+const META: u32 = 6514;
+
+fn capture(name: &str) -> Vec<Vec<u8>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/nasdaq-itch50-moldudp64-pcap-20230822").join(name);
+    read_udp_capture(&path).expect("the bundled capture reads").packets.into_iter().map(|p| p.payload).collect()
+}
+
+/// The nine Nasdaq packets (session 000010059B), in sequence order.
+fn nasdaq_packets() -> Vec<Vec<u8>> {
+    let mut all: Vec<Vec<u8>> = [
+        "OrderReplaceMessage",
+        "AddOrderNoMpidAttributionMessage",
+        "OrderDeleteMessage",
+        "OrderExecutedMessage",
+        "NetOrderImbalanceIndicatorMessage",
+        "Multiple.Packets",
+        "MarketParticipantPositionMessage",
+        "StockTradingActionMessage",
+    ]
+    .iter()
+    .flat_map(|n| capture(&format!("nasdaq/{n}.pcap")))
+    .collect();
+    all.sort_by_key(|p| Packet::parse(p).unwrap().sequence_number);
+    assert_eq!(all.len(), 9);
+    all
+}
+
+/// The META packet's 38 messages, by sequence number.
+fn meta_messages() -> Vec<(u64, Vec<u8>)> {
+    let raw = capture("nasdaq/Multiple.Packets.pcap");
+    let p = raw.iter().map(|r| Packet::parse(r).unwrap()).find(|p| p.message_count == 38).unwrap();
+    p.messages().map(|b| (b.sequence_number, b.message.to_vec())).collect()
+}
+
+/// A downstream packet of SESSION: `first` and the messages after it (empty with `count` 0 or `END_OF_SESSION`).
+fn downstream(first: u64, count: u16, messages: &[Vec<u8>]) -> Vec<u8> {
+    let mut p = SESSION.to_vec();
+    p.extend_from_slice(&first.to_be_bytes());
+    p.extend_from_slice(&count.to_be_bytes());
+    for m in messages {
+        p.extend_from_slice(&(m.len() as u16).to_be_bytes());
+        p.extend_from_slice(m);
+    }
+    p
+}
+
+fn publisher(retransmit: Option<SocketAddrV4>, b: bool, extra: &str) -> Publisher {
+    let retransmit = retransmit.map_or(String::new(), |a| format!("retransmit = \"{a}\"\n"));
+    let b = if b { "b = \"127.0.0.1:0\"\n" } else { "" };
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"127.0.0.1:0\"\n{b}{retransmit}rcvbuf_bytes = 1048576\nend_after_idle_ms = 2000\n{extra}\n[fabric]\nprovider = \"shm\"\n"
+    );
+    let cfg = Config::parse(&text, Path::new("live-itch-test.toml")).expect("test config parses");
+    Publisher::bind(cfg).expect("publisher binds its lines and endpoint")
+}
+
+/// Every record a subscriber got (feed records only).
+fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
+    let mut cfg = SubscriberConfig::new(endpoint, "itch");
+    cfg.ring_slots = 4096;
+    let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    // A live feed does not wait for subscribers: the first heartbeat says the hot loop serves this session, so
+    // nothing the test sends after it goes out before the subscriber is there.
+    let (deadline, mut live) = (Instant::now() + WATCHDOG, false);
+    while !live {
+        assert!(Instant::now() < deadline, "watchdog: no heartbeat");
+        sub.poll(16, |e| live |= matches!(e, Event::Record(r) if r.kind() == Some(Kind::Heartbeat)));
+        let _ = sub.maintain_if_due();
+        std::thread::yield_now();
+    }
+    std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            assert!(Instant::now() < deadline, "watchdog: subscriber not ended");
+            let n = sub.poll(256, |e| {
+                if let Event::Record(r) = e {
+                    // A snapshot would mean the subscriber joined after records went out: not the case here,
+                    // and its records are not the feed's.
+                    if r.flags & mdfan_subscriber::flags::SNAPSHOT == 0
+                        && !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream))
+                    {
+                        got.push(*r);
+                    }
+                }
+            });
+            if n == 0 {
+                std::thread::yield_now();
+            }
+            if let Some(Health::Ended(_)) = sub.maintain_if_due() {
+                return got;
+            }
+        }
+    })
+}
+
+/// Waits (watchdog) until `what` holds for the publisher's counters.
+fn wait_for(c: &MoldCounters, what: &str, f: impl Fn(&mdfan_publisher::live_itch::MoldReport) -> bool) {
+    let deadline = Instant::now() + WATCHDOG;
+    while !f(&c.report()) {
+        assert!(Instant::now() < deadline, "watchdog: {what}: {:?}", c.report());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The publisher's thread.
+type Running = std::thread::JoinHandle<Result<RunReport, mdfan_publisher::PublisherError>>;
+
+fn run(p: Publisher) -> (Running, Arc<MoldCounters>, [SocketAddrV4; 2], String) {
+    let counters = p.mold_counters().expect("a live ITCH feed has MoldUDP64 counters");
+    let lines = p.line_addrs().expect("a live feed has lines");
+    let endpoint = p.local_addr().to_string();
+    let h = std::thread::spawn(move || p.run(Arc::new(AtomicBool::new(false))));
+    (h, counters, lines, endpoint)
+}
+
+fn of_kind(got: &[BookUpdate], k: Kind) -> Vec<&BookUpdate> {
+    got.iter().filter(|r| r.kind() == Some(k)).collect()
+}
+
+/// Shares and orders per side of the META adds.
+fn meta_sides(got: &[BookUpdate]) -> [(u64, u64, i64, i64); 2] {
+    [Side::Bid, Side::Ask].map(|side| {
+        let adds: Vec<&BookUpdate> =
+            of_kind(got, Kind::Add).into_iter().filter(|r| r.instrument_id == META && r.side == side as u8).collect();
+        let shares = adds.iter().map(|r| u64::from(r.size)).sum();
+        let lo = adds.iter().map(|r| r.price_e9).min().unwrap_or(0);
+        let hi = adds.iter().map(|r| r.price_e9).max().unwrap_or(0);
+        (adds.len() as u64, shares, lo, hi)
+    })
+}
+
+const E7: i64 = 10_000_000; // cents to 1e-9
+
+/// The README's META packet: bids 19 orders at 80.00-80.52, 562 shares; asks 19 orders at 357.33-358.00, 499.
+const META_REFERENCE: [(u64, u64, i64, i64); 2] =
+    [(19, 562, 8_000 * E7, 8_052 * E7), (19, 499, 35_733 * E7, 35_800 * E7)];
+
+#[test]
+fn the_bundled_nasdaq_packets_on_lines_a_and_b_reach_a_subscriber_with_every_hole_reported() {
+    // No re-request server: a hole waits retransmit_timeout_ms (for the other line), then is given up.
+    let (h, counters, [a, b], endpoint) = run(publisher(None, true, "retransmit_timeout_ms = 5\n"));
+    let sub = subscribe(&endpoint);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (mut messages, mut lost) = (0u64, 0u64);
+    let mut next = 0u64;
+    for p in nasdaq_packets() {
+        let mold = Packet::parse(&p).unwrap();
+        if next != 0 {
+            lost += mold.sequence_number - next;
+        }
+        next = mold.next_sequence_number();
+        messages += u64::from(mold.message_count);
+        tx.send_to(&p, a).unwrap();
+        tx.send_to(&p, b).unwrap();
+        // One packet at a time: the hole before it is given up before the next comes, so which locates it marks
+        // stale does not depend on the machine's pace.
+        wait_for(&counters, "messages handed out and holes given up", |r| {
+            r.messages == messages && r.given_up_messages == lost && r.duplicates == messages
+        });
+        if mold.sequence_number == 14_757_701 {
+            // After the first packet set the session: a BX packet (session 000010059D) and a copy of the first
+            // packet cut by one byte (its count says 1 message, its bytes hold less) are counted and dropped.
+            tx.send_to(&capture("bx/OrderDeleteMessage.pcap")[0], a).unwrap();
+            tx.send_to(&p[..p.len() - 1], a).unwrap();
+            wait_for(&counters, "foreign and bad packets", |r| r.foreign_session == 1 && r.bad_packets == 1);
+        }
+    }
+    let report = h.join().unwrap().expect("publisher run");
+    let got = sub.join().unwrap();
+    let mold = report.moldudp64.expect("the MoldUDP64 counters are in the run report");
+    // 9 Nasdaq packets, 46 messages (README "Totals"), from 14,757,701 to 34,147,961: the rest are holes.
+    assert_eq!((mold.packets, mold.messages, mold.duplicates), ([11, 9, 0], 46, 46));
+    assert_eq!((mold.gaps, mold.given_up_messages), (7, 34_147_961 - 14_757_701 + 1 - 46));
+    assert!(mold.given_up_holes >= 7, "{mold:?}");
+    assert_eq!((mold.requests, mold.retransmitted, mold.foreign_session, mold.bad_packets), (0, 0, 1, 1));
+    // A 37 + F 2 = 39 adds: IVOO (locate 5528, ref 23508286, B 1600 @ 87.39) and the 38 of META.
+    let adds = of_kind(&got, Kind::Add);
+    assert_eq!(adds.len(), 39);
+    let ivoo = adds.iter().find(|r| r.instrument_id == 5528).expect("the IVOO add");
+    assert_eq!(
+        (ivoo.order_id, ivoo.side, ivoo.size, ivoo.price_e9, ivoo.venue_seq),
+        (23_508_286, Side::Bid as u8, 1600, 8_739 * E7, 14_757_721)
+    );
+    let meta_seqs: Vec<u32> = adds.iter().filter(|r| r.instrument_id == META).map(|r| r.venue_seq).collect();
+    assert_eq!(meta_seqs, (META_FIRST as u32..META_FIRST as u32 + 38).collect::<Vec<_>>());
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+    // Every locate seen before the last hole is marked stale exactly once (unknown references of U, D, E, and
+    // the holes); AMC (locate 464, H) comes after the last hole and is not.
+    let mut stale: Vec<u32> = of_kind(&got, Kind::InstrumentStale).iter().map(|r| r.instrument_id).collect();
+    stale.sort_unstable();
+    assert_eq!(stale, [2345, 2737, 3517, 3731, 5528, 6462, 6514, 7603]);
+    assert_eq!(mold.stale_records, 8);
+}
+
+/// A re-request server on 127.0.0.1: answers each request with the messages it asks for, from `messages`, in
+/// packets of up to 10; with `silent`, reads requests and never answers. Returns its address and the requests
+/// it got.
+fn server(
+    messages: Vec<(u64, Vec<u8>)>,
+    silent: bool,
+    stop: Arc<AtomicBool>,
+) -> (SocketAddrV4, JoinHandle<Vec<(u64, u16)>>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let addr = match sock.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        _ => unreachable!(),
+    };
+    let h = std::thread::spawn(move || {
+        let mut asked = Vec::new();
+        let mut buf = [0u8; 1500];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((n, from)) = sock.recv_from(&mut buf) else { continue };
+            let (session, seq, count) =
+                mdfan_feed::mold_session::parse_request(&buf[..n]).expect("a 20-byte MoldUDP64 request packet");
+            assert_eq!(&session, SESSION);
+            asked.push((seq, count));
+            if silent {
+                continue;
+            }
+            let wanted: Vec<&(u64, Vec<u8>)> =
+                messages.iter().filter(|(s, _)| (seq..seq + u64::from(count)).contains(s)).collect();
+            for chunk in wanted.chunks(10) {
+                let body: Vec<Vec<u8>> = chunk.iter().map(|(_, m)| m.clone()).collect();
+                sock.send_to(&downstream(chunk[0].0, chunk.len() as u16, &body), from).unwrap();
+            }
+        }
+        asked
+    });
+    (addr, h)
+}
+
+/// Sends the META messages one per packet on line A, dropping those `lost` says, then a heartbeat (which shows
+/// a loss at the tail) and, once `done` holds, end of session.
+fn play_meta(
+    a: SocketAddrV4,
+    lost: &[u64],
+    counters: &MoldCounters,
+    done: impl Fn(&mdfan_publisher::live_itch::MoldReport) -> bool,
+) {
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for (seq, m) in meta_messages() {
+        if !lost.contains(&seq) {
+            tx.send_to(&downstream(seq, 1, &[m]), a).unwrap();
+        }
+    }
+    tx.send_to(&downstream(META_FIRST + 38, 0, &[]), a).unwrap();
+    wait_for(counters, "every hole answered or given up", done);
+    tx.send_to(&downstream(META_FIRST + 38, END_OF_SESSION, &[]), a).unwrap();
+}
+
+/// Seeded loss: the META sequence numbers lost on line A (never the first, which starts the session).
+fn seeded_loss(seed: u64) -> Vec<u64> {
+    let mut x = seed;
+    (META_FIRST + 1..META_FIRST + 38)
+        .filter(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33).is_multiple_of(4)
+        })
+        .collect()
+}
+
+/// Runs of consecutive sequence numbers in `seqs` (sorted).
+fn runs(seqs: &[u64]) -> u64 {
+    seqs.iter().enumerate().filter(|(i, s)| *i == 0 || seqs[i - 1] + 1 != **s).count() as u64
+}
+
+#[test]
+fn seeded_loss_is_filled_from_the_retransmission_server_and_nothing_is_missing() {
+    let lost = seeded_loss(7);
+    assert!(runs(&lost) >= 2, "seed 7 loses {lost:?}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, srv) = server(meta_messages(), false, Arc::clone(&stop));
+    let (h, counters, [a, _], endpoint) = run(publisher(Some(addr), false, "retransmit_timeout_ms = 200\n"));
+    let sub = subscribe(&endpoint);
+    play_meta(a, &lost, &counters, |r| r.messages == 38);
+    let report = h.join().unwrap().expect("publisher run");
+    stop.store(true, Ordering::Relaxed);
+    let asked = srv.join().unwrap();
+    let got = sub.join().unwrap();
+    let mold = report.moldudp64.unwrap();
+    assert_eq!(
+        (mold.messages, mold.retransmitted, mold.given_up_holes, mold.stale_records),
+        (38, lost.len() as u64, 0, 0)
+    );
+    assert_eq!(mold.requests, asked.len() as u64);
+    // Each request asks for a span from a lost message (up to the highest one received then); together they
+    // cover every lost message.
+    assert!(asked.iter().all(|(seq, _)| lost.contains(seq)), "{asked:?} against {lost:?}");
+    for l in &lost {
+        assert!(asked.iter().any(|&(seq, n)| (seq..seq + u64::from(n)).contains(l)), "{l} never asked: {asked:?}");
+    }
+    let seqs: Vec<u32> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq).collect();
+    assert_eq!(seqs, (META_FIRST as u32..META_FIRST as u32 + 38).collect::<Vec<_>>(), "every message, in order");
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+    assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
+}
+
+#[test]
+fn a_server_that_never_answers_ends_in_holes_reported_downstream_and_counted() {
+    let lost = seeded_loss(7);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, srv) = server(meta_messages(), true, Arc::clone(&stop));
+    let (h, counters, [a, _], endpoint) =
+        run(publisher(Some(addr), false, "retransmit_timeout_ms = 5\nretransmit_retries = 2\n"));
+    let sub = subscribe(&endpoint);
+    let holes = runs(&lost);
+    play_meta(a, &lost, &counters, |r| r.given_up_holes == holes);
+    let report = h.join().unwrap().expect("publisher run");
+    stop.store(true, Ordering::Relaxed);
+    let asked = srv.join().unwrap();
+    let got = sub.join().unwrap();
+    let mold = report.moldudp64.unwrap();
+    // Each span (from the oldest hole to the highest message received when it was asked for; how many depends
+    // on how far the packets had come) is asked 1 + 2 times, then every hole in it is given up.
+    let spans = mold.requests / 3;
+    assert!((1..=holes).contains(&spans), "{mold:?}");
+    assert_eq!((mold.requests, mold.retries, asked.len() as u64), (3 * spans, 2 * spans, 3 * spans));
+    assert_eq!((mold.given_up_holes, mold.given_up_messages), (holes, lost.len() as u64));
+    assert_eq!((mold.messages, mold.retransmitted), (38 - lost.len() as u64, 0));
+    // The first request starts at the first lost message and covers its run at least.
+    let first_len = (0..lost.len()).take_while(|i| lost[*i] == lost[0] + *i as u64).count();
+    assert!(asked[0].0 == lost[0] && usize::from(asked[0].1) >= first_len, "{asked:?} against {lost:?}");
+    // The hole reaches the subscriber: META (the only locate seen) is marked stale, once.
+    let stale = of_kind(&got, Kind::InstrumentStale);
+    assert_eq!(stale.len(), 1);
+    assert_eq!((stale[0].instrument_id, stale[0].venue_seq), (META, lost[0] as u32));
+    assert_eq!(of_kind(&got, Kind::Add).len(), 38 - lost.len());
+}
