@@ -46,16 +46,26 @@ pub fn level_lines(symbology: &Symbology, instrument_id: u32, book: &Book, n: us
     let mut out = Vec::new();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
         for (i, l) in book.top(side, n).iter().enumerate() {
-            out.push(format!(
-                "instrument={instrument_id} side={name} level={} price={} size={} orders={}",
-                i + 1,
-                symbology.format_price(instrument_id, l.price_e9),
-                l.size,
-                l.orders
-            ));
+            out.push(level_line(symbology, instrument_id, name, i + 1, Some((l.price_e9, l.size, l.orders))));
         }
     }
     out
+}
+
+/// One level line of [`level_lines`] and [`mbp_level_lines`]: `level` is 1-based; `l` is (price_e9, size,
+/// orders), `None` for an empty MBP slot (`price=- size=0 orders=0`).
+fn level_line(
+    symbology: &Symbology,
+    instrument_id: u32,
+    side: &str,
+    level: usize,
+    l: Option<(i64, u64, u32)>,
+) -> String {
+    let (price, size, orders) = match l {
+        Some((price_e9, size, orders)) => (symbology.format_price(instrument_id, price_e9), size, orders),
+        None => ("-".to_owned(), 0, 0),
+    };
+    format!("instrument={instrument_id} side={side} level={level} price={price} size={size} orders={orders}")
 }
 
 fn mbp_level(symbology: &Symbology, instrument_id: u32, l: Option<MbpLevel>) -> String {
@@ -96,16 +106,7 @@ pub fn mbp_level_lines(symbology: &Symbology, book: &MbpBook, n: usize) -> Vec<S
     let id = book.instrument_id();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
         for (i, l) in book.top(side, n).iter().enumerate() {
-            out.push(match l {
-                Some(l) => format!(
-                    "instrument={id} side={name} level={} price={} size={} orders={}",
-                    i + 1,
-                    symbology.format_price(id, l.price_e9),
-                    l.size,
-                    l.orders
-                ),
-                None => format!("instrument={id} side={name} level={} price=- size=0 orders=0", i + 1),
-            });
+            out.push(level_line(symbology, id, name, i + 1, l.map(|l| (l.price_e9, u64::from(l.size), l.orders))));
         }
     }
     out
