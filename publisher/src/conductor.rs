@@ -234,8 +234,10 @@ pub struct Conductor {
     pub(crate) counters: Arc<AgentCounters>,
     /// The publisher's books, kept at the hot loop's position from the journal (every pass).
     pub(crate) books: Books,
-    /// The publisher's price-level books (a live MDP 3.0 feed), kept as `books`.
-    pub(crate) mbp: mdfan_wire::MbpBooks,
+    /// The publisher's price-level books, kept as `books`, for a feed that carries price levels (a live MDP 3.0
+    /// channel, a LOBSTER file); `None` for an order-level feed (DBN, ITCH), whose records (an ITCH
+    /// `InstrumentStale`, say) must not make price-level books.
+    pub(crate) mbp: Option<mdfan_wire::MbpBooks>,
     /// Feed records applied to `books`.
     pub(crate) applied: u64,
     pub(crate) clock: quanta::Clock,
@@ -430,7 +432,7 @@ impl Conductor {
                     if let Err(e) = self.books.apply(&r) {
                         tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
                     }
-                    if let Err(e) = self.mbp.apply(&r) {
+                    if let Some(Err(e)) = self.mbp.as_mut().map(|mbp| mbp.apply(&r)) {
                         tracing::warn!(record = self.applied + 1, cause = %e, "publisher price-level book refused a feed record");
                     }
                 }
@@ -452,10 +454,10 @@ impl Conductor {
         self.follow_journal();
         let position = self.applied;
         let mut records = self.books.snapshot(filter, position);
-        if !self.mbp.is_empty() {
+        if let Some(mbp) = self.mbp.as_ref().filter(|mbp| !mbp.is_empty()) {
             // The price-level books go between the order books and SnapshotEnd; the markers count them too.
             let end = records.pop().expect("a snapshot ends with SnapshotEnd");
-            let books = self.mbp.snapshot_into(filter, &mut records) as u32;
+            let books = mbp.snapshot_into(filter, &mut records) as u32;
             records.push(end);
             for i in [0, records.len() - 1] {
                 records[i].size += books;

@@ -428,12 +428,13 @@ impl Publisher {
             itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
             reload,
             books: Books::new(),
-            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one.
-            mbp: mdfan_wire::MbpBooks::with_capacity(match (cfg.feed.format, &cfg.lines) {
-                (_, Some(l)) => l.instruments,
-                (FeedFormat::Lobster, None) => 1,
-                _ => 0,
-            }),
+            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one; none
+            // for the order-level feeds.
+            mbp: match (cfg.feed.format, &cfg.lines) {
+                (FeedFormat::Mdp3, Some(l)) => Some(mdfan_wire::MbpBooks::with_capacity(l.instruments)),
+                (FeedFormat::Lobster, _) => Some(mdfan_wire::MbpBooks::with_capacity(1)),
+                _ => None,
+            },
             applied: 0,
             clock,
             pending: Vec::new(),
