@@ -147,15 +147,12 @@ fn tables(snapshots: &[(PathBuf, Snapshot)], dir: &Path) -> String {
     let now_ns = mdfan_lines::realtime_ns();
     let mut out = String::new();
     for (path, s) in snapshots {
-        let age_ms = now_ns.saturating_sub(s.updated_ns) / 1_000_000;
-        out.push_str(&format!(
-            "{} {} pid={} {} updated_ms_ago={age_ms} file={}\n",
-            s.role,
-            s.name,
-            s.pid,
-            state(s),
-            path.display()
-        ));
+        // 0: created (at bind) but never rewritten, e.g. a process that died before its first 100 ms.
+        let age = match s.updated_ns {
+            0 => "updated=never".to_owned(),
+            t => format!("updated_ms_ago={}", now_ns.saturating_sub(t) / 1_000_000),
+        };
+        out.push_str(&format!("{} {} pid={} {} {age} file={}\n", s.role, s.name, s.pid, state(s), path.display()));
         for m in s.metrics.iter().filter(|m| !m.name.starts_with("mdfan_session_")) {
             let labels = if m.labels.is_empty() { String::new() } else { format!("{{{}}}", m.labels) };
             out.push_str(&format!("  {}{labels} {}\n", m.name.trim_start_matches("mdfan_"), m.value));
