@@ -551,7 +551,7 @@ fn itch(c: &mut Criterion) {
     let file = itch::snippet(&path).unwrap_or_else(|e| panic!("{e}"));
     // checked before timing: the walk sees every message, the decoder every record
     assert_eq!(itch::walk(&file), (itch::MESSAGES, itch::MESSAGE_BYTES));
-    let mut ring = itch::Ring::default();
+    let mut ring = mdp3::Ring::default();
     assert_eq!(itch::decode(&mut itch::normalizer(), &file, &mut ring).unwrap(), itch::RECORDS);
     let mut g = c.benchmark_group("itch");
     g.throughput(Throughput::Elements(itch::MESSAGES));

@@ -21,10 +21,10 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::mdp3::Ring;
 use mdfan_feed::itch::{
     decode_message, eastern_midnight_ns, Body, Header, ItchNormalizer, Message, LENGTH_PREFIX_BYTES,
 };
-use mdfan_wire::BookUpdate;
 
 /// The bundled snippet (relative to the repository root).
 pub const SNIPPET: &str = "data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_SNIPPET.NASDAQ_ITCH50";
@@ -37,8 +37,6 @@ pub const MESSAGE_BYTES: u64 = 33_570;
 /// added before 09:30: the README's 399 unknown references fall on 216 locates), checked by hand with a separate
 /// walk of the file.
 pub const RECORDS: u64 = 812;
-/// The stand-in journal's size, in records (a power of two).
-const RING_RECORDS: usize = 4_096;
 /// Resting orders the normaliser is sized for, as the publisher does (`Publisher::bind`).
 const ORDER_CAPACITY: usize = 1 << 20;
 
@@ -61,31 +59,6 @@ pub fn walk(file: &[u8]) -> (u64, u64) {
         pos += LENGTH_PREFIX_BYTES + len;
     }
     (messages, bytes)
-}
-
-/// The stand-in journal: pre-allocated 64-byte records, written round the ring.
-pub struct Ring {
-    slots: Vec<BookUpdate>,
-    next: usize,
-}
-
-impl Default for Ring {
-    fn default() -> Self {
-        Ring { slots: vec![BookUpdate::control(mdfan_wire::Kind::Clear); RING_RECORDS], next: 0 }
-    }
-}
-
-impl Ring {
-    #[inline]
-    fn push(&mut self, r: &BookUpdate) {
-        self.slots[self.next & (RING_RECORDS - 1)] = *r;
-        self.next += 1;
-    }
-
-    /// Records written so far.
-    pub fn written(&self) -> u64 {
-        self.next as u64
-    }
 }
 
 /// A fresh normaliser for the snippet's day, sized as the publisher's.

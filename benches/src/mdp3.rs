@@ -74,7 +74,8 @@ pub fn walk(packets: &[(u64, Vec<u8>)]) -> (u64, u64) {
     (messages, bytes)
 }
 
-/// The stand-in journal: pre-allocated 64-byte records, written round the ring.
+/// The stand-in journal of the decode benches (MDP 3.0 and ITCH): pre-allocated 64-byte records, written round
+/// the ring.
 pub struct Ring {
     slots: Vec<BookUpdate>,
     next: usize,
@@ -88,7 +89,7 @@ impl Default for Ring {
 
 impl Ring {
     #[inline]
-    fn push(&mut self, r: &BookUpdate) {
+    pub(crate) fn push(&mut self, r: &BookUpdate) {
         self.slots[self.next & (RING_RECORDS - 1)] = *r;
         self.next += 1;
     }
