@@ -379,16 +379,7 @@ impl LiveMdp3 {
 
     /// Writes pending records into the journal until it is full; returns how many went in.
     fn drain(&mut self, writer: &mut JournalWriter) -> usize {
-        let start = self.head;
-        while self.head < self.pending.len() && writer.try_push(&self.pending[self.head]) {
-            self.head += 1;
-        }
-        let written = self.head - start;
-        if self.head == self.pending.len() {
-            self.pending.clear();
-            self.head = 0;
-        }
-        written
+        drain_pending(&mut self.pending, &mut self.head, writer)
     }
 
     fn publish_counters(&mut self) {
@@ -453,4 +444,20 @@ impl LiveMdp3 {
             }
         }
     }
+}
+
+/// Writes `pending[*head..]` into the journal until it is full and returns how many went in; once all went in,
+/// empties `pending` (its capacity kept) and resets `head`. The live feeds' hand-off: records of a poll that did
+/// not fit wait here, and the lines are not read again until they are in.
+pub(crate) fn drain_pending(pending: &mut Vec<BookUpdate>, head: &mut usize, writer: &mut JournalWriter) -> usize {
+    let start = *head;
+    while *head < pending.len() && writer.try_push(&pending[*head]) {
+        *head += 1;
+    }
+    let written = *head - start;
+    if *head == pending.len() {
+        pending.clear();
+        *head = 0;
+    }
+    written
 }

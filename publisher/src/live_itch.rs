@@ -421,16 +421,8 @@ impl LiveItch {
 
     /// Writes pending records into the journal until it is full; returns how many went in.
     fn drain(&mut self, writer: &mut JournalWriter) -> usize {
-        let start = self.head;
-        while self.head < self.pending.len() && writer.try_push(&self.pending[self.head]) {
-            self.head += 1;
-        }
-        let written = self.head - start;
+        let written = crate::live::drain_pending(&mut self.pending, &mut self.head, writer);
         self.records += written as u64;
-        if self.head == self.pending.len() {
-            self.pending.clear();
-            self.head = 0;
-        }
         written
     }
 
