@@ -28,7 +28,7 @@
 //!
 //! # Completing from the slot's stamp
 //!
-//! Unlike an RDMA NIC, this writer orders its stores: it writes a record's words 1..8, then its seq word (the
+//! Unlike an RDMA NIC, this writer orders its stores: it writes a record's bytes 8..64, then its seq word (the
 //! slot's stamp) with release ordering, then the CQ entry. A reader that knows the seq it expects polls that
 //! slot's stamp ([`LocalRing::poll_cq_expecting`]): seeing the expected seq there, it holds the whole record
 //! without touching the CQ line, so a reap costs about one cache-line hand-off. Such a completion consumes its CQ
@@ -134,12 +134,9 @@ impl Segment {
         unsafe { self.base.add(offset) as *const BookUpdate }
     }
 
-    /// Word `word` (0..8) of slot `index`; word 0 is the record's `seq`, the slot's stamp.
-    fn slot_word(&self, index: u32, word: usize) -> &AtomicU64 {
-        debug_assert!(word < RECORD_SIZE_BYTES / 8);
-        self.word(
-            slots_offset(self.slot_count) + (index & (self.slot_count - 1)) as usize * RECORD_SIZE_BYTES + word * 8,
-        )
+    /// Word 0 of slot `index`: the record's `seq`, the slot's stamp (only ever accessed atomically).
+    fn slot_stamp(&self, index: u32) -> &AtomicU64 {
+        self.word(slots_offset(self.slot_count) + (index & (self.slot_count - 1)) as usize * RECORD_SIZE_BYTES)
     }
 }
 
@@ -307,7 +304,7 @@ impl ShmLocalRing {
             return false;
         }
         // SYNC POINT: Acquire pairs with the Release store of the seq word in `ShmRemoteRing::store_slot`.
-        let stamp = self.seg.slot_word(slot_index(expected_seq, self.seg.slot_count), 0).load(Ordering::Acquire);
+        let stamp = self.seg.slot_stamp(slot_index(expected_seq, self.seg.slot_count)).load(Ordering::Acquire);
         if stamp != expected_seq {
             return false;
         }
@@ -481,17 +478,22 @@ impl ShmRemoteRing {
 
 impl ShmRemoteRing {
     /// The first half of a write: the record into its slot. The caller checked (through `consumed_seq`) that the
-    /// subscriber released the slot's previous record. Words 1..8 first, then the seq word (the slot's stamp)
-    /// with release ordering: a reader that sees the new seq there sees the whole record
-    /// (`ShmLocalRing::poll_cq_expecting`).
+    /// subscriber released the slot's previous record. Bytes 8..64 first, in one copy (a few wide stores: each
+    /// 8-byte store would take its own store-buffer entry, and a fan-out to many rings runs out of them), then
+    /// the seq word (the slot's stamp) with release ordering: a reader that sees the new seq there sees the whole
+    /// record (`ShmLocalRing::poll_cq_expecting`).
     #[inline]
     fn store_slot(&mut self, slot: u32, record: &BookUpdate) {
-        let words: [u64; RECORD_SIZE_BYTES / 8] = bytemuck::cast(*record);
-        for (i, w) in words.iter().enumerate().skip(1) {
-            self.seg.slot_word(slot, i).store(*w, Ordering::Relaxed);
-        }
-        // SYNC POINT: Release publishes words 1..8 to the Acquire load of the stamp in `poll_cq_expecting`.
-        self.seg.slot_word(slot, 0).store(words[0], Ordering::Release);
+        let dst = self.seg.slot_ptr(slot) as *mut u8;
+        let src = record.as_bytes();
+        // SAFETY: `dst` is slot `slot`'s 64 bytes inside the segment (`slot_ptr` masks the index; the size was
+        // checked at set-up) and `src` a record of 64 bytes; they cannot overlap (a stack or heap record, a
+        // mapped ring). No one reads bytes 8..64 of this slot now: the subscriber released its previous record
+        // (the caller checked) and reads the slot again only after the Release store of its stamp below, which
+        // orders these bytes before it. The stamp word itself is only ever accessed atomically.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(8), dst.add(8), RECORD_SIZE_BYTES - 8) };
+        // SYNC POINT: Release publishes bytes 8..64 to the Acquire load of the stamp in `poll_cq_expecting`.
+        self.seg.slot_stamp(slot).store(record.seq, Ordering::Release);
     }
 
     /// The second half: the completion.
