@@ -42,6 +42,10 @@ use crate::session::{add, bump, Post, Session};
 /// counter.
 const LAG_REFRESH_RECORDS: u64 = 1024;
 
+/// One live record in this many (a power of two) has its journal-read-to-post time recorded
+/// ([`AgentCounters::decode_to_post`]): the TSC read that needs costs about as much as a post.
+pub const DECODE_TO_POST_SAMPLE: u64 = 64;
+
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
 pub const CATCHUP_BUDGET: usize = 256;
 
@@ -115,8 +119,8 @@ pub struct AgentCounters {
     pub feed_errors: AtomicU64,
     /// Duty-cycle times in TSC ticks.
     pub cycles: CycleHistogram,
-    /// Per live record posted to at least one session: TSC ticks from its read out of the journal to the stamp
-    /// its posts carry.
+    /// For one live record in [`DECODE_TO_POST_SAMPLE`] posted to at least one session: TSC ticks from its read
+    /// out of the journal to the stamp its posts carry.
     pub decode_to_post: CycleHistogram,
 }
 
@@ -188,6 +192,11 @@ pub struct FanoutAgent {
     pub(crate) catchup_floor: u64,
     /// Whether the journal is held for sessions catching up (a file feed: it can wait; a live feed cannot).
     pub(crate) hold_for_catchup: bool,
+    /// Whether the last catch-up pass found a session behind (or a command may have made one): only then does a
+    /// duty cycle walk the sessions for catch-up. With every session live, a cycle walks them once, to post.
+    pub(crate) catching_up: bool,
+    /// [`Journal::published`] as last read: records below it can be read without looking again.
+    pub(crate) published_seen: u64,
 }
 
 impl FanoutAgent {
@@ -199,8 +208,11 @@ impl FanoutAgent {
         self.events.flush();
     }
 
-    fn drain_commands(&mut self) {
+    /// Applies the conductor's commands; whether there were any.
+    fn drain_commands(&mut self) -> bool {
+        let mut any = false;
         while let Ok(cmd) = self.commands.pop() {
+            any = true;
             match cmd {
                 Command::Add(s) => {
                     if self.sessions.len() < self.sessions.capacity() {
@@ -234,6 +246,7 @@ impl FanoutAgent {
                 }
             }
         }
+        any
     }
 
     /// Closes and retires every session marked dead.
@@ -263,18 +276,23 @@ impl FanoutAgent {
     }
 
     /// Offers live record `pos` to every session that is live at `pos`, rotating the start. Every post of the
-    /// record carries one stamp, read once before the first (the TSC read costs about as much as a post).
+    /// record carries one stamp, read once before the first (the TSC read costs about as much as a post), and
+    /// goes from one copy of the record on the stack (each post sets only its seq). Returns whether a session
+    /// was marked dead. `t_read`: the TSC when the record was read from the journal, for one record in
+    /// [`DECODE_TO_POST_SAMPLE`] (`None` for the others).
     #[inline]
-    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64, t_decode: u64) {
+    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64, t_read: Option<u64>) -> bool {
         let n = self.sessions.len();
         if n == 0 {
-            return;
+            return false;
         }
         self.rotate = if self.rotate + 1 >= n { 0 } else { self.rotate + 1 };
         let stall = self.timing.stall_ticks;
         let mut k = self.rotate;
         let now = self.clock.raw();
         let mut sent = false;
+        let mut died = false;
+        let mut r = *record;
         for _ in 0..n {
             let s = &mut self.sessions[k];
             k = if k + 1 == n { 0 } else { k + 1 };
@@ -289,7 +307,6 @@ impl FanoutAgent {
                 bump(&s.counters.filtered);
                 continue;
             }
-            let mut r = *record;
             match s.try_post(&mut r, now) {
                 Post::Sent => sent = true,
                 Post::Failed(reason) => s.dead = Some(reason),
@@ -312,11 +329,13 @@ impl FanoutAgent {
                     }
                 }
             }
+            died |= s.dead.is_some();
         }
-        if sent {
+        if let (true, Some(t_read)) = (sent, t_read) {
             // Every post of this record carries the same stamp: one value per record, not per post.
-            self.counters.decode_to_post.record(now.wrapping_sub(t_decode));
+            self.counters.decode_to_post.record(now.wrapping_sub(t_read));
         }
+        died
     }
 
     /// Sends snapshot and catch-up records to the sessions behind `pos`, at most [`CATCHUP_BUDGET`] each.
@@ -435,16 +454,19 @@ impl FanoutAgent {
         }
     }
 
-    /// One pass of housekeeping: commands, backlog, catch-up, dead sessions.
+    /// One pass of housekeeping: commands, backlog, and, when a command came or a session was behind at the
+    /// last look, catch-up and dead sessions. Returns whether a session is behind.
     #[inline]
     fn housekeeping(&mut self, pos: u64) -> bool {
-        self.drain_commands();
+        let commands = self.drain_commands();
         if self.events.has_waiting() {
             self.drain_backlog();
         }
-        let behind = self.serve_catchup(pos);
-        self.reap_dead();
-        behind
+        if commands || self.catching_up {
+            self.catching_up = self.serve_catchup(pos);
+            self.reap_dead();
+        }
+        self.catching_up
     }
 
     /// The waiting phase: housekeeping (sessions arrive as commands, heartbeats go to those already here) until
@@ -479,9 +501,14 @@ impl FanoutAgent {
             self.end_replay(CloseReason::Shutdown);
             return 1;
         }
+        // The journal's counters are read only when the hot loop has caught up with what it last saw published:
+        // the feed handler stores `published` for every record, and a read per cycle would pull its line over.
         // The state first: once it is not `Running`, the `published` read after it is final.
-        let state = self.journal.state();
-        if pos == self.journal.published() {
+        let state = if pos < self.published_seen { FeedState::Running } else { self.journal.state() };
+        if pos >= self.published_seen {
+            self.published_seen = self.journal.published();
+        }
+        if pos == self.published_seen {
             if state == FeedState::Running {
                 // The feed handler is behind (or the feed is live and quiet): like a pacing wait, so the next
                 // record's duty cycle is timed from now, not from the last one.
@@ -520,12 +547,18 @@ impl FanoutAgent {
             // A paced cycle is timed from the moment its record was due, not from the end of the last one.
             self.cycle_start = self.clock.raw();
         }
-        let t_decode = self.clock.raw();
-        match record {
-            Some(record) => self.fan_out_live(&record, pos, t_decode),
-            None => bump(&self.counters.feed_errors),
-        }
+        let t_read = (pos & (DECODE_TO_POST_SAMPLE - 1) == 0).then(|| self.clock.raw());
+        let died = match record {
+            Some(record) => self.fan_out_live(&record, pos, t_read),
+            None => {
+                bump(&self.counters.feed_errors);
+                false
+            }
+        };
         self.flush_all();
+        if died {
+            self.reap_dead();
+        }
         self.pos = pos + 1;
         self.counters.records.store(pos + 1, Ordering::Relaxed);
         self.journal.hot_done((pos + 1).min(self.catchup_floor));

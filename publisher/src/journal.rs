@@ -61,16 +61,22 @@ struct Slot {
     words: [AtomicU64; 8],
 }
 
+/// A value on a cache-line pair of its own (128 bytes: adjacent-line prefetchers move lines in pairs), so that
+/// the writer of one position counter does not take the line of another from its readers: the feed handler
+/// stores `published` per record, the hot loop `hot_done` per record, the conductor `conductor_done`.
+#[repr(align(128))]
+struct Padded<T>(T);
+
 /// The journal. See the module docs.
 pub struct Journal {
     slots: Box<[Slot]>,
     mask: u64,
     /// Records appended (the next position), stored with Release after the slot's stamp.
-    published: AtomicU64,
+    published: Padded<AtomicU64>,
     /// Positions the hot loop is done with (it reads `hot_done..` only), stored with Release by the hot loop.
-    hot_done: AtomicU64,
+    hot_done: Padded<AtomicU64>,
     /// Positions the conductor is done with (applied to its books), stored with Release by the conductor.
-    conductor_done: AtomicU64,
+    conductor_done: Padded<AtomicU64>,
     /// [`FeedState`] as a byte, stored with Release after the last `published`.
     state: AtomicU8,
     /// Why the feed failed (read by the conductor, off the hot path).
@@ -85,9 +91,9 @@ impl Journal {
         Arc::new(Journal {
             slots,
             mask: records - 1,
-            published: AtomicU64::new(0),
-            hot_done: AtomicU64::new(0),
-            conductor_done: AtomicU64::new(0),
+            published: Padded(AtomicU64::new(0)),
+            hot_done: Padded(AtomicU64::new(0)),
+            conductor_done: Padded(AtomicU64::new(0)),
             state: AtomicU8::new(0),
             error: Mutex::new(None),
         })
@@ -102,7 +108,7 @@ impl Journal {
     /// Release store, so every record below it is readable.
     #[inline]
     pub fn published(&self) -> u64 {
-        self.published.load(Ordering::Acquire)
+        self.published.0.load(Ordering::Acquire)
     }
 
     /// Whether the feed is still read. Load it before [`Journal::published`]: once it is not `Running`, the
@@ -147,7 +153,7 @@ impl Journal {
     /// Whether the producer must wait for a reader before it can append (every slot holds a record a reader
     /// still needs).
     pub fn is_full(&self) -> bool {
-        let done = self.hot_done.load(Ordering::Acquire).min(self.conductor_done.load(Ordering::Acquire));
+        let done = self.hot_done.0.load(Ordering::Acquire).min(self.conductor_done.0.load(Ordering::Acquire));
         self.published() - done >= self.capacity()
     }
 
@@ -155,12 +161,12 @@ impl Journal {
     /// producer (Acquire) reuses their slots.
     #[inline]
     pub fn hot_done(&self, pos: u64) {
-        self.hot_done.store(pos, Ordering::Release);
+        self.hot_done.0.store(pos, Ordering::Release);
     }
 
     /// The conductor is done with every position below `pos` (as [`Journal::hot_done`]).
     pub fn conductor_done(&self, pos: u64) {
-        self.conductor_done.store(pos, Ordering::Release);
+        self.conductor_done.0.store(pos, Ordering::Release);
     }
 
     fn end(&self, state: FeedState) {
@@ -189,8 +195,8 @@ impl JournalWriter {
         let j = &*self.journal;
         if self.next - self.readers_done >= j.capacity() {
             // Acquire: pairs with the readers' Release stores; their reads of the slot happen before we reuse it.
-            let hot = j.hot_done.load(Ordering::Acquire);
-            let conductor = j.conductor_done.load(Ordering::Acquire);
+            let hot = j.hot_done.0.load(Ordering::Acquire);
+            let conductor = j.conductor_done.0.load(Ordering::Acquire);
             self.readers_done = hot.min(conductor);
             if self.next - self.readers_done >= j.capacity() {
                 return false;
@@ -207,7 +213,7 @@ impl JournalWriter {
         slot.stamp.store(self.next + 1, Ordering::Release);
         self.next += 1;
         // Release: every record below `published` is whole for a reader that loads it with Acquire.
-        j.published.store(self.next, Ordering::Release);
+        j.published.0.store(self.next, Ordering::Release);
         true
     }
 

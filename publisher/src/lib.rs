@@ -403,6 +403,8 @@ impl Publisher {
             replay_ticks: 0,
             catchup_floor: u64::MAX,
             hold_for_catchup: !is_live,
+            catching_up: true,
+            published_seen: 0,
         };
         let conductor = Conductor {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
