@@ -19,6 +19,10 @@
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
 //!   `mdfan.replay_yield.subs<N>.*`: the same with the hot loop and the subscriber thread yielding when idle
 //!   (`publisher.hot_idle = "yield"`), so that the unpinned feed thread is not starved on a 2-core host.
+//! - `mdfan.fanout.subs<N>.*` and `baseline.store64.subs<N>.*`: [`fanout`]: the hot loop's time per record
+//!   fanning the capture out of its journal to N subscriber rings (1, 2, 4, 8, 16: rings in this process, not
+//!   processes), the subscriber side's time per record, and the limit, 64-byte stores of the same records into
+//!   N ring-like buffers; the cost of one more subscriber of each (slopes) and their quotient.
 //! - `mdfan.mdp3_decode.*` and `baseline.mdp3_walk`: [`mdp3`]: the live CME feed's decode + normalise over the
 //!   bundled MDP 3.0 capture's line A, against a bare walk of the same packets' `MsgSize` fields, and each
 //!   packet's decode time; `mdfan.mdp3_loopback.*`: [`mdp3_loopback`]: the same packets over loopback UDP into
@@ -35,10 +39,11 @@
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`, and
 //! only between like-for-like measurements (see [`report::add_ratio_figures`]). The report folder: see [`report`];
 //! what a reader sees first: [`tables`]. On a terminal, a progress bar shows on stderr while the rounds run.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // one audited exception: the fan-out limit maps ring-like shared memory (fanout::store_limit)
 
 #[cfg(feature = "aeron")]
 mod aeron;
+mod fanout;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
 mod itch;
@@ -152,9 +157,12 @@ struct RunArgs {
     /// The capture replayed (default: the bundled ESH4 file).
     #[arg(long)]
     capture: Option<PathBuf>,
-    /// Skip the replay throughput scenario.
+    /// Skip the replay throughput scenario (and the fan-out scaling one).
     #[arg(long)]
     no_replay: bool,
+    /// Subscriber counts for the fan-out scaling scenario (`mdfan.fanout.subs<N>`; rings, not processes).
+    #[arg(long, value_delimiter = ',')]
+    fanout: Option<Vec<usize>>,
     /// Skip the MDP 3.0 and ITCH 5.0 decode scenarios.
     #[arg(long)]
     no_mdp3: bool,
@@ -185,6 +193,7 @@ struct Scenario {
     shm_dir: PathBuf,
     capture: Option<PathBuf>,
     replay: bool,
+    fanout: Vec<usize>,
     mdp3: bool,
     fabric: Provider,
     device: Option<String>,
@@ -205,6 +214,7 @@ impl Default for Scenario {
             shm_dir: PathBuf::from(mdfan_fabric::shm::DEFAULT_DIR),
             capture: None,
             replay: true,
+            fanout: vec![1, 2, 4, 8, 16],
             mdp3: true,
             fabric: Provider::Shm,
             device: None,
@@ -225,7 +235,7 @@ impl Scenario {
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
         }
-        take!(rounds, count, warmup, subscribers, source, cores, shm_dir);
+        take!(rounds, count, warmup, subscribers, source, cores, shm_dir, fanout);
         if let Some(r) = &a.rates {
             s.rates = r.iter().map(|r| RateSpec::Text(r.clone())).collect();
         }
@@ -237,6 +247,7 @@ impl Scenario {
         }
         if a.no_replay {
             s.replay = false;
+            s.fanout.clear();
         }
         if a.no_mdp3 {
             s.mdp3 = false;
@@ -255,6 +266,7 @@ impl Scenario {
         anyhow::ensure!(s.count >= 1, "count must be at least 1");
         anyhow::ensure!(!s.subscribers.is_empty(), "subscribers: give at least one count");
         anyhow::ensure!(s.subscribers.iter().all(|&n| (1..=64).contains(&n)), "subscribers must be 1..=64 each");
+        anyhow::ensure!(s.fanout.iter().all(|&n| (1..=64).contains(&n)), "fanout: subscriber counts must be 1..=64");
         anyhow::ensure!(matches!(s.source.as_str(), "replay" | "synthetic"), "source must be replay or synthetic");
         let from = a.config.as_ref().map_or(String::new(), |p| format!(" (in {})", p.display()));
         let mut rates = Vec::new();
@@ -394,6 +406,13 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, "replay") => openloop::Source::Replay(mdfan_feed::dbn::load_mbo_file(&capture)?.records.into()),
         _ => openloop::Source::Synthetic,
     };
+    // the capture's records, normalized once: what the fan-out limit's stores copy
+    let fanout_records: Vec<mdfan_wire::BookUpdate> = match (&source, s.fanout.is_empty()) {
+        (openloop::Source::Replay(msgs), false) => {
+            msgs.iter().filter_map(|m| mdfan_feed::dbn::normalize_mbo(m).ok()).collect()
+        }
+        _ => Vec::new(),
+    };
     let mdp3_packets = match (s.fabric, s.mdp3) {
         (Provider::Shm, true) => mdp3::line_a(&repo_root().join(mdp3::CAPTURE))?,
         _ => Vec::new(),
@@ -480,6 +499,20 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.records"), r.records as f64);
                 scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), r.cpu_ns_per_record_per_sub);
                 scalars.add(format!("{base}.blocked_share"), r.blocked_share);
+            }
+        }
+        if !fanout_records.is_empty() {
+            for &subs in &s.fanout {
+                let base = format!("mdfan.fanout.subs{subs}");
+                let f = progress.step(&base, || fresh(|| fanout::run(&capture, &s.shm_dir, subs, a, b)))?;
+                scalars.add(format!("{base}.records"), f.records as f64);
+                scalars.add(format!("{base}.hot_ns_per_record"), f.hot_ns_per_record);
+                scalars.add(format!("{base}.hot_ns_per_record_per_sub"), f.hot_ns_per_record / subs as f64);
+                scalars.add(format!("{base}.sub_ns_per_record"), f.sub_ns_per_record);
+                let base = format!("baseline.store64.subs{subs}");
+                let ns = progress.step(&base, || fanout::store_limit(&fanout_records, subs, &s.shm_dir, a, b))?;
+                scalars.add(format!("{base}.ns_per_record"), ns);
+                scalars.add(format!("{base}.ns_per_record_per_sub"), ns / subs as f64);
             }
         }
         if !itch_file.is_empty() {
@@ -570,6 +603,7 @@ impl Progress {
                     + 1
                     + rates
                     + if s.replay { 1 + 2 * s.subscribers.len() } else { 0 }
+                    + 2 * s.fanout.len()
                     + if s.mdp3 { 3 } else { 0 }
             }
         };
@@ -732,6 +766,12 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
             false,
         ),
         (
+            "fan-out: hot-loop cost per record per extra subscriber <= 1.5x the 64-byte store limit (same run)",
+            "ratio.mdfan.fanout.extra_sub_vs_baseline.store64".into(),
+            1.5,
+            true,
+        ),
+        (
             "MDP 3.0 decode + normalize into the journal >= 0.5x a bare walk of the packets' MsgSize fields",
             "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(),
             0.5,
@@ -799,6 +839,20 @@ fn charts(
         let title = "Replay throughput against subscriber count (pace max, policy block)";
         let svg = plot::throughput(title, &points, reference)?;
         charts.push(plot::Chart { kind: plot::ChartKind::Throughput, title: title.to_owned(), svg });
+    }
+    let series: Vec<(String, Vec<(usize, f64)>)> = [
+        ("mdfan.fanout", "hot_ns_per_record", "hot loop"),
+        ("baseline.store64", "ns_per_record", "64 B store limit"),
+        ("mdfan.fanout", "sub_ns_per_record", "subscriber side (per subscriber)"),
+    ]
+    .iter()
+    .map(|(stem, what, name)| (name.to_string(), fanout::curve(figures, stem, what)))
+    .filter(|(_, pts)| !pts.is_empty())
+    .collect();
+    if !series.is_empty() {
+        let title = "Fan-out: ns per record against subscriber count (rings in one process, same run)";
+        let svg = plot::cost_by_subscribers(title, &series)?;
+        charts.push(plot::Chart { kind: plot::ChartKind::Fanout, title: title.to_owned(), svg });
     }
     Ok(charts)
 }

@@ -4,7 +4,9 @@
 //! - latency by percentile: x is the percentile on HdrHistogram's usual log axis of 1/(1-p) (so 90%, 99%,
 //!   99.9%... are equally spaced), y is latency in ns on a log scale; one line per histogram;
 //! - throughput against subscriber count: records/s for each subscriber count, with the decode-only rate of
-//!   the same capture as a flat reference line.
+//!   the same capture as a flat reference line;
+//! - fan-out cost against subscriber count: ns per record for the hot loop, the 64-byte store limit and the
+//!   subscriber side.
 
 use std::fmt::Write as _;
 
@@ -141,6 +143,53 @@ pub fn throughput(title: &str, points: &[(usize, f64)], reference: Option<(&str,
     Ok(svg)
 }
 
+/// Cost per record (ns) against subscriber count: one line per series (legend name, points), on linear axes
+/// from zero.
+pub fn cost_by_subscribers(title: &str, series: &[(String, Vec<(usize, f64)>)]) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let pts = series.iter().flat_map(|(_, p)| p.iter());
+        let x_max = pts.clone().map(|p| p.0).max().unwrap_or(1).max(2) as f64;
+        let y_max = pts.map(|p| p.1).fold(1.0, f64::max);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..x_max + 1.0, 0.0..y_max * 1.15)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("subscribers")
+            .y_desc("ns per record")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (name, points)) in series.iter().enumerate() {
+            let color = COLORS[(i + 1) % COLORS.len()];
+            let line: Vec<(f64, f64)> = points.iter().map(|&(n, v)| (n as f64, v)).collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(plot_err)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing a chart: {e:?}")
 }
@@ -159,6 +208,8 @@ pub enum ChartKind {
     OpenLoop,
     /// Replay throughput by subscriber count.
     Throughput,
+    /// Fan-out cost per record by subscriber count, with the 64-byte store limit.
+    Fanout,
 }
 
 /// A chart of the report: `chart-<n>.svg`, and inline in `report.html`.
@@ -200,6 +251,10 @@ pub fn html(
         h.push_str(&t.html());
     }
     h.push_str(&charts_of(ChartKind::Throughput));
+    if let Some(t) = tables::fanout(figures) {
+        h.push_str(&t.html());
+    }
+    h.push_str(&charts_of(ChartKind::Fanout));
     if let Some(t) = tables::open_loop(figures) {
         h.push_str(&t.html());
     }

@@ -142,6 +142,9 @@ pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
 ///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory); the
 ///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle).
 ///
+/// - `ratio.mdfan.fanout.extra_sub_vs_baseline.store64`: the hot loop's cost of one more subscriber against
+///   that of 64 bytes more stored per record ([`crate::fanout::add_figures`]).
+///
 /// Not given (earlier versions wrote them): the open loop's post-to-poll against the cache line,
 /// `ratio.mdfan.shm.openloop.<rate>.post_to_poll_vs_baseline.cacheline.<pNN>`. The open loop posts on a schedule
 /// into rings that hold what the receiver has not polled yet, so its post-to-poll counts the time a record waits
@@ -164,6 +167,7 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
             }
         }
     }
+    crate::fanout::add_figures(figures);
     // MDP 3.0: decode + normalise into the journal against a bare MsgSize walk, packets/s over packets/s
     if let (Some(d), Some(w)) =
         (figures.get("mdfan.mdp3_decode.packets_per_s"), figures.get("baseline.mdp3_walk.packets_per_s"))
