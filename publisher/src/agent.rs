@@ -439,6 +439,7 @@ impl FanoutAgent {
         self.last_heartbeat_check = now;
         let mut sent = false;
         for s in self.sessions.iter_mut() {
+            s.publish_counters(); // the conductor's view of sent and last_seq, at most interval / 8 old
             if s.dead.is_some() || !s.is_live_at(pos) || now.wrapping_sub(s.last_post_ticks()) < interval {
                 continue;
             }

@@ -14,7 +14,9 @@ use mdfan_wire::BookUpdate;
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub struct SessionCounters {
-    /// Records written to the ring (live, snapshot, catch-up, heartbeats, end of stream).
+    /// Records written to the ring (live, snapshot, catch-up, heartbeats, end of stream). This and `last_seq`
+    /// are published by the hot loop at least every heartbeat interval / 8, not per record
+    /// ([`Session::publish_counters`]).
     pub sent: AtomicU64,
     /// Live records not for this subscriber (instrument filter).
     pub filtered: AtomicU64,
@@ -74,6 +76,8 @@ pub struct Session {
     cached_consumed: u64,
     /// The last seq actually written (skipped seqs are never written).
     last_written: u64,
+    /// Records written (what `counters.sent` shows once published: [`Session::publish_counters`]).
+    sent: u64,
     /// Sorted instrument_ids wanted; `None` = all.
     filter: Option<Box<[u32]>>,
     /// Counters the conductor reads.
@@ -120,6 +124,7 @@ impl Session {
             next_seq: 1,
             cached_consumed: 0,
             last_written: 0,
+            sent: 0,
             filter,
             counters: Arc::new(SessionCounters::default()),
             dead: None,
@@ -167,6 +172,17 @@ impl Session {
         }
         self.cached_consumed = consumed;
         self.counters.consumed_seq.store(consumed, Ordering::Relaxed);
+        self.publish_counters();
+    }
+
+    /// Stores the records written and the last seq into [`SessionCounters`] (`sent`, `last_seq`) for the
+    /// conductor. Not per post (two more stores per subscriber per record): the hot loop calls it with every
+    /// [`Session::refresh_consumed`] (every 1,024 records, on a full ring), on each heartbeat look (every
+    /// heartbeat interval / 8) and at [`Session::close`].
+    #[inline]
+    pub fn publish_counters(&self) {
+        self.counters.sent.store(self.sent, Ordering::Relaxed);
+        self.counters.last_seq.store(self.last_written, Ordering::Relaxed);
     }
 
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
@@ -183,10 +199,11 @@ impl Session {
             Ok(()) => {
                 self.next_seq = seq + 1;
                 self.last_written = seq;
-                self.stalled_since = 0;
+                if self.stalled_since != 0 {
+                    self.stalled_since = 0;
+                }
                 self.last_post_ticks = ts_send_ticks;
-                bump(&self.counters.sent);
-                self.counters.last_seq.store(seq, Ordering::Relaxed);
+                self.sent += 1;
                 Post::Sent
             }
             Err(PostError::SendQueueFull) => Post::Full,
@@ -225,8 +242,9 @@ impl Session {
         &mut self.ring
     }
 
-    /// Tells the subscriber the ring is closed.
+    /// Tells the subscriber the ring is closed; the counters get their final values.
     pub fn close(&mut self, reason: CloseReason) {
+        self.publish_counters();
         self.ring.close(reason);
     }
 
