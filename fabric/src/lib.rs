@@ -21,6 +21,7 @@
 
 pub mod any;
 pub mod credit;
+pub mod nic_clock;
 pub mod shm;
 
 #[cfg(feature = "verbs")]
