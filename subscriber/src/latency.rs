@@ -363,7 +363,7 @@ mod nic_tests {
         let pair = RtPair { nic_ticks: (1 << 48) - 100, realtime_ns: BASE_NS };
         l.set_to_realtime(Some(mdfan_fabric::nic_clock::NicRealtime::from_pair(clock, pair)));
         l.set_to_realtime(None); // keeps it
-        // completions 100 ticks (640 ns) after the pair, just past the counter's wrap, polled 1,000 ns after it
+                                 // completions 100 ticks (640 ns) after the pair, just past the counter's wrap, polled 1,000 ns after it
         l.record_realtime(0, BASE_NS + 1_000);
         // 1,000 ticks before the pair (6,400 ns), polled at the pair
         l.record_realtime((1 << 48) - 1_100, BASE_NS);

@@ -306,9 +306,8 @@ impl PreparedVerbsLocalRing {
         let credit_every = device.config().credit_every_for(parts.slot_count) as u64;
         let repost_batch = parts.recv.capacity() as u32;
         // Timestamps only when the CQ was created with them (CqApi::Classic, or an Auto fallback, has none).
-        let nic_clock = device
-            .nic_clock()
-            .filter(|_| matches!(parts.qp.cq().kind(), ffi::CqKind::Extended { timestamps: true }));
+        let nic_clock =
+            device.nic_clock().filter(|_| matches!(parts.qp.cq().kind(), ffi::CqKind::Extended { timestamps: true }));
         let extender = nic_clock.map(TickExtender::new);
         let mut ring = VerbsLocalRing {
             parts,

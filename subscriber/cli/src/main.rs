@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{
-    instrument_text, latency_line, level_lines, nic_latency_line, level_text, mbp_level_lines, mbp_summary_line, status_line,
-    summary_line, wire_latency_line,
+    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, nic_latency_line,
+    status_line, summary_line, wire_latency_line,
 };
 use mdfan_subscriber::{
     flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
