@@ -666,9 +666,9 @@ impl Subscriber {
         let health = self.maintain_session();
         if self.stat.is_some() {
             let (stats, state, ended) = (self.stats(), self.state(), matches!(health, Health::Ended(_)));
-            let (session_id, latency) = (self.session_id, self.rx.latency());
+            let (session_id, latency, nic) = (self.session_id, self.rx.latency(), self.rx.nic_latency());
             if let Some(f) = &mut self.stat {
-                f.write(&stats, session_id, state.as_str(), latency, ended);
+                f.write(&stats, session_id, state.as_str(), latency, nic, ended);
             }
         }
         health
