@@ -14,10 +14,10 @@
 //! with `hca_core_clock`, e.g. mlx5; never Soft-RoCE or shm), the receive completion's NIC timestamp, mapped
 //! onto `CLOCK_REALTIME` through pairs of NIC-clock and realtime readings the ring samples about once a second
 //! ([`mdfan_fabric::nic_clock::NicRealtime`]: wrap handled, rate measured between pairs), to `CLOCK_REALTIME` at the
-//! strategy's poll. It is how long the record's completion waited between the NIC writing its CQE and the
+//! strategy's poll. It is how long the record's completion waited between the NIC stamping its completion and the
 //! strategy reaping it: the host side of the latency, free of the publisher's clock, and comparable across hosts
 //! (unlike post-to-poll). Its error is the pair's: the width of the realtime window around the NIC clock read
-//! (a PCIe read, about 1 µs on mlx5) halved. Without timestamps the report says so once
+//! halved. Without timestamps the report says so once
 //! ([`crate::report::nic_latency_line`]).
 //!
 //! The clock on the poll path: [`RealtimeClock`] reads `CLOCK_REALTIME` as an anchor (`std::time::SystemTime`,
