@@ -2,6 +2,8 @@
 
 use mdfan_wire::{Book, InstrumentStatus, Level, MbpBook, MbpLevel, Side, Symbology};
 
+use hdrhistogram::Histogram;
+
 use crate::latency::{Latency, NicLatency, WireLatency};
 
 /// `4810.25x22`, the price at the instrument's precision ([`Symbology::format_price`]), or `-` for no level.
@@ -145,10 +147,14 @@ pub fn status_line(symbology: &Symbology, instrument_id: u32, s: &InstrumentStat
 /// `latency clock=tsc count=N p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..`.
 pub fn latency_line(l: &Latency) -> String {
     let h = l.histogram();
+    format!("latency clock={} count={} {}", l.source().as_str(), h.len(), quantiles_text(h))
+}
+
+/// `p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..` of a histogram in ns: the tail every latency
+/// line shares.
+fn quantiles_text(h: &Histogram<u64>) -> String {
     format!(
-        "latency clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
-        l.source().as_str(),
-        h.len(),
+        "p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
         h.value_at_quantile(0.5),
         h.value_at_quantile(0.9),
         h.value_at_quantile(0.99),
@@ -162,17 +168,7 @@ pub fn latency_line(l: &Latency) -> String {
 /// max_ns=..`: datagram receipt (the record's `ts_recv_ns`) to the poll, printed beside [`latency_line`].
 pub fn wire_latency_line(w: &WireLatency) -> String {
     let h = w.histogram();
-    format!(
-        "wire_to_poll clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
-        w.source().as_str(),
-        h.len(),
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.9),
-        h.value_at_quantile(0.99),
-        h.value_at_quantile(0.999),
-        h.value_at_quantile(0.9999),
-        h.max()
-    )
+    format!("wire_to_poll clock={} count={} {}", w.source().as_str(), h.len(), quantiles_text(h))
 }
 
 /// What [`nic_latency_line`] prints when the ring's completions carry no NIC timestamps (shm, Soft-RoCE, a device
@@ -195,15 +191,10 @@ pub fn nic_latency_line(n: Option<&NicLatency>) -> String {
     }
     let h = n.histogram();
     format!(
-        "nic_to_poll clock={} count={} unaligned={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
+        "nic_to_poll clock={} count={} unaligned={} {}",
         n.source().as_str(),
         h.len(),
         n.unaligned(),
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.9),
-        h.value_at_quantile(0.99),
-        h.value_at_quantile(0.999),
-        h.value_at_quantile(0.9999),
-        h.max()
+        quantiles_text(h)
     )
 }
