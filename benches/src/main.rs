@@ -884,7 +884,7 @@ fn verbs_round(s: &Scenario, round: u32, a: Option<usize>, b: Option<usize>) -> 
     };
     let first = if round.is_multiple_of(2) { Some(perftest()?) } else { None };
     let t = Instant::now();
-    let h = fresh(|| verbs::pingpong(device, gid, a, b, s.warmup, s.count))?;
+    let (h, nic_clock) = fresh(|| verbs::pingpong(device, gid, a, b, s.warmup, s.count))?;
     let (tp, p) = match first {
         Some(p) => p,
         None => perftest()?,
@@ -896,6 +896,11 @@ fn verbs_round(s: &Scenario, round: u32, a: Option<usize>, b: Option<usize>) -> 
         "round": round,
         "mdfan_verbs_p50_ns": h.value_at_quantile(0.5),
         "perftest_p50_ns": p.hist.value_at_quantile(0.5),
+        "clocks": {
+            "mdfan.verbs.pingpong": "tsc",
+            "baseline.perftest": "perftest's own cycle counter",
+            "nic": nic_clock,
+        },
         "perftest": {
             "command": p.command,
             "op": p.op,

@@ -232,6 +232,18 @@ pub fn context(c: &serde_json::Value) -> Table {
             format!("{} (op {}, {})", text(p.get("command")), text(p.get("op")), text(p.get("version"))),
         ));
     }
+    if let Some(c) = get("verbs_rounds").and_then(Value::as_array).and_then(|r| r.first()).and_then(|r| r.get("clocks"))
+    {
+        rows.push((
+            "verbs clocks",
+            format!(
+                "mdfan ping-pong {}; perftest {}; NIC clock {}",
+                text(c.get("mdfan.verbs.pingpong")),
+                text(c.get("baseline.perftest")),
+                text(c.get("nic"))
+            ),
+        ));
+    }
     rows.push(("mdfan-bench", text(get("version"))));
     Table {
         title: "Run".into(),

@@ -116,7 +116,20 @@ fn reap(local: &mut VerbsLocalRing, expected: u64) -> anyhow::Result<BookUpdate>
     }
 }
 
-/// One-way latency by ping-pong over two verbs rings on `device` (ns).
+/// What the device's NIC clock is to these figures, for the report: the ping-pong is timed with the TSC whether or
+/// not the device reports completion timestamps; this says whether it does (Soft-RoCE does not).
+pub fn nic_clock_text(device: &VerbsDevice) -> String {
+    match device.nic_clock() {
+        None => "not available (device reports no completion timestamps)".to_owned(),
+        Some(c) => format!(
+            "{} kHz, {}-bit counter (completion timestamps not used by these figures)",
+            c.khz(),
+            64 - c.mask().leading_zeros()
+        ),
+    }
+}
+
+/// One-way latency by ping-pong over two verbs rings on `device` (ns), and [`nic_clock_text`] of the device.
 pub fn pingpong(
     device: Option<&str>,
     gid_index: Option<u32>,
@@ -124,9 +137,10 @@ pub fn pingpong(
     b_core: Option<usize>,
     warmup: u64,
     count: u64,
-) -> anyhow::Result<Histogram<u64>> {
+) -> anyhow::Result<(Histogram<u64>, String)> {
     let cfg = VerbsConfig { device: device.map(str::to_owned), gid_index, ..VerbsConfig::default() };
     let (a_pub, a_sub) = (VerbsPublisher::open(&cfg)?, VerbsDevice::open(&cfg)?);
+    let nic_clock = nic_clock_text(&a_sub);
     let (b_pub, b_sub) = (VerbsPublisher::open(&cfg)?, VerbsDevice::open(&cfg)?);
     let (mut b_local, mut a_to_b) = ring(&a_pub, &b_sub).context("verbs ring A -> B")?;
     let (mut a_local, mut b_to_a) = ring(&b_pub, &a_sub).context("verbs ring B -> A")?;
@@ -163,7 +177,7 @@ pub fn pingpong(
     let responded = responder.join().map_err(|_| anyhow!("verbs responder thread panicked"))?;
     pinger.context("verbs ping-pong")?;
     responded.context("verbs ping-pong responder")?;
-    Ok(hist)
+    Ok((hist, nic_clock))
 }
 
 /// What one perftest measurement gave.

@@ -243,6 +243,12 @@ impl LocalRing for AnyLocalRing {
     fn peer_state(&self) -> PeerState {
         dispatch!(AnyLocalRing, self, r => r.peer_state())
     }
+    fn nic_clock(&self) -> Option<crate::nic_clock::NicClock> {
+        dispatch!(AnyLocalRing, self, r => r.nic_clock())
+    }
+    fn nic_realtime(&mut self) -> Option<crate::nic_clock::NicRealtime> {
+        dispatch!(AnyLocalRing, self, r => r.nic_realtime())
+    }
 }
 
 /// The publisher's side of a provider: opened once, then attaches each subscriber's grant.

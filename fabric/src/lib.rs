@@ -21,6 +21,7 @@
 
 pub mod any;
 pub mod credit;
+pub mod nic_clock;
 pub mod shm;
 
 #[cfg(feature = "verbs")]
@@ -65,13 +66,29 @@ pub struct Completion<'ring> {
     pub imm_data: u32,
     seq: u64,
     record: Option<&'ring BookUpdate>,
+    nic_ticks: Option<u64>,
 }
 
 impl<'ring> Completion<'ring> {
     /// What a provider hands out: `record` only for a seq its [`ReadWindow`] says is readable.
     #[inline]
     pub(crate) fn new(imm_data: u32, seq: u64, record: Option<&'ring BookUpdate>) -> Completion<'ring> {
-        Completion { imm_data, seq, record }
+        Completion { imm_data, seq, record, nic_ticks: None }
+    }
+
+    /// The same completion with the NIC's raw completion timestamp `nic_ticks` (the verbs provider, from a CQ
+    /// created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`; also a test double replaying recorded timestamps).
+    #[inline]
+    pub fn with_nic_ticks(self, nic_ticks: Option<u64>) -> Completion<'ring> {
+        Completion { nic_ticks, ..self }
+    }
+
+    /// The NIC's raw completion timestamp of this completion: ticks of its `hca_core_clock`, wrapping at the
+    /// counter width ([`LocalRing::nic_clock`] gives both; [`nic_clock`] converts). `None` when the provider has no
+    /// NIC clock (shared memory; verbs on a device without completion timestamps, such as Soft-RoCE).
+    #[inline]
+    pub fn nic_ticks(&self) -> Option<u64> {
+        self.nic_ticks
     }
 
     /// The seq the immediate names: rebuilt from `imm_data` against the ring's release position
@@ -252,6 +269,18 @@ pub trait LocalRing {
     fn release(&mut self, consumed_seq: u64);
     /// What the sender last said about the ring.
     fn peer_state(&self) -> PeerState;
+    /// The clock of [`Completion::nic_ticks`]: `None` when completions carry no NIC timestamp (the default; shm;
+    /// verbs on a device that reports none, such as Soft-RoCE).
+    fn nic_clock(&self) -> Option<nic_clock::NicClock> {
+        None
+    }
+    /// A fresh mapping of [`Completion::nic_ticks`] onto `CLOCK_REALTIME`: the provider samples both clocks now
+    /// and fits the sample with its previous one (see [`nic_clock::NicRealtime`]). Control path (the verbs
+    /// provider calls `ibv_query_rt_values_ex(3)` and `clock_gettime`): call it at connect and every second or so,
+    /// not per completion. `None` when there is no NIC clock or it cannot be read (the default).
+    fn nic_realtime(&mut self) -> Option<nic_clock::NicRealtime> {
+        None
+    }
 }
 
 /// The sender's side of a ring: owned by the publisher's session for one subscriber.

@@ -57,7 +57,7 @@ use crate::live::{LiveCounters, LiveMdp3};
 
 pub use config::ConfigError;
 pub use pacing::Pacer;
-pub use report::{RunReport, SessionReport};
+pub use report::{RunReport, SessionReport, CLOCKS_LINE};
 
 /// How long a new control connection has to send its subscribe message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -96,6 +96,10 @@ impl SessionReport {
     }
 }
 
+/// The line after the run report naming the clock of each figure: the hot loop's duty cycle is TSC reads (quanta); send completions are not timestamped (the publisher's send CQ is created without
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`), so there is no post-to-send-completion figure on the NIC clock.
+pub const CLOCKS_LINE: &str = "clocks cycle=tsc send_completion=nic:not_measured";
+
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct RunReport {

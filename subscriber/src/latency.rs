@@ -10,6 +10,16 @@
 //! `ts_recv_ns` (ns since the UNIX epoch). The subscriber records `CLOCK_REALTIME` now minus `ts_recv_ns`. Same
 //! host, or hosts whose realtime clocks are disciplined together (PTP): the figure carries their offset.
 //!
+//! **NIC-to-poll** ([`NicLatency`], `clock=nic`): where the device reports completion timestamps (verbs on a NIC
+//! with `hca_core_clock`, e.g. mlx5; never Soft-RoCE or shm), the receive completion's NIC timestamp, mapped
+//! onto `CLOCK_REALTIME` through pairs of NIC-clock and realtime readings the ring samples about once a second
+//! ([`mdfan_fabric::nic_clock::NicRealtime`]: wrap handled, rate measured between pairs), to `CLOCK_REALTIME` at the
+//! strategy's poll. It is how long the record's completion waited between the NIC stamping its completion and the
+//! strategy reaping it: the host side of the latency, free of the publisher's clock, and comparable across hosts
+//! (unlike post-to-poll). Its error is the pair's: the width of the realtime window around the NIC clock read
+//! halved. Without timestamps the report says so once
+//! ([`crate::report::nic_latency_line`]).
+//!
 //! The clock on the poll path: [`RealtimeClock`] reads `CLOCK_REALTIME` as an anchor (`std::time::SystemTime`,
 //! `clock_gettime` through the vDSO: no syscall with a TSC clocksource) at most once per
 //! [`REANCHOR_NS`] (1 ms) and otherwise extends it with the TSC read post-to-poll takes anyway (quanta's
@@ -22,6 +32,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
+use mdfan_fabric::nic_clock::NicRealtime;
 pub use mdfan_wire::control::TsRecvClock;
 
 /// Which clock fed a histogram.
@@ -29,7 +40,7 @@ pub use mdfan_wire::control::TsRecvClock;
 pub enum ClockSource {
     /// The CPU's time-stamp counter, read through quanta.
     Tsc,
-    /// The NIC's completion timestamps.
+    /// The NIC's completion timestamps, mapped onto `CLOCK_REALTIME` ([`NicLatency`]).
     Nic,
     /// `CLOCK_REALTIME` now against a receive stamp in `ts_recv_ns` taken by this clock (wire-to-poll).
     Realtime(TsRecvClock),
@@ -227,6 +238,79 @@ impl WireLatency {
     }
 }
 
+/// NIC-to-poll (module docs): `CLOCK_REALTIME` at the poll minus the receive completion's NIC timestamp mapped
+/// onto `CLOCK_REALTIME`, in ns, into an HDR histogram (1 ns .. [`MAX_TRACKABLE_NS`], 3 significant digits; a
+/// completion stamped after the poll, i.e. a mapping off by more than the latency, records 1 ns). Labelled
+/// [`ClockSource::Nic`] (`clock=nic`). Completions that arrive before the first mapping are counted in
+/// [`NicLatency::unaligned`], not recorded.
+pub struct NicLatency {
+    hist: Histogram<u64>,
+    now: RealtimeClock,
+    to_realtime: Option<NicRealtime>,
+    unaligned: u64,
+}
+
+impl NicLatency {
+    /// A histogram reading `CLOCK_REALTIME` at the poll through `clock` (the TSC post-to-poll reads; module
+    /// docs), mapping NIC ticks with `to_realtime` (`None` until the ring can give one). Allocates the
+    /// histogram (~200 KiB) here, never on record.
+    pub fn new(clock: quanta::Clock, to_realtime: Option<NicRealtime>) -> NicLatency {
+        NicLatency {
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3).expect("static bounds are valid"),
+            now: RealtimeClock::new(clock),
+            to_realtime,
+            unaligned: 0,
+        }
+    }
+
+    /// Replaces the NIC-to-realtime mapping (a fresh pair from the ring); `None` keeps the current one.
+    pub fn set_to_realtime(&mut self, to_realtime: Option<NicRealtime>) {
+        if to_realtime.is_some() {
+            self.to_realtime = to_realtime;
+        }
+    }
+
+    /// Records realtime at TSC reading `now_ticks` (raw quanta counter, read by the caller) minus the realtime
+    /// of raw NIC completion timestamp `nic_ticks`.
+    #[inline]
+    pub fn record_at(&mut self, nic_ticks: u64, now_ticks: u64) {
+        let poll_realtime_ns = self.now.realtime_ns_at(now_ticks);
+        self.record_realtime(nic_ticks, poll_realtime_ns);
+    }
+
+    /// Records `poll_realtime_ns` (`CLOCK_REALTIME` at the poll, ns since the UNIX epoch) minus the realtime of
+    /// raw NIC completion timestamp `nic_ticks`: [`NicLatency::record_at`] once the poll's time is known.
+    #[inline]
+    pub fn record_realtime(&mut self, nic_ticks: u64, poll_realtime_ns: u64) {
+        let Some(map) = self.to_realtime else {
+            self.unaligned += 1;
+            return;
+        };
+        let ns = poll_realtime_ns.saturating_sub(map.realtime_ns(nic_ticks));
+        self.hist.saturating_record(ns.clamp(1, MAX_TRACKABLE_NS));
+    }
+
+    /// The histogram (ns).
+    pub fn histogram(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
+    /// Completions with a NIC timestamp that came before any NIC-to-realtime mapping (not recorded).
+    pub fn unaligned(&self) -> u64 {
+        self.unaligned
+    }
+
+    /// Whether a NIC-to-realtime mapping is in place.
+    pub fn is_aligned(&self) -> bool {
+        self.to_realtime.is_some()
+    }
+
+    /// [`ClockSource::Nic`].
+    pub fn source(&self) -> ClockSource {
+        ClockSource::Nic
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +343,37 @@ mod tests {
         assert_eq!(w.histogram().min(), 1);
         assert_eq!(w.source().as_str(), "realtime(sw-stamp)");
         assert_eq!(ClockSource::Realtime(TsRecvClock::Hardware).as_str(), "realtime(hw-stamp)");
+    }
+}
+
+#[cfg(test)]
+mod nic_tests {
+    use super::*;
+    use mdfan_fabric::nic_clock::{NicClock, RtPair};
+
+    /// 2025-12-01 00:00:00 UTC in ns since the UNIX epoch.
+    const BASE_NS: u64 = 1_764_547_200_000_000_000;
+
+    #[test]
+    fn nic_to_poll_records_recorded_completions_exactly_and_counts_unaligned_ones() {
+        let clock = NicClock::new(156_250, (1 << 48) - 1).unwrap(); // mlx5: 6.4 ns per tick, 48 bits
+        let mut l = NicLatency::new(quanta::Clock::new(), None);
+        l.record_realtime(1_000, BASE_NS);
+        assert_eq!((l.unaligned(), l.histogram().len(), l.is_aligned()), (1, 0, false));
+        let pair = RtPair { nic_ticks: (1 << 48) - 100, realtime_ns: BASE_NS };
+        l.set_to_realtime(Some(mdfan_fabric::nic_clock::NicRealtime::from_pair(clock, pair)));
+        l.set_to_realtime(None); // keeps it
+                                 // completions 100 ticks (640 ns) after the pair, just past the counter's wrap, polled 1,000 ns after it
+        l.record_realtime(0, BASE_NS + 1_000);
+        // 1,000 ticks before the pair (6,400 ns), polled at the pair
+        l.record_realtime((1 << 48) - 1_100, BASE_NS);
+        // stamped after the poll: 1 ns
+        l.record_realtime(10, BASE_NS);
+        let h = l.histogram();
+        assert_eq!((h.len(), l.unaligned()), (3, 1));
+        assert_eq!(h.count_at(360), 1);
+        assert_eq!(h.count_at(6_400), 1);
+        assert_eq!(h.min(), 1);
+        assert_eq!(l.source().as_str(), "nic");
     }
 }

@@ -123,7 +123,7 @@ use std::time::{Duration, Instant};
 use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
-pub use latency::{ClockSource, Latency, TsRecvClock, WireLatency};
+pub use latency::{ClockSource, Latency, NicLatency, TsRecvClock, WireLatency};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
@@ -396,6 +396,10 @@ enum Phase {
     Ended(End),
 }
 
+/// How often `maintain` samples the NIC and realtime clocks again for NIC-to-poll (a NIC crystal 50 ppm off
+/// would otherwise move the figure 50 µs per second).
+pub const NIC_REALIGN: Duration = Duration::from_secs(1);
+
 /// What a successful handshake gives.
 struct Opened {
     ring: AnyLocalRing,
@@ -438,6 +442,8 @@ pub struct Subscriber {
     silence_suspected: Option<(u64, u64)>,
     /// TSC of the last [`Subscriber::maintain_if_due`] that ran `maintain`.
     last_maintain: u64,
+    /// TSC of the last NIC-to-realtime sample ([`Receiver::refresh_nic_realtime`], every [`NIC_REALIGN`]).
+    last_nic_realign: u64,
     /// A snapshot was requested and has not ended yet.
     resync_requested: bool,
     snapshots_requested: u64,
@@ -483,6 +489,7 @@ impl Subscriber {
             last_rx,
             silence_suspected: None,
             last_maintain: last_rx,
+            last_nic_realign: last_rx,
             resync_requested: false,
             snapshots_requested: 0,
             snapshots_at_request: 0,
@@ -651,12 +658,17 @@ impl Subscriber {
     /// reconnecting it makes one try per [`Reconnect::interval`]: such a call blocks for up to
     /// [`SubscriberConfig::timeout`] (a refused connection fails at once).
     pub fn maintain(&mut self) -> Health {
+        let now = self.clock.raw();
+        if self.clock.delta_as_nanos(self.last_nic_realign, now) >= NIC_REALIGN.as_nanos() as u64 {
+            self.last_nic_realign = now;
+            self.rx.refresh_nic_realtime();
+        }
         let health = self.maintain_session();
         if self.stat.is_some() {
             let (stats, state, ended) = (self.stats(), self.state(), matches!(health, Health::Ended(_)));
-            let (session_id, latency) = (self.session_id, self.rx.latency());
+            let (session_id, latency, nic) = (self.session_id, self.rx.latency(), self.rx.nic_latency());
             if let Some(f) = &mut self.stat {
-                f.write(&stats, session_id, state.as_str(), latency, ended);
+                f.write(&stats, session_id, state.as_str(), latency, nic, ended);
             }
         }
         health
@@ -860,6 +872,13 @@ impl Subscriber {
     /// The latency histogram (post-to-poll: the publisher's TSC stamp to this poll), if enabled.
     pub fn latency(&self) -> Option<&Latency> {
         self.rx.latency()
+    }
+
+    /// The NIC-to-poll histogram (the receive completion's NIC timestamp, mapped onto `CLOCK_REALTIME`, to this
+    /// poll; `clock=nic`, see [`latency`]), when latency is enabled and the ring's completions carry NIC
+    /// timestamps; `None` on shm and on devices without them (Soft-RoCE).
+    pub fn nic_latency(&self) -> Option<&NicLatency> {
+        self.rx.nic_latency()
     }
 
     /// The definitions (symbol, display factor, tick size) of this subscriber's instruments that the publisher

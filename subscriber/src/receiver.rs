@@ -5,7 +5,7 @@
 use mdfan_fabric::{CloseReason, LocalRing, PeerState};
 use mdfan_wire::{flags, BookUpdate, Kind};
 
-use crate::latency::{Latency, TsRecvClock, WireLatency};
+use crate::latency::{Latency, NicLatency, TsRecvClock, WireLatency};
 
 /// What [`Receiver::poll`] hands the callback.
 #[derive(Debug)]
@@ -69,6 +69,8 @@ pub struct Receiver<R: LocalRing> {
     latency: Option<Latency>,
     /// Wire-to-poll, once latency is on and the publisher said `ts_recv_ns` is a live stamp.
     wire: Option<WireLatency>,
+    /// NIC-to-poll, once latency is on and the ring's completions carry NIC timestamps.
+    nic: Option<NicLatency>,
     /// What the publisher said `ts_recv_ns` is (its `Accept`); `None` until told (a file replay).
     ts_recv_clock: TsRecvClock,
     closed: Option<CloseReason>,
@@ -84,6 +86,7 @@ impl<R: LocalRing> Receiver<R> {
             stats: StreamStats { next_seq: 1, ..StreamStats::default() },
             latency: None,
             wire: None,
+            nic: None,
             ts_recv_clock: TsRecvClock::None,
             closed: None,
             gap_from: None,
@@ -96,15 +99,41 @@ impl<R: LocalRing> Receiver<R> {
         self.stats.next_seq = 1;
         self.closed = None;
         self.gap_from = None;
+        self.arm_nic();
     }
 
     /// Records one-way latency of every record from now on: post-to-poll always, wire-to-poll while the
-    /// publisher's `ts_recv_ns` is a live receive stamp ([`Receiver::set_ts_recv_clock`]).
+    /// publisher's `ts_recv_ns` is a live receive stamp ([`Receiver::set_ts_recv_clock`]), NIC-to-poll while the
+    /// ring's completions carry NIC timestamps ([`LocalRing::nic_clock`]).
     pub fn enable_latency(&mut self) {
         if self.latency.is_none() {
             self.latency = Some(Latency::new());
         }
         self.arm_wire();
+        self.arm_nic();
+    }
+
+    /// With latency on and a ring whose completions carry NIC timestamps: creates the NIC-to-poll histogram (once;
+    /// it survives a reconnect) and takes a fresh NIC-to-realtime mapping from the ring. Control path.
+    fn arm_nic(&mut self) {
+        let Some(l) = &self.latency else { return };
+        if self.ring.nic_clock().is_none() {
+            return;
+        }
+        let map = self.ring.nic_realtime();
+        match &mut self.nic {
+            Some(n) => n.set_to_realtime(map),
+            None => self.nic = Some(NicLatency::new(l.clock().clone(), map)),
+        }
+    }
+
+    /// Samples the NIC and realtime clocks again ([`LocalRing::nic_realtime`]) so NIC-to-poll follows the NIC
+    /// crystal's drift; a no-op without NIC timestamps. Control path (the verbs provider calls
+    /// `ibv_query_rt_values_ex`): the subscriber calls it from `maintain` about once a second.
+    pub fn refresh_nic_realtime(&mut self) {
+        if self.nic.is_some() {
+            self.arm_nic();
+        }
     }
 
     /// What the records' `ts_recv_ns` is, as the publisher's `Accept` said ([`TsRecvClock`]); the subscriber
@@ -175,6 +204,7 @@ impl<R: LocalRing> Receiver<R> {
             n += 1;
             let expected = self.stats.next_seq;
             let seq = c.seq();
+            let nic_ticks = c.nic_ticks();
             let record = match c.record() {
                 Some(record) if seq >= expected => record,
                 _ => {
@@ -214,6 +244,9 @@ impl<R: LocalRing> Receiver<R> {
                         w.record_at(record.ts_recv_ns, now);
                     }
                 }
+                if let (Some(nic), Some(ticks)) = (&mut self.nic, nic_ticks) {
+                    nic.record_at(ticks, now);
+                }
             }
             self.stats.records += 1;
             self.stats.next_seq = seq + 1;
@@ -251,6 +284,12 @@ impl<R: LocalRing> Receiver<R> {
     /// receive stamp (never for a file replay).
     pub fn wire_latency(&self) -> Option<&WireLatency> {
         self.wire.as_ref()
+    }
+
+    /// The NIC-to-poll histogram: `Some` once latency is on and a ring's completions carried NIC timestamps
+    /// (never on shm or Soft-RoCE).
+    pub fn nic_latency(&self) -> Option<&NicLatency> {
+        self.nic.as_ref()
     }
 
     /// Why the publisher closed the ring, once it has.

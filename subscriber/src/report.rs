@@ -2,7 +2,9 @@
 
 use mdfan_wire::{Book, InstrumentStatus, Level, MbpBook, MbpLevel, Side, Symbology};
 
-use crate::latency::{Latency, WireLatency};
+use hdrhistogram::Histogram;
+
+use crate::latency::{Latency, NicLatency, WireLatency};
 
 /// `4810.25x22`, the price at the instrument's precision ([`Symbology::format_price`]), or `-` for no level.
 pub fn level_text(symbology: &Symbology, instrument_id: u32, l: Option<Level>) -> String {
@@ -145,10 +147,14 @@ pub fn status_line(symbology: &Symbology, instrument_id: u32, s: &InstrumentStat
 /// `latency clock=tsc count=N p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..`.
 pub fn latency_line(l: &Latency) -> String {
     let h = l.histogram();
+    format!("latency clock={} count={} {}", l.source().as_str(), h.len(), quantiles_text(h))
+}
+
+/// `p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..` of a histogram in ns: the tail every latency
+/// line shares.
+fn quantiles_text(h: &Histogram<u64>) -> String {
     format!(
-        "latency clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
-        l.source().as_str(),
-        h.len(),
+        "p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
         h.value_at_quantile(0.5),
         h.value_at_quantile(0.9),
         h.value_at_quantile(0.99),
@@ -162,15 +168,33 @@ pub fn latency_line(l: &Latency) -> String {
 /// max_ns=..`: datagram receipt (the record's `ts_recv_ns`) to the poll, printed beside [`latency_line`].
 pub fn wire_latency_line(w: &WireLatency) -> String {
     let h = w.histogram();
+    format!("wire_to_poll clock={} count={} {}", w.source().as_str(), h.len(), quantiles_text(h))
+}
+
+/// What [`nic_latency_line`] prints when the ring's completions carry no NIC timestamps (shm, Soft-RoCE, a device
+/// without `hca_core_clock`).
+pub const NIC_NOT_AVAILABLE: &str = "nic_to_poll clock=nic: not available (device reports no completion timestamps)";
+
+/// `nic_to_poll clock=nic count=N unaligned=N p50_ns=.. p90_ns=.. p99_ns=.. p99.9_ns=.. p99.99_ns=.. max_ns=..`: the
+/// receive completion's NIC timestamp (mapped onto `CLOCK_REALTIME`) to the poll ([`NicLatency`]), printed beside
+/// [`latency_line`] (`clock=tsc`); `unaligned` counts completions stamped before the NIC clock could be mapped.
+/// `None` (no NIC timestamps) prints [`NIC_NOT_AVAILABLE`]; a device whose clock could not be read against
+/// `CLOCK_REALTIME` prints `nic_to_poll clock=nic: not available (NIC clock not readable against CLOCK_REALTIME;
+/// N completions stamped)`.
+pub fn nic_latency_line(n: Option<&NicLatency>) -> String {
+    let Some(n) = n else { return NIC_NOT_AVAILABLE.to_owned() };
+    if !n.is_aligned() {
+        return format!(
+            "nic_to_poll clock=nic: not available (NIC clock not readable against CLOCK_REALTIME; {} completions stamped)",
+            n.unaligned()
+        );
+    }
+    let h = n.histogram();
     format!(
-        "wire_to_poll clock={} count={} p50_ns={} p90_ns={} p99_ns={} p99.9_ns={} p99.99_ns={} max_ns={}",
-        w.source().as_str(),
+        "nic_to_poll clock={} count={} unaligned={} {}",
+        n.source().as_str(),
         h.len(),
-        h.value_at_quantile(0.5),
-        h.value_at_quantile(0.9),
-        h.value_at_quantile(0.99),
-        h.value_at_quantile(0.999),
-        h.value_at_quantile(0.9999),
-        h.max()
+        n.unaligned(),
+        quantiles_text(h)
     )
 }

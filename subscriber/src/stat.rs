@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mdfan_tuning::counters::{CountersWriter, MetricKind};
 
 use crate::receiver::StreamStats;
-use crate::Latency;
+use crate::{Latency, NicLatency};
 
 /// How often the file is rewritten at most.
 pub const PERIOD: Duration = Duration::from_millis(100);
@@ -43,6 +43,7 @@ impl StatFile {
         session_id: u64,
         state: &str,
         latency: Option<&Latency>,
+        nic: Option<&NicLatency>,
         force: bool,
     ) {
         if !force && self.written.elapsed() < PERIOD {
@@ -69,6 +70,15 @@ impl StatFile {
                 w.set("mdfan_sub_post_to_poll_ns", &format!("{clock},quantile=\"{q}\""), Gauge, h.value_at_quantile(v));
             }
             w.set("mdfan_sub_post_to_poll_ns", &format!("{clock},quantile=\"1\""), Gauge, h.max());
+        }
+        // NIC-to-poll only where completions carry NIC timestamps and the clock is mapped onto realtime
+        if let Some(n) = nic.filter(|n| n.is_aligned()) {
+            let h = n.histogram();
+            let clock = format!("clock=\"{}\"", n.source().as_str());
+            for (q, v) in [("0.5", 0.5), ("0.99", 0.99), ("0.999", 0.999)] {
+                w.set("mdfan_sub_nic_to_poll_ns", &format!("{clock},quantile=\"{q}\""), Gauge, h.value_at_quantile(v));
+            }
+            w.set("mdfan_sub_nic_to_poll_ns", &format!("{clock},quantile=\"1\""), Gauge, h.max());
         }
         w.commit(unix_ns());
         self.written = Instant::now();

@@ -39,6 +39,7 @@ use mdfan_wire::BookUpdate;
 use memmap2::MmapMut;
 use rdma_sys as sys;
 
+use crate::nic_clock::RtPair;
 use crate::FabricError;
 
 /// WC status `IBV_WC_SUCCESS`.
@@ -294,6 +295,53 @@ impl Context {
     /// The device attributes read at open.
     pub fn caps(&self) -> DeviceCaps {
         self.caps
+    }
+
+    /// One [`RtPair`]: the NIC's raw clock from `ibv_query_rt_values_ex(3)` (`IBV_VALUES_MASK_RAW_CLOCK`: the
+    /// free-running counter the completion timestamps come from) read between two `clock_gettime(CLOCK_REALTIME)`
+    /// (vDSO) and pinned to their midpoint. Of 3 tries, the narrowest window. Control path only (not measured
+    /// here: no device on these machines has the clock; call it about once a second).
+    ///
+    /// # Errors
+    /// [`FabricError::Unsupported`] when the provider has no `query_rt_values` op or answers EOPNOTSUPP (rxe);
+    /// [`FabricError::Verbs`] with the errno it returned (EINVAL for a mask it does not know).
+    pub fn query_rt_pair(&self) -> Result<RtPair, FabricError> {
+        let realtime_ns =
+            || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut best: Option<(u64, RtPair)> = None;
+        for _ in 0..3 {
+            let mut values = MaybeUninit::<sys::ibv_values_ex>::zeroed();
+            // SAFETY: `values` is zeroed (integers only) and writable; comp_mask is its first field.
+            unsafe {
+                (*values.as_mut_ptr()).comp_mask = sys::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0;
+            }
+            let before = realtime_ns();
+            // SAFETY: `raw` is an open context (so `verbs_ctx_op!` may read it); `values` outlives the call.
+            let rc = unsafe {
+                match verbs_ctx_op!(self.raw, query_rt_values) {
+                    Some(query) => query(self.raw, values.as_mut_ptr()),
+                    None => libc::EOPNOTSUPP,
+                }
+            };
+            let after = realtime_ns();
+            if rc != 0 {
+                return Err(verbs_error("ibv_query_rt_values_ex", &self.name, rc));
+            }
+            // SAFETY: zero-initialised, then filled by the provider; integers only.
+            let values = unsafe { values.assume_init() };
+            if values.comp_mask & sys::ibv_values_mask::IBV_VALUES_MASK_RAW_CLOCK.0 == 0 {
+                return Err(verbs_error("ibv_query_rt_values_ex", &self.name, libc::EOPNOTSUPP));
+            }
+            // verbs.h: the raw clock travels in a timespec; mlx5 puts the whole count in tv_nsec (tv_sec 0).
+            let ticks = (values.raw_clock.tv_sec as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(values.raw_clock.tv_nsec as u64);
+            let width = after.saturating_sub(before);
+            if best.is_none_or(|(w, _)| width < w) {
+                best = Some((width, RtPair { nic_ticks: ticks, realtime_ns: before + width / 2 }));
+            }
+        }
+        Ok(best.map(|(_, p)| p).expect("three tries"))
     }
 
     /// The raw `ibv_context`, for calls this module does not wrap. It stays valid while `self` does.

@@ -10,7 +10,7 @@ use mdfan_wire::ring::{check_slot_count, slot_index, RECORD_SIZE_BYTES};
 use super::ffi::{
     self, verbs_error, Access, MemoryRegion, QpCaps, QueuePair, RdmaWrite, RecvBatch, Wc, WriteBatch, POLL_BATCH,
 };
-use super::timestamp::TickExtender;
+use super::timestamp::{NicClock, NicRealtime, RtPair, TickExtender};
 use super::{parse_endpoint, random_psn, VerbsDevice};
 use crate::credit::CreditWriter;
 use crate::{CloseReason, Completion, FabricError, LocalRing, PeerState, Provider, ReadWindow};
@@ -73,6 +73,10 @@ pub struct VerbsLocalRing {
     window: ReadWindow,
     extender: Option<TickExtender>,
     last_ts_ticks: Option<u64>,
+    /// The NIC clock when this ring's CQ carries completion timestamps.
+    nic_clock: Option<NicClock>,
+    /// The last NIC/realtime pair sampled ([`LocalRing::nic_realtime`]).
+    last_rt_pair: Option<RtPair>,
 }
 
 impl VerbsLocalRing {
@@ -301,7 +305,10 @@ impl PreparedVerbsLocalRing {
         let credit_inline = parts.qp.caps().max_inline_data >= CREDIT_BYTES as u32;
         let credit_every = device.config().credit_every_for(parts.slot_count) as u64;
         let repost_batch = parts.recv.capacity() as u32;
-        let extender = device.nic_clock().map(TickExtender::new);
+        // Timestamps only when the CQ was created with them (CqApi::Classic, or an Auto fallback, has none).
+        let nic_clock =
+            device.nic_clock().filter(|_| matches!(parts.qp.cq().kind(), ffi::CqKind::Extended { timestamps: true }));
+        let extender = nic_clock.map(TickExtender::new);
         let mut ring = VerbsLocalRing {
             parts,
             endpoint: self.endpoint,
@@ -320,6 +327,8 @@ impl PreparedVerbsLocalRing {
             window: ReadWindow::default(),
             extender,
             last_ts_ticks: None,
+            nic_clock,
+            last_rt_pair: None,
         };
         ring.send_credit(0); // the first credit: tells the publisher our QP is live
         if let Some(code) = ring.failed {
@@ -357,7 +366,7 @@ impl LocalRing for VerbsLocalRing {
         // The WC was reaped, so the WRITE's data is in the MR (IB vol. 1, o9-20); the publisher writes this slot
         // again only after `seq` is released, which needs `&mut self`.
         let record = readable.then(|| self.parts.ring.record(slot_index(seq, self.parts.slot_count) as usize));
-        Some(Completion::new(imm_data, seq, record))
+        Some(Completion::new(imm_data, seq, record).with_nic_ticks(wc.completion_ts))
     }
 
     #[inline]
@@ -373,5 +382,29 @@ impl LocalRing for VerbsLocalRing {
             None => PeerState::Attached,
             Some(_) => PeerState::Closed(CloseReason::FabricError),
         }
+    }
+
+    fn nic_clock(&self) -> Option<NicClock> {
+        self.nic_clock
+    }
+
+    /// Samples a pair with `ibv_query_rt_values_ex` ([`ffi::Context::query_rt_pair`]) and fits it with the
+    /// previous one ([`NicRealtime::from_pairs`]; the first alone at the nominal rate). `None` without completion
+    /// timestamps, or when the device cannot read its clock (logged at debug level: control path).
+    fn nic_realtime(&mut self) -> Option<NicRealtime> {
+        let clock = self.nic_clock?;
+        let pair = match self.parts.device.context().query_rt_pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(device = %self.parts.device.name(), cause = %e, "verbs: NIC clock not readable");
+                return None;
+            }
+        };
+        let fit = match self.last_rt_pair {
+            Some(earlier) => NicRealtime::from_pairs(clock, earlier, pair),
+            None => NicRealtime::from_pair(clock, pair),
+        };
+        self.last_rt_pair = Some(pair);
+        Some(fit)
     }
 }

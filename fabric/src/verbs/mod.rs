@@ -66,7 +66,7 @@ pub use gid::{GidChoice, GidType};
 pub use local::{PreparedVerbsLocalRing, VerbsLocalRing};
 pub use remote::{VerbsPublisher, VerbsRemoteRing};
 pub use status::wc_status_name;
-pub use timestamp::{NicClock, TickExtender};
+pub use timestamp::{NicClock, NicRealtime, RtPair, TickExtender};
 
 use crate::wire::control::VerbsEndpoint;
 #[cfg(doc)]

@@ -122,6 +122,7 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         report.cycle_max_ns,
         report.end.as_str()
     );
+    out!("{}", mdfan_publisher::CLOCKS_LINE);
     if let Some(live) = &report.live {
         out!("{}", live.line());
     }

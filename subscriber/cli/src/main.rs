@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{
-    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, status_line,
-    summary_line, wire_latency_line,
+    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, nic_latency_line,
+    status_line, summary_line, wire_latency_line,
 };
 use mdfan_subscriber::{
     flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
@@ -540,6 +540,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
     );
     if let Some(l) = sub.latency() {
         out!("{}", latency_line(l));
+        // the NIC's completion timestamps, or once that the device has none (shm, Soft-RoCE)
+        out!("{}", nic_latency_line(sub.nic_latency()));
     }
     // datagram receipt to poll: only when the publisher's ts_recv is a live receive stamp (never on a replay)
     if let Some(w) = sub.wire_latency() {
