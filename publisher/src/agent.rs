@@ -50,6 +50,8 @@ pub const DECODE_TO_POST_SAMPLE: u64 = 64;
 pub const CATCHUP_BUDGET: usize = 256;
 
 /// Conductor -> hot loop.
+// Moved by value through a preallocated rtrb queue: boxing the session would make the hot thread free it.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// A new attached session.
     Add(Session),
@@ -214,8 +216,9 @@ impl FanoutAgent {
         while let Ok(cmd) = self.commands.pop() {
             any = true;
             match cmd {
-                Command::Add(s) => {
+                Command::Add(mut s) => {
                     if self.sessions.len() < self.sessions.capacity() {
+                        s.adopt_pending += 1;
                         self.sessions.push(s);
                     } else {
                         // The conductor never admits more than max_subscribers; refuse rather than grow.
@@ -237,6 +240,7 @@ impl FanoutAgent {
                             s.feed_pos = position;
                             s.owes_resync = false;
                             s.catchup_lost = false;
+                            s.adopt_pending += 1;
                             if let Some((records, _)) = old {
                                 self.emit(Event::SnapshotDone { id, delivered: false, records });
                             }
@@ -466,6 +470,14 @@ impl FanoutAgent {
         if commands || self.catching_up {
             self.catching_up = self.serve_catchup(pos);
             self.reap_dead();
+        }
+        if commands {
+            // serve_catchup has stored the hot_done that covers the new positions: the conductor may let go
+            for s in self.sessions.iter_mut().filter(|s| s.adopt_pending > 0) {
+                let adopted = &s.counters.adopted;
+                adopted.store(adopted.load(Ordering::Relaxed) + s.adopt_pending, Ordering::Release);
+                s.adopt_pending = 0;
+            }
         }
         self.catching_up
     }

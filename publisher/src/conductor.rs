@@ -180,6 +180,21 @@ pub(crate) struct Conn {
     /// A request for a later gap that came while a snapshot was pending: served when that one is done. Any
     /// number of requests in between collapse into this one, so a flood costs one snapshot per delivery.
     rerequest: Option<u64>,
+    /// Commands sent to the hot loop for this session: its `Add`, then each `Snapshot`.
+    commands: u64,
+    counters: Arc<SessionCounters>,
+}
+
+/// A journal position the conductor holds for a session (a file feed) until the hot loop has taken the command
+/// that starts the session there, and holds it itself ([`SessionCounters::adopted`] reaches `command`).
+/// Without it, a late joiner whose snapshot position was overwritten on its way to the hot loop got a fresh
+/// snapshot at a fresh position, which could be overwritten the same way, forever, while the feed ran ahead.
+pub(crate) struct Hold {
+    session_id: u64,
+    position: u64,
+    /// The session's command count this hold waits for.
+    command: u64,
+    counters: Arc<SessionCounters>,
 }
 
 /// A live session's counters, for dumps.
@@ -243,6 +258,8 @@ pub struct Conductor {
     pub(crate) clock: quanta::Clock,
     /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
     pub(crate) pending: Vec<(Session, std::time::Instant)>,
+    /// Journal positions held for sessions until the hot loop holds them ([`Hold`]).
+    pub(crate) holds: Vec<Hold>,
     /// The fabric provider, opened once; attaches each subscriber's ring.
     pub(crate) sender: AnySender,
     /// Which clock stamped `ts_recv_ns`, as each accept says it (`Publisher::set_ts_recv_clock`).
@@ -444,8 +461,23 @@ impl Conductor {
             self.applied += 1;
             work += 1;
         }
-        self.journal.conductor_done(self.applied);
+        // Holds the hot loop has taken over are let go (Acquire: pairs with its Release of `adopted`, after its
+        // `hot_done`); the others keep the journal at their positions.
+        self.holds.retain(|h| h.counters.adopted.load(Ordering::Acquire) < h.command);
+        let held = self.holds.iter().map(|h| h.position).min().unwrap_or(u64::MAX);
+        self.journal.conductor_done(self.applied.min(held));
         work
+    }
+
+    /// Holds the journal at `position` for session `k`'s command just sent (its `commands`), unless the feed is
+    /// live: a live feed cannot wait (a late joiner whose position is overwritten gets a fresh snapshot).
+    fn hold(&mut self, k: usize, position: u64) {
+        if self.live_feed.is_some() || self.itch_feed.is_some() {
+            return;
+        }
+        let c = &self.conns[k];
+        let hold = Hold { session_id: c.session_id, position, command: c.commands, counters: Arc::clone(&c.counters) };
+        self.holds.push(hold);
     }
 
     /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
@@ -526,7 +558,10 @@ impl Conductor {
             snapshot_pending: false,
             served_gap: 0,
             rerequest: None,
+            commands: 1, // the Add, sent once the subscriber's side is connected
+            counters: Arc::clone(&counters),
         });
+        self.hold(self.conns.len() - 1, position);
         self.reports.push(SessionReport::new(id, sub.name, sub.policy));
         self.live.push(Live { id, counters });
     }
@@ -550,9 +585,11 @@ impl Conductor {
     pub(crate) fn serve_snapshot(&mut self, k: usize, gap_from_seq: u64) {
         self.conns[k].snapshot_pending = true;
         self.conns[k].served_gap = gap_from_seq;
+        self.conns[k].commands += 1;
         let id = self.conns[k].session_id;
         let filter = self.conns[k].filter.clone();
         let (records, position) = self.snapshot(filter.as_deref());
+        self.hold(k, position);
         tracing::info!(
             session = id,
             name = %self.conns[k].name,
@@ -676,6 +713,7 @@ impl Conductor {
             r.end = Some(end);
         }
         self.live.retain(|l| l.id != s.id);
+        self.holds.retain(|h| h.session_id != s.id);
     }
 
     pub(crate) fn dump(&mut self) {

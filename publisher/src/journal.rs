@@ -195,8 +195,11 @@ impl JournalWriter {
         let j = &*self.journal;
         if self.next - self.readers_done >= j.capacity() {
             // Acquire: pairs with the readers' Release stores; their reads of the slot happen before we reuse it.
-            let hot = j.hot_done.0.load(Ordering::Acquire);
+            // The conductor's first: it lets go of a late joiner's position only once the hot loop's `hot_done`
+            // holds it (`SessionCounters::adopted`), so a `conductor_done` that no longer holds it is followed by a
+            // `hot_done` that does.
             let conductor = j.conductor_done.0.load(Ordering::Acquire);
+            let hot = j.hot_done.0.load(Ordering::Acquire);
             self.readers_done = hot.min(conductor);
             if self.next - self.readers_done >= j.capacity() {
                 return false;

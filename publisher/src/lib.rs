@@ -440,6 +440,7 @@ impl Publisher {
             applied: 0,
             clock,
             pending: Vec::new(),
+            holds: Vec::new(),
             sender,
             ts_recv_clock,
             cfg,

@@ -36,6 +36,11 @@ pub struct SessionCounters {
     pub last_seq: AtomicU64,
     /// The subscriber's consumed seq, as last read by the hot loop (lag = last_seq - consumed_seq).
     pub consumed_seq: AtomicU64,
+    /// Commands for this session (its `Add`, then each `Snapshot`) the hot loop has taken and covers with its
+    /// journal floor, stored (Release) after the `hot_done` that holds that floor: until it counts a command,
+    /// the conductor holds the journal at that command's position itself, so a late joiner's position is never
+    /// overwritten on its way to the hot loop (a file feed).
+    pub adopted: AtomicU64,
 }
 
 #[inline]
@@ -96,6 +101,8 @@ pub struct Session {
     pub(crate) stalled_since: u64,
     /// TSC stamp of the last record written (0 before any): heartbeats go to sessions quiet for an interval.
     last_post_ticks: u64,
+    /// Commands taken since the last housekeeping pass, not yet counted in `counters.adopted`.
+    pub(crate) adopt_pending: u64,
 }
 
 impl Session {
@@ -134,6 +141,7 @@ impl Session {
             catchup_lost: false,
             stalled_since: 0,
             last_post_ticks: 0,
+            adopt_pending: 0,
         }
     }
 

@@ -158,3 +158,150 @@ fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
     // that sent end of stream; every other cycle (waiting, heartbeats only) was idle.
     assert_eq!(fanout_work, 1 + RECORDS + 1);
 }
+
+/// One subscriber's end, driven from the test's loop: its control connection (the accept, the bye), its ring
+/// (connected once [`Sub::connect_ring`] is allowed) and its own books.
+struct Sub {
+    ctl: TcpStream,
+    ctl_buf: Vec<u8>,
+    ring: Option<mdfan_fabric::PreparedLocalRing>,
+    accept: Option<mdfan_wire::control::Accept>,
+    rx: Option<Receiver<AnyLocalRing>>,
+    books: Books,
+    book_records: u64,
+    snapshots: u64,
+    end: Option<u32>,
+}
+
+impl Sub {
+    fn subscribe(addr: std::net::SocketAddr, name: &str) -> Sub {
+        let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
+        // a ring that holds the whole capture and a snapshot: never full, whenever it is polled
+        let (ring, grant) = PreparedLocalRing::create(&fabric, 131_072).expect("shm ring");
+        let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
+        let subscribe = Subscribe {
+            name: name.into(),
+            instruments: None,
+            symbols: None,
+            ring: grant,
+            policy: SlowConsumerPolicy::Disconnect,
+            snapshot: true,
+            token: None,
+        };
+        control::write_msg(&mut ctl, &ControlMsg::Subscribe(subscribe)).expect("send subscribe");
+        ctl.set_nonblocking(true).unwrap();
+        Sub {
+            ctl,
+            ctl_buf: Vec::new(),
+            ring: Some(ring),
+            accept: None,
+            rx: None,
+            books: Books::new(),
+            book_records: 0,
+            snapshots: 0,
+            end: None,
+        }
+    }
+
+    /// Reads the control connection; polls the ring once it is connected.
+    fn step(&mut self) {
+        let mut buf = [0u8; 4096];
+        match self.ctl.read(&mut buf) {
+            Ok(n) => self.ctl_buf.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("control connection: {e}"),
+        }
+        while let Some(msg) = control::take_frame(&mut self.ctl_buf) {
+            if let ControlMsg::Accept(accept) = msg.expect("a well-formed control frame") {
+                self.accept = Some(accept);
+            }
+        }
+        let Some(rx) = self.rx.as_mut() else { return };
+        let (books, book_records, snapshots, end) =
+            (&mut self.books, &mut self.book_records, &mut self.snapshots, &mut self.end);
+        rx.poll(256, |event| {
+            if let Event::Record(r) = event {
+                match r.kind() {
+                    Some(Kind::Heartbeat) => {}
+                    Some(Kind::EndOfStream) => *end = Some(r.size),
+                    Some(Kind::SnapshotBegin) => *snapshots += 1,
+                    Some(Kind::SnapshotEnd) => {}
+                    _ => *book_records += 1,
+                }
+                books.apply(r).expect("every record applies");
+            }
+        });
+    }
+
+    /// Connects the ring (the subscriber's side of the session is ready: the conductor hands it to the hot loop).
+    fn connect_ring(&mut self) {
+        let accept = self.accept.as_ref().expect("accepted");
+        let mut prepared = self.ring.take().expect("one connect");
+        prepared.unlink();
+        self.rx = Some(Receiver::new(prepared.connect(&accept.fabric).expect("connect the ring")));
+    }
+
+    fn assert_reference_book(&self, who: &str) {
+        let book = self.books.get(INSTRUMENT).expect("the ESH4 book");
+        assert_eq!(book.order_count(), 11_217, "{who}");
+        assert_eq!((book.level_count(Side::Bid), book.level_count(Side::Ask)), (922, 565), "{who}");
+        let (bid, ask) = book.bbo();
+        assert_eq!(bid, Some(Level { price_e9: px(481_000), size: 22, orders: 22 }), "{who}");
+        assert_eq!(ask, Some(Level { price_e9: px(481_025), size: 28, orders: 18 }), "{who}");
+        let stats = self.rx.as_ref().expect("connected").stats();
+        assert_eq!((stats.gaps, stats.missed, stats.corrupt), (0, 0, 0), "{who}");
+        assert_eq!(self.end, Some(CloseReason::EndOfStream as u32), "{who}");
+    }
+}
+
+/// A late joiner through a 4,096-record journal, with the agents stepped on one thread: its snapshot position
+/// is held (by the conductor until the hot loop has the session, then by the hot loop until the joiner has
+/// caught up), so it gets one snapshot, then every record after it, and the reference book; the subscriber
+/// there from the start gets every record. A hold never let go would stop the feed for good (the watchdog).
+#[test]
+fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journal() {
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
+        feed().display()
+    );
+    let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
+    let publisher = Publisher::bind(cfg).expect("publisher binds");
+    let (addr, progress) = (publisher.local_addr(), publisher.progress());
+    let Agents { mut feed, mut fanout, mut conductor } = publisher.into_agents(Arc::new(AtomicBool::new(false)));
+    let mut early = Sub::subscribe(addr, "early");
+    let mut late: Option<Sub> = None;
+    let mut joined_at = None;
+    let deadline = Instant::now() + WATCHDOG;
+    while !(conductor.is_done() && early.end.is_some() && late.as_ref().is_some_and(|l| l.end.is_some())) {
+        assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
+        if !feed.is_done() {
+            feed.do_work();
+        }
+        if !fanout.is_done() {
+            fanout.do_work();
+        }
+        if !conductor.is_done() {
+            conductor.do_work();
+        }
+        for sub in std::iter::once(&mut early).chain(late.as_mut()) {
+            sub.step();
+            if sub.accept.is_some() && sub.rx.is_none() {
+                sub.connect_ring();
+            }
+        }
+        if late.is_none() && early.book_records >= 20_000 {
+            late = Some(Sub::subscribe(addr, "late"));
+            joined_at = Some(progress.records());
+        }
+    }
+    let late = late.expect("the late joiner subscribed");
+    let at = joined_at.expect("joined");
+    assert!(at >= 20_000 && at < RECORDS - 4096, "joined mid-stream at {at}");
+    assert_eq!(late.snapshots, 1, "one snapshot, never replaced");
+    assert!(late.book_records < RECORDS, "the late joiner got the records after its snapshot only");
+    early.assert_reference_book("early");
+    late.assert_reference_book("late");
+    assert_eq!(early.book_records, RECORDS);
+    let report = conductor.take_report().expect("a done conductor has the run report");
+    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
+}
