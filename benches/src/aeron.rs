@@ -20,6 +20,23 @@
 //! Measured here (19 interleaved runs of 5 x 20,000 round trips, one-way p99.9 as a multiple of the cache-line
 //! p99.9 of the same run, median): SHARED + `sleep-ns` 10 ms 1.4x, SHARED + backoff 9.7x, DEDICATED + backoff
 //! 12x; p50 was 3.0x in all three.
+//!
+//! Beside Aeron's own C samples ([`crate::aeron_c`], `baseline.aeron_c`: cping/cpong through aeronmd, the same
+//! driver configuration, the same cores, interleaved in every round), this harness is the slower of the two at
+//! p50 and p99. Measured 2026-11-30 on the shared 2-core AMD EPYC host (5 rounds of 20,000, one-way, one run;
+//! absolute figures move from minute to minute here, compare within a run): cache line 40 / 60 / 100 ns (p50 /
+//! p99 / p99.9), mdfan shm 70 / 80 / 155, cping/cpong 95 / 140 / 255, this harness 130 / 190 / 340: 1.37x,
+//! 1.36x and 1.33x the C samples. In an earlier run under a load average of 12 both were slower (370 and 245 ns
+//! at p50, 1.51x) and the C samples lost at p99.9 (9.9 us against 2.1 us; the driver shares core A with cping
+//! there, see below). What the difference is not, measured with the C samples alone (5 interleaved runs of each
+//! variant, 20,000 round trips, pooled): where the client conductors run: with every process pinned whole by
+//! `taskset` (conductors on the hot cores, as `baseline.aeron_c` runs) and with only cping's and cpong's main
+//! threads pinned (conductors and driver free, as this harness pins) p50 was 95 ns both, p99 140 and 135 ns; nor
+//! the warm-up (2,000 or 300,000 round trips: p50 95 ns both). The clock works the other way: cping stamps with
+//! `clock_gettime` (vDSO) where this harness reads the TSC (about 10 ns). What remains is the client path per
+//! message: this harness claims, fills and commits (`try_claim_owned`, three calls through rusteron) and polls the
+//! subscription with a closure, where cping offers a copy and polls the image directly. The targets use the
+//! better of the two at each percentile (`baseline.aeron_best`).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
