@@ -16,11 +16,11 @@
 //!
 //! The driver is configured as the embedded one of [`crate::aeron`] (SHARED threading mode, idle `sleep-ns` 10 ms,
 //! 32 MiB IPC terms, non-sparse files, clients pre-touching the mapped log buffers), so the two Aeron figures
-//! differ in what each harness does on the client side, not in the driver. What differs (see `crate::aeron`'s
-//! docs for the measured difference): cping stamps each message with `clock_gettime` (vDSO, about 20-25 ns a
-//! read, two per round trip) where the Rust harness reads the TSC; cping offers a copy of the message where
-//! the Rust harness claims and fills; `taskset` pins whole processes, so each client's conductor thread shares
-//! its hot thread's core, where the Rust harness leaves them the full mask.
+//! differ in what each harness does on the client side, not in the driver. What still differs: cping stamps
+//! each message with `clock_gettime` (vDSO) where the Rust harness reads the TSC; cping polls the image, the Rust
+//! harness the subscription; `taskset` pins whole processes, so each client's conductor thread shares its hot
+//! thread's core, where the Rust harness leaves them the full mask. `crate::aeron`'s docs give the measured
+//! difference and what made it.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
