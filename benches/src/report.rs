@@ -545,8 +545,10 @@ pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
     })
 }
 
-/// Context keys that differ from run to run on one machine and do not change what the figures mean.
-const VOLATILE_CONTEXT: [&str; 4] = ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free"];
+/// Context keys that differ from run to run on one machine and do not change what the figures mean (the folder of
+/// Aeron's cping/cpong depends on the checkout; whether they ran is in `peers_built`).
+const VOLATILE_CONTEXT: [&str; 5] =
+    ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free", "aeron_c_samples"];
 
 /// How two runs' contexts differ, one line per key (`cpu: "AMD EPYC" in A, "Intel Xeon" in B`): the machine,
 /// cores, kernel, clock, pinning, peers built and scenario, everything but [`VOLATILE_CONTEXT`]; the capture by

@@ -352,13 +352,14 @@ fn compare_orders_percentiles_numerically_prints_counts_as_integers_and_warns_on
     let context = |cpu: &str, pinning: &str| {
         serde_json::json!({"cpu": cpu, "cores": [0, 1], "kernel": "6.1", "clock": "tsc", "pinning": pinning,
             "peers_built": [], "started_unix_s": 1, "tuning": {"hugepages_free": 3, "isolcpus": null},
-            "capture": "/a/esh4.dbn.zst"})
+            "capture": "/a/esh4.dbn.zst", "aeron_c_samples": "/a/target/release/aeron-samples"})
     };
     let a = Summary { context: context("AMD EPYC", "every measuring thread pinned"), figures: figures(1.0) };
     let mut b_context = context("Intel Xeon", "every measuring thread pinned");
     b_context["started_unix_s"] = 2.into(); // differs every run: no warning
     b_context["tuning"]["hugepages_free"] = 0.into(); // ditto
     b_context["capture"] = "/b/esh4.dbn.zst".into(); // the same capture in another checkout
+    b_context["aeron_c_samples"] = "/b/target/release/aeron-samples".into(); // ditto, cping/cpong's folder
     b_context["peers_built"] = serde_json::json!(["aeron"]);
     b_context["replay"] = true.into(); // a key A's (older) version did not write: no warning
     let b = Summary { context: b_context, figures: figures(2.0) };
