@@ -20,6 +20,29 @@
 //! Measured here (19 interleaved runs of 5 x 20,000 round trips, one-way p99.9 as a multiple of the cache-line
 //! p99.9 of the same run, median): SHARED + `sleep-ns` 10 ms 1.4x, SHARED + backoff 9.7x, DEDICATED + backoff
 //! 12x; p50 was 3.0x in all three.
+//!
+//! Against Aeron's own C samples ([`crate::aeron_c`], `baseline.aeron_c`: cping/cpong through aeronmd, the same
+//! driver configuration, the same cores, interleaved in every round), measured 2026-11-30 on the shared 2-core
+//! AMD EPYC host, 5 rounds of 20,000 round trips per run, one-way p50 of this harness over cping/cpong's p50 in
+//! the same run (absolute figures move from minute to minute here, with the cores' placement: the cache line's
+//! p50 was 40 to 45 ns in some runs, 155 to 165 ns in others):
+//!
+//! - sending with `try_claim_owned`, copy, `commit` (this harness until then): 1.37x (130 against 95 ns, cache
+//!   line 40 ns), 1.72x, 1.63x; in a run under a load average of 12, 1.51x (370 against 245 ns);
+//! - sending with `offer`, as cping does, all else unchanged: 1.13x, 0.79x (95 against 120 ns, cache line
+//!   45 ns), 1.11x, the runs alternating with the three above.
+//!
+//! So the claim path through rusteron (a buffer-claim wrapper, claim, then commit) made most of the difference,
+//! and this harness offers now. What it is not, measured with the C samples alone (5 interleaved runs of each
+//! variant, 20,000 round trips, pooled): where the client conductors run: with every process pinned whole by
+//! `taskset` (conductors on the hot cores, as `baseline.aeron_c` runs) and with only cping's and cpong's main
+//! threads pinned (conductors and driver free, as this harness pins) p50 was 95 ns both, p99 140 and 135 ns; nor
+//! the warm-up (2,000 or 300,000 round trips: p50 95 ns both). The clock works the other way: cping stamps with
+//! `clock_gettime` (vDSO) where this harness reads the TSC (about 10 ns). What remains is noise of the same size
+//! as the difference (0.79x to 1.13x) and the poll: this harness polls the subscription with a closure, cping
+//! polls the image directly. At p99.9 either may be the better one from run to run (the C driver shares core A
+//! with cping, this harness's driver thread is not pinned). The targets use the better of the two at each
+//! percentile (`baseline.aeron_best`).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -205,8 +228,10 @@ fn ports(
     Ok((publication, subscription))
 }
 
-/// Claims 64 bytes in the log buffer, copies `msg` in, commits; spins while the publication is back-pressured
-/// or not yet connected. Returns whether it had to wait for the limit (back pressure).
+/// Offers `msg`: Aeron copies the 64 bytes into the log buffer behind a frame header and publishes them, as
+/// cping and cpong do (`aeron_exclusive_publication_offer`); spins while the publication is back-pressured or not
+/// yet connected. Returns whether it had to wait for the limit (back pressure). Not `try_claim_owned` + commit:
+/// through rusteron that path cost this harness 1.4x to 1.7x cping's p50 (see the module docs).
 #[inline]
 fn send(
     publication: &AeronExclusivePublication,
@@ -217,17 +242,13 @@ fn send(
     let mut back_pressured = false;
     wait.reset();
     loop {
-        match publication.try_claim_owned(MESSAGE_BYTES) {
-            Ok(mut claim) => {
-                claim.data().copy_from_slice(msg);
-                claim.commit().map_err(|e| anyhow!("aeron: {side}: commit: {e}"))?;
-                return Ok(back_pressured);
-            }
+        match publication.offer(msg) {
+            Ok(_) => return Ok(back_pressured),
             Err(e) if e.is_retryable() => {
                 back_pressured |= matches!(e, AeronOfferError::BackPressured);
-                wait.idle(SETUP_TIMEOUT, &|| format!("{side}: claim ({e})"))?;
+                wait.idle(SETUP_TIMEOUT, &|| format!("{side}: offer ({e})"))?;
             }
-            Err(e) => bail!("aeron: {side}: claim: {e}"),
+            Err(e) => bail!("aeron: {side}: offer: {e}"),
         }
     }
 }

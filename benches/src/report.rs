@@ -112,23 +112,58 @@ pub fn add_ratios(figures: &mut BTreeMap<String, f64>, num: &str, den: &str) {
 }
 
 /// The one-way latency variants, in the order the report lists them: the limit, mdfan, the peers.
-pub const LATENCY_VARIANTS: [&str; 6] = [
+pub const LATENCY_VARIANTS: [&str; 7] = [
     "baseline.cacheline",
     "mdfan.shm.pingpong",
     "baseline.aeron",
+    "baseline.aeron_c",
     "baseline.iceoryx2",
     "mdfan.verbs.pingpong",
     "baseline.perftest",
 ];
 
-/// The latency ratios a run gives, mdfan first: (mdfan's ping-pong, a baseline ping-pong).
-pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
+/// The latency ratios a run gives, mdfan first: (mdfan's ping-pong, a baseline ping-pong). `baseline.aeron_best`
+/// is no measurement of its own: see [`add_best_aeron`].
+pub const PINGPONG_RATIOS: [(&str, &str); 7] = [
     ("mdfan.shm.pingpong", "baseline.cacheline"),
     ("mdfan.shm.pingpong", "baseline.aeron"),
+    ("mdfan.shm.pingpong", "baseline.aeron_c"),
+    ("mdfan.shm.pingpong", "baseline.aeron_best"),
     ("mdfan.shm.pingpong", "baseline.iceoryx2"),
     ("mdfan.verbs.pingpong", "baseline.perftest"),
     ("mdfan.verbs.pingpong", "baseline.cacheline"),
 ];
+
+/// The two Aeron IPC measurements of a run: the Rust harness over rusteron ([`crate::aeron`]) and Aeron's own C
+/// samples ([`crate::aeron_c`]).
+pub const AERON_VARIANTS: [&str; 2] = ["baseline.aeron", "baseline.aeron_c"];
+
+/// Which Aeron measurement ([`AERON_VARIANTS`]) was faster at percentile `p` (`p50`, `p999`, ..): the lower
+/// `<variant>.<p>_ns`; on a tie, Aeron's own samples. `None` when neither was measured.
+pub fn best_aeron(figures: &BTreeMap<String, f64>, p: &str) -> Option<&'static str> {
+    let mut best: Option<(&'static str, f64)> = None;
+    for v in AERON_VARIANTS {
+        if let Some(&ns) = figures.get(&format!("{v}.{p}_ns")) {
+            if best.is_none_or(|(_, b)| ns <= b) {
+                best = Some((v, ns));
+            }
+        }
+    }
+    best.map(|(v, _)| v)
+}
+
+/// Adds `baseline.aeron_best.<pNN>_ns` for each of [`RATIO_PERCENTILES`]: the lower of the two Aeron
+/// measurements at that percentile ([`best_aeron`] says which), so that mdfan is held against the better Aeron
+/// figure, whichever harness produced it. Percentile by percentile: the two may differ (one may win at p50, the
+/// other at p99.9).
+pub fn add_best_aeron(figures: &mut BTreeMap<String, f64>) {
+    for p in RATIO_PERCENTILES {
+        if let Some(v) = best_aeron(figures, p) {
+            let ns = figures[&format!("{v}.{p}_ns")];
+            figures.insert(format!("baseline.aeron_best.{p}_ns"), ns);
+        }
+    }
+}
 
 /// Adds every ratio figure of a run to `figures` (which holds its histograms' percentiles and its scalars); a
 /// ratio whose two figures are not both there (a peer not built, the replay skipped) is left out.
@@ -137,7 +172,8 @@ pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
 /// about mdfan:
 /// - `ratio.<mdfan ping-pong>_vs_<baseline ping-pong>.<pNN>` for each pair of [`PINGPONG_RATIOS`]: one-way latency
 ///   (round trip / 2) of one message at a time, the same message size, the same two cores, the same counts,
-///   interleaved in every round, compared at the same percentile;
+///   interleaved in every round, compared at the same percentile; `baseline.aeron_best` is the better of the two
+///   Aeron measurements at each percentile ([`add_best_aeron`], added here first);
 /// - `ratio.mdfan.replay.subs<N>_vs_baseline.dbn_decode.rate` and `…_vs_baseline.dbn_decode_mem.rate`: records/s of
 ///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory); the
 ///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle).
@@ -153,6 +189,7 @@ pub const PINGPONG_RATIOS: [(&str, &str); 5] = [
 /// outliers dominate). A quotient of a queueing time and an idle hand-off means nothing; the open loop's own
 /// figures are in the report's open-loop table.
 pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
+    add_best_aeron(figures);
     for (num, den) in PINGPONG_RATIOS {
         add_ratios(figures, num, den);
     }
@@ -241,7 +278,9 @@ pub fn display_name(key: &str) -> String {
     let fixed = match key {
         "baseline.cacheline" => "cache line (limit)",
         "mdfan.shm.pingpong" => "mdfan shm",
-        "baseline.aeron" => "Aeron IPC",
+        "baseline.aeron" => "Aeron IPC (rusteron harness)",
+        "baseline.aeron_c" => "Aeron IPC (cping/cpong)",
+        "baseline.aeron_best" => "Aeron IPC (the better of the two)",
         "baseline.iceoryx2" => "iceoryx2",
         "mdfan.verbs.pingpong" => "mdfan verbs",
         "baseline.perftest" => "perftest write_with_imm",
@@ -510,8 +549,10 @@ pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
     })
 }
 
-/// Context keys that differ from run to run on one machine and do not change what the figures mean.
-const VOLATILE_CONTEXT: [&str; 4] = ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free"];
+/// Context keys that differ from run to run on one machine and do not change what the figures mean (the folder of
+/// Aeron's cping/cpong depends on the checkout; whether they ran is in `peers_built`).
+const VOLATILE_CONTEXT: [&str; 5] =
+    ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free", "aeron_c_samples"];
 
 /// How two runs' contexts differ, one line per key (`cpu: "AMD EPYC" in A, "Intel Xeon" in B`): the machine,
 /// cores, kernel, clock, pinning, peers built and scenario, everything but [`VOLATILE_CONTEXT`]; the capture by

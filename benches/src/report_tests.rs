@@ -45,8 +45,10 @@ fn hist(base: u64, tail: u64, n: u64) -> Histogram<u64> {
     h
 }
 
-/// A run with the cache line, mdfan shm and Aeron IPC (no iceoryx2, no verbs), the open loop at 20k/s and max,
-/// and the replay to 1 and 2 subscribers, written into `out` as `run` writes its report.
+/// A run with the cache line, mdfan shm and both Aeron IPC measurements (the rusteron harness and Aeron's
+/// cping/cpong; no iceoryx2, no verbs), the open loop at 20k/s and max, and the replay to 1 and 2 subscribers,
+/// written into `out` as `run` writes its report. cping/cpong is the better Aeron at p50, p99 and p99.9 (200 and
+/// 600 ns against 280 and 840), the rusteron harness at p99.99 (28 µs against 40 µs).
 fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
     let start = Instant::now();
     let mut rec = Recorder { run_start: start, run_start_wall: SystemTime::now(), hists: BTreeMap::new() };
@@ -54,6 +56,7 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
     add("baseline.cacheline", hist(100, 12_000, 5_000));
     add("mdfan.shm.pingpong", hist(110, 13_000, 5_000));
     add("baseline.aeron", hist(280, 28_000, 5_000));
+    add("baseline.aeron_c", hist(200, 40_000, 5_000));
     let mut scalars = crate::Scalars::default();
     for (rate, queue) in [("r20k", 1), ("max", 500)] {
         let base = format!("mdfan.shm.openloop.{rate}");
@@ -93,6 +96,7 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
         scenario: &scenario,
         cores: (Some(0), Some(1)),
         tuning: &tuning,
+        aeron_c: Some(Path::new("/somewhere/target/release/aeron-samples")),
         verbs_rounds: &[],
         rates: &rates,
         open_loop_subscribers: 2,
@@ -137,12 +141,9 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
         "| clock source |",
         "| kernel |",
         "| tuning | every measuring thread pinned;",
-        // what this build has (CI also runs these tests with the peers built)
-        if cfg!(any(feature = "aeron", feature = "iceoryx2", feature = "verbs")) {
-            "| peers built | "
-        } else {
-            "| peers built | none (features aeron, iceoryx2, verbs off) |"
-        },
+        // what this build has (CI also runs these tests with the peers built), and Aeron's cping/cpong
+        "| peers built | ",
+        "aeron_c",
         "| rounds | 1 |",
         "| count per round | 5,000 per measurement (after 500 warm-up) |",
         "| duration | 63 s of measuring |",
@@ -175,14 +176,47 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(latency.contains("|  | p50 | p99 | p99.9 | p99.99 | max | samples |"), "{latency}");
     assert!(latency.contains("\n| cache line (limit) | 100 ns |"), "{latency}");
     assert!(latency.contains("\n| mdfan shm | 110 ns |"), "{latency}");
-    assert!(latency.contains("\n| Aeron IPC | 280 ns |") && latency.contains("| 28.0 µs | 5,000 |"), "{latency}");
+    assert!(
+        latency.contains("\n| Aeron IPC (rusteron harness) | 280 ns |") && latency.contains("| 28.0 µs | 5,000 |"),
+        "{latency}"
+    );
+    assert!(latency.contains("\n| Aeron IPC (cping/cpong) | 200 ns | 600 ns | 600 ns | 40.0 µs |"), "{latency}");
+    // The better-of-two is no measurement: no row of its own.
+    assert!(!latency.contains("better"), "{latency}");
     // Variants this run did not measure are simply not there.
     assert!(!latency.contains("iceoryx2") && !latency.contains("verbs") && !latency.contains("perftest"), "{latency}");
 
     let ratios = section(&md, "## mdfan against", "## Replay throughput");
     assert!(ratios.contains("\n| mdfan shm | cache line (limit) | 1.10x |"), "{ratios}");
-    assert!(ratios.contains("\n| mdfan shm | Aeron IPC | 0.39x |"), "{ratios}");
-    assert_eq!(ratios.matches("\n| mdfan").count(), 2, "{ratios}");
+    assert!(ratios.contains("\n| mdfan shm | Aeron IPC (rusteron harness) | 0.39x |"), "{ratios}");
+    assert!(ratios.contains("\n| mdfan shm | Aeron IPC (cping/cpong) | 0.55x | 0.55x | 0.55x | 0.32x |"), "{ratios}");
+    assert!(ratios.contains("\n| mdfan shm | Aeron IPC (the better of the two) | 0.55x | 0.55x | 0.55x | 0.46x |"));
+    assert!(
+        ratios.contains(
+            "The better Aeron IPC figure, which the targets use: p50 Aeron IPC (cping/cpong), p99 Aeron IPC \
+             (cping/cpong), p99.9 Aeron IPC (cping/cpong), p99.99 Aeron IPC (rusteron harness)."
+        ),
+        "{ratios}"
+    );
+    assert_eq!(ratios.matches("\n| mdfan").count(), 4, "{ratios}");
+    // The better-of-two figures, percentile by percentile, and the Aeron targets read them and say which it was.
+    for (p, from) in [("p50", "aeron_c"), ("p99", "aeron_c"), ("p999", "aeron_c"), ("p9999", "aeron")] {
+        let best = report.figures[&format!("baseline.aeron_best.{p}_ns")];
+        assert_eq!(best, report.figures[&format!("baseline.{from}.{p}_ns")], "{p}");
+    }
+    assert_eq!(report.figures["baseline.aeron_best.p50_ns"], 200.0);
+    let aeron_target = |key: &str| report.targets.iter().find(|t| t.key == key).unwrap_or_else(|| panic!("{key}"));
+    let t = aeron_target("ratio.mdfan.shm.pingpong_vs_baseline.aeron_best.p999");
+    assert_eq!(
+        (t.what.as_str(), t.value, t.met()),
+        (
+            "shm one-way p99.9 <= 0.7x the better Aeron IPC figure (here Aeron IPC (cping/cpong))",
+            Some(330.0 / 600.0),
+            Some(true)
+        )
+    );
+    let t = aeron_target("ratio.mdfan.shm.pingpong_vs_baseline.aeron_best.p50");
+    assert_eq!((t.limit, t.value, t.met()), (1.0, Some(110.0 / 200.0), Some(true)));
 
     let throughput = section(&md, "## Replay throughput", "## Open loop");
     assert!(throughput.contains("The capture decoded alone: 3.50M/s from the file (zstd + DBN), 9.40M/s in memory."));
@@ -270,7 +304,7 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
 
     // The charts' legends and the page: human names, never keys.
     let legends = [
-        (1, &["cache line (limit)", "mdfan shm", "Aeron IPC"][..]),
+        (1, &["cache line (limit)", "mdfan shm", "Aeron IPC (rusteron harness)", "Aeron IPC (cping/cpong)"][..]),
         (2, &["open loop 20k/s: decode to post", "open loop 20k/s: post to poll", "cache line (limit)"][..]),
         (3, &["mdfan replay + normalize + fan-out", "DBN decode of the capture file (zstd + DBN)"][..]),
     ];
@@ -318,13 +352,14 @@ fn compare_orders_percentiles_numerically_prints_counts_as_integers_and_warns_on
     let context = |cpu: &str, pinning: &str| {
         serde_json::json!({"cpu": cpu, "cores": [0, 1], "kernel": "6.1", "clock": "tsc", "pinning": pinning,
             "peers_built": [], "started_unix_s": 1, "tuning": {"hugepages_free": 3, "isolcpus": null},
-            "capture": "/a/esh4.dbn.zst"})
+            "capture": "/a/esh4.dbn.zst", "aeron_c_samples": "/a/target/release/aeron-samples"})
     };
     let a = Summary { context: context("AMD EPYC", "every measuring thread pinned"), figures: figures(1.0) };
     let mut b_context = context("Intel Xeon", "every measuring thread pinned");
     b_context["started_unix_s"] = 2.into(); // differs every run: no warning
     b_context["tuning"]["hugepages_free"] = 0.into(); // ditto
     b_context["capture"] = "/b/esh4.dbn.zst".into(); // the same capture in another checkout
+    b_context["aeron_c_samples"] = "/b/target/release/aeron-samples".into(); // ditto, cping/cpong's folder
     b_context["peers_built"] = serde_json::json!(["aeron"]);
     b_context["replay"] = true.into(); // a key A's (older) version did not write: no warning
     let b = Summary { context: b_context, figures: figures(2.0) };
@@ -386,7 +421,9 @@ fn figures_format_for_a_reader() {
     for (key, name) in [
         ("baseline.cacheline", "cache line (limit)"),
         ("mdfan.shm.pingpong", "mdfan shm"),
-        ("baseline.aeron", "Aeron IPC"),
+        ("baseline.aeron", "Aeron IPC (rusteron harness)"),
+        ("baseline.aeron_c", "Aeron IPC (cping/cpong)"),
+        ("baseline.aeron_best", "Aeron IPC (the better of the two)"),
         ("baseline.iceoryx2", "iceoryx2"),
         ("mdfan.verbs.pingpong", "mdfan verbs"),
         ("baseline.perftest", "perftest write_with_imm"),
@@ -400,14 +437,14 @@ fn figures_format_for_a_reader() {
 
 #[test]
 fn progress_is_hidden_when_stderr_is_not_a_terminal() {
-    let p = crate::Progress::new(&Scenario::default(), 4, false);
+    let p = crate::Progress::new(&Scenario::default(), 4, true, false);
     assert!(p.bar.is_hidden());
     assert_eq!(p.step("baseline.cacheline", || 7), 7);
     assert_eq!(p.bar.position(), 1);
-    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays spinning and 3
-    // yielding, the fan-out and its store limit at 1, 2, 4, 8 and 16 subscribers, MDP 3.0 rates and per-packet
-    // latency, MDP 3.0 over loopback.
-    let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2"));
+    // 3 rounds of: cache line, the peers built and Aeron's cping/cpong, mdfan shm, 4 rates, DBN decode, 3
+    // replays spinning and 3 yielding, the fan-out and its store limit at 1, 2, 4, 8 and 16 subscribers, MDP 3.0
+    // rates and per-packet latency, MDP 3.0 over loopback.
+    let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2")) + 1;
     assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 2 * 5 + 3)));
 }
 
