@@ -39,6 +39,7 @@
 
 #[cfg(feature = "aeron")]
 mod aeron;
+mod book_apply;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
 mod itch;
@@ -51,6 +52,7 @@ mod replay;
 mod report;
 #[cfg(test)]
 mod report_tests;
+mod rounds;
 mod shm;
 #[cfg(any(feature = "aeron", feature = "iceoryx2"))]
 mod spin;
@@ -152,6 +154,10 @@ struct RunArgs {
     /// The capture replayed (default: the bundled ESH4 file).
     #[arg(long)]
     capture: Option<PathBuf>,
+    /// A round whose cache-line probe's maximum exceeds this many ns is flagged as hit by a host stall and left
+    /// out of the per-round ratio medians (default 1000000, 1 ms; see `rounds`).
+    #[arg(long)]
+    stall_threshold_ns: Option<u64>,
     /// Skip the replay throughput scenario.
     #[arg(long)]
     no_replay: bool,
@@ -178,6 +184,7 @@ struct Scenario {
     count: u64,
     duration_ms: Option<u64>,
     warmup: u64,
+    stall_threshold_ns: u64,
     rates: Vec<RateSpec>,
     subscribers: Vec<usize>,
     source: String,
@@ -198,6 +205,7 @@ impl Default for Scenario {
             count: 20_000,
             duration_ms: None,
             warmup: 2_000,
+            stall_threshold_ns: rounds::DEFAULT_STALL_THRESHOLD_NS,
             rates: ["100000", "500000", "1000000", "max"].map(|r| RateSpec::Text(r.into())).to_vec(),
             subscribers: vec![1, 2, 4],
             source: "replay".into(),
@@ -225,7 +233,7 @@ impl Scenario {
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
         }
-        take!(rounds, count, warmup, subscribers, source, cores, shm_dir);
+        take!(rounds, count, warmup, stall_threshold_ns, subscribers, source, cores, shm_dir);
         if let Some(r) = &a.rates {
             s.rates = r.iter().map(|r| RateSpec::Text(r.clone())).collect();
         }
@@ -402,6 +410,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, true) => itch::snippet(&repo_root().join(itch::SNIPPET))?,
         _ => Vec::new(),
     };
+    let book_records = match s.fabric {
+        Provider::Shm => book_apply::records(&capture)?,
+        Provider::Verbs => Vec::new(),
+    };
+    let esh4 = capture.file_name() == Path::new(replay::CAPTURE).file_name();
     // passes of the 5,000 packets: for the rates (each pass timed whole), and for the per-packet histogram
     let mdp3_passes = (s.count / 1_000).clamp(3, 100) as usize;
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
@@ -522,6 +535,18 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             let hw = lb.stamp == mdfan_lines::StampKind::Hardware;
             scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), f64::from(u8::from(hw)));
         }
+        if !book_records.is_empty() {
+            let t = Instant::now();
+            let m = progress.step("strategy.book_apply", || {
+                fresh(|| {
+                    pin(a);
+                    book_apply::run(&book_records, round % 2 == 1, esh4)
+                })
+            })?;
+            rec.add("strategy.book_apply", t, m.hot);
+            rec.add("baseline.reference_book_apply", t, m.reference);
+            scalars.add("strategy.book_apply.tsc_overhead_ns".into(), m.tsc_overhead_ns);
+        }
     }
     progress.finish();
 
@@ -538,7 +563,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         elapsed: rec.run_start.elapsed(),
     }
     .to_json();
-    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates)?;
+    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates, s.stall_threshold_ns)?;
     let mut figures: Vec<(&String, &f64)> = report.figures.iter().collect();
     figures.sort_by_key(|(k, _)| report::figure_order(k)); // p50 < p90 < ... < p99999 < max, as in summary.md
     for (k, v) in figures {
@@ -571,6 +596,7 @@ impl Progress {
                     + rates
                     + if s.replay { 1 + 2 * s.subscribers.len() } else { 0 }
                     + if s.mdp3 { 3 } else { 0 }
+                    + 1 // book apply
             }
         };
         let total = u64::from(s.rounds) * per_round as u64;
@@ -680,7 +706,9 @@ struct Report {
 }
 
 /// Writes the report folder of a run: each histogram's `.hgrm` and `.hlog`, `summary.json` and `summary.md`, the
-/// charts and `report.html`. `scalars` are the run's scalar figures (medians over rounds).
+/// charts and `report.html`. `scalars` are the run's scalar figures (medians over rounds). The ping-pong ratios
+/// are medians of per-round ratios, rounds whose cache-line maximum exceeds `stall_threshold_ns` left out
+/// ([`rounds`]); the per-round table goes into the context as `pingpong_rounds`.
 fn write_report(
     out: &Path,
     context: &serde_json::Value,
@@ -688,6 +716,7 @@ fn write_report(
     scalars: BTreeMap<String, f64>,
     subscribers: &[usize],
     rates: &[Option<u64>],
+    stall_threshold_ns: u64,
 ) -> anyhow::Result<Report> {
     let mut figures = scalars;
     let mut totals = BTreeMap::new();
@@ -699,6 +728,14 @@ fn write_report(
         totals.insert(name.clone(), h);
     }
     report::add_ratio_figures(&mut figures);
+    report::add_ratios(&mut figures, "strategy.book_apply", "baseline.reference_book_apply");
+    let per_round = rounds::per_round(&rounds::probes_of(&rec.hists), &report::PINGPONG_RATIOS, stall_threshold_ns);
+    per_round.add_figures(&mut figures);
+    let mut context = context.clone();
+    if let Some(c) = context.as_object_mut() {
+        c.insert("pingpong_rounds".into(), per_round.to_json());
+    }
+    let context = &context;
     let targets = targets(&figures);
     report::write_summary(out, context, &figures, &targets)?;
     let charts = charts(&totals, &figures, subscribers, rates)?;
