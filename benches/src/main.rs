@@ -3,7 +3,7 @@
 //! ```text
 //! mdfan-bench run --out DIR [--config bench.toml] [--rounds 3] [--count 20000] [--warmup 2000]
 //!                 [--rates 100000,500000,1000000,max] [--subscribers 1,2,4] [--source replay|synthetic]
-//!                 [--cores 0,1] [--shm-dir /dev/shm]
+//!                 [--cores 0,1] [--shm-dir /dev/shm] [--stall-threshold-ns 1000000]
 //! mdfan-bench compare RUN_A RUN_B
 //! ```
 //!
@@ -27,13 +27,20 @@
 //! - `mdfan.itch_decode.*` and `baseline.itch_walk`: [`itch`]: Nasdaq ITCH 5.0 decode + normalise over the
 //!   bundled snippet, against a bare walk of the same bytes' length prefixes (with the MDP 3.0 decode; the same
 //!   `--no-mdp3` skips both).
+//! - `strategy.book_apply` and `baseline.reference_book_apply`: [`book_apply`]: every record of the capture
+//!   (normalised once, outside the timing) applied to the subscriber library's pre-allocated `HotBooks` and to the
+//!   reference `Books`, ns per record (TSC, the read cost subtracted); the final book must be the reference's
+//!   (and, on ESH4, the known one) or the run fails.
 //!
 //! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
 //! - `baseline.perftest`: perftest's `ib_write_lat --write_with_imm` (64 B) on that device, every sample.
 //!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`, and
-//! only between like-for-like measurements (see [`report::add_ratio_figures`]). The report folder: see [`report`];
+//! only between like-for-like measurements (see [`report::add_ratio_figures`]). Host stalls of 2 to 8 ms land on
+//! whichever probe runs, so the ping-pong ratios are the median of per-round ratios (many short rounds), and a
+//! round whose cache-line maximum exceeds `stall_threshold_ns` (`--stall-threshold-ns`, default 1 ms) is listed as
+//! stalled and left out of the medians ([`rounds`]). The report folder: see [`report`];
 //! what a reader sees first: [`tables`]. On a terminal, a progress bar shows on stderr while the rounds run.
 #![forbid(unsafe_code)]
 
@@ -571,6 +578,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     }
     for t in &report.targets {
         println!("target {}: {} ({})", t.key, t.verdict(), t.what);
+    }
+    if let Some(line) = rounds::stall_line(&report.figures) {
+        println!("{line}");
     }
     println!("report={}", out.display());
     Ok(())

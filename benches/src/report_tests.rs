@@ -549,3 +549,11 @@ fn the_html_report_renders_in_headless_chromium() {
     assert!(dom.contains("cache line (limit)") && dom.contains("<h2>Replay throughput</h2>"));
     say(&format!("the_html_report_renders_in_headless_chromium: rendered by {}", chromium.display()));
 }
+
+#[test]
+fn the_bundled_scenarios_parse_and_the_full_one_has_many_short_rounds() {
+    let full: Scenario = toml::from_str(include_str!("../scenarios/full.toml")).unwrap();
+    assert_eq!((full.rounds, full.count, full.stall_threshold_ns), (25, 20_000, 1_000_000));
+    let smoke: Scenario = toml::from_str(include_str!("../scenarios/smoke.toml")).unwrap();
+    assert_eq!(smoke.stall_threshold_ns, crate::rounds::DEFAULT_STALL_THRESHOLD_NS);
+}

@@ -215,6 +215,25 @@ impl PingpongRounds {
     }
 }
 
+/// One line for the console: how many rounds the ping-pong ratio medians use and how many a stall hit, with a
+/// warning when fewer than half are left (the medians then rest on few rounds); `None` without ping-pong rounds.
+pub fn stall_line(figures: &BTreeMap<String, f64>) -> Option<String> {
+    let rounds = *figures.get("pingpong.rounds")?;
+    let stalled = figures.get("pingpong.stalled.rounds").copied().unwrap_or(0.0);
+    let threshold = figures.get("pingpong.stall_threshold_ns").copied().unwrap_or(0.0);
+    let all = figures.get("pingpong.stalled.all_flagged").is_some_and(|&v| v > 0.0);
+    let mut line = format!(
+        "pingpong rounds: {stalled:.0} of {rounds:.0} stalled (cache-line max > {threshold:.0} ns), left out of the \
+         ratio medians"
+    );
+    if all {
+        line.push_str("; every round stalled: the medians use all of them");
+    } else if 2.0 * (rounds - stalled) < rounds {
+        line.push_str(&format!("; warning: the medians rest on {:.0} rounds", rounds - stalled));
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +296,10 @@ mod tests {
         assert_eq!(f["pingpong.stalled.rounds"], 1.0);
         assert_eq!(f["pingpong.stalled.all_flagged"], 0.0);
         assert_eq!(f["pingpong.stall_threshold_ns"], 1_000_000.0);
+        assert_eq!(
+            stall_line(&f).as_deref(),
+            Some("pingpong rounds: 1 of 5 stalled (cache-line max > 1000000 ns), left out of the ratio medians")
+        );
         let j = r.to_json();
         assert_eq!(j["flagged"], serde_json::json!([3]));
         assert_eq!(j["rounds"][2]["ratios"][key]["p50"], serde_json::json!(1.0));
@@ -292,6 +315,8 @@ mod tests {
         let mut f = BTreeMap::new();
         r.add_figures(&mut f);
         assert_eq!((f["pingpong.stalled.rounds"], f["pingpong.stalled.all_flagged"]), (5.0, 1.0));
+        assert!(stall_line(&f).unwrap().ends_with("; every round stalled: the medians use all of them"));
+        assert_eq!(stall_line(&BTreeMap::new()), None);
     }
 
     #[test]

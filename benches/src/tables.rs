@@ -553,6 +553,11 @@ pub fn round_ratios(c: &serde_json::Value, f: &BTreeMap<String, f64>) -> Option<
             fmt_int(stalled)
         )
     };
+    let few = if !all && 2.0 * (rounds - stalled) < rounds {
+        " Fewer than half the rounds are left: these medians rest on few rounds."
+    } else {
+        ""
+    };
     let mut head = vec!["".to_owned(), "as a ratio to".to_owned()];
     head.extend(RATIO_PERCENTILES.iter().map(|p| percentile_label(p)));
     (!rows.is_empty()).then(|| Table {
@@ -560,7 +565,7 @@ pub fn round_ratios(c: &serde_json::Value, f: &BTreeMap<String, f64>) -> Option<
         note: format!(
             "Each round measures every variant once, interleaved; a ratio is taken per round at each percentile. \
              Given: the median of the rounds' ratios (smallest to largest round in brackets), over {used}. The \
-             targets read these medians."
+             targets read these medians.{few}"
         ),
         head,
         rows,
