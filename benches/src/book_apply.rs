@@ -186,3 +186,39 @@ fn check_final(reference: &Books, want: &FinalBook) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esh4() -> Vec<BookUpdate> {
+        records(&crate::repo_root().join(crate::replay::CAPTURE)).unwrap()
+    }
+
+    #[test]
+    fn the_whole_capture_gives_one_sample_per_record_and_the_known_book() {
+        let r = esh4();
+        assert_eq!(r.len(), ESH4_RECORDS);
+        for hot_first in [true, false] {
+            let m = run(&r, hot_first, true).unwrap();
+            assert_eq!((m.hot.len(), m.reference.len()), (ESH4_RECORDS as u64, ESH4_RECORDS as u64));
+        }
+    }
+
+    #[test]
+    fn a_book_that_is_not_the_known_one_fails_the_measurement() {
+        let r = esh4();
+        // all but the last record: the right count is checked first
+        let e = run(&r[..ESH4_RECORDS - 1], true, true).err().unwrap().to_string();
+        assert_eq!(e, "book apply: ESH4 has 68792 records, read 68791");
+        // a book past the snapshot only: both books agree, the known final book does not
+        let (mut books, mut hot) = (Books::new(), HotBooks::with_capacity(CAPACITY));
+        for x in &r[..8_725] {
+            books.apply(x).unwrap();
+            hot.apply(x).unwrap();
+        }
+        same_books(&hot, &books).unwrap();
+        let e = check_final(&books, &ESH4_FINAL).err().unwrap().to_string();
+        assert!(e.starts_with("book apply: instrument 17077 after the capture: (orders, bid levels, ask levels, bbo) = (8725, 892, 559,"), "{e}");
+    }
+}
