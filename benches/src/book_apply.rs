@@ -13,7 +13,9 @@
 //! the two books in alternating order.
 //!
 //! After each pass both books must hold the same book, and on the bundled ESH4 capture the known one
-//! ([`ESH4_FINAL`], from data/README.md): otherwise the measurement fails (a fast wrong book is no figure).
+//! ([`ESH4_FINAL`], from data/README.md) with no growth of the hot book (no allocation inside the timing):
+//! otherwise the measurement fails (a fast wrong book is no figure). Another capture (`--capture`) may outgrow
+//! [`CAPACITY`]; the hot book then grows (and allocates) as it does in a strategy.
 
 use std::hint::black_box;
 
@@ -131,13 +133,14 @@ pub fn run(records: &[BookUpdate], hot_first: bool, esh4: bool) -> anyhow::Resul
         hot_refused == ref_refused,
         "book apply: the hot book refused {hot_refused} records, the reference {ref_refused}"
     );
-    anyhow::ensure!(
-        hot.growths() == 0,
-        "book apply: the hot book grew {} times (capacity {CAPACITY:?})",
-        hot.growths()
-    );
     same_books(&hot, &reference)?;
     if esh4 {
+        // sized for ESH4: a growth would put an allocation inside the timed applies
+        anyhow::ensure!(
+            hot.growths() == 0,
+            "book apply: the hot book grew {} times on ESH4 (capacity {CAPACITY:?})",
+            hot.growths()
+        );
         anyhow::ensure!(
             records.len() == ESH4_RECORDS,
             "book apply: ESH4 has {ESH4_RECORDS} records, read {}",
