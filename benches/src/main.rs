@@ -3,7 +3,7 @@
 //! ```text
 //! mdfan-bench run --out DIR [--config bench.toml] [--rounds 3] [--count 20000] [--warmup 2000]
 //!                 [--rates 100000,500000,1000000,max] [--subscribers 1,2,4] [--source replay|synthetic]
-//!                 [--cores 0,1] [--shm-dir /dev/shm]
+//!                 [--cores 0,1] [--shm-dir /dev/shm] [--stall-threshold-ns 1000000]
 //! mdfan-bench compare RUN_A RUN_B
 //! ```
 //!
@@ -34,19 +34,27 @@
 //! - `mdfan.itch_decode.*` and `baseline.itch_walk`: [`itch`]: Nasdaq ITCH 5.0 decode + normalise over the
 //!   bundled snippet, against a bare walk of the same bytes' length prefixes (with the MDP 3.0 decode; the same
 //!   `--no-mdp3` skips both).
+//! - `strategy.book_apply` and `baseline.reference_book_apply`: [`book_apply`]: every record of the capture
+//!   (normalised once, outside the timing) applied to the subscriber library's pre-allocated `HotBooks` and to the
+//!   reference `Books`, ns per record (TSC, the read cost subtracted); the final book must be the reference's
+//!   (and, on ESH4, the known one) or the run fails.
 //!
 //! With `--fabric verbs` (feature `verbs`), each round measures, after `baseline.cacheline`:
 //! - `mdfan.verbs.pingpong`: the same ping-pong over two verbs rings on one RDMA device (`--device`);
 //! - `baseline.perftest`: perftest's `ib_write_lat --write_with_imm` (64 B) on that device, every sample.
 //!
 //! The machine is shared and noisy, so only ratios within one run mean anything: `ratio.<a>_vs_<b>.<pNN>`, and
-//! only between like-for-like measurements (see [`report::add_ratio_figures`]). The report folder: see [`report`];
+//! only between like-for-like measurements (see [`report::add_ratio_figures`]). Host stalls of 2 to 8 ms land on
+//! whichever probe runs, so the ping-pong ratios are the median of per-round ratios (many short rounds), and a
+//! round whose cache-line maximum exceeds `stall_threshold_ns` (`--stall-threshold-ns`, default 1 ms) is listed as
+//! stalled and left out of the medians ([`rounds`]). The report folder: see [`report`];
 //! what a reader sees first: [`tables`]. On a terminal, a progress bar shows on stderr while the rounds run.
 #![deny(unsafe_code)] // one audited exception: the fan-out limit maps ring-like shared memory (fanout::store_limit)
 
 #[cfg(feature = "aeron")]
 mod aeron;
 mod aeron_c;
+mod book_apply;
 mod fanout;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
@@ -60,6 +68,7 @@ mod replay;
 mod report;
 #[cfg(test)]
 mod report_tests;
+mod rounds;
 mod shm;
 #[cfg(any(feature = "aeron", feature = "iceoryx2"))]
 mod spin;
@@ -161,6 +170,10 @@ struct RunArgs {
     /// The capture replayed (default: the bundled ESH4 file).
     #[arg(long)]
     capture: Option<PathBuf>,
+    /// A round whose cache-line probe's maximum exceeds this many ns is flagged as hit by a host stall and left
+    /// out of the per-round ratio medians (default 1000000, 1 ms; see `rounds`).
+    #[arg(long)]
+    stall_threshold_ns: Option<u64>,
     /// Skip the replay throughput scenario (and the fan-out scaling one).
     #[arg(long)]
     no_replay: bool,
@@ -190,6 +203,7 @@ struct Scenario {
     count: u64,
     duration_ms: Option<u64>,
     warmup: u64,
+    stall_threshold_ns: u64,
     rates: Vec<RateSpec>,
     subscribers: Vec<usize>,
     source: String,
@@ -211,6 +225,7 @@ impl Default for Scenario {
             count: 20_000,
             duration_ms: None,
             warmup: 2_000,
+            stall_threshold_ns: rounds::DEFAULT_STALL_THRESHOLD_NS,
             rates: ["100000", "500000", "1000000", "max"].map(|r| RateSpec::Text(r.into())).to_vec(),
             subscribers: vec![1, 2, 4],
             source: "replay".into(),
@@ -239,7 +254,7 @@ impl Scenario {
         macro_rules! take {
             ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
         }
-        take!(rounds, count, warmup, subscribers, source, cores, shm_dir, fanout);
+        take!(rounds, count, warmup, stall_threshold_ns, subscribers, source, cores, shm_dir, fanout);
         if let Some(r) = &a.rates {
             s.rates = r.iter().map(|r| RateSpec::Text(r.clone())).collect();
         }
@@ -425,6 +440,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, true) => itch::snippet(&repo_root().join(itch::SNIPPET))?,
         _ => Vec::new(),
     };
+    let book_records = match s.fabric {
+        Provider::Shm => book_apply::records(&capture)?,
+        Provider::Verbs => Vec::new(),
+    };
+    let esh4 = capture.file_name() == Path::new(replay::CAPTURE).file_name();
     // passes of the 5,000 packets: for the rates (each pass timed whole), and for the per-packet histogram
     let mdp3_passes = (s.count / 1_000).clamp(3, 100) as usize;
     let rates: Vec<Option<u64>> = s.rates.iter().map(RateSpec::rate).collect::<anyhow::Result<_>>()?;
@@ -576,6 +596,18 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             let hw = lb.stamp == mdfan_lines::StampKind::Hardware;
             scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), f64::from(u8::from(hw)));
         }
+        if !book_records.is_empty() {
+            let t = Instant::now();
+            let m = progress.step("strategy.book_apply", || {
+                fresh(|| {
+                    pin(a);
+                    book_apply::run(&book_records, round % 2 == 1, esh4)
+                })
+            })?;
+            rec.add("strategy.book_apply", t, m.hot);
+            rec.add("baseline.reference_book_apply", t, m.reference);
+            scalars.add("strategy.book_apply.tsc_overhead_ns".into(), m.tsc_overhead_ns);
+        }
     }
     progress.finish();
 
@@ -593,7 +625,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         elapsed: rec.run_start.elapsed(),
     }
     .to_json();
-    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates)?;
+    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates, s.stall_threshold_ns)?;
     let mut figures: Vec<(&String, &f64)> = report.figures.iter().collect();
     figures.sort_by_key(|(k, _)| report::figure_order(k)); // p50 < p90 < ... < p99999 < max, as in summary.md
     for (k, v) in figures {
@@ -601,6 +633,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
     }
     for t in &report.targets {
         println!("target {}: {} ({})", t.key, t.verdict(), t.what);
+    }
+    if let Some(line) = rounds::stall_line(&report.figures) {
+        println!("{line}");
     }
     println!("report={}", out.display());
     Ok(())
@@ -629,6 +664,7 @@ impl Progress {
                     + if s.replay { 1 + 2 * s.subscribers.len() } else { 0 }
                     + 2 * s.fanout.len()
                     + if s.mdp3 { 3 } else { 0 }
+                    + 1 // book apply
             }
         };
         let total = u64::from(s.rounds) * per_round as u64;
@@ -741,7 +777,9 @@ struct Report {
 }
 
 /// Writes the report folder of a run: each histogram's `.hgrm` and `.hlog`, `summary.json` and `summary.md`, the
-/// charts and `report.html`. `scalars` are the run's scalar figures (medians over rounds).
+/// charts and `report.html`. `scalars` are the run's scalar figures (medians over rounds). The ping-pong ratios
+/// are medians of per-round ratios, rounds whose cache-line maximum exceeds `stall_threshold_ns` left out
+/// ([`rounds`]); the per-round table goes into the context as `pingpong_rounds`.
 fn write_report(
     out: &Path,
     context: &serde_json::Value,
@@ -749,6 +787,7 @@ fn write_report(
     scalars: BTreeMap<String, f64>,
     subscribers: &[usize],
     rates: &[Option<u64>],
+    stall_threshold_ns: u64,
 ) -> anyhow::Result<Report> {
     let mut figures = scalars;
     let mut totals = BTreeMap::new();
@@ -760,6 +799,14 @@ fn write_report(
         totals.insert(name.clone(), h);
     }
     report::add_ratio_figures(&mut figures);
+    report::add_ratios(&mut figures, "strategy.book_apply", "baseline.reference_book_apply");
+    let per_round = rounds::per_round(&rounds::probes_of(&rec.hists), &report::PINGPONG_RATIOS, stall_threshold_ns);
+    per_round.add_figures(&mut figures);
+    let mut context = context.clone();
+    if let Some(c) = context.as_object_mut() {
+        c.insert("pingpong_rounds".into(), per_round.to_json());
+    }
+    let context = &context;
     let targets = targets(&figures);
     report::write_summary(out, context, &figures, &targets)?;
     let charts = charts(&totals, &figures, subscribers, rates)?;

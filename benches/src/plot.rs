@@ -243,7 +243,10 @@ pub fn html(
         })
     };
     h.push_str(&tables::context(context).html());
-    for t in [tables::latency(figures), tables::ratios(figures)].into_iter().flatten() {
+    for t in [tables::latency(figures), tables::ratios(figures), tables::round_ratios(context, figures)]
+        .into_iter()
+        .flatten()
+    {
         h.push_str(&t.html());
     }
     h.push_str(&charts_of(ChartKind::Latency));
@@ -260,6 +263,9 @@ pub fn html(
     }
     h.push_str(&charts_of(ChartKind::OpenLoop));
     for t in [tables::mdp3(figures), tables::mdp3_loopback(figures)].into_iter().flatten() {
+        h.push_str(&t.html());
+    }
+    for t in [tables::book_apply(figures), tables::rounds(context)].into_iter().flatten() {
         h.push_str(&t.html());
     }
     h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th class=n>limit</th><th class=n>measured</th><th>verdict</th></tr>\n");

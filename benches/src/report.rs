@@ -9,7 +9,9 @@
 //! - `summary.md` and `report.html` (with SVG charts, see [`crate::plot`]): the run's context and the headline
 //!   tables ([`crate::tables`]) under human names ([`display_name`]), the targets, then every figure by key.
 //!
-//! Keys: `<histogram>.<pNN>_ns`, `.max_ns`, `.count`; `ratio.<a>_vs_<b>.<pNN>` (which: [`add_ratio_figures`]);
+//! Keys: `<histogram>.<pNN>_ns`, `.max_ns`, `.count`; `ratio.<a>_vs_<b>.<pNN>` (which: [`add_ratio_figures`]; the
+//! ping-pong ones are medians of per-round ratios, with `.<pNN>.min`/`.max` and the merged histograms' ratio as
+//! `ratio.<a>_vs_<b>.merged.<pNN>`: [`crate::rounds`]); `pingpong.rounds`, `pingpong.stalled.rounds`;
 //! scenario figures such as `mdfan.replay.subs2.rate_per_s`. A key keeps its meaning across versions; new figures
 //! get new keys.
 
@@ -173,7 +175,9 @@ pub fn add_best_aeron(figures: &mut BTreeMap<String, f64>) {
 /// - `ratio.<mdfan ping-pong>_vs_<baseline ping-pong>.<pNN>` for each pair of [`PINGPONG_RATIOS`]: one-way latency
 ///   (round trip / 2) of one message at a time, the same message size, the same two cores, the same counts,
 ///   interleaved in every round, compared at the same percentile; `baseline.aeron_best` is the better of the two
-///   Aeron measurements at each percentile ([`add_best_aeron`], added here first);
+///   Aeron measurements at each percentile ([`add_best_aeron`], added here first). Written here from the histograms
+///   merged over the run; `write_report` then moves these to `ratio.<a>_vs_<b>.merged.<pNN>` and puts the median of
+///   the per-round ratios in their place ([`crate::rounds`]);
 /// - `ratio.mdfan.replay.subs<N>_vs_baseline.dbn_decode.rate` and `…_vs_baseline.dbn_decode_mem.rate`: records/s of
 ///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory); the
 ///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle).
@@ -295,6 +299,8 @@ pub fn display_name(key: &str) -> String {
         "mdfan.mdp3_loopback" => "MDP 3.0 over loopback UDP to the subscriber",
         "mdfan.mdp3_loopback.wire_to_poll" => "MDP 3.0 over loopback: wire to poll",
         "mdfan.mdp3_loopback.post_to_poll" => "MDP 3.0 over loopback: post to poll",
+        "strategy.book_apply" => "pre-allocated book (HotBooks)",
+        "baseline.reference_book_apply" => "reference book (Books)",
         _ => "",
     };
     if !fixed.is_empty() {
@@ -551,8 +557,8 @@ pub fn read_summary(dir: &Path) -> anyhow::Result<Summary> {
 
 /// Context keys that differ from run to run on one machine and do not change what the figures mean (the folder of
 /// Aeron's cping/cpong depends on the checkout; whether they ran is in `peers_built`).
-const VOLATILE_CONTEXT: [&str; 5] =
-    ["started_unix_s", "elapsed_s", "verbs_rounds", "tuning.hugepages_free", "aeron_c_samples"];
+const VOLATILE_CONTEXT: [&str; 6] =
+    ["started_unix_s", "elapsed_s", "verbs_rounds", "pingpong_rounds", "tuning.hugepages_free", "aeron_c_samples"];
 
 /// How two runs' contexts differ, one line per key (`cpu: "AMD EPYC" in A, "Intel Xeon" in B`): the machine,
 /// cores, kernel, clock, pinning, peers built and scenario, everything but [`VOLATILE_CONTEXT`]; the capture by

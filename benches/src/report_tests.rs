@@ -89,6 +89,9 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
     add("mdfan.mdp3_loopback.wire_to_poll", hist(9_000, 900_000, 29_240));
     add("mdfan.mdp3_loopback.post_to_poll", hist(800, 90_000, 29_240));
     scalars.add("mdfan.mdp3_loopback.hardware_stamp".into(), 0.0);
+    add("strategy.book_apply", hist(40, 3_000, 68_792));
+    add("baseline.reference_book_apply", hist(100, 9_000, 68_792));
+    scalars.add("strategy.book_apply.tsc_overhead_ns".into(), 10.0);
     let scenario = Scenario { rounds: 1, count: 5_000, warmup: 500, subscribers: vec![1, 2], ..Scenario::default() };
     let rates = [Some(20_000), None];
     let tuning = mdfan_tuning::TuningReport::read();
@@ -106,7 +109,8 @@ fn synthetic_run(out: &Path) -> (Report, serde_json::Value) {
         elapsed: Duration::from_millis(63_400),
     }
     .to_json();
-    let report = crate::write_report(out, &context, &rec, scalars.medians(), &[1, 2], &rates).unwrap();
+    let threshold = crate::rounds::DEFAULT_STALL_THRESHOLD_NS;
+    let report = crate::write_report(out, &context, &rec, scalars.medians(), &[1, 2], &rates, threshold).unwrap();
     (report, context)
 }
 
@@ -159,10 +163,13 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     for heading in [
         "## One-way latency",
         "## mdfan against each baseline",
+        "## mdfan against each baseline, round by round",
+        "## Book apply per record",
         "## Replay throughput",
         "## Open loop",
         "## MDP 3.0 decode",
         "## MDP 3.0 over loopback UDP",
+        "## Ping-pong ratios in each round",
         "## Targets",
         "## All figures",
     ] {
@@ -186,7 +193,7 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     // Variants this run did not measure are simply not there.
     assert!(!latency.contains("iceoryx2") && !latency.contains("verbs") && !latency.contains("perftest"), "{latency}");
 
-    let ratios = section(&md, "## mdfan against", "## Replay throughput");
+    let ratios = section(&md, "## mdfan against", "## mdfan against each baseline, round by round");
     assert!(ratios.contains("\n| mdfan shm | cache line (limit) | 1.10x |"), "{ratios}");
     assert!(ratios.contains("\n| mdfan shm | Aeron IPC (rusteron harness) | 0.39x |"), "{ratios}");
     assert!(ratios.contains("\n| mdfan shm | Aeron IPC (cping/cpong) | 0.55x | 0.55x | 0.55x | 0.32x |"), "{ratios}");
@@ -218,6 +225,20 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     let t = aeron_target("ratio.mdfan.shm.pingpong_vs_baseline.aeron_best.p50");
     assert_eq!((t.limit, t.value, t.met()), (1.0, Some(110.0 / 200.0), Some(true)));
 
+    // One round: the medians are that round's ratios, with no spread; nothing flagged.
+    let by_round = section(&md, "## mdfan against each baseline, round by round", "## Book apply");
+    assert!(by_round.contains("over 1 of 1 rounds; 0 flagged (cache-line max above 1.00 ms)"), "{by_round}");
+    assert!(by_round.contains("\n| mdfan shm | cache line (limit) | 1.10x (1.10x to 1.10x) |"), "{by_round}");
+    let book = section(&md, "## Book apply per record", "## Replay throughput");
+    assert!(book.contains("\n| pre-allocated book (HotBooks) | 40 ns | 120 ns |"), "{book}");
+    assert!(book.contains("\n| reference book (Books) | 100 ns |") && book.contains("p50 0.40x"), "{book}");
+    let each = section(&md, "## Ping-pong ratios in each round", "## Targets");
+    assert!(each.contains("| round | cache-line max | cache line (limit) p50 |"), "{each}");
+    assert!(each.contains("\n| 1 | 12.0 µs | 1.10x | 1.10x | 1.10x | 0.39x |"), "{each}");
+    assert!(each.contains("Flagged: none."), "{each}");
+    assert_eq!(report.figures["ratio.mdfan.shm.pingpong_vs_baseline.cacheline.merged.p50"], 1.1);
+    assert_eq!(report.figures["pingpong.stalled.rounds"], 0.0);
+
     let throughput = section(&md, "## Replay throughput", "## Open loop");
     assert!(throughput.contains("The capture decoded alone: 3.50M/s from the file (zstd + DBN), 9.40M/s in memory."));
     assert!(throughput.contains("\n| spin | 1 | 4.00M/s | 1.14x | 0.43x | 250 | 10% |"), "{throughput}");
@@ -235,7 +256,7 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(mdp3.contains("\n| 10.00M/s | 11.70M/s | 400.00M/s | 0.025x (missed) | 90 ns |"), "{mdp3}");
     assert_eq!(report.figures["ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate"], 10.0 / 400.0);
     // and wire-to-poll beside post-to-poll, each with its clock
-    let lb = section(&md, "## MDP 3.0 over loopback", "## Targets");
+    let lb = section(&md, "## MDP 3.0 over loopback", "## Ping-pong ratios in each round");
     assert!(lb.contains("\n| wire to poll | realtime (sw stamp) | 9007 ns |"), "{lb}");
     assert!(lb.contains("\n| post to poll | tsc | 800 ns |") && lb.contains("| 29,240 |"), "{lb}");
     let target = report.targets.iter().find(|t| t.key.contains("mdp3_walk")).expect("the MDP 3.0 target");
@@ -264,7 +285,8 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
             && k.ends_with(".rate");
         let mdp3 = k.as_str() == "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate";
         let itch = k.as_str() == "ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate";
-        assert!(pingpong || replay || mdp3 || itch, "a ratio that is not like for like: {k}");
+        let book = k.starts_with("ratio.strategy.book_apply_vs_baseline.reference_book_apply.");
+        assert!(pingpong || replay || mdp3 || itch || book, "a ratio that is not like for like: {k}");
         assert!(!k.contains("openloop"), "{k}");
     }
     assert!(!md.contains("openloop.max.post_to_poll_vs"), "{md}");
@@ -272,7 +294,12 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     // summary.json: the context as it was (every key other tools read), the figures, the targets.
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.0.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(json["context"], context);
+    // ... plus the per-round ping-pong ratios, written with the report
+    let mut written = json["context"].clone();
+    let rounds = written.as_object_mut().unwrap().remove("pingpong_rounds").expect("context.pingpong_rounds");
+    assert_eq!(written, context);
+    assert_eq!(rounds["flagged"], serde_json::json!([]));
+    assert_eq!(rounds["rounds"][0]["ratios"]["mdfan.shm.pingpong_vs_baseline.cacheline"]["p50"], 1.1);
     for key in [
         "cores",
         "pinning",
@@ -443,9 +470,9 @@ fn progress_is_hidden_when_stderr_is_not_a_terminal() {
     assert_eq!(p.bar.position(), 1);
     // 3 rounds of: cache line, the peers built and Aeron's cping/cpong, mdfan shm, 4 rates, DBN decode, 3
     // replays spinning and 3 yielding, the fan-out and its store limit at 1, 2, 4, 8 and 16 subscribers, MDP 3.0
-    // rates and per-packet latency, MDP 3.0 over loopback.
+    // rates and per-packet latency, MDP 3.0 over loopback, book apply.
     let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2")) + 1;
-    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 2 * 5 + 3)));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 2 * 5 + 3 + 1)));
 }
 
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.
@@ -559,4 +586,12 @@ fn the_html_report_renders_in_headless_chromium() {
     }
     assert!(dom.contains("cache line (limit)") && dom.contains("<h2>Replay throughput</h2>"));
     say(&format!("the_html_report_renders_in_headless_chromium: rendered by {}", chromium.display()));
+}
+
+#[test]
+fn the_bundled_scenarios_parse_and_the_full_one_has_many_short_rounds() {
+    let full: Scenario = toml::from_str(include_str!("../scenarios/full.toml")).unwrap();
+    assert_eq!((full.rounds, full.count, full.stall_threshold_ns), (25, 20_000, 1_000_000));
+    let smoke: Scenario = toml::from_str(include_str!("../scenarios/smoke.toml")).unwrap();
+    assert_eq!(smoke.stall_threshold_ns, crate::rounds::DEFAULT_STALL_THRESHOLD_NS);
 }

@@ -3,7 +3,10 @@
 //!
 //! - the run: machine, clock, kernel, tuning, peers built, scenario ([`context`]);
 //! - one-way latency by percentile for each ping-pong variant measured ([`latency`]);
-//! - mdfan's ping-pong as a ratio to each baseline, percentile by percentile ([`ratios`]);
+//! - mdfan's ping-pong as a ratio to each baseline, percentile by percentile ([`ratios`]); the median of the
+//!   per-round ratios with their spread ([`round_ratios`]) and every round's ratios, stalled rounds marked
+//!   ([`rounds`]);
+//! - book apply cost per record, the pre-allocated book against the reference ([`book_apply`]);
 //! - replay throughput by subscriber count against the DBN decode of the same capture ([`throughput`]);
 //! - the open loop by rate ([`open_loop`]);
 //! - the MDP 3.0 decoder's rate against a bare walk of the same packets, and its per-packet latency ([`mdp3`]).
@@ -94,12 +97,15 @@ pub fn all(context: &serde_json::Value, figures: &BTreeMap<String, f64>) -> Vec<
             [
                 latency(figures),
                 ratios(figures),
+                round_ratios(context, figures),
+                book_apply(figures),
                 throughput(figures),
                 fanout(figures),
                 open_loop(figures),
                 mdp3(figures),
                 mdp3_loopback(figures),
                 itch(figures),
+                rounds(context),
             ]
             .into_iter()
             .flatten(),
@@ -572,6 +578,147 @@ pub fn mdp3_loopback(f: &BTreeMap<String, f64>) -> Option<Table> {
         head: ["", "clock", "p50", "p99", "p99.9", "max", "samples"].map(String::from).to_vec(),
         rows,
         figures_from: 2,
+    })
+}
+
+/// The ping-pong ratios as the targets read them: for each pair this run has, the median of the per-round ratios
+/// with the smallest and largest round beside it, over the rounds a host stall did not hit ([`crate::rounds`]).
+pub fn round_ratios(c: &serde_json::Value, f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rounds = f.get("pingpong.rounds").copied()?;
+    let rows: Vec<Vec<String>> = PINGPONG_RATIOS
+        .iter()
+        .filter(|(n, d)| f.contains_key(&format!("ratio.{n}_vs_{d}.p50.min")))
+        .map(|(n, d)| {
+            let mut row = vec![display_name(n), display_name(d)];
+            row.extend(RATIO_PERCENTILES.iter().map(|p| {
+                let g = |s: &str| f.get(&format!("ratio.{n}_vs_{d}.{p}{s}")).copied();
+                match (g(""), g(".min"), g(".max")) {
+                    (Some(m), Some(lo), Some(hi)) => {
+                        format!("{} ({} to {})", fmt_ratio(m), fmt_ratio(lo), fmt_ratio(hi))
+                    }
+                    _ => "-".into(),
+                }
+            }));
+            row
+        })
+        .collect();
+    let stalled = f.get("pingpong.stalled.rounds").copied().unwrap_or(0.0);
+    let all = f.get("pingpong.stalled.all_flagged").is_some_and(|&v| v > 0.0);
+    let threshold =
+        c["pingpong_rounds"]["threshold_ns"].as_f64().or_else(|| f.get("pingpong.stall_threshold_ns").copied());
+    let threshold = threshold.map_or("-".into(), fmt_ns);
+    let used = if all {
+        format!(
+            "every one of the {} rounds was flagged (cache-line max above {threshold}), so these use all of them and \
+             say little",
+            fmt_int(rounds)
+        )
+    } else {
+        format!(
+            "{} of {} rounds; {} flagged (cache-line max above {threshold}) and left out",
+            fmt_int(rounds - stalled),
+            fmt_int(rounds),
+            fmt_int(stalled)
+        )
+    };
+    let few = if !all && 2.0 * (rounds - stalled) < rounds {
+        " Fewer than half the rounds are left: these medians rest on few rounds."
+    } else {
+        ""
+    };
+    let mut head = vec!["".to_owned(), "as a ratio to".to_owned()];
+    head.extend(RATIO_PERCENTILES.iter().map(|p| percentile_label(p)));
+    (!rows.is_empty()).then(|| Table {
+        title: "mdfan against each baseline, round by round".into(),
+        note: format!(
+            "Each round measures every variant once, interleaved; a ratio is taken per round at each percentile. \
+             Given: the median of the rounds' ratios (smallest to largest round in brackets), over {used}. The \
+             targets read these medians.{few}"
+        ),
+        head,
+        rows,
+        figures_from: 2,
+    })
+}
+
+/// Every round's ratios (p50, p99, p99.9 of each pair) and its cache-line max, a flagged round marked, from the
+/// context's `pingpong_rounds` ([`crate::rounds::PingpongRounds::to_json`]).
+pub fn rounds(c: &serde_json::Value) -> Option<Table> {
+    let pr = &c["pingpong_rounds"];
+    let rounds = pr["rounds"].as_array().filter(|r| !r.is_empty())?;
+    let pairs: Vec<(&str, &str)> = PINGPONG_RATIOS
+        .iter()
+        .copied()
+        .filter(|(n, d)| rounds[0]["ratios"].get(format!("{n}_vs_{d}")).is_some())
+        .collect();
+    let shown = ["p50", "p99", "p999"];
+    let mut head = vec!["round".to_owned(), "cache-line max".to_owned()];
+    for (n, d) in &pairs {
+        let short = if *n == "mdfan.shm.pingpong" {
+            display_name(d)
+        } else {
+            format!("{} / {}", display_name(n), display_name(d))
+        };
+        head.extend(shown.iter().map(|p| format!("{short} {}", percentile_label(p))));
+    }
+    let rows = rounds
+        .iter()
+        .map(|r| {
+            let flag = if r["flagged"].as_bool() == Some(true) { " (stall)" } else { "" };
+            let mut row =
+                vec![format!("{}{flag}", r["round"]), r["stall_probe_max_ns"].as_f64().map_or("-".into(), fmt_ns)];
+            for (n, d) in &pairs {
+                let by_p = &r["ratios"][format!("{n}_vs_{d}")];
+                row.extend(shown.iter().map(|p| by_p[*p].as_f64().map_or("-".into(), fmt_ratio)));
+            }
+            row
+        })
+        .collect();
+    let threshold = pr["threshold_ns"].as_f64().map_or("-".into(), fmt_ns);
+    let flagged: Vec<String> = pr["flagged"].as_array().into_iter().flatten().map(|v| v.to_string()).collect();
+    let flagged = if flagged.is_empty() { "none".to_owned() } else { flagged.join(", ") };
+    Some(Table {
+        title: "Ping-pong ratios in each round".into(),
+        note: format!(
+            "mdfan's one-way latency over each baseline's in the same round (below 1.00x mdfan is faster). A round \
+             whose cache-line ping-pong max exceeds {threshold} was hit by a host stall: marked (stall) and left \
+             out of the medians. Flagged: {flagged}."
+        ),
+        head,
+        rows,
+        figures_from: 1,
+    })
+}
+
+/// Book apply cost per record on the capture: the subscriber library's pre-allocated book against the reference
+/// book, TSC around each apply with the read cost taken off ([`crate::book_apply`]).
+pub fn book_apply(f: &BTreeMap<String, f64>) -> Option<Table> {
+    let rows: Vec<Vec<String>> = ["strategy.book_apply", "baseline.reference_book_apply"]
+        .iter()
+        .filter(|k| f.contains_key(&format!("{k}.p50_ns")))
+        .map(|k| {
+            let ns = |q: &str| f.get(&format!("{k}.{q}_ns")).map_or("-".into(), |&v| fmt_ns(v));
+            let count = f.get(&format!("{k}.count")).map_or("-".into(), |&v| fmt_int(v));
+            vec![display_name(k), ns("p50"), ns("p99"), ns("p999"), ns("max"), count]
+        })
+        .collect();
+    let overhead = f.get("strategy.book_apply.tsc_overhead_ns").map_or("-".into(), |&v| fmt_ns(v));
+    let ratio = |p: &str| {
+        f.get(&format!("ratio.strategy.book_apply_vs_baseline.reference_book_apply.{p}"))
+            .map_or("-".into(), |&r| fmt_ratio(r))
+    };
+    (!rows.is_empty()).then(|| Table {
+        title: "Book apply per record".into(),
+        note: format!(
+            "Every record of the capture, normalised once beforehand, applied in file order on core A; TSC around \
+             each apply, less the cost of two back-to-back reads ({overhead}). The final book is checked against \
+             the reference (and the known ESH4 book). Hot over reference: p50 {}, p99 {}.",
+            ratio("p50"),
+            ratio("p99")
+        ),
+        head: ["", "p50", "p99", "p99.9", "max", "records"].map(String::from).to_vec(),
+        rows,
+        figures_from: 1,
     })
 }
 
