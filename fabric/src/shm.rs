@@ -478,20 +478,29 @@ impl ShmRemoteRing {
 
 impl ShmRemoteRing {
     /// The first half of a write: the record into its slot. The caller checked (through `consumed_seq`) that the
-    /// subscriber released the slot's previous record. Bytes 8..64 first, in one copy (a few wide stores: each
-    /// 8-byte store would take its own store-buffer entry, and a fan-out to many rings runs out of them), then
-    /// the seq word (the slot's stamp) with release ordering: a reader that sees the new seq there sees the whole
+    /// subscriber released the slot's previous record. Bytes 8..64 first, as one 8-byte and three 16-byte
+    /// copies on the record's 16-byte boundaries (four store-buffer entries, not eight: a fan-out to many rings
+    /// is bound by them; and each load lies inside one of the stores that just wrote the record on the
+    /// caller's stack, so it is forwarded from them, where a load straddling two would wait for both), then the
+    /// seq word (the slot's stamp) with release ordering: a reader that sees the new seq there sees the whole
     /// record (`ShmLocalRing::poll_cq_expecting`).
     #[inline]
     fn store_slot(&mut self, slot: u32, record: &BookUpdate) {
         let dst = self.seg.slot_ptr(slot) as *mut u8;
-        let src = record.as_bytes();
+        let src = record as *const BookUpdate as *const u8;
         // SAFETY: `dst` is slot `slot`'s 64 bytes inside the segment (`slot_ptr` masks the index; the size was
-        // checked at set-up) and `src` a record of 64 bytes; they cannot overlap (a stack or heap record, a
-        // mapped ring). No one reads bytes 8..64 of this slot now: the subscriber released its previous record
-        // (the caller checked) and reads the slot again only after the Release store of its stamp below, which
-        // orders these bytes before it. The stamp word itself is only ever accessed atomically.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(8), dst.add(8), RECORD_SIZE_BYTES - 8) };
+        // checked at set-up), 64-byte aligned (page-aligned segment, 64-byte slots), and `src` a record of 64
+        // bytes, 64-byte aligned (`BookUpdate` is `align(64)`), so every access below is in bounds and aligned
+        // for its type; they cannot overlap (a record in this process's memory, a mapped ring). No one reads
+        // bytes 8..64 of this slot now: the subscriber released its previous record (the caller checked) and
+        // reads the slot again only after the Release store of its stamp below, which orders these bytes before
+        // it. The stamp word itself is only ever accessed atomically.
+        unsafe {
+            (dst.add(8) as *mut u64).write((src.add(8) as *const u64).read());
+            for off in [16, 32, 48] {
+                (dst.add(off) as *mut u128).write((src.add(off) as *const u128).read());
+            }
+        }
         // SYNC POINT: Release publishes bytes 8..64 to the Acquire load of the stamp in `poll_cq_expecting`.
         self.seg.slot_stamp(slot).store(record.seq, Ordering::Release);
     }
@@ -505,6 +514,52 @@ impl ShmRemoteRing {
         self.seg.cq_entry(self.cq_pos as u32).store(((lap as u64) << 32) | imm_data as u64, Ordering::Release);
         self.cq_pos += 1;
     }
+}
+
+/// How many slots ahead of a write the writer fetches the slot's line ([`prefetch_write`]).
+const PREFETCH_SLOTS_AHEAD: u32 = 4;
+
+/// How many CQ lines (8 entries each) ahead of a write the writer fetches, once per line.
+const PREFETCH_CQ_LINES_AHEAD: u64 = 2;
+
+/// Whether this CPU has `PREFETCHW` (CPUID 8000_0001h ECX bit 8, `PRFCHW`; AMD since K8, Intel since Broadwell).
+fn has_prefetchw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: CPUID exists on every x86_64 CPU; leaf 8000_0001h exists on every x86_64 CPU (long mode is
+            // reported there). (Safe to call on newer toolchains; the block keeps older ones building.)
+            #[allow(unused_unsafe)]
+            let r = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
+            r.ecx & (1 << 8) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Asks for the cache line of `p` in a writable state (`PREFETCHW` where the CPU has it, else `PREFETCHT0`): a
+/// hint, it never faults (a prefetch of any address is harmless) and costs an instruction.
+#[inline]
+fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_prefetchw() {
+            // SAFETY: PREFETCHW is a hint: it reads no memory architecturally and never faults; the CPU has it
+            // (checked above).
+            unsafe {
+                std::arch::asm!("prefetchw byte ptr [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+            };
+        } else {
+            // SAFETY: as above; SSE is part of x86_64.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl RemoteRing for ShmRemoteRing {
@@ -526,6 +581,15 @@ impl RemoteRing for ShmRemoteRing {
         }
         self.store_slot(slot, record);
         self.store_cq_entry(imm_data);
+        // The lines of later writes are fetched now, so that their stores hit the cache: a fan-out to N rings
+        // otherwise waits on N line fetches per record, with its store buffer full of stores behind them. Far
+        // enough ahead not to take the line a subscriber that keeps up is polling (the next seq's slot).
+        prefetch_write(self.seg.slot_ptr(slot.wrapping_add(PREFETCH_SLOTS_AHEAD)) as *const u8);
+        if self.cq_pos.is_multiple_of(8) {
+            prefetch_write(
+                self.seg.cq_entry((self.cq_pos + 8 * PREFETCH_CQ_LINES_AHEAD) as u32) as *const _ as *const u8
+            );
+        }
         Ok(())
     }
 

@@ -296,7 +296,7 @@ impl FanoutAgent {
         let now = self.clock.raw();
         let mut sent = false;
         let mut died = false;
-        let mut r = *record;
+        let r = &mut BookUpdate { ts_send_ticks: now, ..*record };
         for _ in 0..n {
             let s = &mut self.sessions[k];
             k = if k + 1 == n { 0 } else { k + 1 };
@@ -311,7 +311,7 @@ impl FanoutAgent {
                 bump(&s.counters.filtered);
                 continue;
             }
-            match s.try_post(&mut r, now) {
+            match s.try_post(r, now) {
                 Post::Sent => sent = true,
                 Post::Failed(reason) => s.dead = Some(reason),
                 Post::Full => {
@@ -327,7 +327,7 @@ impl FanoutAgent {
                         }
                         SlowConsumerPolicy::Block => {
                             let t = self.clock.raw();
-                            post_waiting(s, &mut r, &self.clock, t, stall, &self.shutdown);
+                            post_waiting(s, r, &self.clock, t, stall, &self.shutdown);
                             add(&s.counters.blocked_ticks, self.clock.raw().wrapping_sub(t));
                         }
                     }

@@ -202,7 +202,10 @@ impl Session {
         }
         let seq = self.next_seq;
         record.seq = seq;
-        record.ts_send_ticks = ts_send_ticks;
+        // a fan-out posts one record to every session with one stamp: stored once, not once per session
+        if record.ts_send_ticks != ts_send_ticks {
+            record.ts_send_ticks = ts_send_ticks;
+        }
         match self.ring.write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
             Ok(()) => {
                 self.next_seq = seq + 1;

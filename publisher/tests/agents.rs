@@ -296,7 +296,7 @@ fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journa
     }
     let late = late.expect("the late joiner subscribed");
     let at = joined_at.expect("joined");
-    assert!(at >= 20_000 && at < RECORDS - 4096, "joined mid-stream at {at}");
+    assert!((20_000..RECORDS - 4096).contains(&at), "joined mid-stream at {at}");
     assert_eq!(late.snapshots, 1, "one snapshot, never replaced");
     assert!(late.book_records < RECORDS, "the late joiner got the records after its snapshot only");
     early.assert_reference_book("early");
