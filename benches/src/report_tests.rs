@@ -404,10 +404,10 @@ fn progress_is_hidden_when_stderr_is_not_a_terminal() {
     assert!(p.bar.is_hidden());
     assert_eq!(p.step("baseline.cacheline", || 7), 7);
     assert_eq!(p.bar.position(), 1);
-    // 3 rounds of: cache line, the peers built, mdfan shm, 4 rates, DBN decode, 3 replays spinning and 3
-    // yielding, MDP 3.0 rates and per-packet latency, MDP 3.0 over loopback.
+    // 3 rounds of: cache line, the peers built, mdfan shm, the shm probes, 4 rates, DBN decode, 3 replays
+    // spinning and 3 yielding, MDP 3.0 rates and per-packet latency, MDP 3.0 over loopback.
     let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2"));
-    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 3)));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 2 + 4 + 1 + 2 * 3 + 3)));
 }
 
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.
