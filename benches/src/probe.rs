@@ -1,7 +1,7 @@
 //! Probes of the shm one-way path, step by step (mdfan issue 12, item 1): which step of a record's hand-off
 //! costs more than one cache-line transfer. `perf c2c` needs hardware counters these hosts do not have, so each
 //! step is its own ping-pong, built up from the cache line to the full product path and measured in every round
-//! beside `baseline.cacheline` (one message each way at a time, one-way = round trip / 2, the same two cores):
+//! beside `baseline.cacheline` (one message each way at a time, one-way = round trip / 2, the same two cores).
 //!
 //! The variants are [`VARIANTS`], each with what one message is. Raw variants build the hand-off from atomics
 //! on heap arrays with the shm segment's alignment (64-byte slots, the CQ on lines of its own, the consumed seq
