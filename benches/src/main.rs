@@ -16,6 +16,11 @@
 //!   against the better of the two Aeron figures at each percentile (`baseline.aeron_best`);
 //! - `mdfan.shm.pingpong`: one record each way through mdfan's shm WRITE-with-immediate, CQ poll and in-place
 //!   read; one-way = round trip / 2;
+//! - `probe.shm.<variant>`: [`probe`]: the shm one-way path built up step by step as separate ping-pongs (the
+//!   same line every time; one stamp store into rings of 8 to 1,024 slots; the record's words; the CQ entry; the
+//!   reader's CQ loads; a credit round trip per record; the fabric API; the publisher session with the subscriber
+//!   receiver), with `ratio.probe.shm.<variant>_vs_baseline.cacheline.<pNN>` the median over rounds of each
+//!   round's ratio to that round's cache line: which step costs more than one cache-line transfer;
 //! - `mdfan.shm.openloop.<rate>.*`: [`openloop`] at each rate: feed record normalization and posts to every
 //!   subscriber ring on a fixed schedule, with per-stage histograms and coordinated omission corrected;
 //! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
@@ -64,6 +69,7 @@ mod mdp3_loopback;
 mod openloop;
 mod pingpong;
 mod plot;
+mod probe;
 mod replay;
 mod report;
 #[cfg(test)]
@@ -470,6 +476,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         progress.round(round, s.rounds);
         let t = Instant::now();
         let h = progress.step("baseline.cacheline", || fresh(|| pingpong::run(a, b, warmup, count)));
+        let line = h.clone();
         rec.add("baseline.cacheline", t, h);
         if s.fabric == Provider::Verbs {
             let r = progress.step("mdfan.verbs.pingpong", || fresh(|| verbs_round(s, round, a, b)))?;
@@ -497,6 +504,8 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         let t = Instant::now();
         let h = progress.step("mdfan.shm.pingpong", || fresh(|| shm::pingpong(&s.shm_dir, a, b, warmup, count)))?;
         rec.add("mdfan.shm.pingpong", t, h);
+        let probes = progress.step("probe.shm", || probe::round(&s.shm_dir, a, b, warmup, count))?;
+        probe::record(&mut rec, &mut scalars, &line, probes);
         for &rate in &rates {
             let n = match (rate, s.duration_ms) {
                 (Some(r), Some(ms)) => (r * ms / 1000).max(1),
@@ -659,7 +668,7 @@ impl Progress {
                 usize::from(cfg!(feature = "aeron"))
                     + usize::from(aeron_c)
                     + usize::from(cfg!(feature = "iceoryx2"))
-                    + 1
+                    + 2 // mdfan.shm.pingpong, probe.shm
                     + rates
                     + if s.replay { 1 + 2 * s.subscribers.len() } else { 0 }
                     + 2 * s.fanout.len()

@@ -468,11 +468,11 @@ fn progress_is_hidden_when_stderr_is_not_a_terminal() {
     assert!(p.bar.is_hidden());
     assert_eq!(p.step("baseline.cacheline", || 7), 7);
     assert_eq!(p.bar.position(), 1);
-    // 3 rounds of: cache line, the peers built and Aeron's cping/cpong, mdfan shm, 4 rates, DBN decode, 3
-    // replays spinning and 3 yielding, the fan-out and its store limit at 1, 2, 4, 8 and 16 subscribers, MDP 3.0
-    // rates and per-packet latency, MDP 3.0 over loopback, book apply.
+    // 3 rounds of: cache line, the peers built and Aeron's cping/cpong, mdfan shm, the shm probes, 4 rates, DBN
+    // decode, 3 replays spinning and 3 yielding, the fan-out and its store limit at 1, 2, 4, 8 and 16
+    // subscribers, MDP 3.0 rates and per-packet latency, MDP 3.0 over loopback, book apply.
     let peers = u64::from(cfg!(feature = "aeron")) + u64::from(cfg!(feature = "iceoryx2")) + 1;
-    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 1 + 4 + 1 + 2 * 3 + 2 * 5 + 3 + 1)));
+    assert_eq!(p.bar.length(), Some(3 * (1 + peers + 2 + 4 + 1 + 2 * 3 + 2 * 5 + 3 + 1)));
 }
 
 /// A Chromium (or Chrome) binary: `$MDFAN_CHROMIUM`, else the first of the usual names on `PATH`.

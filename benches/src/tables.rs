@@ -105,6 +105,7 @@ pub fn all(context: &serde_json::Value, figures: &BTreeMap<String, f64>) -> Vec<
                 mdp3(figures),
                 mdp3_loopback(figures),
                 itch(figures),
+                probe(figures),
                 rounds(context),
             ]
             .into_iter()
@@ -722,6 +723,42 @@ pub fn book_apply(f: &BTreeMap<String, f64>) -> Option<Table> {
     })
 }
 
+/// The shm one-way path step by step ([`crate::probe`]): each variant's p50, p99 and p99.9, and its ratio to the
+/// cache line at p50, p99 and p99.9 (medians over rounds of each round's ratio).
+pub fn probe(f: &BTreeMap<String, f64>) -> Option<Table> {
+    const PCTS: [&str; 3] = ["p50", "p99", "p999"];
+    let rows: Vec<Vec<String>> =
+        crate::probe::VARIANTS
+            .iter()
+            .filter(|(v, _)| f.contains_key(&format!("{}.p50_ns", crate::probe::key(v))))
+            .map(|(v, what)| {
+                let k = crate::probe::key(v);
+                let mut row = vec![(*v).to_owned(), (*what).to_owned()];
+                row.extend(PCTS.iter().map(|p| f.get(&format!("{k}.{p}_ns")).map_or("-".into(), |&x| fmt_ns(x))));
+                row.extend(PCTS.iter().map(|p| {
+                    f.get(&format!("ratio.{k}_vs_baseline.cacheline.{p}")).map_or("-".into(), |&r| fmt_ratio(r))
+                }));
+                row
+            })
+            .collect();
+    let mut head = vec!["probe".to_owned(), "one message".to_owned()];
+    head.extend(PCTS.iter().map(|p| percentile_label(p)));
+    head.extend(PCTS.iter().map(|p| format!("{} / line", percentile_label(p))));
+    (!rows.is_empty()).then(|| Table {
+        title: "The shm one-way path, step by step".into(),
+        note: "Each probe is a ping-pong between the same two cores, one-way = round trip / 2, run in every round \
+               right after the cache line; ratios are medians over rounds of the round's ratio to the cache line. \
+               Read down the stamp rows: a stamp store into a ring costs what the cache line costs while the ring's \
+               slots stay few (8 to 64 here) and about 1.5x once they rotate through 256 or more; pre-loading or \
+               pre-owning the next slot does not change that, and the record's other words, the CQ entry and the \
+               reader's occasional CQ load add little on top."
+            .into(),
+        head,
+        rows,
+        figures_from: 2,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,5 +785,27 @@ mod tests {
             h.contains("<p class=note>a &lt; b</p>") && h.contains("<th scope=row>x|y</th><td class=n>1 ns</td>"),
             "{h}"
         );
+    }
+
+    #[test]
+    fn the_probe_table_has_a_row_per_measured_variant_in_order_with_its_ratios() {
+        let mut f = BTreeMap::new();
+        for (k, v) in [
+            ("probe.shm.stamp.p50_ns", 75.0),
+            ("probe.shm.stamp.p99_ns", 120.0),
+            ("ratio.probe.shm.stamp_vs_baseline.cacheline.p50", 1.5),
+            ("probe.shm.line.p50_ns", 50.0),
+            ("ratio.probe.shm.line_vs_baseline.cacheline.p50", 1.0),
+            ("ratio.probe.shm.line_vs_baseline.cacheline.p999", 1.25),
+        ] {
+            f.insert(k.to_owned(), v);
+        }
+        let t = probe(&f).expect("two variants measured");
+        assert_eq!(t.head[2..], ["p50", "p99", "p99.9", "p50 / line", "p99 / line", "p99.9 / line"]);
+        let cells = |r: &Vec<String>| r.iter().skip(2).cloned().collect::<Vec<_>>();
+        assert_eq!((t.rows[0][0].as_str(), t.rows[1][0].as_str()), ("line", "stamp"), "VARIANTS order");
+        assert_eq!(cells(&t.rows[0]), ["50 ns", "-", "-", "1.00x", "-", "1.25x"]);
+        assert_eq!(cells(&t.rows[1]), ["75 ns", "120 ns", "-", "1.50x", "-", "-"]);
+        assert!(probe(&BTreeMap::new()).is_none(), "no probe measured: no table");
     }
 }

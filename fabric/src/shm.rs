@@ -365,7 +365,9 @@ impl LocalRing for ShmLocalRing {
     /// once this side's acquire load sees `expected_seq` there, the whole record is visible, as it would be after
     /// its CQ entry. The CQ line is read only on every [`CQ_POLL_INTERVAL`]-th poll that finds the stamp absent
     /// (so a gap shows that much later). A reader that also spins on the CQ line pulls it back from the writer on
-    /// every record: about 1.4x a cache-line hand-off against about 1.05x for the stamp alone (mdfan-bench).
+    /// every record: about 1.4x a cache-line hand-off against about 1.05x for the stamp alone (mdfan-bench, on
+    /// the Xeon host). On the AMD EPYC hosts the stamp alone costs about 1.5x once the ring rotates through 256
+    /// slots or more (1.0x to 1.1x over 64 or fewer), with or without the CQ entry: see `probe.shm.*` in mdfan-bench.
     #[inline]
     fn poll_cq_expecting(&mut self, expected_seq: u64) -> Option<Completion<'_>> {
         if self.complete_from_stamp(expected_seq) {
