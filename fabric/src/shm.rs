@@ -407,6 +407,8 @@ pub struct ShmRemoteRing {
     cq_pos: u64,
     cq_shift: u32,
     closed: bool,
+    /// The CPU has `PREFETCHW` ([`has_prefetchw`], read once at attach).
+    prefetchw: bool,
 }
 
 impl ShmRemoteRing {
@@ -462,6 +464,7 @@ impl ShmRemoteRing {
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
             closed: false,
+            prefetchw: has_prefetchw(),
         };
         // Only a fresh ring may be attached, and only once: WAITING -> ATTACHED, atomically (a second attach of
         // the same ring, by this or another publisher session, fails here). Release: the subscriber that sees
@@ -543,13 +546,14 @@ fn has_prefetchw() -> bool {
     })
 }
 
-/// Asks for the cache line of `p` in a writable state (`PREFETCHW` where the CPU has it, else `PREFETCHT0`): a
+/// Asks for the cache line of `p` in a writable state (`PREFETCHW` where `prefetchw` says the CPU has it
+/// ([`has_prefetchw`]), else `PREFETCHT0`): a
 /// hint, it never faults (a prefetch of any address is harmless) and costs an instruction.
 #[inline]
-fn prefetch_write(p: *const u8) {
+fn prefetch_write(p: *const u8, prefetchw: bool) {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_prefetchw() {
+        if prefetchw {
             // SAFETY: PREFETCHW is a hint: it reads no memory architecturally and never faults; the CPU has it
             // (checked above).
             unsafe {
@@ -561,7 +565,7 @@ fn prefetch_write(p: *const u8) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    let _ = (p, prefetchw);
 }
 
 impl RemoteRing for ShmRemoteRing {
@@ -586,10 +590,11 @@ impl RemoteRing for ShmRemoteRing {
         // The lines of later writes are fetched now, so that their stores hit the cache: a fan-out to N rings
         // otherwise waits on N line fetches per record, with its store buffer full of stores behind them. Far
         // enough ahead not to take the line a subscriber that keeps up is polling (the next seq's slot).
-        prefetch_write(self.seg.slot_ptr(slot.wrapping_add(PREFETCH_SLOTS_AHEAD)) as *const u8);
+        prefetch_write(self.seg.slot_ptr(slot.wrapping_add(PREFETCH_SLOTS_AHEAD)) as *const u8, self.prefetchw);
         if self.cq_pos.is_multiple_of(8) {
             prefetch_write(
-                self.seg.cq_entry((self.cq_pos + 8 * PREFETCH_CQ_LINES_AHEAD) as u32) as *const _ as *const u8
+                self.seg.cq_entry((self.cq_pos + 8 * PREFETCH_CQ_LINES_AHEAD) as u32) as *const _ as *const u8,
+                self.prefetchw,
             );
         }
         Ok(())
@@ -657,7 +662,13 @@ mod heap {
             idle_polls: 0,
             window: ReadWindow::default(),
         };
-        let remote = ShmRemoteRing { seg: seg(), cq_pos: 0, cq_shift: slot_count.trailing_zeros(), closed: false };
+        let remote = ShmRemoteRing {
+            seg: seg(),
+            cq_pos: 0,
+            cq_shift: slot_count.trailing_zeros(),
+            closed: false,
+            prefetchw: super::has_prefetchw(),
+        };
         remote.seg.producer().store(STATE_ATTACHED as u64, Ordering::Release);
         (local, remote)
     }
