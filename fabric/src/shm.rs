@@ -531,7 +531,7 @@ const PREFETCH_CQ_LINES_AHEAD: u64 = 2;
 fn has_prefetchw() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
         {
             // SAFETY: CPUID exists on every x86_64 CPU; leaf 8000_0001h exists on every x86_64 CPU (long mode is
             // reported there). (Safe to call on newer toolchains; the block keeps older ones building.)
@@ -539,7 +539,7 @@ fn has_prefetchw() -> bool {
             let r = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
             r.ecx & (1 << 8) != 0
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(any(not(target_arch = "x86_64"), miri))]
         {
             false
         }
@@ -551,7 +551,8 @@ fn has_prefetchw() -> bool {
 /// hint, it never faults (a prefetch of any address is harmless) and costs an instruction.
 #[inline]
 fn prefetch_write(p: *const u8, prefetchw: bool) {
-    #[cfg(target_arch = "x86_64")]
+    // (Miri runs no inline assembly or prefetch intrinsics: a hint, so nothing is lost there.)
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         if prefetchw {
             // SAFETY: PREFETCHW is a hint: it reads no memory architecturally and never faults; the CPU has it
@@ -564,7 +565,7 @@ fn prefetch_write(p: *const u8, prefetchw: bool) {
             unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8) };
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = (p, prefetchw);
 }
 
