@@ -95,12 +95,40 @@ pub fn latency_by_percentile(title: &str, series: &[(&str, &Histogram<u64>)]) ->
 
 /// Records/s against subscriber count, with `reference` (name, rate) drawn flat.
 pub fn throughput(title: &str, points: &[(usize, f64)], reference: Option<(&str, f64)>) -> anyhow::Result<String> {
+    let series = [(crate::report::display_name("mdfan.replay"), points.to_vec())];
+    let axis = YAxis { desc: "records/s", label: &|y| format!("{:.1}M", y / 1e6) };
+    by_subscribers(title, &axis, &series, reference, SeriesLabelPosition::LowerLeft)
+}
+
+/// Cost per record (ns) against subscriber count: one line per series (legend name, points), from zero.
+pub fn cost_by_subscribers(title: &str, series: &[(String, Vec<(usize, f64)>)]) -> anyhow::Result<String> {
+    let axis = YAxis { desc: "ns per record", label: &|y| format!("{y:.0}") };
+    by_subscribers(title, &axis, series, None, SeriesLabelPosition::UpperLeft)
+}
+
+/// The y axis of a chart against subscriber count: its description and tick labels.
+struct YAxis<'a> {
+    desc: &'a str,
+    label: &'a dyn Fn(&f64) -> String,
+}
+
+/// Lines against subscriber count on linear axes from zero, one per series (legend name, points; colours from
+/// the second on), with `reference` (name, value) drawn flat in black.
+fn by_subscribers(
+    title: &str,
+    axis: &YAxis<'_>,
+    series: &[(String, Vec<(usize, f64)>)],
+    reference: Option<(&str, f64)>,
+    legend: SeriesLabelPosition,
+) -> anyhow::Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
-        let x_max = points.iter().map(|p| p.0).max().unwrap_or(1).max(2) as f64;
-        let y_max = points.iter().map(|p| p.1).chain(reference.map(|r| r.1)).fold(1.0, f64::max);
+        let pts = series.iter().flat_map(|(_, p)| p.iter());
+        let x_max = pts.clone().map(|p| p.0).max().unwrap_or(1).max(2) as f64;
+        let y_max = pts.map(|p| p.1).chain(reference.map(|r| r.1)).fold(1.0, f64::max);
+        let x_labels = series.iter().map(|(_, p)| p.len()).max().unwrap_or(0).max(2);
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(12)
@@ -111,61 +139,10 @@ pub fn throughput(title: &str, points: &[(usize, f64)], reference: Option<(&str,
         chart
             .configure_mesh()
             .x_desc("subscribers")
-            .y_desc("records/s")
-            .x_labels(points.len().max(2))
+            .y_desc(axis.desc)
+            .x_labels(x_labels)
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{:.1}M", y / 1e6))
-            .draw()
-            .map_err(plot_err)?;
-        let line: Vec<(f64, f64)> = points.iter().map(|&(n, r)| (n as f64, r)).collect();
-        chart
-            .draw_series(LineSeries::new(line.clone(), COLORS[1].stroke_width(2)))
-            .map_err(plot_err)?
-            .label(crate::report::display_name("mdfan.replay"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], COLORS[1].stroke_width(2)));
-        chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, COLORS[1].filled()))).map_err(plot_err)?;
-        if let Some((name, rate)) = reference {
-            chart
-                .draw_series(LineSeries::new(vec![(0.5, rate), (x_max + 0.5, rate)], COLORS[0].stroke_width(1)))
-                .map_err(plot_err)?
-                .label(name)
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], COLORS[0].stroke_width(1)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
-}
-
-/// Cost per record (ns) against subscriber count: one line per series (legend name, points), on linear axes
-/// from zero.
-pub fn cost_by_subscribers(title: &str, series: &[(String, Vec<(usize, f64)>)]) -> anyhow::Result<String> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (900, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let pts = series.iter().flat_map(|(_, p)| p.iter());
-        let x_max = pts.clone().map(|p| p.0).max().unwrap_or(1).max(2) as f64;
-        let y_max = pts.map(|p| p.1).fold(1.0, f64::max);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0.0..x_max + 1.0, 0.0..y_max * 1.15)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("subscribers")
-            .y_desc("ns per record")
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_label_formatter(axis.label)
             .draw()
             .map_err(plot_err)?;
         for (i, (name, points)) in series.iter().enumerate() {
@@ -178,9 +155,16 @@ pub fn cost_by_subscribers(title: &str, series: &[(String, Vec<(usize, f64)>)]) 
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
             chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(plot_err)?;
         }
+        if let Some((name, value)) = reference {
+            chart
+                .draw_series(LineSeries::new(vec![(0.5, value), (x_max + 0.5, value)], COLORS[0].stroke_width(1)))
+                .map_err(plot_err)?
+                .label(name)
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], COLORS[0].stroke_width(1)));
+        }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(legend)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()

@@ -72,6 +72,29 @@ impl Idle {
     }
 }
 
+/// The publisher of a bench replay: `capture` at pace `max` over shm in `shm_dir`, policy `block`, waiting for
+/// `subscribers`, the hot loop on `hot_core`; `publisher_keys` are more `[publisher]` lines, `sections` more
+/// sections; `what` names the scenario in errors.
+pub fn publisher_config(
+    capture: &Path,
+    shm_dir: &Path,
+    subscribers: usize,
+    hot_core: Option<usize>,
+    publisher_keys: &str,
+    sections: &str,
+    what: &str,
+) -> anyhow::Result<Config> {
+    let hot = hot_core.map_or(String::new(), |c| format!("hot_core = {c}\n"));
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n{hot}{publisher_keys}wait_for_subscribers = {subscribers}\n\
+         policies = [\"block\"]\n\
+         [feed]\nformat = \"dbn\"\npath = {capture:?}\npace = \"max\"\n\
+         {sections}\
+         [fabric]\nprovider = \"shm\"\nshm_dir = {shm_dir:?}\n",
+    );
+    Ok(Config::parse(&text, Path::new(&format!("mdfan-bench {what}")))?)
+}
+
 /// Replays `capture` to `subscribers` subscribers; hot loop on `hot_core`, subscribers on `sub_core`, both idling
 /// as `idle` says.
 pub fn run(
@@ -82,18 +105,12 @@ pub fn run(
     sub_core: Option<usize>,
     idle: Idle,
 ) -> anyhow::Result<Replay> {
-    let hot = hot_core.map_or(String::new(), |c| format!("hot_core = {c}\n"));
     let hot_idle = match idle {
         Idle::Spin => "spin",
         Idle::Yield => "yield",
     };
-    let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\n{hot}hot_idle = \"{hot_idle}\"\nwait_for_subscribers = {subscribers}\n\
-         policies = [\"block\"]\n\
-         [feed]\nformat = \"dbn\"\npath = {capture:?}\npace = \"max\"\n\
-         [fabric]\nprovider = \"shm\"\nshm_dir = {shm_dir:?}\n",
-    );
-    let cfg = Config::parse(&text, Path::new("mdfan-bench replay"))?;
+    let publisher_keys = format!("hot_idle = \"{hot_idle}\"\n");
+    let cfg = publisher_config(capture, shm_dir, subscribers, hot_core, &publisher_keys, "", "replay")?;
     anyhow::ensure!(cfg.publisher.hot_idle == idle.hot_idle(), "replay config: hot_idle not {hot_idle}");
     let sub_idle = idle.hot_idle().strategy();
     let publisher = Publisher::bind(cfg)?;
