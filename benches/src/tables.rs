@@ -748,8 +748,9 @@ pub fn probe(f: &BTreeMap<String, f64>) -> Option<Table> {
         title: "The shm one-way path, step by step".into(),
         note: "Each probe is a ping-pong between the same two cores, one-way = round trip / 2, run in every round \
                right after the cache line; ratios are medians over rounds of the round's ratio to the cache line. \
-               Read down the stamp rows: a stamp store into a ring costs what the cache line costs while the ring's \
-               slots stay few (8 to 64 here) and about 1.5x once they rotate through 256 or more; pre-loading or \
+               Read down the stamp rows: a stamp store into a ring costs about what the cache line costs over a few \
+               slots (8 here; 64 varied from 1.1x to 1.4x between runs) and about 1.5x once they rotate through 256 \
+               or more; pre-loading or \
                pre-owning the next slot does not change that, and the record's other words, the CQ entry and the \
                reader's occasional CQ load add little on top."
             .into(),
