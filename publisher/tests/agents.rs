@@ -36,48 +36,32 @@ fn px(hundredths: i64) -> i64 {
     hundredths * 10_000_000
 }
 
-#[test]
-fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
-    // pace "max" (the default): the hot loop never waits for a record's time; a journal of 4,096 records, much
-    // smaller than the capture, so the feed handler waits for the hot loop and the conductor again and again
+/// The publisher over the bundled capture at pace "max" (the default: the hot loop never waits for a record's
+/// time) through a journal of 4,096 records, much smaller than the capture, so the feed handler waits for the hot
+/// loop and the conductor again and again; its three agents, not started.
+fn agents() -> (std::net::SocketAddr, mdfan_publisher::Progress, Agents) {
     let text = format!(
         "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
         feed().display()
     );
     let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
     let publisher = Publisher::bind(cfg).expect("publisher binds");
-    let addr = publisher.local_addr();
-    let Agents { mut feed, mut fanout, mut conductor } = publisher.into_agents(Arc::new(AtomicBool::new(false)));
+    let (addr, progress) = (publisher.local_addr(), publisher.progress());
+    (addr, progress, publisher.into_agents(Arc::new(AtomicBool::new(false))))
+}
+
+#[test]
+fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
+    let (addr, _, Agents { mut feed, mut fanout, mut conductor }) = agents();
     assert_eq!((fanout.role_name(), conductor.role_name()), ("mdfan-hot", "mdfan-conductor"));
     assert!(fanout.is_waiting());
 
-    // The subscriber's end: a ring (4,096 slots: polled after every duty cycle, it never fills) and a subscribe
+    // The subscriber's end: a ring of 4,096 slots (polled after every duty cycle, it never fills) and a subscribe
     // message, which waits in the socket until the conductor accepts the connection.
-    let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
-    let (ring, grant) = PreparedLocalRing::create(&fabric, 4096).expect("shm ring");
-    let mut ring = Some(ring);
-    let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
-    let subscribe = Subscribe {
-        name: "one-thread".into(),
-        instruments: None,
-        symbols: None,
-        ring: grant,
-        policy: SlowConsumerPolicy::Disconnect,
-        snapshot: true,
-        token: None,
-    };
-    control::write_msg(&mut ctl, &ControlMsg::Subscribe(subscribe)).expect("send subscribe");
-    ctl.set_nonblocking(true).unwrap();
-    let mut ctl_buf = Vec::new();
-    let mut ctl_msgs = Vec::new();
-
-    let mut rx: Option<Receiver<AnyLocalRing>> = None;
-    let mut books = Books::new();
-    let (mut book_records, mut heartbeats, mut last_venue_seq) = (0u64, 0u64, 0u32);
-    let mut end_of_stream = None;
+    let mut sub = Sub::subscribe(addr, "one-thread", 4096);
     let mut fanout_work = 0u64;
     let deadline = Instant::now() + WATCHDOG;
-    while !(conductor.is_done() && rx.as_ref().is_some_and(|r| r.closed().is_some())) {
+    while !(conductor.is_done() && sub.rx.as_ref().is_some_and(|r| r.closed().is_some())) {
         assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
         if !feed.is_done() {
             feed.do_work();
@@ -88,71 +72,44 @@ fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
         if !conductor.is_done() {
             conductor.do_work();
         }
-        // the control connection: the accept (then the ring is connected), and at the end the bye
-        let mut buf = [0u8; 4096];
-        match ctl.read(&mut buf) {
-            Ok(n) => ctl_buf.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => panic!("control connection: {e}"),
+        sub.step();
+        if sub.accept.is_some() && sub.rx.is_none() {
+            let accept = sub.accept.as_ref().unwrap();
+            assert_eq!((accept.session_id, accept.first_seq), (1, 1));
+            sub.connect_ring();
         }
-        while let Some(msg) = control::take_frame(&mut ctl_buf) {
-            let msg = msg.expect("a well-formed control frame");
-            if let ControlMsg::Accept(accept) = &msg {
-                assert_eq!((accept.session_id, accept.first_seq), (1, 1));
-                let mut prepared = ring.take().expect("one accept");
-                prepared.unlink();
-                rx = Some(Receiver::new(prepared.connect(&accept.fabric).expect("connect the ring")));
-            }
-            ctl_msgs.push(msg);
-        }
-        let Some(rx) = rx.as_mut() else { continue };
-        rx.poll(256, |event| match event {
-            Event::Record(r) => {
-                match r.kind() {
-                    Some(Kind::Heartbeat) => heartbeats += 1,
-                    Some(Kind::EndOfStream) => end_of_stream = Some(r.size),
-                    Some(Kind::SnapshotBegin | Kind::SnapshotEnd) => panic!("no snapshot for a subscriber at start"),
-                    _ => {
-                        book_records += 1;
-                        last_venue_seq = r.venue_seq;
-                    }
-                }
-                books.apply(r).expect("every record applies");
-            }
-            Event::Closed(_) => {}
-            other => panic!("unexpected {other:?}"),
-        });
     }
-    let rx = rx.expect("accepted");
     let report = conductor.take_report().expect("a done conductor has the run report");
     assert!(fanout.is_done());
 
     // every record, in order, once; then end of stream, then the close
+    let rx = sub.rx.as_ref().expect("accepted");
     let stats = rx.stats();
-    assert_eq!(book_records, RECORDS);
-    assert_eq!(last_venue_seq, 59_585, "the capture's last venue seq");
-    assert_eq!(end_of_stream, Some(CloseReason::EndOfStream as u32));
+    assert_eq!(sub.snapshots, 0, "no snapshot for a subscriber at start");
+    assert_eq!(sub.book_records, RECORDS);
+    assert_eq!(sub.last_venue_seq, 59_585, "the capture's last venue seq");
+    assert_eq!(sub.end, Some(CloseReason::EndOfStream as u32));
     assert_eq!(rx.closed(), Some(CloseReason::EndOfStream));
     assert_eq!((stats.gaps, stats.missed, stats.corrupt, stats.stale), (0, 0, 0, 0));
-    assert_eq!(stats.records, RECORDS + heartbeats + 1, "book records, heartbeats and end of stream");
+    assert_eq!(stats.records, RECORDS + sub.heartbeats + 1, "book records, heartbeats and end of stream");
     assert_eq!(stats.next_seq, stats.records + 1, "seq ran from 1 without a hole");
 
     // the final book: data/README.md's reference values
-    let book = books.get(INSTRUMENT).expect("the ESH4 book");
-    assert_eq!(book.order_count(), 11_217);
-    assert_eq!((book.level_count(Side::Bid), book.level_count(Side::Ask)), (922, 565));
-    let (bid, ask) = book.bbo();
-    assert_eq!(bid, Some(Level { price_e9: px(481_000), size: 22, orders: 22 }));
-    assert_eq!(ask, Some(Level { price_e9: px(481_025), size: 28, orders: 18 }));
+    sub.assert_reference_book("one-thread");
 
     // what the conductor reported and told the subscriber
     assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
     assert_eq!(report.sessions.len(), 1);
     let s = &report.sessions[0];
     assert_eq!((s.id, s.name.as_str(), s.end), (1, "one-thread", Some(CloseReason::EndOfStream)));
-    assert_eq!((s.sent, s.heartbeats, s.last_seq, s.skipped), (stats.records, heartbeats, stats.records, 0));
-    assert_eq!(ctl_msgs.iter().map(ControlMsg::kind).collect::<Vec<_>>(), ["accept", "bye"]);
-    assert!(matches!(&ctl_msgs[1], ControlMsg::Bye(b) if b.reason == CloseReason::EndOfStream), "{:?}", ctl_msgs[1]);
+    assert_eq!((s.sent, s.heartbeats, s.last_seq, s.skipped), (stats.records, sub.heartbeats, stats.records, 0));
+    sub.step(); // the bye, written before the conductor was done
+    assert_eq!(sub.ctl_msgs.iter().map(ControlMsg::kind).collect::<Vec<_>>(), ["accept", "bye"]);
+    assert!(
+        matches!(&sub.ctl_msgs[1], ControlMsg::Bye(b) if b.reason == CloseReason::EndOfStream),
+        "{:?}",
+        sub.ctl_msgs[1]
+    );
 
     // The hot loop's work: 1 for the cycle that saw the subscriber and went live, 1 per record, 1 for the cycle
     // that sent end of stream; every other cycle (waiting, heartbeats only) was idle.
@@ -166,18 +123,21 @@ struct Sub {
     ctl_buf: Vec<u8>,
     ring: Option<mdfan_fabric::PreparedLocalRing>,
     accept: Option<mdfan_wire::control::Accept>,
+    /// Every control message received, in order.
+    ctl_msgs: Vec<ControlMsg>,
     rx: Option<Receiver<AnyLocalRing>>,
     books: Books,
     book_records: u64,
+    heartbeats: u64,
+    last_venue_seq: u32,
     snapshots: u64,
     end: Option<u32>,
 }
 
 impl Sub {
-    fn subscribe(addr: std::net::SocketAddr, name: &str) -> Sub {
+    fn subscribe(addr: std::net::SocketAddr, name: &str, ring_slots: u32) -> Sub {
         let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
-        // a ring that holds the whole capture and a snapshot: never full, whenever it is polled
-        let (ring, grant) = PreparedLocalRing::create(&fabric, 131_072).expect("shm ring");
+        let (ring, grant) = PreparedLocalRing::create(&fabric, ring_slots).expect("shm ring");
         let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
         let subscribe = Subscribe {
             name: name.into(),
@@ -195,9 +155,12 @@ impl Sub {
             ctl_buf: Vec::new(),
             ring: Some(ring),
             accept: None,
+            ctl_msgs: Vec::new(),
             rx: None,
             books: Books::new(),
             book_records: 0,
+            heartbeats: 0,
+            last_venue_seq: 0,
             snapshots: 0,
             end: None,
         }
@@ -212,24 +175,30 @@ impl Sub {
             Err(e) => panic!("control connection: {e}"),
         }
         while let Some(msg) = control::take_frame(&mut self.ctl_buf) {
-            if let ControlMsg::Accept(accept) = msg.expect("a well-formed control frame") {
-                self.accept = Some(accept);
+            let msg = msg.expect("a well-formed control frame");
+            if let ControlMsg::Accept(accept) = &msg {
+                self.accept = Some(accept.clone());
             }
+            self.ctl_msgs.push(msg);
         }
         let Some(rx) = self.rx.as_mut() else { return };
-        let (books, book_records, snapshots, end) =
-            (&mut self.books, &mut self.book_records, &mut self.snapshots, &mut self.end);
-        rx.poll(256, |event| {
-            if let Event::Record(r) = event {
+        let Sub { books, book_records, heartbeats, last_venue_seq, snapshots, end, .. } = self;
+        rx.poll(256, |event| match event {
+            Event::Record(r) => {
                 match r.kind() {
-                    Some(Kind::Heartbeat) => {}
+                    Some(Kind::Heartbeat) => *heartbeats += 1,
                     Some(Kind::EndOfStream) => *end = Some(r.size),
                     Some(Kind::SnapshotBegin) => *snapshots += 1,
                     Some(Kind::SnapshotEnd) => {}
-                    _ => *book_records += 1,
+                    _ => {
+                        *book_records += 1;
+                        *last_venue_seq = r.venue_seq;
+                    }
                 }
                 books.apply(r).expect("every record applies");
             }
+            Event::Closed(_) => {}
+            other => panic!("unexpected {other:?}"),
         });
     }
 
@@ -260,15 +229,9 @@ impl Sub {
 /// there from the start gets every record. A hold never let go would stop the feed for good (the watchdog).
 #[test]
 fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journal() {
-    let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
-        feed().display()
-    );
-    let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
-    let publisher = Publisher::bind(cfg).expect("publisher binds");
-    let (addr, progress) = (publisher.local_addr(), publisher.progress());
-    let Agents { mut feed, mut fanout, mut conductor } = publisher.into_agents(Arc::new(AtomicBool::new(false)));
-    let mut early = Sub::subscribe(addr, "early");
+    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) = agents();
+    // rings that hold the whole capture and a snapshot: never full, whenever they are polled
+    let mut early = Sub::subscribe(addr, "early", 131_072);
     let mut late: Option<Sub> = None;
     let mut joined_at = None;
     let deadline = Instant::now() + WATCHDOG;
@@ -290,7 +253,7 @@ fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journa
             }
         }
         if late.is_none() && early.book_records >= 20_000 {
-            late = Some(Sub::subscribe(addr, "late"));
+            late = Some(Sub::subscribe(addr, "late", 131_072));
             joined_at = Some(progress.records());
         }
     }
