@@ -92,6 +92,14 @@ pub enum Event {
     /// The last event: the replay ended (end of stream sent to every session, each closed). The conductor
     /// drains the sessions' rings, says bye on their control connections and writes the run report.
     Finished(AgentReport),
+    /// A session catching up held a file feed's journal full for `publisher.catchup_hold_ms`: it no longer
+    /// holds it (the feed goes on for the others); if its position is overwritten it gets a fresh snapshot.
+    HoldReleased {
+        /// Session id.
+        id: u64,
+        /// The journal position it held.
+        position: u64,
+    },
     /// A catching-up session needs a journal position that was overwritten: the conductor sends it a fresh
     /// snapshot (its books are current); until then the session gets nothing.
     CatchupLost {
@@ -133,6 +141,9 @@ pub struct AgentTiming {
     pub heartbeat_ticks: u64,
     /// A full ring that releases nothing for this long ends the session (`stalled`).
     pub stall_ticks: u64,
+    /// Longest a file feed's journal may stay full because a session catching up holds it (the feed handler
+    /// waits, and every live session with it); after that the sessions at the floor stop holding it.
+    pub catchup_hold_ticks: u64,
 }
 
 /// What the hot loop did, sent to the conductor when it ends ([`Event::Finished`]).
@@ -194,6 +205,9 @@ pub struct FanoutAgent {
     pub(crate) catchup_floor: u64,
     /// Whether the journal is held for sessions catching up (a file feed: it can wait; a live feed cannot).
     pub(crate) hold_for_catchup: bool,
+    /// TSC since when the journal has been full with the catch-up floor at its oldest record (the feed handler
+    /// waits for a late joiner, and so does every live session); 0 when not.
+    pub(crate) floor_full_since: u64,
     /// Whether the last catch-up pass found a session behind (or a command may have made one): only then does a
     /// duty cycle walk the sessions for catch-up. With every session live, a cycle walks them once, to post.
     pub(crate) catching_up: bool,
@@ -414,7 +428,7 @@ impl FanoutAgent {
             let id = s.id;
             if !s.is_live_at(pos) && s.dead.is_none() {
                 behind = true;
-                if !s.catchup_lost {
+                if !s.catchup_lost && s.holds_journal {
                     floor = floor.min(s.feed_pos);
                 }
             }
@@ -425,10 +439,52 @@ impl FanoutAgent {
                 self.emit(Event::CatchupLost { id });
             }
         }
+        if self.hold_for_catchup && floor != u64::MAX {
+            floor = self.bound_hold(floor, pos);
+        }
         // A live feed cannot wait for a late joiner: it overwrites, and the joiner gets a fresh snapshot.
         self.catchup_floor = if self.hold_for_catchup { floor } else { u64::MAX };
         self.journal.hot_done(pos.min(self.catchup_floor));
         behind
+    }
+
+    /// Bounds how long catching-up sessions may stop a file feed: while the journal is full with `floor` (the
+    /// lowest position a holding session still needs) at its oldest record, the feed handler cannot append, and
+    /// once the hot loop has fanned out every record published (`pos`) every live session waits with it. Once
+    /// that has lasted `catchup_hold_ticks`, the sessions at the floor
+    /// stop holding the journal for good ([`Event::HoldReleased`]): the feed overwrites past them, and one that
+    /// then needs an overwritten position gets a fresh snapshot (`CatchupLost`), as on a live feed. Returns the
+    /// floor of the sessions that still hold it.
+    fn bound_hold(&mut self, floor: u64, pos: u64) -> u64 {
+        let published = self.journal.published();
+        if published < floor.saturating_add(self.journal.capacity()) || pos < published {
+            self.floor_full_since = 0;
+            return floor;
+        }
+        let now = self.clock.raw();
+        if self.floor_full_since == 0 {
+            self.floor_full_since = now;
+            return floor;
+        }
+        if now.wrapping_sub(self.floor_full_since) <= self.timing.catchup_hold_ticks {
+            return floor;
+        }
+        self.floor_full_since = 0;
+        let mut rest = u64::MAX;
+        for k in 0..self.sessions.len() {
+            let s = &mut self.sessions[k];
+            if s.dead.is_some() || s.is_live_at(pos) || s.catchup_lost || !s.holds_journal {
+                continue;
+            }
+            if s.feed_pos == floor {
+                s.holds_journal = false;
+                let id = s.id;
+                self.emit(Event::HoldReleased { id, position: floor });
+            } else {
+                rest = rest.min(s.feed_pos);
+            }
+        }
+        rest
     }
 
     /// Sends a heartbeat to every live session that was sent nothing for the heartbeat interval, whatever the

@@ -866,6 +866,13 @@ impl Conductor {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "fan-out started"),
             Event::Finished(report) => self.wrap_up(report),
+            Event::HoldReleased { id, position } => tracing::warn!(
+                session = id,
+                position,
+                hold_ms = self.cfg.publisher.catchup_hold_ms,
+                "a session catching up held the journal full this long: the feed goes on without it (a fresh \
+                 snapshot if it falls off the journal)"
+            ),
             Event::CatchupLost { id } => {
                 tracing::info!(session = id, "catch-up needs records the journal no longer holds: a fresh snapshot");
                 if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {

@@ -13,6 +13,9 @@
 //! lock_memory = false          # mlockall at start. Default false.
 //! heartbeat_interval_ms = 10   # heartbeat records when nothing was sent this long. Default 10.
 //! stall_timeout_ms = 5000      # a full ring that releases nothing this long ends the session. Default 5000.
+//! catchup_hold_ms = 100        # file feeds: longest a late joiner catching up may keep the journal full (the
+//!                              # feed, and every other subscriber, waits); then it gets a fresh snapshot if the
+//!                              # journal moves past it. Default 100.
 //! policies = ["disconnect", "resync"]  # slow-consumer policies subscribers may choose; add "block" to allow it.
 //! counters_dir = "/dev/shm"    # where the counters file mdfan-stat reads goes ("" for none). Default /dev/shm.
 //! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
@@ -293,6 +296,10 @@ pub struct PublisherSection {
     pub heartbeat_interval_ms: u64,
     /// A subscriber whose ring stays full without releasing anything this long is dropped (`stalled`), in ms.
     pub stall_timeout_ms: u64,
+    /// File feeds: the longest a session catching up (a late joiner, a resync) may keep the journal full, in ms
+    /// (the feed handler waits for it, and so does every live session); after that the journal goes on without
+    /// it and it gets a fresh snapshot if it needs an overwritten position (as on a live feed).
+    pub catchup_hold_ms: u64,
     /// Slow-consumer policies subscribers may choose. `block` slows everyone: allow it only for recorders.
     pub policies: Vec<SlowConsumerPolicy>,
     /// Folder of the counters file (`mdfan-publisher-<ip>_<port>.counters`, rewritten every 100 ms by the
@@ -315,6 +322,7 @@ impl Default for PublisherSection {
             lock_memory: false,
             heartbeat_interval_ms: 10,
             stall_timeout_ms: 5000,
+            catchup_hold_ms: 100,
             policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
             counters_dir: PathBuf::from("/dev/shm"),
             keep_counters: false,
@@ -716,6 +724,7 @@ impl Config {
         for (key, v) in [
             ("publisher.heartbeat_interval_ms", cfg.publisher.heartbeat_interval_ms),
             ("publisher.stall_timeout_ms", cfg.publisher.stall_timeout_ms),
+            ("publisher.catchup_hold_ms", cfg.publisher.catchup_hold_ms),
             ("feed.max_gap_ms", cfg.feed.max_gap_ms.max(1)),
         ] {
             if !(1..=HOUR_MS).contains(&v) {

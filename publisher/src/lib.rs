@@ -391,6 +391,7 @@ impl Publisher {
             timing: AgentTiming {
                 heartbeat_ticks: cfg.publisher.heartbeat_interval_ms * ticks_per_ms,
                 stall_ticks: cfg.publisher.stall_timeout_ms * ticks_per_ms,
+                catchup_hold_ticks: cfg.publisher.catchup_hold_ms * ticks_per_ms,
             },
             counters: Arc::clone(&counters),
             rotate: 0,
@@ -403,6 +404,7 @@ impl Publisher {
             replay_ticks: 0,
             catchup_floor: u64::MAX,
             hold_for_catchup: !is_live,
+            floor_full_since: 0,
             catching_up: true,
             published_seen: 0,
         };

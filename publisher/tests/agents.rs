@@ -38,10 +38,11 @@ fn px(hundredths: i64) -> i64 {
 
 /// The publisher over the bundled capture at pace "max" (the default: the hot loop never waits for a record's
 /// time) through a journal of 4,096 records, much smaller than the capture, so the feed handler waits for the hot
-/// loop and the conductor again and again; its three agents, not started.
-fn agents() -> (std::net::SocketAddr, mdfan_publisher::Progress, Agents) {
+/// loop and the conductor again and again; `publisher_keys` are more `[publisher]` lines. Its three agents, not
+/// started.
+fn agents(publisher_keys: &str) -> (std::net::SocketAddr, mdfan_publisher::Progress, Agents) {
     let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
+        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n{publisher_keys}\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
         feed().display()
     );
     let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
@@ -52,7 +53,7 @@ fn agents() -> (std::net::SocketAddr, mdfan_publisher::Progress, Agents) {
 
 #[test]
 fn hot_loop_and_conductor_stepped_on_one_thread_deliver_the_whole_capture() {
-    let (addr, _, Agents { mut feed, mut fanout, mut conductor }) = agents();
+    let (addr, _, Agents { mut feed, mut fanout, mut conductor }) = agents("");
     assert_eq!((fanout.role_name(), conductor.role_name()), ("mdfan-hot", "mdfan-conductor"));
     assert!(fanout.is_waiting());
 
@@ -132,6 +133,8 @@ struct Sub {
     last_venue_seq: u32,
     snapshots: u64,
     end: Option<u32>,
+    /// Stopped: the ring is not polled (a strategy stuck elsewhere); the control connection still is.
+    paused: bool,
 }
 
 impl Sub {
@@ -163,6 +166,7 @@ impl Sub {
             last_venue_seq: 0,
             snapshots: 0,
             end: None,
+            paused: false,
         }
     }
 
@@ -181,7 +185,7 @@ impl Sub {
             }
             self.ctl_msgs.push(msg);
         }
-        let Some(rx) = self.rx.as_mut() else { return };
+        let Some(rx) = self.rx.as_mut().filter(|_| !self.paused) else { return };
         let Sub { books, book_records, heartbeats, last_venue_seq, snapshots, end, .. } = self;
         rx.poll(256, |event| match event {
             Event::Record(r) => {
@@ -229,7 +233,7 @@ impl Sub {
 /// there from the start gets every record. A hold never let go would stop the feed for good (the watchdog).
 #[test]
 fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journal() {
-    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) = agents();
+    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) = agents("catchup_hold_ms = 3600000\n");
     // rings that hold the whole capture and a snapshot: never full, whenever they are polled
     let mut early = Sub::subscribe(addr, "early", 131_072);
     let mut late: Option<Sub> = None;
@@ -265,6 +269,62 @@ fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journa
     early.assert_reference_book("early");
     late.assert_reference_book("late");
     assert_eq!(early.book_records, RECORDS);
+    let report = conductor.take_report().expect("a done conductor has the run report");
+    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
+}
+
+/// A late joiner that stops reading while it catches up, through a 4,096-record journal: it may keep the
+/// journal full only `publisher.catchup_hold_ms` (20 ms here; the stall timeout is 10 minutes, so without that
+/// bound the feed would stop until the watchdog), so the subscriber there from the start gets the whole capture
+/// while the joiner reads nothing. Then the joiner reads again: the journal has moved past its snapshot's
+/// position, so after that snapshot it gets a fresh one and ends with the reference book.
+#[test]
+fn a_late_joiner_that_stops_reading_holds_the_journal_only_catchup_hold_ms() {
+    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) =
+        agents("catchup_hold_ms = 20\nstall_timeout_ms = 600000\n");
+    let mut early = Sub::subscribe(addr, "early", 131_072);
+    let mut late: Option<Sub> = None;
+    let mut joined_at = None;
+    let mut early_had_all_while_late_stopped = false;
+    let deadline = Instant::now() + WATCHDOG;
+    while !(conductor.is_done() && early.end.is_some() && late.as_ref().is_some_and(|l| l.end.is_some())) {
+        assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
+        if !feed.is_done() {
+            feed.do_work();
+        }
+        if !fanout.is_done() {
+            fanout.do_work();
+        }
+        if !conductor.is_done() {
+            conductor.do_work();
+        }
+        for sub in std::iter::once(&mut early).chain(late.as_mut()) {
+            sub.step();
+            if sub.accept.is_some() && sub.rx.is_none() {
+                sub.connect_ring();
+            }
+        }
+        if late.is_none() && early.book_records >= 20_000 {
+            // 1,024 slots: full long before its snapshot (the book's 11,000-odd orders) is through
+            let mut l = Sub::subscribe(addr, "late", 1024);
+            l.paused = true;
+            late = Some(l);
+            joined_at = Some(progress.records());
+        }
+        if let Some(l) = late.as_mut().filter(|l| l.paused && early.book_records == RECORDS) {
+            early_had_all_while_late_stopped = l.rx.is_some() && l.book_records == 0 && l.snapshots == 0;
+            l.paused = false;
+        }
+    }
+    let late = late.expect("the late joiner subscribed");
+    let at = joined_at.expect("joined");
+    assert!((20_000..RECORDS - 4096).contains(&at), "joined mid-stream at {at}");
+    assert!(early_had_all_while_late_stopped, "the early subscriber had every record while the joiner read nothing");
+    assert_eq!(early.book_records, RECORDS);
+    early.assert_reference_book("early");
+    assert_eq!(late.snapshots, 2, "the first snapshot, then a fresh one: the journal moved past the first");
+    assert!(late.book_records < RECORDS, "the late joiner got the records after its snapshots only");
+    late.assert_reference_book("late");
     let report = conductor.take_report().expect("a done conductor has the run report");
     assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
 }
