@@ -72,8 +72,10 @@
 //!
 //! A packet is validated whole before anything is delivered or any state changes: a bad packet is refused with
 //! a [`DecodeError`] naming its `MsgSeqNum`, the message (1-based index in the packet), the template and the
-//! field, and nothing of it reaches the caller. Decoding never panics and never allocates, except the
-//! `RptSeq` table's growth when more instruments appear than [`Mdp3Decoder::with_capacity`] reserved.
+//! field, and nothing of it reaches the caller. The packet is decoded once: its events go into a buffer the
+//! decoder owns (room for [`EVENTS_PER_PACKET`]) and are delivered from there once the whole packet has
+//! decoded. Decoding never panics and never allocates, except the growth of that buffer for a packet with more
+//! events and of the `RptSeq` table when more instruments appear than [`Mdp3Decoder::with_capacity`] reserved.
 
 use std::collections::hash_map::Entry;
 
@@ -689,12 +691,18 @@ impl SeqTracker {
     }
 }
 
+/// Events the decoder's packet buffer has room for without growing: a 1,472-byte packet (a 1,500-byte MTU)
+/// holds at most 112 entries of the smallest incremental group (VolumeEntry37's 13 bytes), one event each.
+pub const EVENTS_PER_PACKET: usize = 128;
+
 /// The MDP 3.0 decoder of one channel: packet and instrument sequence state, counters (module docs).
 #[derive(Debug, Clone)]
 pub struct Mdp3Decoder {
     packets: SeqTracker,
     rpt_seq: FxHashMap<i32, u32>,
     stats: Mdp3Stats,
+    /// The packet being decoded: its events, delivered once all of it has decoded.
+    events: Vec<(MessageInfo, Event)>,
 }
 
 impl Default for Mdp3Decoder {
@@ -713,6 +721,7 @@ impl Mdp3Decoder {
             packets: SeqTracker::default(),
             rpt_seq: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
             stats: Mdp3Stats::default(),
+            events: Vec::with_capacity(EVENTS_PER_PACKET),
         }
     }
 
@@ -757,31 +766,32 @@ impl Mdp3Decoder {
                 return Err(e);
             }
         };
-        // Pass 1: validate everything, deliver nothing.
-        let messages = match walk_packet(payload, header, ts_recv_ns, &mut |_, _| {}) {
+        // Decode the whole packet into the buffer; deliver nothing yet.
+        let Mdp3Decoder { packets, rpt_seq, stats, events } = self;
+        events.clear();
+        let messages = match walk_packet(payload, header, ts_recv_ns, &mut |info, ev| events.push((*info, *ev))) {
             Ok(n) => n,
             Err(e) => {
-                self.stats.bad_packets += 1;
+                stats.bad_packets += 1;
                 return Err(e);
             }
         };
-        let gap = match self.packets.observe(header.msg_seq_num) {
+        let gap = match packets.observe(header.msg_seq_num) {
             SeqCheck::Stale => {
-                self.stats.stale_packets += 1;
+                stats.stale_packets += 1;
                 return Ok(PacketOutcome { header, gap: None, stale: true, messages: 0 });
             }
             SeqCheck::InOrder => None,
             SeqCheck::Gap { expected } => {
-                self.stats.packet_gaps += 1;
-                self.stats.packets_missed += u64::from(header.msg_seq_num.wrapping_sub(expected));
+                stats.packet_gaps += 1;
+                stats.packets_missed += u64::from(header.msg_seq_num.wrapping_sub(expected));
                 Some((expected, header.msg_seq_num))
             }
         };
-        self.stats.packets += 1;
-        // Pass 2: the same walk cannot fail now; deliver with sequence checks and counters.
-        let (stats, rpt_seq) = (&mut self.stats, &mut self.rpt_seq);
+        stats.packets += 1;
+        // Deliver, with sequence checks and counters.
         count_templates(stats, payload);
-        walk_packet(payload, header, ts_recv_ns, &mut |info, ev| {
+        for (info, ev) in events.iter() {
             count(stats, ev);
             if let Event::ChannelReset { .. } = ev {
                 rpt_seq.clear();
@@ -791,7 +801,7 @@ impl Mdp3Decoder {
                 let last = match rpt_seq.entry(security_id) {
                     Entry::Occupied(e) if got <= *e.get() => {
                         stats.rpt_seq_stale += 1;
-                        return;
+                        continue;
                     }
                     Entry::Occupied(mut e) => Some(std::mem::replace(e.get_mut(), got)),
                     Entry::Vacant(e) => {
@@ -805,7 +815,7 @@ impl Mdp3Decoder {
                 }
             }
             on_event(info, ev);
-        })?;
+        }
         Ok(PacketOutcome { header, gap, stale: false, messages })
     }
 }
