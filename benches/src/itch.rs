@@ -84,12 +84,14 @@ pub fn reset(norm: &mut ItchNormalizer) {
 #[inline(never)]
 pub fn decode(norm: &mut ItchNormalizer, file: &[u8], ring: &mut Ring) -> anyhow::Result<u64> {
     let (mut n, mut pos, mut venue_seq) = (0u64, 0usize, 0u32);
+    let mut records = mdfan_feed::itch::Records::default();
     while pos + LENGTH_PREFIX_BYTES <= file.len() {
         let len = usize::from(u16::from_be_bytes([file[pos], file[pos + 1]]));
         let body = file.get(pos + LENGTH_PREFIX_BYTES..pos + LENGTH_PREFIX_BYTES + len).unwrap_or(&[]);
         let m = decode_message(body, pos as u64)?;
         venue_seq = venue_seq.wrapping_add(1);
-        for r in norm.normalize(&m, venue_seq, 0).as_slice() {
+        norm.normalize_into(&m, venue_seq, 0, &mut records);
+        for r in records.as_slice() {
             ring.push(r);
             n += 1;
         }

@@ -750,6 +750,12 @@ pub struct Records {
     len: u8,
 }
 
+impl Default for Records {
+    fn default() -> Self {
+        Records::none()
+    }
+}
+
 impl Records {
     const fn none() -> Records {
         Records { recs: [BookUpdate::control(Kind::NoAction); 3], len: 0 }
@@ -895,8 +901,17 @@ impl ItchNormalizer {
     }
 
     /// The records of one message; `venue_seq` is its position in the stream and `ts_recv_ns` its receive
-    /// (capture) time, 0 if unknown (module docs).
+    /// (capture) time, 0 if unknown (module docs). [`ItchNormalizer::normalize_into`] without the copies.
     pub fn normalize(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64) -> Records {
+        let mut out = Records::none();
+        self.normalize_into(m, venue_seq, ts_recv_ns, &mut out);
+        out
+    }
+
+    /// [`ItchNormalizer::normalize`] into `out`, which is emptied first: a feed handler keeps one [`Records`]
+    /// and neither initialises nor copies three 64-byte records per message.
+    pub fn normalize_into(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64, out: &mut Records) {
+        out.len = 0;
         let h = &m.header;
         // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
         if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
@@ -925,7 +940,6 @@ impl ItchNormalizer {
             size: u32::from_le_bytes(reason),
             ..base
         };
-        let mut out = Records::none();
         match m.body {
             Body::SystemEvent { event_code: b'O' } => {
                 self.orders.clear();
@@ -955,17 +969,17 @@ impl ItchNormalizer {
                 }
             }
             Body::Executed { order_ref, shares, .. } => {
-                self.take_off(h, order_ref, shares, Fill::AtRestingPrice, &base, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Fill::AtRestingPrice, &base, &rec, out);
             }
             Body::ExecutedWithPrice { order_ref, shares, price_e9, .. } => {
-                self.take_off(h, order_ref, shares, Fill::At(price_e9), &base, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Fill::At(price_e9), &base, &rec, out);
             }
             Body::Cancel { order_ref, shares } => {
-                self.take_off(h, order_ref, shares, Fill::None, &base, &rec, &mut out);
+                self.take_off(h, order_ref, shares, Fill::None, &base, &rec, out);
             }
             Body::Delete { order_ref } => match self.orders.remove(&order_ref) {
                 Some(o) => out.push(rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
-                None => self.unknown(h, order_ref, &base, &mut out),
+                None => self.unknown(h, order_ref, &base, out),
             },
             Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(&original_ref) {
                 Some(o) => {
@@ -980,7 +994,7 @@ impl ItchNormalizer {
                         out.extend(self.mark_stale(h, new_ref, &base));
                     }
                 }
-                None => self.unknown(h, original_ref, &base, &mut out),
+                None => self.unknown(h, original_ref, &base, out),
             },
             Body::Trade { order_ref, buy_sell, shares, price_e9, .. } => {
                 out.push(rec(Kind::Trade, side_of(buy_sell), order_ref, price_e9, shares));
@@ -996,7 +1010,6 @@ impl ItchNormalizer {
                 last.flags |= flags::LAST;
             }
         }
-        out
     }
 
     /// Remembers a new reference; `false` (counted) if it is still resting.

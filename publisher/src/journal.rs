@@ -282,6 +282,7 @@ impl FeedAgent {
     ) -> FeedAgent {
         let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u32);
         let mut len = 0usize;
+        let mut records = mdfan_feed::itch::Records::default();
         let source = Source::File(Box::new(move || loop {
             if next < len {
                 next += 1;
@@ -289,7 +290,7 @@ impl FeedAgent {
             }
             let Some((_, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
             position = position.wrapping_add(1);
-            let records = normalizer.normalize(&m, position, 0);
+            normalizer.normalize_into(&m, position, 0, &mut records);
             len = records.as_slice().len();
             next = 0;
             for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
