@@ -285,6 +285,28 @@ impl AnySender {
         }
     }
 
+    /// The device's NIC completion clock, when it has one (verbs on a device with `hca_core_clock`; `None` on shm
+    /// and Soft-RoCE). A ring stamps its send completions with it when [`RemoteRing::send_nic_clock`] says so.
+    pub fn nic_clock(&self) -> Option<crate::nic_clock::NicClock> {
+        match self {
+            AnySender::Shm { .. } => None,
+            #[cfg(feature = "verbs")]
+            AnySender::Verbs(v) => v.device().nic_clock(),
+        }
+    }
+
+    /// A fresh mapping of the device's NIC clock onto `CLOCK_REALTIME` ([`crate::nic_clock::NicRealtime`]): a
+    /// pair sampled now, fitted with the previous one. Control path (`ibv_query_rt_values_ex(3)` and
+    /// `clock_gettime`): call it at a session's start and every second or so, never per completion. `None` without
+    /// a NIC clock or when it cannot be read.
+    pub fn nic_realtime(&mut self) -> Option<crate::nic_clock::NicRealtime> {
+        match self {
+            AnySender::Shm { .. } => None,
+            #[cfg(feature = "verbs")]
+            AnySender::Verbs(v) => v.nic_realtime(),
+        }
+    }
+
     /// Attaches a subscriber's grant: maps (shm) or connects to (verbs) its ring, and returns the settings its
     /// accept carries back.
     ///
@@ -371,6 +393,16 @@ impl RemoteRing for AnyRemoteRing {
     }
     fn close(&mut self, reason: CloseReason) {
         dispatch!(AnyRemoteRing, self, r => r.close(reason))
+    }
+    fn send_nic_clock(&self) -> Option<crate::nic_clock::NicClock> {
+        dispatch!(AnyRemoteRing, self, r => r.send_nic_clock())
+    }
+    #[inline]
+    fn take_send_stamps(&mut self) -> &[crate::SendStamp] {
+        dispatch!(AnyRemoteRing, self, r => r.take_send_stamps())
+    }
+    fn send_stamps_lost(&self) -> u64 {
+        dispatch!(AnyRemoteRing, self, r => r.send_stamps_lost())
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod any;
 pub mod credit;
 pub mod nic_clock;
+pub mod send_stamps;
 pub mod shm;
 
 #[cfg(feature = "verbs")]
@@ -32,6 +33,7 @@ pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, PreparedLoca
 pub use mdfan_wire as wire;
 pub use mdfan_wire::control::CloseReason;
 use mdfan_wire::BookUpdate;
+pub use send_stamps::SendStamp;
 
 /// One reaped completion: the immediate a WRITE-with-immediate delivered, and the record it names, borrowed in
 /// place from the ring.
@@ -302,6 +304,25 @@ pub trait RemoteRing {
     fn flush(&mut self) -> Result<(), PostError>;
     /// Tells the receiver the ring is closed, and why. Writes after this are not delivered.
     fn close(&mut self, reason: CloseReason);
+    /// The clock of [`SendStamp::nic_ticks`]: `Some` when this ring's send completions carry NIC timestamps
+    /// (verbs on a device with `hca_core_clock`, its send CQ created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`);
+    /// `None` otherwise (the default; shm; Soft-RoCE).
+    fn send_nic_clock(&self) -> Option<nic_clock::NicClock> {
+        None
+    }
+    /// The signalled writes whose completions were reaped with a NIC timestamp since the last call (by
+    /// [`RemoteRing::write_with_imm`] or [`RemoteRing::flush`]), oldest first, each with its post time (the
+    /// record's `ts_send_ticks`); afterwards there are none. Hot path: no allocation, no syscall. Empty without
+    /// [`RemoteRing::send_nic_clock`] (the default).
+    #[inline]
+    fn take_send_stamps(&mut self) -> &[SendStamp] {
+        &[]
+    }
+    /// Send stamps dropped because more completions were reaped between two [`RemoteRing::take_send_stamps`]
+    /// than the provider holds ([`send_stamps::SEND_STAMPS`]), since the ring was attached.
+    fn send_stamps_lost(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

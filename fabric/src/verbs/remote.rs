@@ -13,8 +13,10 @@ use super::ffi::{
     self, Access, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RdmaWrite, Wc, WriteBatch, POLL_BATCH,
 };
 use super::status::CLOSED;
+use super::timestamp::{NicClock, NicRealtime, RtPair};
 use super::{parse_endpoint, random_psn, VerbsConfig, VerbsDevice};
-use crate::{CloseReason, FabricError, PostError, Provider, RemoteRing};
+use crate::send_stamps::SendStampLog;
+use crate::{CloseReason, FabricError, PostError, Provider, RemoteRing, SendStamp};
 
 /// What the credit word holds until the subscriber's first credit write lands: no seq can be this large.
 const NOT_CONNECTED: u64 = u64::MAX;
@@ -31,12 +33,14 @@ const PUBLISHER_RECV_DEPTH: u32 = 1;
 #[derive(Debug, Clone)]
 pub struct VerbsPublisher {
     device: VerbsDevice,
+    /// The last NIC/realtime pair sampled ([`VerbsPublisher::nic_realtime`]).
+    last_rt_pair: Option<RtPair>,
 }
 
 impl VerbsPublisher {
     /// A publisher on an opened device.
     pub fn new(device: VerbsDevice) -> VerbsPublisher {
-        VerbsPublisher { device }
+        VerbsPublisher { device, last_rt_pair: None }
     }
 
     /// Opens the device `cfg` names (see [`VerbsDevice::open`]).
@@ -52,13 +56,37 @@ impl VerbsPublisher {
         &self.device
     }
 
+    /// Samples a pair with `ibv_query_rt_values_ex` ([`ffi::Context::query_rt_pair`]) and fits it with the
+    /// previous one ([`NicRealtime::from_pairs`]; the first alone at the nominal rate): the mapping of the send
+    /// completions' NIC timestamps onto `CLOCK_REALTIME`, for every ring of this device. `None` without a NIC
+    /// clock, or when the device cannot read it (logged at debug level). Control path: the publisher's conductor
+    /// calls it at a session's start and about once a second.
+    pub fn nic_realtime(&mut self) -> Option<NicRealtime> {
+        let clock = self.device.nic_clock()?;
+        let pair = match self.device.context().query_rt_pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(device = %self.device.name(), cause = %e, "verbs: NIC clock not readable");
+                return None;
+            }
+        };
+        let fit = match self.last_rt_pair {
+            Some(earlier) => NicRealtime::from_pairs(clock, earlier, pair),
+            None => NicRealtime::from_pair(clock, pair),
+        };
+        self.last_rt_pair = Some(pair);
+        Some(fit)
+    }
+
     /// Attaches to the ring a subscriber granted (`Subscribe.ring`): creates the session's PD, send CQ
-    /// (`send_queue_depth` entries), RC QP (asking for 64 bytes of inline data), `send_queue_depth` staging slots
+    /// (`send_queue_depth` entries; extended with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` when the device has a NIC
+    /// clock and `cq_api` allows it, else classic), RC QP (asking for 64 bytes of inline data), `send_queue_depth` staging slots
     /// and its credit word (8 bytes, REMOTE_WRITE), and moves the QP RESET -> INIT -> RTR -> RTS against the
     /// grant's endpoint. Returns the ring and the `Accept.fabric` to send back.
     ///
     /// Memory per subscriber: `send_queue_depth * 64` bytes of staging plus one page for the credit word, plus
-    /// the provider's queues.
+    /// the provider's queues; with send completion timestamps, `send_queue_depth * 16` bytes of post times and
+    /// 1 KiB of stamps ([`SendStampLog`]).
     ///
     /// # Errors
     /// [`FabricError::Mismatch`] for a non-verbs grant; [`FabricError::BadRing`] for a grant whose slot count,
@@ -81,8 +109,10 @@ impl VerbsPublisher {
         let sq_depth = cfg.send_queue_depth.min(device.caps().max_qp_wr.max(1));
         let pd = ProtectionDomain::alloc(device.context())?;
         // At most `sq_depth` WRs are outstanding and only signalled ones (or flushes of outstanding ones) make
-        // CQEs, so `sq_depth` entries can never overflow.
-        let cq = device.create_cq(sq_depth, false)?;
+        // CQEs, so `sq_depth` entries can never overflow. With timestamps when the device has a clock (falling
+        // back to a classic CQ when the provider refuses them, per `cq_api`): post-to-send-completion, clock=nic.
+        let cq = device.create_cq(sq_depth, true)?;
+        let send_clock = device.nic_clock().filter(|_| matches!(cq.kind(), ffi::CqKind::Extended { timestamps: true }));
         let batch = WriteBatch::new(&pd, cfg.post_batch.min(sq_depth) as usize, sq_depth as usize, RECORD_SIZE_BYTES)?;
         let post_batch = batch.capacity();
         let qp = QueuePair::create_rc(
@@ -108,7 +138,7 @@ impl VerbsPublisher {
             AcceptFabric::Verbs { endpoint: local.clone(), credit_addr: credit.addr(), credit_rkey: credit.rkey() };
         tracing::info!(device = %device.name(), qpn = qp.qpn(), subscriber_qpn = remote.qpn, slot_count,
             send_queue_depth = sq_depth, signal_every = cfg.signal_every, post_batch, inline,
-            "verbs: publisher attached to a subscriber ring");
+            send_completion_timestamps = send_clock.is_some(), "verbs: publisher attached to a subscriber ring");
         let ring = VerbsRemoteRing {
             qp,
             credit,
@@ -128,6 +158,8 @@ impl VerbsPublisher {
             scratch: [Wc::default(); POLL_BATCH],
             failed: None,
             closed: false,
+            send_clock,
+            stamps: send_clock.map(|clock| Box::new(SendStampLog::new(clock, sq_depth as usize))),
             endpoint: local,
             remote: endpoint.clone(),
             device: device.clone(),
@@ -142,6 +174,11 @@ impl VerbsPublisher {
 /// `send_queue_depth` staging slots in turn (reused only after `send_queue_depth` later WRs, so after it completed);
 /// one in `signal_every` is signalled, and so is any WR that fills the queue (which restarts the count), so a full
 /// queue always has a WC coming. A signalled WC for `wr_id = i` means WRs `0..=i` are done (an RC send queue completes in order).
+///
+/// Send completion timestamps: when the send CQ carries them ([`RemoteRing::send_nic_clock`]), each signalled
+/// WR's post time (the record's `ts_send_ticks`) is kept by staging slot and paired with its WC's NIC timestamp
+/// into a [`SendStamp`] ([`SendStampLog`]), which the publisher takes after each flush
+/// ([`RemoteRing::take_send_stamps`]).
 pub struct VerbsRemoteRing {
     // Field order is drop order: the QP is destroyed before the staging slots and the credit word.
     qp: QueuePair,
@@ -169,6 +206,10 @@ pub struct VerbsRemoteRing {
     scratch: [Wc; POLL_BATCH],
     failed: Option<i32>,
     closed: bool,
+    /// The NIC clock of the send completions' timestamps, when the send CQ carries them.
+    send_clock: Option<NicClock>,
+    /// Post times of signalled WRs and the stamps of their completions; `Some` with `send_clock`.
+    stamps: Option<Box<SendStampLog>>,
     endpoint: VerbsEndpoint,
     remote: VerbsEndpoint,
     device: VerbsDevice,
@@ -238,6 +279,10 @@ impl VerbsRemoteRing {
                 inline: false,
             };
             if self.qp.send_batch().push(&fence) {
+                if let Some(log) = self.stamps.as_mut() {
+                    // no post time: its completion is not a record's
+                    log.clear((self.posted % self.sq_depth) as usize);
+                }
                 self.posted += 1;
                 self.signaled_end = self.posted;
                 self.post_batch()?;
@@ -287,6 +332,9 @@ impl VerbsRemoteRing {
                 return Err(self.fail(wc.status as i32));
             }
             self.completed = self.completed.max(wc.wr_id + 1);
+            if let (Some(log), Some(raw)) = (self.stamps.as_mut(), wc.completion_ts) {
+                log.completed(wc.wr_id, raw);
+            }
         }
         Ok(())
     }
@@ -336,6 +384,9 @@ impl RemoteRing for VerbsRemoteRing {
         let signaled = self.until_signal == 0 || index + 1 - self.completed == self.sq_depth;
         if signaled {
             self.until_signal = self.signal_every;
+            if let Some(log) = self.stamps.as_mut() {
+                log.posted(self.staging_next, index, record.ts_send_ticks);
+            }
         }
         let w = RdmaWrite {
             wr_id: index,
@@ -387,5 +438,21 @@ impl RemoteRing for VerbsRemoteRing {
             let _ = self.post_batch(); // an error is recorded in `self.failed`
         }
         self.closed = true;
+    }
+
+    fn send_nic_clock(&self) -> Option<NicClock> {
+        self.send_clock
+    }
+
+    #[inline]
+    fn take_send_stamps(&mut self) -> &[SendStamp] {
+        match self.stamps.as_mut() {
+            Some(log) => log.take(),
+            None => &[],
+        }
+    }
+
+    fn send_stamps_lost(&self) -> u64 {
+        self.stamps.as_ref().map_or(0, |log| log.lost())
     }
 }
