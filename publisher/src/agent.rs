@@ -7,7 +7,7 @@
 //!   returns 0 when nothing changed, and the hot runner idles this phase with [`WAITING_IDLE`] (a backoff up to
 //!   1 ms sleeps), so a publisher nobody has subscribed to yet does not burn a core.
 //! - **live**: one cycle drains control commands from the conductor's rtrb queue (new sessions, removals,
-//!   snapshots), checks the shutdown flag, serves sessions that are sending a snapshot or catching up (a bounded
+//!   snapshots, clock mappings), checks the shutdown flag, serves sessions that are sending a snapshot or catching up (a bounded
 //!   number of records each); then, if the next record is not due yet (paced replay), flushes those catch-up
 //!   writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
 //!   the pacing wait; the same when the feed handler has not published the next record yet); otherwise copies
@@ -36,6 +36,7 @@ use crate::cycles::CycleHistogram;
 use crate::journal::{FeedState, Journal};
 use crate::pacing::Pacer;
 use crate::queue::Outbox;
+use crate::send_clock::SendClockMap;
 use crate::session::{add, bump, Post, Session};
 
 /// Every this many feed records (a power of two) the hot loop reads each subscriber's consumed seq, for the lag
@@ -71,6 +72,9 @@ pub enum Command {
         /// Feed records the snapshot includes; catch-up starts at this index.
         position: u64,
     },
+    /// A fresh mapping of the NIC clock and the TSC onto `CLOCK_REALTIME` (taken by the conductor about once a
+    /// second while a session's send completions are stamped): post-to-send-completion uses it from now on.
+    SendClock(SendClockMap),
 }
 
 /// Hot loop -> conductor.
@@ -213,6 +217,8 @@ pub struct FanoutAgent {
     pub(crate) catching_up: bool,
     /// [`Journal::published`] as last read: records below it can be read without looking again.
     pub(crate) published_seen: u64,
+    /// The conductor's last [`Command::SendClock`]: maps send completion stamps onto `CLOCK_REALTIME`.
+    pub(crate) send_clock: Option<SendClockMap>,
 }
 
 impl FanoutAgent {
@@ -262,6 +268,7 @@ impl FanoutAgent {
                         None => self.emit(Event::SnapshotDone { id, delivered: false, records }),
                     }
                 }
+                Command::SendClock(map) => self.send_clock = Some(map),
             }
         }
         any
@@ -280,13 +287,16 @@ impl FanoutAgent {
         }
     }
 
+    /// Rings every session's doorbell and records the send completions reaped with NIC timestamps.
     fn flush_all(&mut self) {
         let mut any_dead = false;
+        let map = self.send_clock;
         for s in self.sessions.iter_mut() {
             if s.dead.is_none() && s.flush().is_err() {
                 s.dead = Some(CloseReason::FabricError);
                 any_dead = true;
             }
+            s.record_send_completions(map.as_ref());
         }
         if any_dead {
             self.reap_dead();

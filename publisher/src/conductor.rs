@@ -3,7 +3,9 @@
 //! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, accept new control
 //! connections, finish handshakes (attach rings), hand connected sessions to the hot loop, read control
 //! connections (snapshot requests, departures), handle what the hot loop reports (retirements, snapshot buffers,
-//! the end of the replay) and print the counters when asked. It logs what the hot loop cannot and frees retired
+//! the end of the replay) and print the counters when asked; while a session's send completions carry NIC
+//! timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a second
+//! ([`Conductor::refresh_send_clock`]). It logs what the hot loop cannot and frees retired
 //! sessions' memory. Everything here may block briefly, allocate and log; nothing here runs on the hot loop's
 //! thread. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
 //! [`Conductor::take_report`].
@@ -25,6 +27,7 @@ use crate::config::Config;
 use crate::journal::{FeedState, Journal};
 use crate::queue;
 use crate::report::{RunReport, SessionReport};
+use crate::send_clock::{SendClockMap, TscRealtime, SEND_CLOCK_REALIGN};
 use crate::session::{Session, SessionCounters};
 use crate::HANDSHAKE_TIMEOUT;
 
@@ -264,6 +267,11 @@ pub struct Conductor {
     pub(crate) sender: AnySender,
     /// Which clock stamped `ts_recv_ns`, as each accept says it (`Publisher::set_ts_recv_clock`).
     pub(crate) ts_recv_clock: crate::TsRecvClockCell,
+    /// A session whose send completions carry NIC timestamps was admitted: the clocks are mapped onto
+    /// `CLOCK_REALTIME` for the hot loop from then on ([`Conductor::refresh_send_clock`]).
+    pub(crate) sends_stamped: bool,
+    /// When the clocks were last mapped for the hot loop (`None`: never).
+    pub(crate) send_clock_at: Option<std::time::Instant>,
 }
 
 impl Conductor {
@@ -533,6 +541,11 @@ impl Conductor {
         };
         let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
         let session = Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
+        let send_stamped = session.send_completions_stamped();
+        if send_stamped && !self.sends_stamped {
+            self.sends_stamped = true;
+            self.refresh_send_clock(); // before its first post: the hot loop gets the mapping ahead of the session
+        }
         let counters = Arc::clone(&session.counters);
         // The hot loop gets the session once the subscriber's side is connected (at once on shm).
         self.pending.push((session, std::time::Instant::now() + CONNECT_TIMEOUT));
@@ -562,8 +575,25 @@ impl Conductor {
             counters: Arc::clone(&counters),
         });
         self.hold(self.conns.len() - 1, position);
-        self.reports.push(SessionReport::new(id, sub.name, sub.policy));
+        self.reports.push(SessionReport::new(id, sub.name, sub.policy, send_stamped));
         self.live.push(Live { id, counters });
+    }
+
+    /// Once a session's send completions carry NIC timestamps, every [`SEND_CLOCK_REALIGN`]: maps the device's
+    /// NIC clock (`AnySender::nic_realtime`: `ibv_query_rt_values_ex` between two realtime reads, fitted with the
+    /// previous pair) and the TSC ([`TscRealtime::sample`]) onto `CLOCK_REALTIME` and sends both to the hot loop
+    /// ([`Command::SendClock`]), which maps post-to-send-completion with them. Control path. Returns 1 when it
+    /// sent a mapping; a NIC clock that cannot be read sends none (the stamps stay unaligned; logged at debug
+    /// level by the provider) and is tried again a period later.
+    pub(crate) fn refresh_send_clock(&mut self) -> usize {
+        if !self.sends_stamped || self.send_clock_at.is_some_and(|t| t.elapsed() < SEND_CLOCK_REALIGN) {
+            return 0;
+        }
+        self.send_clock_at = Some(std::time::Instant::now());
+        let Some(nic) = self.sender.nic_realtime() else { return 0 };
+        let tsc = TscRealtime::sample(&self.clock);
+        self.send(Command::SendClock(SendClockMap { nic, tsc }));
+        1
     }
 
     /// Sends a command to the hot loop, or keeps it (in order) until the queue has room: nothing is dropped.
@@ -728,6 +758,9 @@ impl Conductor {
         let mut out = std::io::stdout().lock();
         for r in &self.reports {
             let _ = writeln!(out, "counters {}", r.line());
+            if let Some(line) = r.send_completion_line() {
+                let _ = writeln!(out, "counters {line}");
+            }
         }
         let c = &self.counters.cycles;
         let to_ns = |t| self.clock.delta_as_nanos(0, t);
@@ -824,6 +857,18 @@ impl Conductor {
                 ("mdfan_session_blocked_ns_total", r.blocked_ns),
             ] {
                 file.set(metric, &l, Counter, v);
+            }
+            if let Some(sc) = &r.send_completion {
+                file.set("mdfan_session_send_completion_total", &l, Counter, sc.count);
+                file.set("mdfan_session_send_completion_unaligned_total", &l, Counter, sc.unaligned);
+                for (q, v) in [("0.5", sc.p50_ns), ("0.99", sc.p99_ns), ("0.999", sc.p999_ns), ("1", sc.max_ns)] {
+                    file.set(
+                        "mdfan_session_send_completion_ns",
+                        &format!("{l},quantile=\"{q}\",clock=\"nic\""),
+                        Gauge,
+                        v,
+                    );
+                }
             }
             file.set("mdfan_session_last_seq", &l, Gauge, r.last_seq);
             file.set("mdfan_session_lag", &l, Gauge, r.lag);
@@ -994,6 +1039,7 @@ impl Agent for Conductor {
         work += self.accept();
         work += self.finish_handshakes();
         work += self.admit_ready();
+        work += self.refresh_send_clock();
         work += self.watch_connections();
         while !self.finished {
             let Ok(event) = self.events.pop() else { break };

@@ -16,6 +16,12 @@ pub struct CycleHistogram {
     max: AtomicU64,
 }
 
+impl std::fmt::Debug for CycleHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CycleHistogram").field("count", &self.count()).field("max", &self.max()).finish()
+    }
+}
+
 impl Default for CycleHistogram {
     fn default() -> Self {
         CycleHistogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)), max: AtomicU64::new(0) }

@@ -35,6 +35,7 @@ mod pacing;
 pub mod preflight;
 pub mod queue;
 mod report;
+pub mod send_clock;
 pub mod session;
 
 use std::net::{SocketAddr, TcpListener};
@@ -57,7 +58,7 @@ use crate::live::{LiveCounters, LiveMdp3};
 
 pub use config::ConfigError;
 pub use pacing::Pacer;
-pub use report::{RunReport, SessionReport, CLOCKS_LINE};
+pub use report::{RunReport, SendCompletionReport, SessionReport, CLOCKS_LINE_NIC, CLOCKS_LINE_NO_NIC};
 
 /// How long a new control connection has to send its subscribe message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -407,6 +408,7 @@ impl Publisher {
             floor_full_since: 0,
             catching_up: true,
             published_seen: 0,
+            send_clock: None,
         };
         let conductor = Conductor {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
@@ -445,6 +447,8 @@ impl Publisher {
             holds: Vec::new(),
             sender,
             ts_recv_clock,
+            sends_stamped: false,
+            send_clock_at: None,
             cfg,
         };
         Agents { feed, fanout, conductor }

@@ -5,7 +5,44 @@ use std::sync::atomic::Ordering;
 use mdfan_fabric::CloseReason;
 use mdfan_wire::control::SlowConsumerPolicy;
 
+use crate::send_clock::SendCompletionCounters;
 use crate::session::SessionCounters;
+
+/// One session's post-to-send-completion figures, `clock=nic` ([`crate::send_clock`]): ns from the hot loop's
+/// post of a signalled WRITE to its send completion's NIC timestamp, both on `CLOCK_REALTIME`. Quantiles are
+/// upper bounds within 6.25% (the max is exact).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendCompletionReport {
+    /// Completions recorded.
+    pub count: u64,
+    /// Stamped completions reaped before the first NIC/TSC-to-realtime mapping (not recorded).
+    pub unaligned: u64,
+    /// Stamps the ring could not hold between two takes (not recorded).
+    pub lost: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Largest, ns.
+    pub max_ns: u64,
+}
+
+impl SendCompletionReport {
+    /// The figures as the hot loop left them.
+    pub(crate) fn read(c: &SendCompletionCounters) -> SendCompletionReport {
+        SendCompletionReport {
+            count: c.ns.count(),
+            unaligned: c.unaligned.load(Ordering::Relaxed),
+            lost: c.lost.load(Ordering::Relaxed),
+            p50_ns: c.ns.quantile(0.5),
+            p99_ns: c.ns.quantile(0.99),
+            p999_ns: c.ns.quantile(0.999),
+            max_ns: c.ns.max(),
+        }
+    }
+}
 
 /// One subscriber's line in the final report (and in counter dumps).
 #[derive(Debug, Clone)]
@@ -38,10 +75,14 @@ pub struct SessionReport {
     pub lag: u64,
     /// How the session ended (`None` while it runs).
     pub end: Option<CloseReason>,
+    /// Post-to-send-completion on the NIC clock; `None` when the ring's send completions carry no NIC
+    /// timestamps (shm, Soft-RoCE, a device without `hca_core_clock`).
+    pub send_completion: Option<SendCompletionReport>,
 }
 
 impl SessionReport {
-    pub(crate) fn new(id: u64, name: String, policy: SlowConsumerPolicy) -> SessionReport {
+    /// A session not yet counted; `send_stamped`: its send completions carry NIC timestamps.
+    pub(crate) fn new(id: u64, name: String, policy: SlowConsumerPolicy, send_stamped: bool) -> SessionReport {
         SessionReport {
             id,
             name,
@@ -57,6 +98,7 @@ impl SessionReport {
             last_seq: 0,
             lag: 0,
             end: None,
+            send_completion: send_stamped.then(SendCompletionReport::default),
         }
     }
 
@@ -72,6 +114,9 @@ impl SessionReport {
         self.blocked_ns = clock.delta_as_nanos(0, ld(&c.blocked_ticks));
         self.last_seq = ld(&c.last_seq);
         self.lag = self.last_seq.saturating_sub(ld(&c.consumed_seq));
+        if let Some(sc) = &mut self.send_completion {
+            *sc = SendCompletionReport::read(&c.send_completion);
+        }
     }
 
     /// `subscriber id=1 name=a policy=resync sent=.. ... end=end_of_stream`.
@@ -94,11 +139,34 @@ impl SessionReport {
             self.end.map_or("running", |e| e.as_str())
         )
     }
+
+    /// `send_completion id=1 name=a clock=nic count=.. unaligned=.. lost=.. p50_ns=.. p99_ns=.. p99.9_ns=..
+    /// max_ns=..`: post-to-send-completion ([`SendCompletionReport`]). `None` when the session's send completions
+    /// carry no NIC timestamps. With stamps but no mapping (the device's clock could not be read against
+    /// `CLOCK_REALTIME`): `send_completion id=1 name=a clock=nic: not available (NIC clock not readable against
+    /// CLOCK_REALTIME; N completions stamped)`.
+    pub fn send_completion_line(&self) -> Option<String> {
+        let sc = self.send_completion?;
+        if sc.count == 0 && sc.unaligned > 0 {
+            return Some(format!(
+                "send_completion id={} name={} clock=nic: not available (NIC clock not readable against CLOCK_REALTIME; {} completions stamped)",
+                self.id, self.name, sc.unaligned
+            ));
+        }
+        Some(format!(
+            "send_completion id={} name={} clock=nic count={} unaligned={} lost={} p50_ns={} p99_ns={} p99.9_ns={} max_ns={}",
+            self.id, self.name, sc.count, sc.unaligned, sc.lost, sc.p50_ns, sc.p99_ns, sc.p999_ns, sc.max_ns
+        ))
+    }
 }
 
-/// The line after the run report naming the clock of each figure: the hot loop's duty cycle is TSC reads (quanta); send completions are not timestamped (the publisher's send CQ is created without
-/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`), so there is no post-to-send-completion figure on the NIC clock.
-pub const CLOCKS_LINE: &str = "clocks cycle=tsc send_completion=nic:not_measured";
+/// The `clocks` line when no session's send completions carried NIC timestamps (shm, Soft-RoCE, a device without
+/// `hca_core_clock`): the hot loop's duty cycle is TSC reads (quanta); there is no post-to-send-completion figure.
+pub const CLOCKS_LINE_NO_NIC: &str = "clocks cycle=tsc send_completion=nic:not_available";
+
+/// The `clocks` line when at least one session's send completions carried NIC timestamps: its figures follow in
+/// `send_completion id=.. clock=nic ..` lines ([`SessionReport::send_completion_line`]).
+pub const CLOCKS_LINE_NIC: &str = "clocks cycle=tsc send_completion=nic";
 
 /// What a run did.
 #[derive(Debug, Clone)]
@@ -139,8 +207,94 @@ impl RunReport {
         }
     }
 
+    /// The line after the run report naming the clock of each figure: [`CLOCKS_LINE_NIC`] when any session's
+    /// send completions carried NIC timestamps, else [`CLOCKS_LINE_NO_NIC`].
+    pub fn clocks_line(&self) -> &'static str {
+        if self.sessions.iter().any(|s| s.send_completion.is_some()) {
+            CLOCKS_LINE_NIC
+        } else {
+            CLOCKS_LINE_NO_NIC
+        }
+    }
+
     /// The session report of `name`.
     pub fn session(&self, name: &str) -> Option<&SessionReport> {
         self.sessions.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::send_clock::SendCompletionCounters;
+    use std::sync::atomic::Ordering;
+
+    fn run(sessions: Vec<SessionReport>) -> RunReport {
+        RunReport {
+            records: 0,
+            replay_ns: 0,
+            sessions,
+            cycle_p50_ns: 0,
+            cycle_p999_ns: 0,
+            cycle_max_ns: 0,
+            cycle_buckets_ns: Vec::new(),
+            decode_to_post_buckets_ns: Vec::new(),
+            end: CloseReason::EndOfStream,
+            feed_error: None,
+            live: None,
+            moldudp64: None,
+        }
+    }
+
+    #[test]
+    fn unstamped_sessions_say_not_available_and_print_no_send_completion_line() {
+        let r = SessionReport::new(1, "a".into(), SlowConsumerPolicy::Resync, false);
+        assert_eq!(r.send_completion_line(), None);
+        assert_eq!(run(vec![r]).clocks_line(), "clocks cycle=tsc send_completion=nic:not_available");
+        assert_eq!(run(Vec::new()).clocks_line(), CLOCKS_LINE_NO_NIC);
+    }
+
+    #[test]
+    fn a_stamped_session_prints_its_figures_on_the_nic_clock() {
+        let c = SessionCounters::default();
+        let sc: &SendCompletionCounters = &c.send_completion;
+        for ns in [1_000u64, 1_000, 2_000, 40_000] {
+            sc.ns.record(ns);
+        }
+        sc.unaligned.store(3, Ordering::Relaxed);
+        sc.lost.store(1, Ordering::Relaxed);
+        let mut r = SessionReport::new(7, "b".into(), SlowConsumerPolicy::Block, true);
+        r.update(&c, &quanta::Clock::new());
+        // 1,000 is in [992, 1,023], 2,000 in [1,984, 2,047] (16 buckets per power of two); the max is exact
+        assert_eq!(
+            r.send_completion,
+            Some(SendCompletionReport {
+                count: 4,
+                unaligned: 3,
+                lost: 1,
+                p50_ns: 1_023,
+                p99_ns: 40_000,
+                p999_ns: 40_000,
+                max_ns: 40_000
+            })
+        );
+        assert_eq!(
+            r.send_completion_line().unwrap(),
+            "send_completion id=7 name=b clock=nic count=4 unaligned=3 lost=1 p50_ns=1023 p99_ns=40000 p99.9_ns=40000 max_ns=40000"
+        );
+        let unstamped = SessionReport::new(8, "c".into(), SlowConsumerPolicy::Resync, false);
+        assert_eq!(run(vec![unstamped, r]).clocks_line(), "clocks cycle=tsc send_completion=nic");
+    }
+
+    #[test]
+    fn stamps_without_a_mapping_say_the_clock_was_not_readable() {
+        let c = SessionCounters::default();
+        c.send_completion.unaligned.store(5, Ordering::Relaxed);
+        let mut r = SessionReport::new(2, "d".into(), SlowConsumerPolicy::Resync, true);
+        r.update(&c, &quanta::Clock::new());
+        assert_eq!(
+            r.send_completion_line().unwrap(),
+            "send_completion id=2 name=d clock=nic: not available (NIC clock not readable against CLOCK_REALTIME; 5 completions stamped)"
+        );
     }
 }

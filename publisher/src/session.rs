@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mdfan_fabric::{AnyRemoteRing, CloseReason, PostError, RemoteRing};
+
+use crate::send_clock::{SendClockMap, SendCompletionCounters};
 use mdfan_wire::control::SlowConsumerPolicy;
 use mdfan_wire::ring::{imm_from_seq, slot_index, slot_is_free};
 use mdfan_wire::BookUpdate;
@@ -41,6 +43,9 @@ pub struct SessionCounters {
     /// the conductor holds the journal at that command's position itself, so a late joiner's position is never
     /// overwritten on its way to the hot loop (a file feed).
     pub adopted: AtomicU64,
+    /// Post-to-send-completion, `clock=nic` ([`crate::send_clock`]): recorded only when the ring's send
+    /// completions carry NIC timestamps ([`RemoteRing::send_nic_clock`]).
+    pub send_completion: SendCompletionCounters,
 }
 
 #[inline]
@@ -196,6 +201,7 @@ impl Session {
     pub fn publish_counters(&self) {
         self.counters.sent.store(self.sent, Ordering::Relaxed);
         self.counters.last_seq.store(self.last_written, Ordering::Relaxed);
+        self.counters.send_completion.lost.store(self.ring.send_stamps_lost(), Ordering::Relaxed);
     }
 
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
@@ -251,6 +257,22 @@ impl Session {
     #[inline]
     pub fn flush(&mut self) -> Result<(), PostError> {
         self.ring.flush()
+    }
+
+    /// Records the send completions the ring reaped with NIC timestamps since the last call
+    /// ([`RemoteRing::take_send_stamps`]) into `counters.send_completion`, mapped with `map` (counted as
+    /// unaligned without one). After [`Session::flush`]; nothing to do on a ring without send timestamps.
+    #[inline]
+    pub fn record_send_completions(&mut self, map: Option<&SendClockMap>) {
+        let stamps = self.ring.take_send_stamps();
+        if !stamps.is_empty() {
+            self.counters.send_completion.record(stamps, map);
+        }
+    }
+
+    /// Whether this session's send completions carry NIC timestamps (post-to-send-completion is measured).
+    pub fn send_completions_stamped(&self) -> bool {
+        self.ring.send_nic_clock().is_some()
     }
 
     /// The ring (for readiness, drain and failure details, off the hot path).

@@ -91,7 +91,10 @@ fn a_truncated_feed_file_stops_the_replay_with_its_record_and_byte_offset() {
     assert_one_line_error(out.status.code(), &err, &["truncated.dbn.zst: record ", " at byte ", "truncated"]);
     let replay = stdout.lines().find(|l| l.starts_with("replay records=")).expect("the run report");
     assert!(replay.ends_with(" end=feed_error"), "{replay}");
-    assert!(stdout.lines().any(|l| l == mdfan_publisher::CLOCKS_LINE), "each figure's clock: {stdout}");
+    // shm: no NIC clock, so no post-to-send-completion figure, and the line says so
+    assert!(stdout.lines().any(|l| l == mdfan_publisher::CLOCKS_LINE_NO_NIC), "each figure's clock: {stdout}");
+    assert_eq!(mdfan_publisher::CLOCKS_LINE_NO_NIC, "clocks cycle=tsc send_completion=nic:not_available");
+    assert!(!stdout.contains("send_completion id="), "no session was stamped: {stdout}");
     let records: u64 = replay["replay records=".len()..].split(' ').next().unwrap().parse().unwrap();
     let record: u64 = err.split("record ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(records > 0 && records < 8_725, "the records before the cut: {replay}");

@@ -122,7 +122,10 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
         report.cycle_max_ns,
         report.end.as_str()
     );
-    out!("{}", mdfan_publisher::CLOCKS_LINE);
+    out!("{}", report.clocks_line());
+    for line in report.sessions.iter().filter_map(|s| s.send_completion_line()) {
+        out!("{line}");
+    }
     if let Some(live) = &report.live {
         out!("{}", live.line());
     }
