@@ -33,9 +33,9 @@ use crate::FabricError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CqApi {
-    /// The extended CQ with NIC completion timestamps on the subscriber's receive CQ when the device reports a
-    /// timestamp clock (`ibv_query_device_ex`: `completion_timestamp_mask != 0`); the classic CQ otherwise, and
-    /// whenever `ibv_create_cq_ex` refuses. The default.
+    /// The extended CQ with NIC completion timestamps on the subscriber's receive CQ and the publisher's send CQ
+    /// when the device reports a timestamp clock (`ibv_query_device_ex`: `completion_timestamp_mask != 0`); the
+    /// classic CQ otherwise, and whenever `ibv_create_cq_ex` refuses. The default.
     #[default]
     Auto,
     /// Always `ibv_create_cq` / `ibv_poll_cq`; no timestamps.

@@ -250,8 +250,8 @@ impl VerbsDevice {
         RtsAttrs { sq_psn, timeout: cfg.timeout, retry_cnt: cfg.retry_cnt, rnr_retry: cfg.rnr_retry, max_rd_atomic: 1 }
     }
 
-    /// A CQ of `depth` entries per [`VerbsConfig::cq_api`]; `want_timestamps` for a receive CQ whose WCs should
-    /// carry NIC timestamps (when the device has them).
+    /// A CQ of `depth` entries per [`VerbsConfig::cq_api`]; `want_timestamps` for a CQ (the subscriber's receive CQ,
+    /// the publisher's send CQ) whose WCs should carry NIC timestamps (when the device has them).
     fn create_cq(&self, depth: u32, want_timestamps: bool) -> Result<Arc<CompletionQueue>, FabricError> {
         let ctx = &self.inner.ctx;
         let timestamps = want_timestamps && self.inner.clock.is_some();
