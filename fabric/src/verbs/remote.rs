@@ -80,9 +80,9 @@ impl VerbsPublisher {
 
     /// Attaches to the ring a subscriber granted (`Subscribe.ring`): creates the session's PD, send CQ
     /// (`send_queue_depth` entries; extended with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` when the device has a NIC
-    /// clock and `cq_api` allows it, else classic), RC QP (asking for 64 bytes of inline data), `send_queue_depth` staging slots
-    /// and its credit word (8 bytes, REMOTE_WRITE), and moves the QP RESET -> INIT -> RTR -> RTS against the
-    /// grant's endpoint. Returns the ring and the `Accept.fabric` to send back.
+    /// clock and `cq_api` allows it, else classic), RC QP (asking for 64 bytes of inline data), `send_queue_depth`
+    /// staging slots and its credit word (8 bytes, REMOTE_WRITE), and moves the QP RESET -> INIT -> RTR -> RTS
+    /// against the grant's endpoint. Returns the ring and the `Accept.fabric` to send back.
     ///
     /// Memory per subscriber: `send_queue_depth * 64` bytes of staging plus one page for the credit word, plus
     /// the provider's queues; with send completion timestamps, `send_queue_depth * 16` bytes of post times and
