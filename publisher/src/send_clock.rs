@@ -187,12 +187,14 @@ mod tests {
         assert_eq!((counters.unaligned.load(Ordering::Relaxed), counters.ns.count()), (1, 0));
 
         // the conductor's mappings: the NIC pair at the 200th tick before the wrap, realtime BASE_NS; the TSC
-        // base at 9,000,000 ticks, realtime BASE_NS - 600 ns - 400,000 ns (so post 31 is at BASE_NS - 600)
+        // base taken between the two posts, 40,000 ticks (16,000 ns) after post 31, at realtime BASE_NS + 15,400
+        // (so post 31 is at BASE_NS - 600, before the base, and post 63 at BASE_NS + 31,400, after it)
         let map = SendClockMap {
             nic: NicRealtime::from_pair(nic, RtPair { nic_ticks: MASK48 - 199, realtime_ns: BASE_NS }),
-            tsc: TscRealtime::new(9_000_000, BASE_NS - 400_600, TSC_0_4_NS_Q32),
+            tsc: TscRealtime::new(10_040_000, BASE_NS + 15_400, TSC_0_4_NS_Q32),
         };
         assert_eq!(map.tsc.realtime_ns(post_31), BASE_NS - 600);
+        assert_eq!(map.tsc.realtime_ns(post_63), BASE_NS + 31_400);
         // WR 31: completed 100 ticks (640 ns) after the pair: 640 + 600 = 1,240 ns after its post
         assert_eq!(map.post_to_completion_ns(stamps[0]), 1_240);
         // WR 63: posted 32,000 ns after WR 31, completed 5,450 ticks (34,880 ns) after the pair: 3,480 ns
