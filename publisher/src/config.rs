@@ -7,6 +7,8 @@
 //! hot_idle = "spin"            # the live hot loop on an empty cycle: "spin" (PAUSE, burns its core) or "yield"
 //!                              # (sched_yield after 1,000 empty cycles: a host without a core per busy thread).
 //!                              # Default "spin".
+//! feed_on_hot_thread = false   # file feeds: decode on the hot loop's thread, between records (a host without a
+//!                              # core for the feed thread), instead of a thread of its own. Default false.
 //! control_core = 0             # core of the control thread. Default: not pinned.
 //! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
 //! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
@@ -286,6 +288,11 @@ pub struct PublisherSection {
     pub hot_idle: HotIdle,
     /// Core the control thread is pinned to; `None`: not pinned.
     pub control_core: Option<usize>,
+    /// File feeds: run the feed handler (decode, normalise, append to the journal) on the hot loop's thread,
+    /// whenever the hot loop has nothing to send (the journal is empty or the next record is not due), instead
+    /// of on thread `mdfan-feed`: one busy thread fewer, for a host with fewer cores than busy threads. A live
+    /// feed keeps its own thread (its socket reads are syscalls).
+    pub feed_on_hot_thread: bool,
     /// Subscribers to wait for before the replay starts.
     pub wait_for_subscribers: usize,
     /// Sessions the hot loop can hold at once (preallocated).
@@ -317,6 +324,7 @@ impl Default for PublisherSection {
             hot_core: None,
             hot_idle: HotIdle::Spin,
             control_core: None,
+            feed_on_hot_thread: false,
             wait_for_subscribers: 1,
             max_subscribers: 64,
             lock_memory: false,
@@ -720,6 +728,12 @@ impl Config {
         if lo > hi {
             return Err(bad("fabric.ring_slots_min", format!("{lo} is above fabric.ring_slots_max {hi}")));
         }
+        if cfg.publisher.feed_on_hot_thread && cfg.lines.is_some() {
+            return Err(bad(
+                "publisher.feed_on_hot_thread",
+                "a live feed keeps its own thread (its socket reads are syscalls the hot loop must not make)".into(),
+            ));
+        }
         const HOUR_MS: u64 = 3_600_000;
         for (key, v) in [
             ("publisher.heartbeat_interval_ms", cfg.publisher.heartbeat_interval_ms),
@@ -889,6 +903,16 @@ a = "224.0.31.11:14320"
 b = "224.0.32.11:15320"
 snapshot = "224.0.31.43:14330"
 "#;
+
+    #[test]
+    fn only_a_file_feed_may_be_decoded_on_the_hot_thread() {
+        let file = parse(&GOOD.replace("hot_core = 1", "hot_core = 1\nfeed_on_hot_thread = true")).unwrap();
+        assert!(file.publisher.feed_on_hot_thread);
+        assert!(!parse(GOOD).unwrap().publisher.feed_on_hot_thread, "off by default");
+        let live = LIVE.replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\"\nfeed_on_hot_thread = true");
+        let e = parse(&live).unwrap_err().to_string();
+        assert!(e.contains("key publisher.feed_on_hot_thread: a live feed keeps its own thread"), "{e}");
+    }
 
     #[test]
     fn a_live_mdp3_config_parses_with_defaults_and_its_mistakes_are_named() {

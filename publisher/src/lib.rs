@@ -472,22 +472,28 @@ impl Publisher {
         // A live feed starts at once (the market does not wait).
         let wait_for =
             if self.live.is_some() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
-        let Agents { mut feed, mut fanout, mut conductor } = self.into_agents(shutdown);
-        let feed_thread = std::thread::Builder::new()
-            .name(feed.role_name().to_owned())
-            .spawn(move || run_agent(&mut feed, journal::FEED_IDLE))
-            .map_err(|e| PublisherError::Thread("feed", e))?;
+        let feed_on_hot_thread = self.cfg.publisher.feed_on_hot_thread;
+        let Agents { mut feed, fanout, mut conductor } = self.into_agents(shutdown);
+        let (feed_thread, mut hot_agent) = if feed_on_hot_thread {
+            (None, HotThread { fanout, feed: Some(feed) })
+        } else {
+            let thread = std::thread::Builder::new()
+                .name(feed.role_name().to_owned())
+                .spawn(move || run_agent(&mut feed, journal::FEED_IDLE))
+                .map_err(|e| PublisherError::Thread("feed", e))?;
+            (Some(thread), HotThread { fanout, feed: None })
+        };
         let (pinned_tx, pinned_rx) = mpsc::sync_channel(1);
         let hot = std::thread::Builder::new()
-            .name(fanout.role_name().to_owned())
+            .name(hot_agent.role_name().to_owned())
             .spawn(move || {
                 let pinned = hot_core.map(|core| (core, mdfan_tuning::pin_current_thread(core)));
                 let _ = pinned_tx.send(pinned);
-                run_agent_until(&mut fanout, agent::WAITING_IDLE, |a| !a.is_waiting());
-                run_agent(&mut fanout, hot_idle);
+                run_agent_until(&mut hot_agent, agent::WAITING_IDLE, |a| !a.fanout.is_waiting());
+                run_agent(&mut hot_agent, hot_idle);
                 // Handed back, so what it still holds (commands that came after the end: sessions, snapshot
                 // buffers) is freed on the conductor's thread, where a teardown failure may be logged.
-                fanout
+                hot_agent
             })
             .map_err(|e| PublisherError::Thread("hot loop", e))?;
         match pinned_rx.recv() {
@@ -509,11 +515,41 @@ impl Publisher {
         run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
         let fanout = hot.join().expect("the hot loop does not panic");
         feed_stop.store(true, Ordering::Relaxed); // nobody reads the journal any more
-        let _ = feed_thread.join();
+        if let Some(feed_thread) = feed_thread {
+            let _ = feed_thread.join();
+        }
         // The hot loop is done, so its last event (`Finished`) is in the queue: a few more passes handle it.
         run_agent(&mut conductor, conductor::CONDUCTOR_IDLE);
         drop(fanout);
         Ok(conductor.take_report().expect("a finished conductor has its report"))
+    }
+}
+
+/// What the hot thread runs: the hot loop, and with `publisher.feed_on_hot_thread` the file feed's handler too,
+/// whose duty cycle (up to 256 records decoded into the journal) runs only after one of the hot loop's that sent
+/// nothing (the journal had no record for it, or the next was not due yet), so a record that is ready never
+/// waits for decoding.
+struct HotThread<H = FanoutAgent, F = FeedAgent> {
+    fanout: H,
+    feed: Option<F>,
+}
+
+impl<H: Agent, F: Agent> Agent for HotThread<H, F> {
+    fn role_name(&self) -> &str {
+        self.fanout.role_name()
+    }
+
+    #[inline]
+    fn do_work(&mut self) -> usize {
+        let sent = self.fanout.do_work();
+        match self.feed.as_mut() {
+            Some(feed) if sent == 0 && !feed.is_done() => feed.do_work(),
+            _ => sent,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.fanout.is_done()
     }
 }
 
@@ -553,4 +589,49 @@ pub struct Agents {
     pub fanout: FanoutAgent,
     /// The control plane.
     pub conductor: Conductor,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent that returns the next of `work` per duty cycle (0 once they run out) and logs its calls.
+    struct Scripted {
+        name: &'static str,
+        work: Vec<usize>,
+        done_after: usize,
+        calls: std::rc::Rc<std::cell::RefCell<Vec<(&'static str, usize)>>>,
+    }
+
+    impl Agent for Scripted {
+        fn role_name(&self) -> &str {
+            self.name
+        }
+        fn do_work(&mut self) -> usize {
+            let n = if self.work.is_empty() { 0 } else { self.work.remove(0) };
+            self.calls.borrow_mut().push((self.name, n));
+            self.done_after = self.done_after.saturating_sub(1);
+            n
+        }
+        fn is_done(&self) -> bool {
+            self.done_after == 0
+        }
+    }
+
+    #[test]
+    fn the_hot_thread_runs_the_feed_only_after_a_hot_cycle_that_sent_nothing_and_never_once_it_is_done() {
+        let calls = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let hot = Scripted { name: "hot", work: vec![0, 1, 1, 0, 0, 1], done_after: 6, calls: calls.clone() };
+        // the feed appends 256, then 100 and ends (done after its second cycle)
+        let feed = Scripted { name: "feed", work: vec![256, 100], done_after: 2, calls: calls.clone() };
+        let mut t = HotThread { fanout: hot, feed: Some(feed) };
+        assert_eq!(t.role_name(), "hot");
+        let work: Vec<usize> = (0..6).map(|_| t.do_work()).collect();
+        assert_eq!(work, [256, 1, 1, 100, 0, 1]);
+        assert_eq!(
+            *calls.borrow(),
+            [("hot", 0), ("feed", 256), ("hot", 1), ("hot", 1), ("hot", 0), ("feed", 100), ("hot", 0), ("hot", 1)]
+        );
+        assert!(t.is_done(), "done with the hot loop");
+    }
 }

@@ -377,6 +377,31 @@ fn a_journal_much_smaller_than_the_feed_still_gives_every_subscriber_the_exact_b
     assert_eq!((report.records, report.end), (esh4::RECORDS, CloseReason::EndOfStream));
 }
 
+/// `publisher.feed_on_hot_thread`: the file feed is decoded on the hot loop's thread between records (no
+/// `mdfan-feed` thread), through a journal of 4,096 records, so decoding and fan-out take turns some 17 times over
+/// the capture: both subscribers get every record in order and the reference book, and the hot loop ran one
+/// sending cycle per record.
+#[test]
+fn the_feed_decoded_on_the_hot_thread_gives_both_subscribers_every_record() {
+    let publisher =
+        start_publisher_with(&esh4::main_file(), 2, "feed_on_hot_thread = true\n", "\n[journal]\nrecords = 4096\n");
+    let a = spawn_subscriber(publisher.addr, "hot-feed-a", &[]);
+    let b = spawn_subscriber(publisher.addr, "hot-feed-b", &[]);
+    let outs = [wait_with_watchdog(a), wait_with_watchdog(b)];
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert_eq!((report.records, report.end), (esh4::RECORDS, CloseReason::EndOfStream));
+    let count = |buckets: &[(u64, u64)]| buckets.iter().map(|&(_, n)| n).sum::<u64>();
+    assert_eq!(count(&report.cycle_buckets_ns), esh4::RECORDS, "one sending cycle per record");
+    for s in &report.sessions {
+        assert_eq!(s.sent, esh4::RECORDS + 1 + s.heartbeats, "{}: every record, end of stream, heartbeats", s.name);
+        assert_eq!((s.skipped, s.snapshots, s.catchup), (0, 0, 0), "{}", s.name);
+    }
+    for (out, who) in outs.iter().zip(["hot-feed-a", "hot-feed-b"]) {
+        assert_eq!(out.status.code(), Some(0), "{who}");
+        assert_clean(&stdout_lines(out), who);
+    }
+}
+
 /// A feed cut in the middle of record 62: the subscriber gets the 61 records before it, then an end of stream
 /// that says the feed failed (exit 3, never a normal end); the publisher's report names the record and byte.
 #[test]
