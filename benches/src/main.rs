@@ -26,7 +26,9 @@
 //! - `mdfan.replay.subs<N>.*`: [`replay`]: the real publisher replaying the bundled capture at pace `max` to N
 //!   subscribers of the real subscriber library; and `baseline.dbn_decode`, the same capture decoded alone.
 //!   `mdfan.replay_yield.subs<N>.*`: the same with the hot loop and the subscriber thread yielding when idle
-//!   (`publisher.hot_idle = "yield"`), so that the unpinned feed thread is not starved on a 2-core host.
+//!   (`publisher.hot_idle = "yield"`), so that the unpinned feed thread is not starved on a 2-core host;
+//!   `mdfan.replay_hot_feed.subs<N>.*` with the feed decoded on the hot loop's thread
+//!   (`publisher.feed_on_hot_thread = true`): two busy threads.
 //! - `mdfan.fanout.subs<N>.*` and `baseline.store64.subs<N>.*`: [`fanout`]: the hot loop's time per record
 //!   fanning the capture out of its journal to N subscriber rings (1, 2, 4, 8, 16: rings in this process, not
 //!   processes), the subscriber side's time per record, and the limit, 64-byte stores of the same records into
@@ -535,7 +537,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
             scalars.add("baseline.dbn_decode.rate_per_s".into(), d.file_per_s);
             scalars.add("baseline.dbn_decode_mem.rate_per_s".into(), d.mem_per_s);
             scalars.add("baseline.dbn_decode.records".into(), d.records as f64);
-            for (idle, &subs) in [replay::Idle::Spin, replay::Idle::Yield]
+            for (idle, &subs) in [replay::Idle::Spin, replay::Idle::Yield, replay::Idle::HotFeed]
                 .into_iter()
                 .flat_map(|idle| s.subscribers.iter().map(move |subs| (idle, subs)))
             {
@@ -852,6 +854,12 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
             "the same with hot_idle = \"yield\" and yielding subscribers (a host with fewer cores than busy threads)"
                 .into(),
             "ratio.mdfan.replay_yield.subs2_vs_baseline.dbn_decode.rate".into(),
+            0.8,
+            false,
+        ),
+        (
+            "the same with the feed decoded on the hot loop's thread (feed_on_hot_thread = true, both spinning)".into(),
+            "ratio.mdfan.replay_hot_feed.subs2_vs_baseline.dbn_decode.rate".into(),
             0.8,
             false,
         ),

@@ -12,7 +12,8 @@
 //! spinning subscriber leave the feed thread only time slices, and the replay measures the scheduler, not
 //! mdfan. [`Idle::Yield`] runs the same replay with `publisher.hot_idle = "yield"` and a subscriber thread that
 //! yields after the same run of empty polls, so the feed thread gets the cores whenever the others have
-//! nothing to do: the configuration such a host should run. Both are reported.
+//! nothing to do; [`Idle::HotFeed`] keeps both spinning and decodes the feed on the hot loop's thread
+//! (`publisher.feed_on_hot_thread = true`), so there are as many busy threads as cores. All three are reported.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -53,6 +54,9 @@ pub enum Idle {
     Spin,
     /// Both yield after [`HotIdle::YIELD_AFTER_CYCLES`] empty polls in a row (`hot_idle = "yield"`).
     Yield,
+    /// Both busy-spin, and the feed is decoded on the hot loop's thread whenever it has no record to send
+    /// (`publisher.feed_on_hot_thread = true`): two busy threads, one per core.
+    HotFeed,
 }
 
 impl Idle {
@@ -61,12 +65,13 @@ impl Idle {
         match self {
             Idle::Spin => "replay",
             Idle::Yield => "replay_yield",
+            Idle::HotFeed => "replay_hot_feed",
         }
     }
 
     fn hot_idle(self) -> HotIdle {
         match self {
-            Idle::Spin => HotIdle::Spin,
+            Idle::Spin | Idle::HotFeed => HotIdle::Spin,
             Idle::Yield => HotIdle::Yield,
         }
     }
@@ -105,11 +110,12 @@ pub fn run(
     sub_core: Option<usize>,
     idle: Idle,
 ) -> anyhow::Result<Replay> {
-    let hot_idle = match idle {
-        Idle::Spin => "spin",
-        Idle::Yield => "yield",
+    let (hot_idle, hot_feed) = match idle {
+        Idle::Spin => ("spin", false),
+        Idle::Yield => ("yield", false),
+        Idle::HotFeed => ("spin", true),
     };
-    let publisher_keys = format!("hot_idle = \"{hot_idle}\"\n");
+    let publisher_keys = format!("hot_idle = \"{hot_idle}\"\nfeed_on_hot_thread = {hot_feed}\n");
     let cfg = publisher_config(capture, shm_dir, subscribers, hot_core, &publisher_keys, "", "replay")?;
     anyhow::ensure!(cfg.publisher.hot_idle == idle.hot_idle(), "replay config: hot_idle not {hot_idle}");
     let sub_idle = idle.hot_idle().strategy();

@@ -180,7 +180,8 @@ pub fn add_best_aeron(figures: &mut BTreeMap<String, f64>) {
 ///   the per-round ratios in their place ([`crate::rounds`]);
 /// - `ratio.mdfan.replay.subs<N>_vs_baseline.dbn_decode.rate` and `…_vs_baseline.dbn_decode_mem.rate`: records/s of
 ///   the replay to N subscribers against records/s of decoding the same capture alone (file, or in memory); the
-///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle).
+///   same for `mdfan.replay_yield` (hot loop and subscribers yielding when idle) and `mdfan.replay_hot_feed`
+///   (the feed decoded on the hot loop's thread).
 ///
 /// - `ratio.mdfan.fanout.extra_sub_vs_baseline.store64`: the hot loop's cost of one more subscriber against
 ///   that of 64 bytes more stored per record ([`crate::fanout::add_figures`]).
@@ -227,8 +228,9 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
     }
 }
 
-/// The replay scenarios' key stems: busy-spinning (`replay`) and yielding when idle (`replay_yield`).
-pub const REPLAY_STEMS: [&str; 2] = ["replay", "replay_yield"];
+/// The replay scenarios' key stems: busy-spinning (`replay`), yielding when idle (`replay_yield`), the feed
+/// decoded on the hot loop's thread (`replay_hot_feed`).
+pub const REPLAY_STEMS: [&str; 3] = ["replay", "replay_yield", "replay_hot_feed"];
 
 /// The replay scenario `stem`'s ([`REPLAY_STEMS`]) records/s by subscriber count
 /// (`mdfan.<stem>.subs<N>.rate_per_s`), fewest subscribers first.
@@ -319,7 +321,11 @@ pub fn display_name(key: &str) -> String {
             None => format!("open loop {}", rate_name(rest)),
         };
     }
-    let replay = [("mdfan.replay.subs", "mdfan replay"), ("mdfan.replay_yield.subs", "mdfan replay (yielding idle)")];
+    let replay = [
+        ("mdfan.replay.subs", "mdfan replay"),
+        ("mdfan.replay_yield.subs", "mdfan replay (yielding idle)"),
+        ("mdfan.replay_hot_feed.subs", "mdfan replay (feed on the hot thread)"),
+    ];
     if let Some((rest, name)) = replay.iter().find_map(|(p, name)| Some((key.strip_prefix(p)?, name))) {
         let (n, s) = rest.split_once('.').unwrap_or((rest, ""));
         let subs = if n == "1" { "1 subscriber".to_owned() } else { format!("{n} subscribers") };

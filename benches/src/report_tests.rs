@@ -281,7 +281,7 @@ fn the_report_leads_with_tables_in_human_names_and_gives_only_like_for_like_rati
     assert!(!ratio_keys.is_empty());
     for k in &ratio_keys {
         let pingpong = report::PINGPONG_RATIOS.iter().any(|(n, d)| k.starts_with(&format!("ratio.{n}_vs_{d}.")));
-        let replay = (k.starts_with("ratio.mdfan.replay.subs") || k.starts_with("ratio.mdfan.replay_yield.subs"))
+        let replay = report::REPLAY_STEMS.iter().any(|stem| k.starts_with(&format!("ratio.mdfan.{stem}.subs")))
             && k.ends_with(".rate");
         let mdp3 = k.as_str() == "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate";
         let itch = k.as_str() == "ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate";

@@ -360,7 +360,11 @@ pub fn throughput(f: &BTreeMap<String, f64>) -> Option<Table> {
         .map(|&(stem, n, rate)| {
             let base = format!("mdfan.{stem}.subs{n}");
             let ratio = |den: &str| f.get(&format!("ratio.{base}_vs_{den}.rate")).map_or("-".into(), |&r| fmt_ratio(r));
-            let idle = if stem == "replay" { "spin" } else { "yield" };
+            let idle = match stem {
+                "replay" => "spin",
+                "replay_yield" => "yield",
+                _ => "spin, feed on the hot thread",
+            };
             let mut row = vec![idle.to_owned(), n.to_string(), fmt_rate(rate), ratio("baseline.dbn_decode")];
             if has_mem {
                 row.push(ratio("baseline.dbn_decode_mem"));
@@ -374,7 +378,8 @@ pub fn throughput(f: &BTreeMap<String, f64>) -> Option<Table> {
                     subscriber library, polled by one thread. Idle spin: the hot loop and the subscriber thread \
                     busy-spin; yield: both yield after 1,000 empty polls (`publisher.hot_idle = \"yield\"`), which \
                     leaves the unpinned feed thread (zstd, DBN decode, normalise) a core on a host with fewer cores \
-                    than busy threads."
+                    than busy threads; feed on the hot thread: both spin and the hot loop decodes the feed whenever \
+                    it has no record to send (`publisher.feed_on_hot_thread = true`), two busy threads."
         .to_owned();
     let decode: Vec<String> =
         [("baseline.dbn_decode", "from the file (zstd + DBN)"), ("baseline.dbn_decode_mem", "in memory")]
