@@ -428,6 +428,9 @@ impl FanoutAgent {
                         break;
                     }
                     Post::Full => {
+                        if s.stalled_since == 0 {
+                            bump(&s.counters.ring_full); // once per stall: the retries each cycle are the same one
+                        }
                         if s.stalled_too_long(now, stall) {
                             s.dead = Some(CloseReason::Stalled);
                         }

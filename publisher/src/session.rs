@@ -30,7 +30,8 @@ pub struct SessionCounters {
     pub catchup: AtomicU64,
     /// Heartbeat records sent.
     pub heartbeats: AtomicU64,
-    /// Times a post found the ring full.
+    /// Times a post found the ring full (a live record each time; catching up, once per stall: the hot loop
+    /// retries the same record every cycle).
     pub ring_full: AtomicU64,
     /// TSC ticks the hot loop spent waiting for this subscriber (policy `block`).
     pub blocked_ticks: AtomicU64,

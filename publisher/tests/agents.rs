@@ -327,4 +327,8 @@ fn a_late_joiner_that_stops_reading_holds_the_journal_only_catchup_hold_ms() {
     late.assert_reference_book("late");
     let report = conductor.take_report().expect("a done conductor has the run report");
     assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
+    let (early, late) = (report.session("early").unwrap(), report.session("late").unwrap());
+    assert_eq!((early.ring_full, early.snapshots), (0, 0), "{}", early.line());
+    assert!(late.ring_full >= 1, "its catch-up found the ring full: {}", late.line());
+    assert_eq!(late.snapshots, 2, "{}", late.line());
 }
