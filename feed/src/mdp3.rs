@@ -692,7 +692,8 @@ impl SeqTracker {
 }
 
 /// Events the decoder's packet buffer has room for without growing: a 1,472-byte packet (a 1,500-byte MTU)
-/// holds at most 112 entries of the smallest incremental group (VolumeEntry37's 13 bytes), one event each.
+/// holds at most 112 entries of 13 bytes (VolumeEntry37's, the smallest book, trade, volume or statistics
+/// entry), one event each. A packet with more (ChannelReset4's 2-byte entries) grows the buffer once.
 pub const EVENTS_PER_PACKET: usize = 128;
 
 /// The MDP 3.0 decoder of one channel: packet and instrument sequence state, counters (module docs).
