@@ -511,7 +511,7 @@ impl Publisher {
                 tracing::warn!(cause = %e, "memory not locked");
             }
         }
-        tracing::info!(%endpoint, feed = %feed_name, journal_records, wait_for, "publisher ready");
+        tracing::info!(%endpoint, feed = %feed_name, journal_records, wait_for, feed_on_hot_thread, "publisher ready");
         run_agent_until(&mut conductor, conductor::CONDUCTOR_IDLE, |_| hot.is_finished());
         let fanout = hot.join().expect("the hot loop does not panic");
         feed_stop.store(true, Ordering::Relaxed); // nobody reads the journal any more
