@@ -1275,18 +1275,19 @@ pub fn stock_definition(header: &Header, directory: &StockDirectory) -> Instrume
 
 /// Every Stock Directory (`R`, spec 4.2.1) definition in a BinaryFILE (plain or gzip), read in one pass before
 /// the replay: stock locate → symbol ([`stock_definition`]); a later `R` of the same locate replaces an earlier
-/// one. Only `R` messages are decoded; the rest are skipped by their length prefix, so the pass costs one read
+/// one. Only `R` messages are decoded (and empty ones refused, as the replay would: past one, the framing is
+/// lost); the rest are skipped by their length prefix, so the pass costs one read
 /// of the file (for a full day's file, a few seconds of the start; the day's `R` messages come first, before
 /// 04:00, but an IPO may add one later, hence the whole file).
 ///
 /// # Errors
 /// [`ItchFileError`] naming the file and the byte offset: the file cannot be opened or read, ends inside a
-/// message, or holds an `R` message that does not decode.
+/// message, or holds an empty message or an `R` message that does not decode.
 pub fn stock_directory(path: &Path) -> Result<Symbology, ItchFileError> {
     let mut file = ItchFile::open(path)?;
     let mut symbology = Symbology::new();
     while let Some((at, b)) = file.next_raw()? {
-        if b.first() != Some(&b'R') {
+        if !matches!(b.first(), Some(&b'R') | None) {
             continue;
         }
         let m = decode_message(b, at).map_err(|source| ItchFileError::Decode { path: file.path.clone(), source })?;

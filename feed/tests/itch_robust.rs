@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mdfan_feed::itch::{decode_message, eastern_midnight_ns, ItchFile, ItchFileError, ItchNormalizer, Problem};
+use mdfan_feed::itch::{
+    decode_message, eastern_midnight_ns, stock_directory, ItchFile, ItchFileError, ItchNormalizer, Problem,
+};
 use mdfan_feed::moldudp64::Packet;
 use proptest::prelude::*;
 
@@ -150,4 +152,31 @@ fn a_zero_length_prefix_is_an_error_naming_the_offset_after_the_messages_before_
     let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
     assert_eq!((source.offset, source.problem), (21, Problem::Empty));
     assert!(source.to_string().contains("byte 21"), "{source}");
+}
+
+/// A zero length prefix is refused where it is, by the Stock Directory pass before the replay too. That pass used
+/// to skip it as a message that is not `R`, read the next message's type and first byte as a length, and report
+/// the file cut 2 bytes further on (`byte 20409: ends inside a message (20463 of 20993 bytes)`), or, in a longer
+/// file, skip 20,993 bytes and decode from the middle of a message.
+#[test]
+fn an_empty_message_is_refused_at_its_offset_by_the_stock_directory_pass() {
+    let first1000 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
+    let mut bad = std::fs::read(first1000).unwrap();
+    // Message 501 (an R of 39 bytes) at byte 20,407: its length prefix set to 0.
+    assert_eq!((&bad[20_407..20_410], bad.len()), (&[0, 39, b'R'][..], 40_874));
+    bad[20_408] = 0;
+    let dir = std::env::temp_dir().join(format!("mdfan-itch-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("empty.itch");
+    std::fs::write(&path, &bad).unwrap();
+    let r = stock_directory(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
+    assert_eq!((source.offset, source.msg_type, source.field, source.problem), (20_407, 0, "length", Problem::Empty));
+    // The replay refuses it at the same place, after the 500 messages before it.
+    let (n, r) = walk(&bad);
+    assert_eq!(n, 500);
+    let Err(ItchFileError::Decode { source: replayed, .. }) = r else { panic!("{r:?}") };
+    assert_eq!(replayed, source);
 }
