@@ -420,7 +420,10 @@ pub fn write_msg(w: &mut impl Write, msg: &ControlMsg) -> io::Result<()> {
 }
 
 /// Reads one frame from a socket within `timeout` in all (not per read: a peer that drips one byte at a time
-/// cannot hold the reader longer). The socket's read timeout is changed while it reads.
+/// cannot hold the reader longer). The socket's read timeout is changed while it reads. Once the time is up it
+/// still takes what has already arrived (a read that waits at most 1 µs), so a reader that was held up (stopped
+/// with SIGSTOP, whose blocking read then returns EINTR, or descheduled) past the deadline reads a frame that
+/// came in time instead of reporting no answer.
 ///
 /// # Errors
 /// [`ControlError::Timeout`] when the frame is not complete in time, and as [`read_msg`].
@@ -435,11 +438,15 @@ pub fn read_msg_within(
     impl Read for Deadline<'_> {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             let left = self.deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
+            // past the deadline: only what is already there (the smallest SO_RCVTIMEO, 1 µs)
+            self.stream.set_read_timeout(Some(left.max(std::time::Duration::from_nanos(1))))?;
+            match self.stream.read(buf) {
+                // a stop signal ends a read with a timeout in EINTR; past the deadline that is the end
+                Err(e) if left.is_zero() && e.kind() == io::ErrorKind::Interrupted => {
+                    Err(io::ErrorKind::TimedOut.into())
+                }
+                other => other,
             }
-            self.stream.set_read_timeout(Some(left))?;
-            self.stream.read(buf)
         }
     }
     let mut r = Deadline { stream, deadline: std::time::Instant::now() + timeout };
@@ -541,6 +548,26 @@ mod tests {
         let bad = br#"{"v":3,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
         let e = decode_body(bad).unwrap_err().to_string();
         assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
+    }
+
+    /// A reader held up past its deadline (SIGSTOP, then SIGCONT: the blocking read returns EINTR) still takes a
+    /// frame that had arrived; here the time allowed is zero, so the deadline has passed before the first read.
+    /// Before, it answered `no answer within 0ns` with the accept sitting in the socket.
+    #[test]
+    fn a_frame_that_already_arrived_is_read_after_the_deadline() {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut reader = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut writer, _) = listener.accept().unwrap();
+        let msg = accept(vec![]);
+        let frame = encode(&msg);
+        writer.write_all(&frame).unwrap();
+        let mut seen = vec![0u8; frame.len()];
+        while reader.peek(&mut seen).unwrap() < frame.len() {} // the whole frame is in the socket
+        assert_eq!(read_msg_within(&mut reader, std::time::Duration::ZERO).unwrap(), msg);
+        // Nothing there: the deadline still ends the wait.
+        let e = read_msg_within(&mut reader, std::time::Duration::ZERO).unwrap_err();
+        assert_eq!(e.to_string(), "no answer within 0ns");
     }
 
     #[test]
