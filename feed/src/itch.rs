@@ -403,9 +403,10 @@ pub struct Message {
 }
 
 /// What is wrong with a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
     /// Shorter than its type's length.
+    #[error("{have} bytes, the type has {need}")]
     Truncated {
         /// Bytes present.
         have: usize,
@@ -413,17 +414,20 @@ pub enum Problem {
         need: usize,
     },
     /// A length prefix of 0.
+    #[error("0 bytes, a message has at least its type byte")]
     Empty,
     /// A field holds a value the specification does not allow.
+    #[error("value {0} (0x{0:x}) is not one the specification allows")]
     BadValue(u64),
     /// A price that does not fit `i64` once scaled to 1e-9.
+    #[error("price {0} does not fit i64 once scaled to 1e-9")]
     PriceOverflow(u64),
 }
 
 /// A message refused: names its byte offset (in the file or MoldUDP64 payload, of its length prefix), type and
 /// field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("ITCH message at byte {offset}, type {} ({}), field {field}: {problem:?}", *msg_type as char, type_name(*msg_type))]
+#[error("ITCH message at byte {offset}, type {} ({}), field {field}: {problem}", TypeByte(*msg_type), type_name(*msg_type))]
 pub struct DecodeError {
     /// Byte offset of the message's length prefix.
     pub offset: u64,
@@ -433,6 +437,20 @@ pub struct DecodeError {
     pub field: &'static str,
     /// What is wrong.
     pub problem: Problem,
+}
+
+/// A message type byte as errors show it: the letter when it is printable ASCII, else hex (`0x00` for an empty
+/// message, which has none), so an error line never carries a control byte.
+struct TypeByte(u8);
+
+impl fmt::Display for TypeByte {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_ascii_graphic() {
+            write!(f, "{}", self.0 as char)
+        } else {
+            write!(f, "0x{:02x}", self.0)
+        }
+    }
 }
 
 /// Checked big-endian reads over one message, each naming its field on failure.

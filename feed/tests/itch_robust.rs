@@ -128,7 +128,10 @@ fn cut_and_corrupt_files_name_the_file_and_offset() {
     let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
     assert_eq!((source.offset, source.msg_type, source.field), (0, b'D', "length"));
     assert_eq!(source.problem, Problem::Truncated { have: 5, need: 19 });
-    assert!(source.to_string().contains("byte 0, type D (Order Delete), field length"), "{source}");
+    assert_eq!(
+        source.to_string(),
+        "ITCH message at byte 0, type D (Order Delete), field length: 5 bytes, the type has 19"
+    );
     // The first add (message 6, at byte 126): buy/sell is neither B nor S.
     let mut bad = real;
     bad[126 + 2 + 19] = b'Q';
@@ -136,6 +139,10 @@ fn cut_and_corrupt_files_name_the_file_and_offset() {
     assert_eq!(n, 5);
     let Err(ItchFileError::Decode { source, .. }) = r else { panic!("{r:?}") };
     assert_eq!((source.offset, source.msg_type, source.field), (126, b'A', "buy/sell"));
+    assert_eq!(
+        source.to_string(),
+        "ITCH message at byte 126, type A (Add Order), field buy/sell: value 81 (0x51) is not one the specification allows"
+    );
     assert!(ItchFile::open(Path::new("/nonexistent/x.itch")).is_err());
     let _ = eastern_midnight_ns(2019, 12, 30).unwrap();
 }
@@ -179,4 +186,9 @@ fn an_empty_message_is_refused_at_its_offset_by_the_stock_directory_pass() {
     assert_eq!(n, 500);
     let Err(ItchFileError::Decode { source: replayed, .. }) = r else { panic!("{r:?}") };
     assert_eq!(replayed, source);
+    // The error line names the place and the field in words, with no control byte for the missing type.
+    assert_eq!(
+        source.to_string(),
+        "ITCH message at byte 20407, type 0x00 (unknown), field length: 0 bytes, a message has at least its type byte"
+    );
 }
