@@ -50,6 +50,12 @@ pub const DECODE_TO_POST_SAMPLE: u64 = 64;
 /// Records a catching-up session may be sent per duty cycle, so a snapshot never stalls the live stream.
 pub const CATCHUP_BUDGET: usize = 256;
 
+/// Times a session catching up on a file feed may have its journal hold released
+/// ([`FanoutAgent::bound_hold`]); the next time it holds the journal full that long it is dropped (`stalled`).
+/// Each fresh snapshot re-arms the hold, so a joiner that stopped once catches up; one that keeps stopping
+/// costs the others at most this many `publisher.catchup_hold_ms`.
+pub const MAX_HOLD_RELEASES: u32 = 3;
+
 /// Conductor -> hot loop.
 // Moved by value through a preallocated rtrb queue: boxing the session would make the hot thread free it.
 #[allow(clippy::large_enum_variant)]
@@ -97,12 +103,15 @@ pub enum Event {
     /// drains the sessions' rings, says bye on their control connections and writes the run report.
     Finished(AgentReport),
     /// A session catching up held a file feed's journal full for `publisher.catchup_hold_ms`: it no longer
-    /// holds it (the feed goes on for the others); if its position is overwritten it gets a fresh snapshot.
+    /// holds it (the feed goes on for the others); if its position is overwritten it gets a fresh snapshot,
+    /// which holds the journal again. After [`MAX_HOLD_RELEASES`] the next one drops it instead (`stalled`).
     HoldReleased {
         /// Session id.
         id: u64,
         /// The journal position it held.
         position: u64,
+        /// Its releases so far, this one included.
+        releases: u32,
     },
     /// A catching-up session needs a journal position that was overwritten: the conductor sends it a fresh
     /// snapshot (its books are current); until then the session gets nothing.
@@ -260,6 +269,7 @@ impl FanoutAgent {
                             s.feed_pos = position;
                             s.owes_resync = false;
                             s.catchup_lost = false;
+                            s.holds_journal = true; // re-armed: a fresh snapshot is caught up holding the journal
                             s.adopt_pending += 1;
                             if let Some((records, _)) = old {
                                 self.emit(Event::SnapshotDone { id, delivered: false, records });
@@ -464,10 +474,11 @@ impl FanoutAgent {
     /// Bounds how long catching-up sessions may stop a file feed: while the journal is full with `floor` (the
     /// lowest position a holding session still needs) at its oldest record, the feed handler cannot append, and
     /// once the hot loop has fanned out every record published (`pos`) every live session waits with it. Once
-    /// that has lasted `catchup_hold_ticks`, the sessions at the floor
-    /// stop holding the journal for good ([`Event::HoldReleased`]): the feed overwrites past them, and one that
-    /// then needs an overwritten position gets a fresh snapshot (`CatchupLost`), as on a live feed. Returns the
-    /// floor of the sessions that still hold it.
+    /// that has lasted `catchup_hold_ticks`, the sessions at the floor stop holding the journal
+    /// ([`Event::HoldReleased`]): the feed overwrites past them, and one that then needs an overwritten position
+    /// gets a fresh snapshot (`CatchupLost`), which holds the journal again. A session that has been released
+    /// [`MAX_HOLD_RELEASES`] times is dropped (`stalled`) instead of released again. Returns the floor of the
+    /// sessions that still hold it.
     fn bound_hold(&mut self, floor: u64, pos: u64) -> u64 {
         let published = self.journal.published();
         if published < floor.saturating_add(self.journal.capacity()) || pos < published {
@@ -490,9 +501,14 @@ impl FanoutAgent {
                 continue;
             }
             if s.feed_pos == floor {
+                if s.hold_releases >= MAX_HOLD_RELEASES {
+                    s.dead = Some(CloseReason::Stalled); // retired by the caller's reap
+                    continue;
+                }
+                s.hold_releases += 1;
                 s.holds_journal = false;
-                let id = s.id;
-                self.emit(Event::HoldReleased { id, position: floor });
+                let (id, releases) = (s.id, s.hold_releases);
+                self.emit(Event::HoldReleased { id, position: floor, releases });
             } else {
                 rest = rest.min(s.feed_pos);
             }

@@ -911,12 +911,14 @@ impl Conductor {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "fan-out started"),
             Event::Finished(report) => self.wrap_up(report),
-            Event::HoldReleased { id, position } => tracing::warn!(
+            Event::HoldReleased { id, position, releases } => tracing::warn!(
                 session = id,
                 position,
+                releases,
+                max_releases = crate::agent::MAX_HOLD_RELEASES,
                 hold_ms = self.cfg.publisher.catchup_hold_ms,
                 "a session catching up held the journal full this long: the feed goes on without it (a fresh \
-                 snapshot if it falls off the journal)"
+                 snapshot if it falls off the journal; dropped as stalled after max_releases)"
             ),
             Event::CatchupLost { id } => {
                 tracing::info!(session = id, "catch-up needs records the journal no longer holds: a fresh snapshot");

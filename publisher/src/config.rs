@@ -17,7 +17,7 @@
 //! stall_timeout_ms = 5000      # a full ring that releases nothing this long ends the session. Default 5000.
 //! catchup_hold_ms = 100        # file feeds: longest a late joiner catching up may keep the journal full (the
 //!                              # feed, and every other subscriber, waits); then it gets a fresh snapshot if the
-//!                              # journal moves past it. Default 100.
+//!                              # journal moves past it (3 times; the 4th it is dropped). Default 100.
 //! policies = ["disconnect", "resync"]  # slow-consumer policies subscribers may choose; add "block" to allow it.
 //! counters_dir = "/dev/shm"    # where the counters file mdfan-stat reads goes ("" for none). Default /dev/shm.
 //! keep_counters = false        # leave the counters file (marked ended) after a clean exit. Default false.
@@ -305,7 +305,8 @@ pub struct PublisherSection {
     pub stall_timeout_ms: u64,
     /// File feeds: the longest a session catching up (a late joiner, a resync) may keep the journal full, in ms
     /// (the feed handler waits for it, and so does every live session); after that the journal goes on without
-    /// it and it gets a fresh snapshot if it needs an overwritten position (as on a live feed).
+    /// it and it gets a fresh snapshot if it needs an overwritten position (as on a live feed), which holds the
+    /// journal again; the fourth time ([`crate::agent::MAX_HOLD_RELEASES`]) the session is dropped (`stalled`).
     pub catchup_hold_ms: u64,
     /// Slow-consumer policies subscribers may choose. `block` slows everyone: allow it only for recorders.
     pub policies: Vec<SlowConsumerPolicy>,

@@ -104,9 +104,11 @@ pub struct Session {
     /// Catching up, it needed a journal position already overwritten: it waits for a fresh snapshot.
     pub(crate) catchup_lost: bool,
     /// Whether its catch-up holds a file feed's journal (its position is not overwritten until it has read it).
-    /// Cleared for good once it has held the journal full for `publisher.catchup_hold_ms`
-    /// ([`crate::agent::Event::HoldReleased`]).
+    /// Cleared once it has held the journal full for `publisher.catchup_hold_ms`
+    /// ([`crate::agent::Event::HoldReleased`]), set again by its next snapshot.
     pub(crate) holds_journal: bool,
+    /// Times its hold was released ([`crate::agent::MAX_HOLD_RELEASES`] at most).
+    pub(crate) hold_releases: u32,
     /// TSC when the ring was first found full in the current stall; 0 when not stalled.
     pub(crate) stalled_since: u64,
     /// TSC stamp of the last record written (0 before any): heartbeats go to sessions quiet for an interval.
@@ -150,6 +152,7 @@ impl Session {
             owes_resync: false,
             catchup_lost: false,
             holds_journal: true,
+            hold_releases: 0,
             stalled_since: 0,
             last_post_ticks: 0,
             adopt_pending: 0,

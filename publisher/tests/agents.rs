@@ -273,21 +273,23 @@ fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journa
     assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
 }
 
-/// A late joiner that stops reading while it catches up, through a 4,096-record journal: it may keep the
-/// journal full only `publisher.catchup_hold_ms` (20 ms here; the stall timeout is 10 minutes, so without that
-/// bound the feed would stop until the watchdog), so the subscriber there from the start gets the whole capture
-/// while the joiner reads nothing. Then the joiner reads again: the journal has moved past its snapshot's
-/// position, so after that snapshot it gets a fresh one and ends with the reference book.
-#[test]
-fn a_late_joiner_that_stops_reading_holds_the_journal_only_catchup_hold_ms() {
+/// How a stepped late joiner (a 1,024-slot ring: full long before its snapshot, the book's 11,000-odd orders, is
+/// through) reads: it joins paused once the early subscriber has `join_at` records, and each step `plan` says
+/// whether it reads, from (the early subscriber's records, the joiner's, paused now).
+type Plan<'a> = dyn FnMut(u64, &Sub, bool) -> bool + 'a;
+
+/// Steps the agents with an early subscriber (a ring that holds the whole capture) and a late joiner read as
+/// `plan` says, `publisher.catchup_hold_ms = 20` and a stall timeout of 10 minutes (so only the hold's bound
+/// lets the feed go on while the joiner reads nothing), until both rings are closed (ended or dropped). Returns
+/// both and the report.
+fn stopped_joiner(join_at: u64, plan: &mut Plan<'_>) -> (Sub, Sub, mdfan_publisher::RunReport) {
     let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) =
         agents("catchup_hold_ms = 20\nstall_timeout_ms = 600000\n");
     let mut early = Sub::subscribe(addr, "early", 131_072);
     let mut late: Option<Sub> = None;
-    let mut joined_at = None;
-    let mut early_had_all_while_late_stopped = false;
     let deadline = Instant::now() + WATCHDOG;
-    while !(conductor.is_done() && early.end.is_some() && late.as_ref().is_some_and(|l| l.end.is_some())) {
+    let closed = |s: &Sub| s.rx.as_ref().is_some_and(|r| r.closed().is_some());
+    while !(conductor.is_done() && early.end.is_some() && late.as_ref().is_some_and(closed)) {
         assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
         if !feed.is_done() {
             feed.do_work();
@@ -304,31 +306,83 @@ fn a_late_joiner_that_stops_reading_holds_the_journal_only_catchup_hold_ms() {
                 sub.connect_ring();
             }
         }
-        if late.is_none() && early.book_records >= 20_000 {
-            // 1,024 slots: full long before its snapshot (the book's 11,000-odd orders) is through
+        if late.is_none() && early.book_records >= join_at {
             let mut l = Sub::subscribe(addr, "late", 1024);
             l.paused = true;
             late = Some(l);
-            joined_at = Some(progress.records());
+            let at = progress.records();
+            assert!((join_at..RECORDS - 4096).contains(&at), "joined mid-stream at {at}");
         }
-        if let Some(l) = late.as_mut().filter(|l| l.paused && early.book_records == RECORDS) {
-            early_had_all_while_late_stopped = l.rx.is_some() && l.book_records == 0 && l.snapshots == 0;
-            l.paused = false;
+        if let Some(l) = late.as_mut() {
+            l.paused = !plan(early.book_records, l, l.paused);
         }
     }
-    let late = late.expect("the late joiner subscribed");
-    let at = joined_at.expect("joined");
-    assert!((20_000..RECORDS - 4096).contains(&at), "joined mid-stream at {at}");
-    assert!(early_had_all_while_late_stopped, "the early subscriber had every record while the joiner read nothing");
-    assert_eq!(early.book_records, RECORDS);
+    let report = conductor.take_report().expect("a done conductor has the run report");
+    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
     early.assert_reference_book("early");
+    assert_eq!(early.book_records, RECORDS);
+    (early, late.expect("the late joiner subscribed"), report)
+}
+
+/// The joiner reads nothing until the early subscriber has the whole capture (which it can only have if the
+/// joiner's hold was released), then reads: the journal has moved past its snapshot's position, so after that
+/// snapshot it gets a fresh one and ends with the reference book.
+#[test]
+fn a_late_joiner_that_stops_reading_holds_the_journal_only_catchup_hold_ms() {
+    let mut had_all_while_stopped = false;
+    let (_, late, report) = stopped_joiner(20_000, &mut |early, l, paused| {
+        if paused && early == RECORDS {
+            had_all_while_stopped = l.rx.is_some() && l.book_records == 0 && l.snapshots == 0;
+        }
+        early == RECORDS
+    });
+    assert!(had_all_while_stopped, "the early subscriber had every record while the joiner read nothing");
     assert_eq!(late.snapshots, 2, "the first snapshot, then a fresh one: the journal moved past the first");
     assert!(late.book_records < RECORDS, "the late joiner got the records after its snapshots only");
     late.assert_reference_book("late");
-    let report = conductor.take_report().expect("a done conductor has the run report");
-    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
     let (early, late) = (report.session("early").unwrap(), report.session("late").unwrap());
     assert_eq!((early.ring_full, early.snapshots), (0, 0), "{}", early.line());
     assert!(late.ring_full >= 1, "its catch-up found the ring full: {}", late.line());
     assert_eq!(late.snapshots, 2, "{}", late.line());
+}
+
+/// The same joiner reading again mid-stream, once its hold was released (the early subscriber is more than a
+/// journal past where it was when the joiner joined): its fresh snapshot holds the journal again, so it catches
+/// up once, with two snapshots, instead of falling off the journal snapshot after snapshot while the feed is
+/// ahead of the hot loop.
+#[test]
+fn a_stopped_joiner_reading_again_mid_stream_catches_up_from_its_fresh_snapshot() {
+    let (_, late, _) = stopped_joiner(20_000, &mut |early, _, _| early >= 20_000 + 4096 + 2_000);
+    assert_eq!(late.snapshots, 2, "the first snapshot, then one fresh one that it caught up from");
+    assert!(late.book_records < RECORDS, "{}", late.book_records);
+    late.assert_reference_book("late");
+}
+
+/// A joiner that stops again at every snapshot it begins to read: each stop holds the journal full for
+/// `catchup_hold_ms` and is released, [`mdfan_publisher::agent::MAX_HOLD_RELEASES`] times; the next stop drops it
+/// as `stalled`, and the early subscriber never noticed.
+#[test]
+fn a_joiner_that_keeps_stopping_is_dropped_after_its_hold_releases() {
+    assert_eq!(mdfan_publisher::agent::MAX_HOLD_RELEASES, 3);
+    // (early's records when the joiner last stopped, the snapshots it had then)
+    let mut stopped = (0u64, 0u64);
+    let (_, late, report) = stopped_joiner(8_000, &mut |early, l, paused| {
+        if paused {
+            // more than a journal on since it stopped: its hold was released; read again
+            return early > stopped.0.max(8_000) + 4096 + 500;
+        }
+        if l.snapshots > stopped.1 {
+            stopped = (early, l.snapshots); // a snapshot began: stop again
+            return false;
+        }
+        true
+    });
+    let s = report.session("late").unwrap();
+    assert_eq!(s.end, Some(CloseReason::Stalled), "{}", s.line());
+    assert_eq!(late.end, None, "dropped, not ended: {:?}", late.rx.as_ref().and_then(|r| r.closed()));
+    assert_eq!(late.rx.as_ref().and_then(|r| r.closed()), Some(CloseReason::Stalled));
+    // release 1: its first stop, before it read anything; then it stopped in the first snapshot (no hold: not
+    // re-armed yet) and in the fresh ones that followed (releases 2 and 3); the stop in the third fresh one
+    // would have been release 4
+    assert_eq!(late.snapshots, 4, "the first snapshot and three fresh ones");
 }
