@@ -749,8 +749,9 @@ impl Agent for FanoutAgent {
 }
 
 /// Posts `record` to `s`, spinning while its ring is full, until it is sent, the fabric fails (the session is
-/// marked dead with that reason), or the ring has stayed full for `stall_ticks` since `start` or `give_up` is set
-/// (marked dead, `Stalled`). The hot loop's only wait on a subscriber: policy `block`, and the end-of-stream
+/// marked dead with that reason), or the ring has stayed full for `stall_ticks` since `start` (marked dead,
+/// `Stalled`) or `give_up` (the publisher's shutdown flag) is set (marked dead, `Shutdown`: the subscriber was
+/// waited for, not given up on). The hot loop's only wait on a subscriber: policy `block`, and the end-of-stream
 /// record.
 fn post_waiting(
     s: &mut Session,
@@ -768,7 +769,11 @@ fn post_waiting(
                 s.dead = Some(reason);
                 return;
             }
-            Post::Full if now.wrapping_sub(start) > stall_ticks || give_up.load(Ordering::Relaxed) => {
+            Post::Full if give_up.load(Ordering::Relaxed) => {
+                s.dead = Some(CloseReason::Shutdown);
+                return;
+            }
+            Post::Full if now.wrapping_sub(start) > stall_ticks => {
                 s.dead = Some(CloseReason::Stalled);
                 return;
             }
