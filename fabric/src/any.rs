@@ -367,7 +367,7 @@ impl AnyRemoteRing {
     /// What broke the ring, named (verbs: the `ibv_wc_status` or errno), if anything did.
     pub fn failure(&self) -> Option<&'static str> {
         match self {
-            AnyRemoteRing::Shm(_) => None,
+            AnyRemoteRing::Shm(r) => r.failure(),
             #[cfg(feature = "verbs")]
             AnyRemoteRing::Verbs(r) => r.failure().map(crate::verbs::wc_status_name),
         }

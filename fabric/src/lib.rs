@@ -24,6 +24,7 @@ pub mod credit;
 pub mod nic_clock;
 pub mod send_stamps;
 pub mod shm;
+pub mod sigbus;
 
 #[cfg(feature = "verbs")]
 pub mod verbs;

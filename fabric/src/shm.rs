@@ -402,6 +402,9 @@ impl LocalRing for ShmLocalRing {
 
 /// The publisher's handle on one subscriber's shared-memory ring (the sender side).
 pub struct ShmRemoteRing {
+    /// The mapping's registration with the SIGBUS handler ([`crate::sigbus`]): a subscriber that truncates its
+    /// ring file fails its own session, not the publisher. Declared before `seg`: unregistered before unmapped.
+    guard: Option<crate::sigbus::Guard>,
     seg: Segment,
     /// CQ entries written so far.
     cq_pos: u64,
@@ -459,8 +462,15 @@ impl ShmRemoteRing {
         if header.slot_count != slot_count {
             return Err(bad(format!("header slot_count {} differs from the grant's {slot_count}", header.slot_count)));
         }
+        let seg = Segment::mapped(map, path_buf, slot_count);
+        let guard = crate::sigbus::Guard::new(seg.base, seg.len);
+        if guard.is_none() {
+            tracing::warn!(path = %seg.path.display(), "shm: ring mapped without SIGBUS protection (table full or \
+                no handler): a subscriber that truncates it would kill the publisher");
+        }
         let ring = ShmRemoteRing {
-            seg: Segment::mapped(map, path_buf, slot_count),
+            guard,
+            seg,
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
             closed: false,
@@ -482,6 +492,12 @@ impl ShmRemoteRing {
 }
 
 impl ShmRemoteRing {
+    /// What broke the ring, if anything did: its file was truncated under the publisher's mapping (an access
+    /// faulted with SIGBUS, and the pages were replaced with zeros: [`crate::sigbus`]).
+    pub fn failure(&self) -> Option<&'static str> {
+        self.guard.as_ref().is_some_and(|g| g.faulted()).then_some("ring file truncated under the mapping (SIGBUS)")
+    }
+
     /// The first half of a write: the record into its slot. The caller checked (through `consumed_seq`) that the
     /// subscriber released the slot's previous record. Bytes 8..64 first, as one 8-byte and three 16-byte
     /// copies on the record's 16-byte boundaries (four store-buffer entries, not eight: a fan-out to many rings
@@ -601,9 +617,14 @@ impl RemoteRing for ShmRemoteRing {
         Ok(())
     }
 
+    /// Nothing to ring on shared memory; fails once the ring's file was truncated under the mapping
+    /// ([`ShmRemoteRing::failure`]).
     #[inline]
     fn flush(&mut self) -> Result<(), PostError> {
-        Ok(())
+        match &self.guard {
+            Some(g) if g.faulted() => Err(PostError::Transport { code: libc::SIGBUS }),
+            _ => Ok(()),
+        }
     }
 
     fn close(&mut self, reason: CloseReason) {
@@ -664,6 +685,7 @@ mod heap {
             window: ReadWindow::default(),
         };
         let remote = ShmRemoteRing {
+            guard: None,
             seg: seg(),
             cq_pos: 0,
             cq_shift: slot_count.trailing_zeros(),
@@ -887,6 +909,30 @@ mod tests {
         assert!(e.starts_with("open ") && e.contains("link"), "{e}");
         drop(local);
         assert!(!Path::new(path).exists(), "dropping the local ring unlinks its file");
+    }
+
+    /// A subscriber that truncates its ring file under the publisher's mapping: the publisher's next write faults
+    /// with SIGBUS, which the guard contains (without it the test process dies): the write lands on zero pages,
+    /// and the ring fails at its flush, naming the cause.
+    #[test]
+    #[cfg_attr(miri, ignore = "files, mappings and signals")]
+    fn a_ring_file_truncated_under_the_mapping_fails_the_ring_not_the_process() {
+        let dir = Path::new(DEFAULT_DIR);
+        let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
+        let RingGrant::Shm { path, .. } = &grant else { unreachable!() };
+        let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+        let record = BookUpdate { seq: 1, ..BookUpdate::control(mdfan_wire::Kind::Heartbeat) };
+        remote.write_with_imm(0, &record, 1).unwrap();
+        assert!(remote.flush().is_ok() && remote.failure().is_none());
+        std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(0).unwrap();
+        let record = BookUpdate { seq: 2, ..record };
+        remote.write_with_imm(1, &record, 2).unwrap(); // faults, is contained, lands on zero pages
+        assert_eq!(remote.flush(), Err(PostError::Transport { code: libc::SIGBUS }));
+        assert_eq!(remote.failure(), Some("ring file truncated under the mapping (SIGBUS)"));
+        assert_eq!(remote.consumed_seq(), 0, "the range now holds zero pages");
+        remote.write_with_imm(2, &BookUpdate { seq: 3, ..record }, 3).unwrap(); // and stays writable
+        drop(remote);
+        drop(local);
     }
 
     #[test]
