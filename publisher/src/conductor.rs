@@ -1138,11 +1138,11 @@ mod tests {
         };
         let few: Vec<InstrumentDef> = symbology().iter().cloned().collect();
         assert_eq!(fit_in_a_frame(accept(few.clone())), accept(few));
-        let many: Vec<InstrumentDef> = (0..4000).map(|i| InstrumentDef::new(i, format!("SYM{i:05}"))).collect();
+        let many: Vec<InstrumentDef> = (0..40_000).map(|i| InstrumentDef::new(i, format!("SYM{i:05}"))).collect();
         assert!(control::encode(&accept(many.clone())).len() > 4 + control::MAX_FRAME_BYTES as usize);
         let ControlMsg::Accept(fitted) = fit_in_a_frame(accept(many.clone())) else { unreachable!() };
-        // 4000 definitions of about 90 bytes: halved until they fit, 500.
-        assert_eq!(fitted.definitions, many[..500].to_vec());
+        // 40,000 definitions of about 90 bytes: halved until they fit, 20,000.
+        assert_eq!(fitted.definitions, many[..20_000].to_vec());
         let frame = control::encode(&ControlMsg::Accept(fitted));
         assert!(frame.len() <= 4 + control::MAX_FRAME_BYTES as usize);
     }

@@ -122,7 +122,8 @@ fn replay_to(file: &Path, name: &str, symbols: &[&str]) -> (Vec<BookUpdate>, Sub
     let endpoint = publisher.local_addr().to_string();
     let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
     let mut cfg = SubscriberConfig::new(&endpoint, name);
-    cfg.symbols = Some(symbols.iter().map(|s| s.to_string()).collect());
+    // no symbols: every instrument
+    cfg.symbols = (!symbols.is_empty()).then(|| symbols.iter().map(|s| s.to_string()).collect());
     let mut sub = Subscriber::connect(&cfg).unwrap();
     let mut records = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -183,4 +184,14 @@ fn the_start_of_day_file_gives_symbols_and_trading_states_to_a_subscriber() {
     assert!(states.get(2).is_none(), "AA was not asked for");
     let s = sub.symbology();
     assert_eq!((s.len(), s.symbol(1), s.symbol(3)), (2, Some("A"), Some("AAAU")));
+}
+
+/// An unfiltered subscriber of the start-of-day file gets every one of its 993 Stock Directory definitions in its
+/// Accept (about 90 kB of them: more than the 64 KiB a control frame could once hold, which cut them to 496).
+#[test]
+fn an_unfiltered_subscriber_gets_all_993_definitions_of_the_start_of_day_file() {
+    let (records, sub) = replay_to(&data("12302019_first1000.itch"), "all", &[]);
+    assert!(!records.is_empty());
+    let s = sub.symbology();
+    assert_eq!((s.len(), s.symbol(1), s.symbol(3), s.symbol(993)), (993, Some("A"), Some("AAAU"), Some("BPFH")));
 }

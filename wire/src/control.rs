@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 /// accept as malformed, so the version says it first). 2: [`Bye`] carries a typed [`CloseReason`] and a separate
 /// detail (1 had one free-text reason).
 pub const PROTOCOL_VERSION: u32 = 3;
-/// Largest control frame accepted, in bytes (the length prefix excluded).
-pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
+/// Largest control frame accepted, in bytes (the length prefix excluded): 2 MiB, room for an `Accept` carrying a
+/// whole Nasdaq day's Stock Directory (some 9,000 definitions of about 90 bytes).
+pub const MAX_FRAME_BYTES: u32 = 2 * 1024 * 1024;
 
 /// Where a subscriber's ring lives and how the publisher may write it: the "grant" of the fabric.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
