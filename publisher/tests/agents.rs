@@ -233,58 +233,28 @@ impl Sub {
 /// there from the start gets every record. A hold never let go would stop the feed for good (the watchdog).
 #[test]
 fn a_late_joiner_gets_one_snapshot_and_the_reference_book_through_a_small_journal() {
-    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) = agents("catchup_hold_ms = 3600000\n");
-    // rings that hold the whole capture and a snapshot: never full, whenever they are polled
-    let mut early = Sub::subscribe(addr, "early", 131_072);
-    let mut late: Option<Sub> = None;
-    let mut joined_at = None;
-    let deadline = Instant::now() + WATCHDOG;
-    while !(conductor.is_done() && early.end.is_some() && late.as_ref().is_some_and(|l| l.end.is_some())) {
-        assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
-        if !feed.is_done() {
-            feed.do_work();
-        }
-        if !fanout.is_done() {
-            fanout.do_work();
-        }
-        if !conductor.is_done() {
-            conductor.do_work();
-        }
-        for sub in std::iter::once(&mut early).chain(late.as_mut()) {
-            sub.step();
-            if sub.accept.is_some() && sub.rx.is_none() {
-                sub.connect_ring();
-            }
-        }
-        if late.is_none() && early.book_records >= 20_000 {
-            late = Some(Sub::subscribe(addr, "late", 131_072));
-            joined_at = Some(progress.records());
-        }
-    }
-    let late = late.expect("the late joiner subscribed");
-    let at = joined_at.expect("joined");
-    assert!((20_000..RECORDS - 4096).contains(&at), "joined mid-stream at {at}");
+    // a ring that holds the whole capture and a snapshot: never full, read every step
+    let (_, late, _) = late_joiner("catchup_hold_ms = 3600000\n", 131_072, 20_000, &mut |_, _, _| true);
     assert_eq!(late.snapshots, 1, "one snapshot, never replaced");
     assert!(late.book_records < RECORDS, "the late joiner got the records after its snapshot only");
-    early.assert_reference_book("early");
     late.assert_reference_book("late");
-    assert_eq!(early.book_records, RECORDS);
-    let report = conductor.take_report().expect("a done conductor has the run report");
-    assert_eq!((report.records, report.end), (RECORDS, CloseReason::EndOfStream));
 }
 
-/// How a stepped late joiner (a 1,024-slot ring: full long before its snapshot, the book's 11,000-odd orders, is
-/// through) reads: it joins paused once the early subscriber has `join_at` records, and each step `plan` says
-/// whether it reads, from (the early subscriber's records, the joiner's, paused now).
+/// How a stepped late joiner reads: it joins once the early subscriber has `join_at` records, and each step
+/// `plan` says whether it reads, from (the early subscriber's records, the joiner's, paused now).
 type Plan<'a> = dyn FnMut(u64, &Sub, bool) -> bool + 'a;
 
-/// Steps the agents with an early subscriber (a ring that holds the whole capture) and a late joiner read as
-/// `plan` says, `publisher.catchup_hold_ms = 20` and a stall timeout of 10 minutes (so only the hold's bound
-/// lets the feed go on while the joiner reads nothing), until both rings are closed (ended or dropped). Returns
-/// both and the report.
-fn stopped_joiner(join_at: u64, plan: &mut Plan<'_>) -> (Sub, Sub, mdfan_publisher::RunReport) {
-    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) =
-        agents("catchup_hold_ms = 20\nstall_timeout_ms = 600000\n");
+/// Steps the agents (`publisher_keys` more `[publisher]` lines) with an early subscriber (a ring that holds the
+/// whole capture, read every step) and a late joiner with a ring of `late_slots`, read as `plan` says, until
+/// both rings are closed (ended or dropped). Checks the early subscriber's book and the run's end; returns both
+/// subscribers and the report.
+fn late_joiner(
+    publisher_keys: &str,
+    late_slots: u32,
+    join_at: u64,
+    plan: &mut Plan<'_>,
+) -> (Sub, Sub, mdfan_publisher::RunReport) {
+    let (addr, progress, Agents { mut feed, mut fanout, mut conductor }) = agents(publisher_keys);
     let mut early = Sub::subscribe(addr, "early", 131_072);
     let mut late: Option<Sub> = None;
     let deadline = Instant::now() + WATCHDOG;
@@ -307,7 +277,7 @@ fn stopped_joiner(join_at: u64, plan: &mut Plan<'_>) -> (Sub, Sub, mdfan_publish
             }
         }
         if late.is_none() && early.book_records >= join_at {
-            let mut l = Sub::subscribe(addr, "late", 1024);
+            let mut l = Sub::subscribe(addr, "late", late_slots);
             l.paused = true;
             late = Some(l);
             let at = progress.records();
@@ -322,6 +292,13 @@ fn stopped_joiner(join_at: u64, plan: &mut Plan<'_>) -> (Sub, Sub, mdfan_publish
     early.assert_reference_book("early");
     assert_eq!(early.book_records, RECORDS);
     (early, late.expect("the late joiner subscribed"), report)
+}
+
+/// [`late_joiner`] with a 1,024-slot ring (full long before its snapshot, the book's 11,000-odd orders, is
+/// through), `publisher.catchup_hold_ms = 20` and a stall timeout of 10 minutes (so only the hold's bound lets
+/// the feed go on while the joiner reads nothing).
+fn stopped_joiner(join_at: u64, plan: &mut Plan<'_>) -> (Sub, Sub, mdfan_publisher::RunReport) {
+    late_joiner("catchup_hold_ms = 20\nstall_timeout_ms = 600000\n", 1024, join_at, plan)
 }
 
 /// The joiner reads nothing until the early subscriber has the whole capture (which it can only have if the

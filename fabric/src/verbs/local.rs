@@ -393,18 +393,6 @@ impl LocalRing for VerbsLocalRing {
     /// timestamps, or when the device cannot read its clock (logged at debug level: control path).
     fn nic_realtime(&mut self) -> Option<NicRealtime> {
         let clock = self.nic_clock?;
-        let pair = match self.parts.device.context().query_rt_pair() {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(device = %self.parts.device.name(), cause = %e, "verbs: NIC clock not readable");
-                return None;
-            }
-        };
-        let fit = match self.last_rt_pair {
-            Some(earlier) => NicRealtime::from_pairs(clock, earlier, pair),
-            None => NicRealtime::from_pair(clock, pair),
-        };
-        self.last_rt_pair = Some(pair);
-        Some(fit)
+        self.parts.device.sample_nic_realtime(clock, &mut self.last_rt_pair)
     }
 }

@@ -218,6 +218,26 @@ impl VerbsDevice {
         self.inner.clock
     }
 
+    /// Samples a NIC/realtime pair with `ibv_query_rt_values_ex` ([`ffi::Context::query_rt_pair`]) and fits it
+    /// with `last`, the caller's previous pair, which it then replaces ([`NicRealtime::from_pairs`]; the first
+    /// alone at `clock`'s nominal rate). `None` when the device cannot read its clock (logged at debug level).
+    /// Control path: a ring calls it at its start and about once a second.
+    pub(crate) fn sample_nic_realtime(&self, clock: NicClock, last: &mut Option<RtPair>) -> Option<NicRealtime> {
+        let pair = match self.context().query_rt_pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(device = %self.name(), cause = %e, "verbs: NIC clock not readable");
+                return None;
+            }
+        };
+        let fit = match *last {
+            Some(earlier) => NicRealtime::from_pairs(clock, earlier, pair),
+            None => NicRealtime::from_pair(clock, pair),
+        };
+        *last = Some(pair);
+        Some(fit)
+    }
+
     /// The opened context.
     pub fn context(&self) -> &Arc<Context> {
         &self.inner.ctx

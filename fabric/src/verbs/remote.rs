@@ -63,19 +63,7 @@ impl VerbsPublisher {
     /// calls it at a session's start and about once a second.
     pub fn nic_realtime(&mut self) -> Option<NicRealtime> {
         let clock = self.device.nic_clock()?;
-        let pair = match self.device.context().query_rt_pair() {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(device = %self.device.name(), cause = %e, "verbs: NIC clock not readable");
-                return None;
-            }
-        };
-        let fit = match self.last_rt_pair {
-            Some(earlier) => NicRealtime::from_pairs(clock, earlier, pair),
-            None => NicRealtime::from_pair(clock, pair),
-        };
-        self.last_rt_pair = Some(pair);
-        Some(fit)
+        self.device.sample_nic_realtime(clock, &mut self.last_rt_pair)
     }
 
     /// Attaches to the ring a subscriber granted (`Subscribe.ring`): creates the session's PD, send CQ
