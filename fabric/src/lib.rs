@@ -16,7 +16,8 @@
 //! Hot-path calls return small `Copy` errors ([`PostError`]); set-up returns [`FabricError`], which names the
 //! path, device or field that failed.
 //!
-//! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`); everything above is safe Rust.
+//! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`) and in [`sigbus`] (the SIGBUS handler
+//! for the shm rings the publisher maps); everything above is safe Rust.
 #![warn(missing_docs)]
 
 pub mod any;
