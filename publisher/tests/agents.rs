@@ -41,6 +41,14 @@ fn px(hundredths: i64) -> i64 {
 /// loop and the conductor again and again; `publisher_keys` are more `[publisher]` lines. Its three agents, not
 /// started.
 fn agents(publisher_keys: &str) -> (std::net::SocketAddr, mdfan_publisher::Progress, Agents) {
+    let (addr, progress, _, agents) = agents_with_shutdown(publisher_keys);
+    (addr, progress, agents)
+}
+
+/// [`agents`], and the shutdown flag they were built with (what SIGINT/SIGTERM set).
+fn agents_with_shutdown(
+    publisher_keys: &str,
+) -> (std::net::SocketAddr, mdfan_publisher::Progress, Arc<AtomicBool>, Agents) {
     let text = format!(
         "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\n{publisher_keys}\n[feed]\nformat = \"dbn\"\npath = \"{}\"\n\n[journal]\nrecords = 4096\n\n[fabric]\nprovider = \"shm\"\n",
         feed().display()
@@ -48,7 +56,8 @@ fn agents(publisher_keys: &str) -> (std::net::SocketAddr, mdfan_publisher::Progr
     let cfg = Config::parse(&text, Path::new("agents-test.toml")).expect("test config parses");
     let publisher = Publisher::bind(cfg).expect("publisher binds");
     let (addr, progress) = (publisher.local_addr(), publisher.progress());
-    (addr, progress, publisher.into_agents(Arc::new(AtomicBool::new(false))))
+    let shutdown = Arc::new(AtomicBool::new(false));
+    (addr, progress, Arc::clone(&shutdown), publisher.into_agents(shutdown))
 }
 
 #[test]
@@ -139,6 +148,10 @@ struct Sub {
 
 impl Sub {
     fn subscribe(addr: std::net::SocketAddr, name: &str, ring_slots: u32) -> Sub {
+        Sub::subscribe_with(addr, name, ring_slots, SlowConsumerPolicy::Disconnect)
+    }
+
+    fn subscribe_with(addr: std::net::SocketAddr, name: &str, ring_slots: u32, policy: SlowConsumerPolicy) -> Sub {
         let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
         let (ring, grant) = PreparedLocalRing::create(&fabric, ring_slots).expect("shm ring");
         let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
@@ -147,7 +160,7 @@ impl Sub {
             instruments: None,
             symbols: None,
             ring: grant,
-            policy: SlowConsumerPolicy::Disconnect,
+            policy,
             snapshot: true,
             token: None,
         };
@@ -362,4 +375,45 @@ fn a_joiner_that_keeps_stopping_is_dropped_after_its_hold_releases() {
     // re-armed yet) and in the fresh ones that followed (releases 2 and 3); the stop in the third fresh one
     // would have been release 4
     assert_eq!(late.snapshots, 4, "the first snapshot and three fresh ones");
+}
+
+/// A `block` subscriber that reads nothing: the hot loop waits on its full ring (the stall timeout is 10 minutes)
+/// until the shutdown flag is set (by another thread here, by SIGTERM in the binary). It was waited for, not
+/// given up on: it is closed `publisher_shutdown`, not `stalled`.
+#[test]
+fn a_block_subscriber_waited_on_at_shutdown_is_closed_with_shutdown_not_stalled() {
+    let (addr, _, shutdown, Agents { mut feed, mut fanout, mut conductor }) =
+        agents_with_shutdown("policies = [\"block\"]\nstall_timeout_ms = 600000\n");
+    let mut sub = Sub::subscribe_with(addr, "blocked", 1024, SlowConsumerPolicy::Block);
+    sub.paused = true;
+    let deadline = Instant::now() + WATCHDOG;
+    let mut setter = None;
+    while !conductor.is_done() {
+        assert!(Instant::now() < deadline, "watchdog: not done after {WATCHDOG:?}");
+        if !feed.is_done() {
+            feed.do_work();
+        }
+        if !fanout.is_done() {
+            fanout.do_work(); // spins in here once the ring is full, until the flag is set
+        }
+        if !conductor.is_done() {
+            conductor.do_work();
+        }
+        sub.step();
+        if sub.accept.is_some() && sub.rx.is_none() {
+            sub.connect_ring();
+            // its 1,024 slots fill within the first 1,024 records, a few ms: the flag comes long after
+            let flag = Arc::clone(&shutdown);
+            setter = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            }));
+        }
+    }
+    setter.expect("the subscriber connected").join().unwrap();
+    let report = conductor.take_report().expect("a done conductor has the run report");
+    let s = report.session("blocked").unwrap();
+    assert_eq!((s.end, s.sent), (Some(CloseReason::Shutdown), 1024), "{}", s.line());
+    assert!(s.blocked_ns > 0, "the hot loop waited on it: {}", s.line());
+    assert_eq!(report.end, CloseReason::Shutdown);
 }
