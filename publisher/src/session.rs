@@ -115,6 +115,8 @@ pub struct Session {
     last_post_ticks: u64,
     /// Commands taken since the last housekeeping pass, not yet counted in `counters.adopted`.
     pub(crate) adopt_pending: u64,
+    /// The ring's send completions carry NIC timestamps ([`RemoteRing::send_nic_clock`], read once at creation).
+    send_stamped: bool,
 }
 
 impl Session {
@@ -129,6 +131,7 @@ impl Session {
         snapshot: Option<Vec<BookUpdate>>,
     ) -> Session {
         let slot_count = ring.slot_count();
+        let send_stamped = ring.send_nic_clock().is_some();
         let filter = filter.map(|mut f| {
             f.sort_unstable();
             f.dedup();
@@ -156,6 +159,7 @@ impl Session {
             stalled_since: 0,
             last_post_ticks: 0,
             adopt_pending: 0,
+            send_stamped,
         }
     }
 
@@ -205,7 +209,9 @@ impl Session {
     pub fn publish_counters(&self) {
         self.counters.sent.store(self.sent, Ordering::Relaxed);
         self.counters.last_seq.store(self.last_written, Ordering::Relaxed);
-        self.counters.send_completion.lost.store(self.ring.send_stamps_lost(), Ordering::Relaxed);
+        if self.send_stamped {
+            self.counters.send_completion.lost.store(self.ring.send_stamps_lost(), Ordering::Relaxed);
+        }
     }
 
     /// Tries to write `record` with the next seq, stamping `seq` and `ts_send_ticks`. Allocation-free, no
@@ -268,6 +274,9 @@ impl Session {
     /// unaligned without one). After [`Session::flush`]; nothing to do on a ring without send timestamps.
     #[inline]
     pub fn record_send_completions(&mut self, map: Option<&SendClockMap>) {
+        if !self.send_stamped {
+            return; // shm, Soft-RoCE: a field of the session, not a call through the ring, per flush
+        }
         let stamps = self.ring.take_send_stamps();
         if !stamps.is_empty() {
             self.counters.send_completion.record(stamps, map);
@@ -276,7 +285,7 @@ impl Session {
 
     /// Whether this session's send completions carry NIC timestamps (post-to-send-completion is measured).
     pub fn send_completions_stamped(&self) -> bool {
-        self.ring.send_nic_clock().is_some()
+        self.send_stamped
     }
 
     /// The ring (for readiness, drain and failure details, off the hot path).
