@@ -8,8 +8,8 @@
 //!   1 ms sleeps), so a publisher nobody has subscribed to yet does not burn a core.
 //! - **live**: one cycle drains control commands from the conductor's rtrb queue (new sessions, removals,
 //!   snapshots, clock mappings), checks the shutdown flag, serves sessions that are sending a snapshot or
-//!   catching up (a bounded number of records each); then, if the next record is not due yet (paced replay), flushes those catch-up
-//!   writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
+//!   catching up (a bounded number of records each); then, if the next record is not due yet (paced replay),
+//!   flushes those catch-up writes, sends heartbeats that are due and returns 0 (the runner busy-spins once and calls again: this is
 //!   the pacing wait; the same when the feed handler has not published the next record yet); otherwise copies
 //!   the record from the [`Journal`] into a [`BookUpdate`] on the stack, offers it to every
 //!   live session (rotating the start so no subscriber is always first) under that session's slow-consumer
