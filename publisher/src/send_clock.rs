@@ -18,7 +18,7 @@
 //! in the worst case; typically a few ppm).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use mdfan_fabric::nic_clock::NicRealtime;
 use mdfan_fabric::SendStamp;
@@ -48,21 +48,12 @@ impl TscRealtime {
         TscRealtime { base_ticks, base_ns, ns_per_tick_q32 }
     }
 
-    /// Samples now: `CLOCK_REALTIME` (`SystemTime::now()`, vDSO) read between two TSC reads and pinned to their
-    /// midpoint, the narrowest window of 3 tries; the rate from `clock`'s calibration (ns of 2^32 ticks). Control
-    /// path.
+    /// Samples now: a realtime anchor ([`mdfan_tuning::clock::realtime_anchor`]: `CLOCK_REALTIME` pinned to the
+    /// midpoint of two TSC reads, the narrowest of 3 tries), the rate from `clock`'s calibration (ns of 2^32
+    /// ticks). Control path.
     pub fn sample(clock: &quanta::Clock) -> TscRealtime {
-        let mut best = (u64::MAX, 0, 0);
-        for _ in 0..3 {
-            let before = clock.raw();
-            let ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-            let after = clock.raw();
-            let width = after.wrapping_sub(before);
-            if width < best.0 {
-                best = (width, before.wrapping_add(width / 2), ns);
-            }
-        }
-        TscRealtime::new(best.1, best.2, clock.delta_as_nanos(0, 1 << RATE_FRACTION_BITS))
+        let (ticks, ns) = mdfan_tuning::clock::realtime_anchor(clock);
+        TscRealtime::new(ticks, ns, clock.delta_as_nanos(0, 1 << RATE_FRACTION_BITS))
     }
 
     /// `CLOCK_REALTIME` at TSC reading `ticks`, ns since the UNIX epoch; saturates at 0 and `u64::MAX`.
@@ -134,6 +125,7 @@ mod tests {
     use super::*;
     use mdfan_fabric::nic_clock::{NicClock, RtPair};
     use mdfan_fabric::send_stamps::SendStampLog;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     const MASK48: u64 = (1 << 48) - 1;
     /// 2025-12-01 00:00:00 UTC in ns since the UNIX epoch.

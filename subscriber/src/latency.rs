@@ -29,8 +29,6 @@
 //! (measured 2026-11-30 on this 2-core VM, clocksource tsc: `SystemTime::now()` 49 ns, the TSC 15 ns, the anchored
 //! clock 14 ns with its own TSC read; in the receiver it shares post-to-poll's read).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use hdrhistogram::Histogram;
 use mdfan_fabric::nic_clock::NicRealtime;
 pub use mdfan_wire::control::TsRecvClock;
@@ -146,24 +144,10 @@ impl RealtimeClock {
         c
     }
 
-    /// Reads `CLOCK_REALTIME` between two TSC reads and pins it to their midpoint; of up to 3 tries, the one
-    /// with the narrowest window (a thread descheduled between the reads would pin it far off).
+    /// Anchors on `CLOCK_REALTIME` now ([`mdfan_tuning::clock::realtime_anchor`]).
     #[cold]
     fn anchor(&mut self) {
-        let mut best = (u64::MAX, 0, 0);
-        for _ in 0..3 {
-            let before = self.clock.raw();
-            let ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-            let after = self.clock.raw();
-            let width = after.saturating_sub(before);
-            if width < best.0 {
-                best = (width, before + width / 2, ns);
-            }
-            if self.clock.delta_as_nanos(0, width) < 1_000 {
-                break;
-            }
-        }
-        (self.anchor_ticks, self.anchor_ns) = (best.1, best.2);
+        (self.anchor_ticks, self.anchor_ns) = mdfan_tuning::clock::realtime_anchor(&self.clock);
     }
 
     /// `CLOCK_REALTIME` at TSC reading `now_ticks` (raw quanta counter, read by the caller), ns since the
@@ -314,6 +298,7 @@ impl NicLatency {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     #[test]
     fn the_anchored_clock_reads_realtime() {

@@ -14,6 +14,7 @@
 use std::fmt;
 
 pub mod agent;
+pub mod clock;
 pub mod counters;
 pub mod idle;
 pub use agent::{run_agent, run_agent_until, Agent, RunStats};
