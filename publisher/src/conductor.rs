@@ -256,6 +256,10 @@ pub struct Conductor {
     /// channel, a LOBSTER file); `None` for an order-level feed (DBN, ITCH), whose records (an ITCH
     /// `InstrumentStale`, say) must not make price-level books.
     pub(crate) mbp: Option<mdfan_wire::MbpBooks>,
+    /// Each instrument's last trading status record of each status kind (ITCH `H`, `Y`, `h`), kept as `books`
+    /// and keyed by (instrument_id, [`mdfan_wire::StatusKind`] byte), so a snapshot carries them: a late joiner
+    /// or a resync knows a halt that began before its snapshot. Grows by one entry per instrument and kind seen.
+    pub(crate) statuses: std::collections::BTreeMap<(u32, u8), mdfan_wire::BookUpdate>,
     /// Feed records applied to `books`.
     pub(crate) applied: u64,
     pub(crate) clock: quanta::Clock,
@@ -460,6 +464,9 @@ impl Conductor {
                     if let Some(Err(e)) = self.mbp.as_mut().map(|mbp| mbp.apply(&r)) {
                         tracing::warn!(record = self.applied + 1, cause = %e, "publisher price-level book refused a feed record");
                     }
+                    if let Some(status) = r.status() {
+                        self.statuses.insert((r.instrument_id, status.kind as u8), r);
+                    }
                 }
                 // The journal keeps every position until this conductor is done with it: never expected.
                 None => {
@@ -488,21 +495,27 @@ impl Conductor {
         self.holds.push(hold);
     }
 
-    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`.
+    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`:
+    /// `SnapshotBegin`, the order books, the price-level books, each instrument's last trading status records
+    /// (flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the markers' `size` counts the books.
     /// Returns the records and the position (feed records included).
     pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
         self.follow_journal();
         let position = self.applied;
         let mut records = self.books.snapshot(filter, position);
+        let end = records.pop().expect("a snapshot ends with SnapshotEnd");
         if let Some(mbp) = self.mbp.as_ref().filter(|mbp| !mbp.is_empty()) {
-            // The price-level books go between the order books and SnapshotEnd; the markers count them too.
-            let end = records.pop().expect("a snapshot ends with SnapshotEnd");
             let books = mbp.snapshot_into(filter, &mut records) as u32;
-            records.push(end);
-            for i in [0, records.len() - 1] {
-                records[i].size += books;
-            }
+            records[0].size += books;
         }
+        let wanted = |id: &u32| filter.is_none_or(|f| f.contains(id));
+        records.extend(
+            self.statuses
+                .iter()
+                .filter(|((id, _), _)| wanted(id))
+                .map(|(_, r)| mdfan_wire::BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
+        );
+        records.push(mdfan_wire::BookUpdate { size: records[0].size, ..end });
         (records, position)
     }
 
@@ -1145,5 +1158,54 @@ mod tests {
         assert_eq!(fitted.definitions, many[..20_000].to_vec());
         let frame = control::encode(&ControlMsg::Accept(fitted));
         assert!(frame.len() <= 4 + control::MAX_FRAME_BYTES as usize);
+    }
+
+    /// The start-of-day ITCH file (data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch) gives
+    /// locates 1 (A), 2 (AA) and 3 (AAAU) a Stock Trading Action `T` and a Reg SHO `0` each (A's at venue_seq 82
+    /// and 83, AAAU's at 583 and 584) and no order: replayed to no subscriber, a snapshot of locates 1 and 3
+    /// carries those four status records, flagged as snapshot records, between its markers (which count no book).
+    #[test]
+    fn a_snapshot_carries_each_instruments_last_trading_statuses() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
+        let text = format!(
+            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
+        );
+        let publisher = crate::Publisher::bind(Config::parse(&text, std::path::Path::new("t.toml")).unwrap()).unwrap();
+        let crate::Agents { mut feed, mut fanout, mut conductor } =
+            publisher.into_agents(Arc::new(AtomicBool::new(false)));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !fanout.is_done() {
+            assert!(std::time::Instant::now() < deadline, "watchdog");
+            feed.do_work();
+            fanout.do_work();
+            conductor.do_work();
+        }
+        let (records, _) = conductor.snapshot(Some(&[1, 3]));
+        let kinds: Vec<_> = records.iter().map(|r| r.kind()).collect();
+        use mdfan_wire::Kind::{SnapshotBegin, SnapshotEnd, TradingStatus};
+        assert_eq!(
+            kinds,
+            [SnapshotBegin, TradingStatus, TradingStatus, TradingStatus, TradingStatus, SnapshotEnd].map(Some)
+        );
+        let statuses: Vec<_> = records[1..5]
+            .iter()
+            .map(|r| {
+                let s = r.status().unwrap();
+                (r.instrument_id, r.venue_seq, s.kind as u8, s.state, r.flags & mdfan_wire::flags::SNAPSHOT != 0)
+            })
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                (1, 82, b'H', b'T', true),
+                (1, 83, b'Y', b'0', true),
+                (3, 583, b'H', b'T', true),
+                (3, 584, b'Y', b'0', true)
+            ]
+        );
+        assert_eq!((records[0].size, records[5].size), (0, 0), "no book");
+        let (all, _) = conductor.snapshot(None);
+        assert_eq!(all.iter().filter(|r| r.status().is_some()).count(), 6, "locates 1, 2 and 3");
     }
 }

@@ -441,6 +441,7 @@ impl Publisher {
                 (FeedFormat::Lobster, _) => Some(mdfan_wire::MbpBooks::with_capacity(1)),
                 _ => None,
             },
+            statuses: std::collections::BTreeMap::new(),
             applied: 0,
             clock,
             pending: Vec::new(),

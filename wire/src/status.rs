@@ -6,8 +6,9 @@
 //! Order books ignore these records, so a strategy that wants both feeds every record to its books and to a
 //! [`TradingStates`].
 //!
-//! A snapshot (a late join, a resync) does not carry statuses: an instrument's status is what the records since
-//! the subscriber's first one said (a file replay sends them all, as every subscriber starts at its beginning).
+//! A snapshot (a late join, a resync) carries each instrument's last status record of each kind, as the publisher
+//! applied it (flag [`crate::flags::SNAPSHOT`] added), before its `SnapshotEnd`: a subscriber that joins during a
+//! halt learns of it. A resync's copies apply as any record does (they count in [`InstrumentStatus::records`]).
 
 use std::collections::BTreeMap;
 

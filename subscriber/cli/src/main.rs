@@ -479,7 +479,8 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Reconnected { session_id } => {
                     books = Books::new();
                     mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
-                    // statuses stay: a snapshot carries none, and the last known state beats none
+                    // statuses stay: the new session's snapshot brings the last ones again, and without a
+                    // snapshot the last known state beats none
                     symbology = sub.symbology().clone();
                     out!("reconnected session={session_id}");
                 }
