@@ -65,7 +65,7 @@ pub enum FeedError {
         schema: String,
     },
     /// A record could not be decoded (corrupt or truncated file). `record` is 1-based.
-    #[error("feed {path}: record {record} at byte {offset}: {detail}")]
+    #[error("feed {path}: record {record} at byte {offset}{}: {detail}", of_stream(*decompressed))]
     Decode {
         /// The DBN file.
         path: PathBuf,
@@ -73,11 +73,13 @@ pub enum FeedError {
         record: u64,
         /// Where the record starts, in bytes from the start of the decompressed DBN stream.
         offset: u64,
+        /// The file is zstd-compressed, so `offset` is not a position in the file (the message says so).
+        decompressed: bool,
         /// What is wrong.
         detail: String,
     },
     /// The (zstd) stream could not be read: truncated or corrupt compressed data.
-    #[error("feed {path}: record {record} at byte {offset}: stream unreadable (truncated or corrupt): {detail}")]
+    #[error("feed {path}: record {record} at byte {offset}{}: stream unreadable (truncated or corrupt): {detail}", of_stream(*decompressed))]
     Read {
         /// The DBN file.
         path: PathBuf,
@@ -85,11 +87,13 @@ pub enum FeedError {
         record: u64,
         /// Decompressed bytes read before the failure.
         offset: u64,
+        /// The file is zstd-compressed, so `offset` is not a position in the file (the message says so).
+        decompressed: bool,
         /// The decompressor's message.
         detail: String,
     },
     /// A record decoded but one of its fields is not valid for MBO. `record` is 1-based.
-    #[error("feed {path}: record {record} at byte {offset}: field {field}: {detail}")]
+    #[error("feed {path}: record {record} at byte {offset}{}: field {field}: {detail}", of_stream(*decompressed))]
     Field {
         /// The DBN file.
         path: PathBuf,
@@ -97,6 +101,8 @@ pub enum FeedError {
         record: u64,
         /// Where the record starts, in bytes from the start of the decompressed DBN stream.
         offset: u64,
+        /// The file is zstd-compressed, so `offset` is not a position in the file (the message says so).
+        decompressed: bool,
         /// The field's name in DBN's `MboMsg`.
         field: &'static str,
         /// What is wrong.
@@ -233,6 +239,8 @@ pub struct MboStream<R> {
     records: u64,
     /// Decompressed bytes consumed so far (the offset of the next record).
     offset: u64,
+    /// The file is zstd-compressed: errors say `offset` counts decompressed bytes.
+    decompressed: bool,
     /// Set once the stream ended or failed: nothing more is read.
     done: bool,
 }
@@ -251,7 +259,9 @@ impl MboStream<BufReader<DynReader<'static, BufReader<std::fs::File>>>> {
             Err(e) => return Err(open_err(format!("opening file to decode at path '{}': {e}", path.display()))),
         }
         let reader = DynReader::from_file(path).map_err(|e| open_err(e.to_string()))?;
-        MboStream::from_reader(path, BufReader::with_capacity(READ_BUFFER_BYTES, reader))
+        let mut stream = MboStream::from_reader(path, BufReader::with_capacity(READ_BUFFER_BYTES, reader))?;
+        stream.decompressed = is_zstd(path);
+        Ok(stream)
     }
 }
 
@@ -292,6 +302,7 @@ impl<R: Read> MboStream<R> {
             version,
             records: 0,
             offset: header.len() as u64,
+            decompressed: false,
             done: false,
         })
     }
@@ -348,9 +359,21 @@ impl<R: Read> MboStream<R> {
     }
 
     fn read_msg(&mut self) -> Result<Option<MboMsg>, FeedError> {
-        let (record, offset) = (self.records + 1, self.offset);
-        let decode_err =
-            |path: &Path, detail: String| FeedError::Decode { path: path.to_owned(), record, offset, detail };
+        let (record, offset, decompressed) = (self.records + 1, self.offset, self.decompressed);
+        let decode_err = |path: &Path, detail: String| FeedError::Decode {
+            path: path.to_owned(),
+            record,
+            offset,
+            decompressed,
+            detail,
+        };
+        let read_err = |path: &Path, e: std::io::Error| FeedError::Read {
+            path: path.to_owned(),
+            record,
+            offset,
+            decompressed,
+            detail: e.to_string(),
+        };
         let mut buf = [0u8; MBO_BYTES];
         // The first byte tells the end of the file (nothing more) from a record.
         let first = loop {
@@ -358,9 +381,7 @@ impl<R: Read> MboStream<R> {
                 Ok(0) => return Ok(None),
                 Ok(_) => break buf[0],
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    return Err(FeedError::Read { path: self.path.clone(), record, offset, detail: e.to_string() })
-                }
+                Err(e) => return Err(read_err(&self.path, e)),
             }
         };
         let len_bytes = first as usize * 4;
@@ -376,7 +397,7 @@ impl<R: Read> MboStream<R> {
                     format!("truncated: record needs {len_bytes} bytes, the file ends before"),
                 ))
             }
-            Err(e) => return Err(FeedError::Read { path: self.path.clone(), record, offset, detail: e.to_string() }),
+            Err(e) => return Err(read_err(&self.path, e)),
         }
         if buf[1] != MBO_RTYPE {
             return Err(decode_err(&self.path, format!("rtype {:#04x} is not an MBO record (0xa0)", buf[1])));
@@ -387,6 +408,7 @@ impl<R: Read> MboStream<R> {
                 path: self.path.clone(),
                 record,
                 offset,
+                decompressed,
                 field: e.field(),
                 detail: e.to_string(),
             });
@@ -395,6 +417,22 @@ impl<R: Read> MboStream<R> {
         self.offset += len_bytes as u64;
         Ok(Some(msg))
     }
+}
+
+/// How an error names `offset`'s stream: nothing for a plain file (the offset is the file's), else that it
+/// counts decompressed bytes.
+fn of_stream(decompressed: bool) -> &'static str {
+    if decompressed {
+        " of the decompressed stream"
+    } else {
+        ""
+    }
+}
+
+/// Whether the file starts with the zstd frame magic (RFC 8878 section 3.1.1: 0xFD2FB528, little-endian).
+fn is_zstd(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == [0x28, 0xB5, 0x2F, 0xFD]
 }
 
 /// Julian day number of 1970-01-01.

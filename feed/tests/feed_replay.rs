@@ -100,6 +100,7 @@ fn a_truncated_file_is_refused_not_replayed_short() {
     let err = load_err(&p);
     assert!(matches!(err, FeedError::Decode { .. }), "{err}");
     assert!(err.to_string().contains("truncated.dbn"), "{err}");
+    assert!(!err.to_string().contains("decompressed"), "a plain file's offset is the file's: {err}");
     // and a truncated zstd stream
     let z = std::fs::read(esh4::snapshot_file()).unwrap();
     let p = tmp("truncated.dbn.zst", &z[..z.len() / 2]);
@@ -107,6 +108,7 @@ fn a_truncated_file_is_refused_not_replayed_short() {
     assert!(matches!(err, FeedError::Read { .. } | FeedError::Decode { .. }), "{err}");
     assert!(err.to_string().contains("truncated.dbn.zst: record "), "{err}");
     assert!(err.to_string().contains(" at byte "), "{err}");
+    assert!(err.to_string().contains(" of the decompressed stream: "), "the offset is not the file's: {err}");
 }
 
 #[test]
