@@ -749,10 +749,10 @@ impl Agent for FanoutAgent {
 }
 
 /// Posts `record` to `s`, spinning while its ring is full, until it is sent, the fabric fails (the session is
-/// marked dead with that reason), or the ring has stayed full for `stall_ticks` since `start` (marked dead,
-/// `Stalled`) or `give_up` (the publisher's shutdown flag) is set (marked dead, `Shutdown`: the subscriber was
-/// waited for, not given up on). The hot loop's only wait on a subscriber: policy `block`, and the end-of-stream
-/// record.
+/// marked dead with that reason), the subscriber left (the conductor set its `SessionCounters::left`: marked dead
+/// with that reason), or the ring has stayed full for `stall_ticks` since `start` (marked dead, `Stalled`) or
+/// `give_up` (the publisher's shutdown flag) is set (marked dead, `Shutdown`: the subscriber was waited for, not
+/// given up on). The hot loop's only wait on a subscriber: policy `block`, and the end-of-stream record.
 fn post_waiting(
     s: &mut Session,
     record: &mut BookUpdate,
@@ -771,6 +771,11 @@ fn post_waiting(
             }
             Post::Full if give_up.load(Ordering::Relaxed) => {
                 s.dead = Some(CloseReason::Shutdown);
+                return;
+            }
+            Post::Full if s.counters.left.load(Ordering::Relaxed) != 0 => {
+                let left = CloseReason::from_u32(s.counters.left.load(Ordering::Relaxed));
+                s.dead = Some(left.unwrap_or(CloseReason::PeerGone));
                 return;
             }
             Post::Full if now.wrapping_sub(start) > stall_ticks => {

@@ -741,6 +741,7 @@ impl Conductor {
                     reason = reason.as_str(), %detail, "subscriber leaving");
                 let _ = conn.stream.set_nonblocking(false);
                 let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
+                conn.counters.left.store(reason as u32, Ordering::Relaxed);
                 self.send(Command::Remove { id: conn.session_id, reason });
                 n += 1;
             } else {

@@ -44,6 +44,11 @@ pub struct SessionCounters {
     /// the conductor holds the journal at that command's position itself, so a late joiner's position is never
     /// overwritten on its way to the hot loop (a file feed).
     pub adopted: AtomicU64,
+    /// Why the subscriber left (a [`CloseReason`] as `u32`; 0 while it has not), stored by the conductor when it
+    /// sees the control connection close, a bye or garbage, just before it sends `Command::Remove`:
+    /// a hot loop waiting on the ring (policy `block`, the end of stream) reads it and stops waiting, so a
+    /// subscriber killed with a full ring costs the others nothing more, not the stall timeout.
+    pub left: std::sync::atomic::AtomicU32,
     /// Post-to-send-completion, `clock=nic` ([`crate::send_clock`]): recorded only when the ring's send
     /// completions carry NIC timestamps ([`RemoteRing::send_nic_clock`]).
     pub send_completion: SendCompletionCounters,

@@ -88,7 +88,11 @@ fn a_truncated_feed_file_stops_the_replay_with_its_record_and_byte_offset() {
         .output()
         .unwrap();
     let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_one_line_error(out.status.code(), &err, &["truncated.dbn.zst: record ", " at byte ", " of the decompressed stream: ", "truncated"]);
+    assert_one_line_error(
+        out.status.code(),
+        &err,
+        &["truncated.dbn.zst: record ", " at byte ", " of the decompressed stream: ", "truncated"],
+    );
     let replay = stdout.lines().find(|l| l.starts_with("replay records=")).expect("the run report");
     assert!(replay.ends_with(" end=feed_error"), "{replay}");
     // shm: no NIC clock, so no post-to-send-completion figure, and the line says so

@@ -50,6 +50,34 @@ fn a_killed_subscriber_is_noticed_and_a_late_joiner_ends_exact() {
     assert!(l.sent > 1_000, "{}", l.line());
 }
 
+/// A `block` subscriber stopped mid-stream until the hot loop waits on its full ring, then killed: the conductor
+/// sees its control connection close and the waiting hot loop lets it go at once, `peer_gone` (on verbs its QP may
+/// fail first: `fabric_error`), instead of waiting out the stall timeout, 10 minutes here, longer than the test's
+/// watchdog: the steady subscriber ends exact and the replay ends normally.
+#[test]
+fn a_killed_block_subscriber_the_hot_loop_waits_on_is_let_go_at_once() {
+    let keys = "policies = [\"disconnect\", \"resync\", \"block\"]\nstall_timeout_ms = 600000";
+    let publisher = start_publisher_with(&esh4::main_file(), 2, keys, PACE);
+    let mut steady = Watched::new(spawn_subscriber(publisher.addr, "steady", &[]));
+    let blocking = ["--policy", "block", "--ring-slots", "1024"];
+    let mut blocker = Watched::new(spawn_subscriber(publisher.addr, "blocker", &blocking));
+    steady.wait_for_line("subscribed ");
+    blocker.wait_for_line("subscribed ");
+    signal(&blocker.child, "STOP");
+    // 1.5 s of a 500x replay is some 10,000 records: its 1,024 slots fill and the hot loop waits on it
+    sleep(Duration::from_millis(1500));
+    blocker.child.kill().unwrap(); // SIGKILL
+    let _ = blocker.finish();
+    let (code, lines, _) = steady.finish();
+    let report = publisher.handle.join().unwrap().unwrap();
+    assert_eq!(code, Some(0), "steady");
+    assert_clean(&lines, "steady");
+    assert_eq!((report.records, report.end), (esh4::RECORDS, CloseReason::EndOfStream));
+    let b = report.session("blocker").unwrap();
+    assert!(b.ring_full > 0 && b.blocked_ns > 0, "the hot loop waited on it: {}", b.line());
+    assert!(matches!(b.end, Some(CloseReason::PeerGone | CloseReason::FabricError)), "{}", b.line());
+}
+
 #[test]
 fn a_killed_publisher_is_reported_and_reconnecting_subscribers_end_exact_on_its_restart() {
     let (addr, dir, start) = publisher_process("resilience", &esh4::main_file(), 2, PACE);
