@@ -206,8 +206,11 @@ impl Mdp3Channel {
     }
 
     /// Decodes one packet received at `ts_recv_ns` (ns since the UNIX epoch: the datagram's receive stamp) and
-    /// hands its records to `out`, in packet order. Returns the records emitted. A refused packet emits nothing
-    /// and is counted. An `RptSeq` jump marks its security stale until a snapshot covering this packet.
+    /// hands its records to `out`, in packet order. Returns the records emitted. An `RptSeq` jump marks its
+    /// security stale until a snapshot covering this packet. A packet the decoder refuses is counted
+    /// (`bad_packets`, [`Mdp3Channel::last_error`]) and, since which securities it carried is unknown, taken as
+    /// lost: [`Mdp3Channel::on_lost_packets`] for its `MsgSeqNum` (every security stale until recovered), never a
+    /// silent hole in a book.
     pub fn on_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.packets += 1;
         let (secs, counters) = (&mut self.secs, &mut self.counters);
@@ -235,6 +238,9 @@ impl Mdp3Channel {
         if let Err(e) = result {
             self.counters.bad_packets += 1;
             self.last_error = Some(e);
+            if let Some(seq) = payload.get(..4).map(|b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))) {
+                emitted += self.on_lost_packets(seq, seq, ts_recv_ns, out);
+            }
         }
         self.counters.stale_now = self.secs.stale_now;
         emitted

@@ -20,7 +20,7 @@ use mdfan_feed::mdp3_channel::{Mdp3Channel, RecoveryStatus};
 use mdfan_feedsim::{run, Impairment, Mdp3, RecoveryConfig, SimConfig, Summary};
 use mdfan_lines::{
     realtime_ns, ArbiterConfig, ArbiterCounters, Event, Line, LineConfig, LineReceiver, LineSocket, Mdp3Seq,
-    ReceiverConfig,
+    ReceiverConfig, SeqExtractor,
 };
 use mdfan_wire::{flags, BookUpdate, Kind, MbpBooks, Side, MBP_DEPTH};
 
@@ -315,4 +315,40 @@ fn a_snapshot_feed_that_never_answers_leaves_the_lost_securities_stale_and_says_
     assert_eq!(fresh.len() as u64, 39 - LOST_STALE);
     assert!(fresh.iter().all(|b| !b.is_stale() && b.records() > 0));
     assert_eq!(c.level_records, LEVEL_RECORDS_AFTER_LOSS);
+}
+
+/// A packet the decoder refuses (here line A's MsgSeqNum 17,350,000 with its first message's `schemaId` made 2:
+/// whole by its `MsgSize`s, so arbitration takes it) is never a silent hole in a book: the channel counts it and
+/// takes it as lost, marking the 29 securities carried before it stale, as a loss of the same packet on both
+/// lines does, until market recovery.
+#[test]
+fn a_packet_the_decoder_refuses_marks_every_security_stale_as_a_loss_does() {
+    let cap = mdfan_feed::pcap::read_udp_pcapng(&mdp3_ref::capture_path()).expect("bundled capture reads");
+    let line_a: SocketAddrV4 = "224.0.31.11:14320".parse().unwrap();
+    let mut channel = Mdp3Channel::with_capacity(64);
+    let mut stale = Vec::new();
+    for p in cap.packets.iter().filter(|p| p.dst == line_a) {
+        let mut payload = p.payload.clone();
+        if u32::from_le_bytes(payload[..4].try_into().unwrap()) == DROPPED.0 as u32 {
+            payload[12 + 6..12 + 8].copy_from_slice(&2u16.to_le_bytes()); // schemaId of the first message
+            assert_eq!(Mdp3Seq.seq(&payload), Some(DROPPED.0), "still a whole packet");
+        }
+        channel.on_packet(&payload, p.ts_ns, &mut |r| {
+            if r.kind() == Some(Kind::InstrumentStale) {
+                stale.push(*r);
+            }
+        });
+    }
+    let c = channel.counters();
+    assert_eq!((c.packets, c.bad_packets, c.lost_runs, c.lost_packets), (PACKETS, 1, 1, 1));
+    assert_eq!((c.lost_stale_records, c.stale_marked, c.stale_now), (LOST_STALE, LOST_STALE, LOST_STALE));
+    let (lost, rpt_seq): (Vec<&BookUpdate>, Vec<&BookUpdate>) =
+        stale.iter().partition(|r| r.flags & flags::MAYBE_BAD_BOOK != 0);
+    assert_eq!(lost.len() as u64, LOST_STALE);
+    assert!(lost.iter().all(|r| (r.order_id, r.size) == (DROPPED.0, 1)), "each names the packet: {lost:?}");
+    assert!(lost.iter().any(|r| r.instrument_id == SECURITY));
+    // The refused packet carried an entry of 88307: the next one's RptSeq jumps (already stale, not re-counted).
+    let rpt_seq: Vec<_> = rpt_seq.iter().map(|r| (r.instrument_id, u64::from(r.venue_seq))).collect();
+    assert_eq!(rpt_seq, [(88_307, DROPPED.0 + 1)]);
+    assert!(channel.needs_recovery());
 }

@@ -33,8 +33,9 @@ pub struct LineCounters {
     pub datagrams: [u64; 2],
     /// Longer than the receive buffer: dropped.
     pub truncated: [u64; 2],
-    /// No seq could be read from the payload: dropped.
-    pub no_seq: [u64; 2],
+    /// Refused by the feed's [`SeqExtractor`] (no seq, or not a whole packet: a copy cut short or mangled on
+    /// this line): dropped before arbitration, so the other line's copy of that seq can still win.
+    pub refused: [u64; 2],
     /// Datagrams by where their receive stamp came from: hardware, software, user (`CLOCK_REALTIME`).
     pub stamps: [[u64; 3]; 2],
 }
@@ -117,7 +118,7 @@ impl<S: SeqExtractor> LineReceiver<S> {
                 }
                 let payload = &self.buf[..r.len];
                 let Some(seq) = self.seq.seq(payload) else {
-                    c.no_seq[li] += 1;
+                    c.refused[li] += 1;
                     continue;
                 };
                 self.arbiter.offer(

@@ -820,6 +820,7 @@ impl Conductor {
             for (i, line) in ["a", "b"].into_iter().enumerate() {
                 let l = format!("line=\"{line}\"");
                 file.set("mdfan_line_datagrams_total", &l, Counter, f.datagrams[i]);
+                file.set("mdfan_line_refused_total", &l, Counter, f.refused[i]);
                 file.set("mdfan_line_delivered_total", &l, Counter, f.delivered[i]);
             }
             file.set("mdfan_feed_duplicates_total", "", Counter, f.duplicates);

@@ -42,6 +42,10 @@ const PENDING_RECORDS: usize = POLL_BUDGET * 64;
 pub struct LiveCounters {
     /// Datagrams read on line A, line B.
     pub datagrams: [AtomicU64; 2],
+    /// Of those, datagrams dropped before arbitration, per line: longer than the receive buffer, or not a whole
+    /// MDP 3.0 packet (`mdfan_lines::Mdp3Seq`: its `MsgSize`s do not end at its end), so the other line's copy
+    /// of that seq wins.
+    pub refused: [AtomicU64; 2],
     /// Packets delivered by the arbiter (first copies), by the line that won: A, B.
     pub delivered: [AtomicU64; 2],
     /// Second copies dropped by the arbiter (the other line had delivered the seq).
@@ -76,6 +80,8 @@ pub struct LiveCounters {
 pub struct LiveReport {
     /// See [`LiveCounters::datagrams`].
     pub datagrams: [u64; 2],
+    /// See [`LiveCounters::refused`].
+    pub refused: [u64; 2],
     /// See [`LiveCounters::delivered`].
     pub delivered: [u64; 2],
     /// See [`LiveCounters::duplicates`].
@@ -110,6 +116,7 @@ impl LiveCounters {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         LiveReport {
             datagrams: [ld(&self.datagrams[0]), ld(&self.datagrams[1])],
+            refused: [ld(&self.refused[0]), ld(&self.refused[1])],
             delivered: [ld(&self.delivered[0]), ld(&self.delivered[1])],
             duplicates: ld(&self.duplicates),
             late: ld(&self.late),
@@ -143,12 +150,14 @@ impl LiveReport {
         }
     }
 
-    /// `feed format=mdp3 datagrams=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. lost_runs=.. ...`.
+    /// `feed format=mdp3 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. ...`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 datagrams={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
+            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
             self.datagrams[0],
             self.datagrams[1],
+            self.refused[0],
+            self.refused[1],
             self.delivered[0],
             self.delivered[1],
             self.duplicates,
@@ -390,6 +399,7 @@ impl LiveMdp3 {
         let ch = self.channel.counters();
         for i in 0..2 {
             st(&c.datagrams[i], lines.datagrams[i]);
+            st(&c.refused[i], lines.truncated[i] + lines.refused[i]);
             st(&c.delivered[i], arb.delivered[i]);
         }
         for k in 0..3 {

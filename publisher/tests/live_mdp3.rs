@@ -190,6 +190,44 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
     }
 }
 
+/// The capture's first 100 packets sent to line A cut 3 bytes short before the capture plays (as a line that
+/// mangles packets would deliver them first): they are not whole packets by their `MsgSize`s, so they are refused
+/// before arbitration (`refused=100/0`) and the whole copies that follow win; nothing is lost, nothing is stale,
+/// and the books are exact. (Taken by the arbiter, each cut copy would have won its seq and the decoder would have
+/// refused it: 100 packets' entries gone.)
+#[test]
+fn copies_cut_short_on_line_a_are_refused_so_the_whole_copies_win() {
+    let cap = mdfan_feed::pcap::read_udp_pcapng(&mdp3_ref::capture_path()).expect("bundled capture reads");
+    let line_a: SocketAddrV4 = "224.0.31.11:14320".parse().unwrap();
+    let cut: Vec<Vec<u8>> = cap
+        .packets
+        .iter()
+        .filter(|p| p.dst == line_a)
+        .take(100)
+        .map(|p| p.payload[..p.payload.len() - 3].to_vec())
+        .collect();
+    let (summary, report, early, _late) = run_live(
+        |c| {
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for p in &cut {
+                tx.send_to(p, c.send_a).unwrap();
+            }
+        },
+        Recovery::None,
+        &[("all", None)],
+    );
+    let [la, lb] = &summary.lines;
+    assert_eq!((la.dropped, lb.dropped), (0, 0));
+    let live = report.live.expect("a live feed reports its lines");
+    assert_eq!(live.datagrams, [PACKETS + 100, PACKETS], "{}", live.line());
+    assert_eq!(live.refused, [100, 0], "{}", live.line());
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());
+    assert_eq!((live.duplicates, live.gap_seqs, live.bad_packets, live.stale_records), (PACKETS, 0, 0, 0));
+    assert_eq!(live.level_records, LEVEL_RECORDS);
+    assert_reference("all", &early[0]);
+    assert!(early[0].stale.is_empty());
+}
+
 /// MsgSeqNums 17,350,000 to 17,350,039 dropped on both lines: before them the channel had carried 29 securities.
 const LOST: (u64, u64) = (17_350_000, 17_350_039);
 const STALE_SECURITIES: u64 = 29;
