@@ -1,11 +1,12 @@
 //! The conductor: the publisher's control plane, an [`Agent`] run on the thread that calls
 //! [`crate::Publisher::run`] under a backoff idle strategy ([`CONDUCTOR_IDLE`]). One duty cycle
-//! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, accept new control
-//! connections, finish handshakes (attach rings), hand connected sessions to the hot loop, read control
-//! connections (snapshot requests, departures), handle what the hot loop reports (retirements, snapshot buffers,
-//! the end of the replay) and print the counters when asked; while a session's send completions carry NIC
-//! timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a second
-//! ([`Conductor::refresh_send_clock`]). It logs what the hot loop cannot and frees retired
+//! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, follow the journal,
+//! take a live ITCH feed's Stock Directory definitions into the symbology ([`Conductor::take_definitions`]),
+//! accept new control connections, finish handshakes (attach rings), hand connected sessions to the hot loop,
+//! read control connections (snapshot requests, departures), handle what the hot loop reports (retirements,
+//! snapshot buffers, the end of the replay) and print the counters when asked; while a session's send completions
+//! carry NIC timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a
+//! second ([`Conductor::refresh_send_clock`]). It logs what the hot loop cannot and frees retired
 //! sessions' memory. Everything here may block briefly, allocate and log; nothing here runs on the hot loop's
 //! thread. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
 //! [`Conductor::take_report`].
@@ -245,6 +246,11 @@ pub struct Conductor {
     /// The instruments the publisher can name: subscribers' `symbols` resolve against it, and each `Accept`
     /// carries the definitions of the subscriber's instruments.
     pub(crate) symbology: Symbology,
+    /// A live ITCH 5.0 feed's Stock Directory messages, from the feed thread: drained into `symbology` every
+    /// pass ([`Conductor::take_definitions`]).
+    pub(crate) directory: Option<crate::live_itch::DirectoryReceiver>,
+    /// Stock Directory messages the feed thread dropped (queue full) that were already logged.
+    pub(crate) definitions_dropped_logged: u64,
     /// Journal positions scanned for instruments.
     pub(crate) seen: u64,
     /// Handshakes waiting for the feed to show the instruments they name ([`Conductor::instruments_unsettled`]).
@@ -482,6 +488,26 @@ impl Conductor {
         let held = self.holds.iter().map(|h| h.position).min().unwrap_or(u64::MAX);
         self.journal.conductor_done(self.applied.min(held));
         work
+    }
+
+    /// A live ITCH feed's Stock Directory messages that came since the last pass, into `symbology` (a later one
+    /// of a stock locate replaces the earlier definition): subscribers attaching from now on can name them and
+    /// get their definitions. Logs the messages the feed thread dropped because the queue was full. Returns the
+    /// definitions taken.
+    pub(crate) fn take_definitions(&mut self) -> usize {
+        let Some(directory) = self.directory.as_mut() else { return 0 };
+        let n = directory.drain_into(&mut self.symbology);
+        let dropped = self.itch_feed.as_ref().map_or(0, |c| c.definitions_dropped.load(Ordering::Relaxed));
+        if dropped > self.definitions_dropped_logged {
+            tracing::warn!(
+                dropped = dropped - self.definitions_dropped_logged,
+                dropped_total = dropped,
+                queue_entries = crate::live_itch::DIRECTORY_QUEUE_ENTRIES,
+                "Stock Directory messages dropped: the queue to the conductor was full; their symbols stay unknown"
+            );
+            self.definitions_dropped_logged = dropped;
+        }
+        n
     }
 
     /// Holds the journal at `position` for session `k`'s command just sent (its `commands`), unless the feed is
@@ -851,6 +877,7 @@ impl Conductor {
             file.set("mdfan_mold_given_up_messages_total", "", Counter, f.given_up_messages);
             file.set("mdfan_mold_foreign_session_total", "", Counter, f.foreign_session);
             file.set("mdfan_mold_bad_packets_total", "", Counter, f.bad_packets);
+            file.set("mdfan_mold_definitions_dropped_total", "", Counter, f.definitions_dropped);
             file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
         }
         let order = self
@@ -1053,6 +1080,7 @@ impl Agent for Conductor {
         }
         let mut work = self.flush_backlog();
         work += self.follow_journal();
+        work += self.take_definitions();
         work += self.accept();
         work += self.finish_handshakes();
         work += self.admit_ready();
@@ -1136,6 +1164,53 @@ mod tests {
         );
         let e = resolve_symbols(&symbology(), &mut sub(None, Some(&[]))).unwrap_err();
         assert_eq!(e, "field symbols: empty (leave it out to get every instrument)");
+    }
+
+    /// A live ITCH publisher's conductor (lines on 127.0.0.1, port 0; no counters file) whose Stock Directory
+    /// queue is 2 entries long, its feed end the test's.
+    fn live_itch_conductor() -> (Conductor, crate::live_itch::DirectorySender) {
+        let text = "[publisher]\nlisten = \"127.0.0.1:0\"\ncounters_dir = \"\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n\
+                    [lines]\na = \"127.0.0.1:0\"\n\n[fabric]\nprovider = \"shm\"\n";
+        let cfg = Config::parse(text, std::path::Path::new("live-itch-unit.toml")).unwrap();
+        let mut conductor = crate::Publisher::bind(cfg).unwrap().into_agents(Arc::default()).conductor;
+        assert!(conductor.directory.is_some(), "a live ITCH feed hands its Stock Directory to the conductor");
+        let (tx, rx) = crate::live_itch::directory_queue(2);
+        conductor.directory = Some(rx);
+        (conductor, tx)
+    }
+
+    #[test]
+    fn the_conductor_takes_stock_directory_entries_into_its_symbology_each_pass() {
+        use crate::live_itch::DirectoryEntry;
+        let (mut conductor, mut tx) = live_itch_conductor();
+        let entry = |locate, stock: &[u8; 8]| DirectoryEntry { stock_locate: locate, stock: *stock };
+        assert!(conductor.symbology.is_empty());
+        tx.send(entry(6514, b"FB      "));
+        tx.send(entry(5528, b"IVOO    "));
+        tx.send(entry(464, b"AMC     ")); // the queue holds 2: dropped and counted on the feed side
+        assert_eq!(tx.dropped(), 1);
+        conductor.do_work();
+        let defs = |c: &Conductor| -> Vec<(u32, String, i64)> {
+            c.symbology.iter().map(|d| (d.instrument_id, d.symbol.clone(), d.tick_size_e9)).collect()
+        };
+        assert_eq!(defs(&conductor), [(5528, "IVOO".into(), 100_000), (6514, "FB".into(), 100_000)]);
+        // A later R of locate 6514 replaces FB: META resolves, FB no longer does.
+        tx.send(entry(6514, b"META    "));
+        assert_eq!(conductor.take_definitions(), 1);
+        assert_eq!(defs(&conductor), [(5528, "IVOO".into(), 100_000), (6514, "META".into(), 100_000)]);
+        let mut meta = sub(None, Some(&["META"]));
+        resolve_symbols(&conductor.symbology, &mut meta).unwrap();
+        assert_eq!(meta.instruments, Some(vec![6514]));
+        let e = resolve_symbols(&conductor.symbology, &mut sub(None, Some(&["FB"]))).unwrap_err();
+        assert_eq!(e, "field symbols: FB not known to this publisher (it knows 2 symbols: IVOO, META)");
+        assert_eq!(
+            conductor.definitions_for(Some(&[6514])),
+            [InstrumentDef { tick_size_e9: 100_000, ..InstrumentDef::new(6514, "META") }]
+        );
+        // The feed thread publishes its drop count; the conductor logs each increase once.
+        let counters = Arc::clone(conductor.itch_feed.as_ref().unwrap());
+        counters.definitions_dropped.store(tx.dropped(), Ordering::Relaxed);
+        assert_eq!((conductor.take_definitions(), conductor.definitions_dropped_logged), (0, 1));
     }
 
     #[test]

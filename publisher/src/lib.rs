@@ -124,6 +124,8 @@ pub struct Publisher {
     live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters and its lines' bound addresses (A, B; B = A without line B).
     itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
+    /// A live ITCH 5.0 feed's Stock Directory queue, the conductor's end.
+    directory: Option<crate::live_itch::DirectoryReceiver>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
     ts_recv_clock: TsRecvClockCell,
@@ -194,12 +196,17 @@ impl Publisher {
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();
         let mut itch = None;
+        let mut directory = None;
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Itch50, Some(lines)) => {
                 ts_recv_clock.set(TsRecvClock::Software);
                 let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
-                let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone())?;
+                // Symbols: the Stock Directory messages as they come, to the conductor (live_itch's module docs).
+                let (to_conductor, from_feed) =
+                    crate::live_itch::directory_queue(crate::live_itch::DIRECTORY_QUEUE_ENTRIES);
+                let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone(), to_conductor)?;
                 itch = Some((live.counters(), live.line_addrs()));
+                directory = Some(from_feed);
                 (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), None, Default::default())
             }
             (FeedFormat::Mdp3, Some(lines)) => {
@@ -267,6 +274,7 @@ impl Publisher {
             sender,
             live,
             itch,
+            directory,
             counters_file,
             ts_recv_clock,
         })
@@ -331,7 +339,8 @@ impl Publisher {
     }
 
     /// The instruments the publisher can name (the feed's metadata, then `feed.symbols`): what subscribers'
-    /// `symbols` resolve against, and what their `Accept` carries.
+    /// `symbols` resolve against, and what their `Accept` carries. For a live ITCH feed, only `feed.symbols`'
+    /// here: the conductor adds the Stock Directory messages as they come ([`live_itch`]'s module docs).
     pub fn symbology(&self) -> &Symbology {
         &self.symbology
     }
@@ -370,6 +379,7 @@ impl Publisher {
             sender,
             live,
             itch,
+            directory,
             counters_file,
             ts_recv_clock,
         } = self;
@@ -424,6 +434,8 @@ impl Publisher {
             handshakes: mpsc::channel(),
             instruments: std::collections::BTreeSet::new(),
             symbology,
+            directory,
+            definitions_dropped_logged: 0,
             seen: 0,
             deferred: Vec::new(),
             journal,

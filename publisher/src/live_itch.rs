@@ -14,6 +14,19 @@
 //! keeps them unsynced until the start of the next day (System Event `O`); references it then does not know
 //! are counted and skipped as for a file.
 //!
+//! **Symbols.** Each Stock Directory (`R`) message is handed to the conductor, off the hot loop's path, through
+//! an rtrb SPSC queue ([`directory_queue`], [`DIRECTORY_QUEUE_ENTRIES`] entries): a [`DirectoryEntry`] (the stock
+//! locate and the 8 bytes of its Stock field, `Copy`: nothing allocated on the feed thread). The feed thread
+//! never waits on it: an entry that finds the queue full is dropped and counted
+//! ([`MoldCounters::definitions_dropped`]; the conductor logs it). The conductor drains the queue every pass
+//! (before it answers handshakes) into its `Symbology`: `instrument_id` = the stock locate, the symbol without
+//! its padding, tick 0.0001 (`mdfan_feed::itch::stock_definition`'s definition: prices print with ITCH's 4
+//! decimals); a later `R` of the same locate replaces the earlier definition. A subscriber can then subscribe by
+//! symbol and gets the definitions in its `Accept`, but only the symbols of `R` messages seen before the
+//! subscriber attached: a subscriber attached earlier keeps the definitions its `Accept` carried (an `Accept`
+//! is the only way definitions reach a subscriber). (An ITCH *file* is read for its Stock Directory in a first
+//! pass before the replay instead: every subscriber gets every definition.)
+//!
 //! As [`crate::live`]: while records are pending (the journal is full) the sockets are not read and their
 //! receive buffers (`lines.rcvbuf_bytes`) hold the backlog. After warm-up nothing here allocates (the pending
 //! buffer holds one poll's records plus one stale mark per locate); a request is one `send` on the feed thread.
@@ -26,10 +39,10 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mdfan_feed::itch::{decode_message, ItchNormalizer};
+use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Symbol, PRICE4_TICK_E9};
 use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
 use mdfan_lines::{realtime_ns, LineConfig, LineError, LineSocket, StampKind};
-use mdfan_wire::BookUpdate;
+use mdfan_wire::{BookUpdate, InstrumentDef, Symbology};
 
 use crate::config::{LinesSection, MoldStart};
 use crate::journal::JournalWriter;
@@ -40,6 +53,77 @@ const POLL_BUDGET: usize = 16;
 /// Records one poll can make: a 1,472-byte packet holds at most 115 ITCH messages (13 bytes at least with
 /// their length), each up to three records.
 const POLL_RECORDS: usize = POLL_BUDGET * 115 * 3;
+
+/// Entries the Stock Directory queue ([`directory_queue`]) holds: one per possible stock locate (a u16), so a
+/// whole day's directory (the `R` messages come in a burst before the open, one per locate) fits even if the
+/// conductor drained none of it meanwhile. 10 bytes each: 640 KiB, allocated when the feed opens.
+pub const DIRECTORY_QUEUE_ENTRIES: usize = 1 << 16;
+
+/// One Stock Directory (`R`, spec 4.2.1) message as the feed thread hands it to the conductor: fixed size,
+/// `Copy`, no `String` made on the feed thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectoryEntry {
+    /// The stock locate: the records' instrument_id.
+    pub stock_locate: u16,
+    /// The Stock field as sent: 8 bytes, space-padded.
+    pub stock: [u8; 8],
+}
+
+impl DirectoryEntry {
+    /// The definition it gives, as `mdfan_feed::itch::stock_definition`: instrument_id = the stock locate, the
+    /// symbol without its padding, display factor 1, tick size `PRICE4_TICK_E9` (4 decimals).
+    pub fn definition(&self) -> InstrumentDef {
+        InstrumentDef {
+            tick_size_e9: PRICE4_TICK_E9,
+            ..InstrumentDef::new(u32::from(self.stock_locate), Symbol(self.stock).as_str())
+        }
+    }
+}
+
+/// A Stock Directory queue of `entries` entries, allocated here: the feed thread's end and the conductor's.
+pub fn directory_queue(entries: usize) -> (DirectorySender, DirectoryReceiver) {
+    let (tx, rx) = rtrb::RingBuffer::new(entries);
+    (DirectorySender { tx, dropped: 0 }, DirectoryReceiver { rx })
+}
+
+/// The feed thread's end of the Stock Directory queue ([module docs](self)).
+pub struct DirectorySender {
+    tx: rtrb::Producer<DirectoryEntry>,
+    dropped: u64,
+}
+
+impl DirectorySender {
+    /// Hands `entry` on without waiting: if the queue is full it is dropped and counted.
+    #[inline]
+    pub fn send(&mut self, entry: DirectoryEntry) {
+        if self.tx.push(entry).is_err() {
+            self.dropped += 1;
+        }
+    }
+
+    /// Entries dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// The conductor's end of the Stock Directory queue ([module docs](self)).
+pub struct DirectoryReceiver {
+    rx: rtrb::Consumer<DirectoryEntry>,
+}
+
+impl DirectoryReceiver {
+    /// Inserts the definition of every entry waiting into `symbology`, in the order they came (a later entry of
+    /// the same stock locate replaces the earlier definition); returns how many.
+    pub fn drain_into(&mut self, symbology: &mut Symbology) -> usize {
+        let mut n = 0;
+        while let Ok(entry) = self.rx.pop() {
+            symbology.insert(entry.definition());
+            n += 1;
+        }
+        n
+    }
+}
 
 /// What the live ITCH feed counted, readable from any thread (Relaxed; stored by the feed thread after each poll
 /// that read something or changed a hole).
@@ -77,6 +161,9 @@ pub struct MoldCounters {
     pub send_errors: AtomicU64,
     /// Datagrams by where their receive stamp came from: hardware, software, user.
     pub stamps: [AtomicU64; 3],
+    /// Stock Directory messages not handed to the conductor because its queue was full (their symbols are
+    /// unknown to subscribers attaching later).
+    pub definitions_dropped: AtomicU64,
 }
 
 /// A copy of [`MoldCounters`] for the run report.
@@ -114,6 +201,8 @@ pub struct MoldReport {
     pub send_errors: u64,
     /// See [`MoldCounters::stamps`].
     pub stamps: [u64; 3],
+    /// See [`MoldCounters::definitions_dropped`].
+    pub definitions_dropped: u64,
 }
 
 impl MoldCounters {
@@ -137,6 +226,7 @@ impl MoldCounters {
             stale_records: ld(&self.stale_records),
             send_errors: ld(&self.send_errors),
             stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+            definitions_dropped: ld(&self.definitions_dropped),
         }
     }
 }
@@ -145,7 +235,7 @@ impl MoldReport {
     /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ...`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={} definitions_dropped={}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -162,7 +252,8 @@ impl MoldReport {
             self.bad_packets,
             self.records,
             self.stale_records,
-            self.send_errors
+            self.send_errors,
+            self.definitions_dropped
         )
     }
 }
@@ -171,6 +262,7 @@ impl MoldReport {
 struct Sink<'a> {
     normalizer: &'a mut ItchNormalizer,
     pending: &'a mut Vec<BookUpdate>,
+    directory: &'a mut DirectorySender,
     request: Option<&'a UdpSocket>,
     send_errors: &'a mut u64,
     decode_errors: &'a mut u64,
@@ -182,6 +274,9 @@ impl Sink<'_> {
         match e {
             SessionEvent::Message { seq, ts_recv_ns, message, .. } => match decode_message(message, 0) {
                 Ok(m) => {
+                    if let Body::StockDirectory(d) = &m.body {
+                        self.directory.send(DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 });
+                    }
                     let records = self.normalizer.normalize(&m, seq as u32, ts_recv_ns);
                     for r in records.as_slice() {
                         if r.kind() == Some(mdfan_wire::Kind::InstrumentStale) {
@@ -217,6 +312,8 @@ pub struct LiveItch {
     session: SessionReceiver,
     normalizer: ItchNormalizer,
     pending: Vec<BookUpdate>,
+    /// Stock Directory messages to the conductor.
+    directory: DirectorySender,
     head: usize,
     counters: Arc<MoldCounters>,
     end_after_idle_ns: u64,
@@ -235,7 +332,8 @@ pub struct LiveItch {
 
 impl LiveItch {
     /// Opens line A (and B), connects the request socket to `lines.retransmit` if set, and reserves every
-    /// buffer. `midnight_ns` is `feed.session_date`'s US Eastern midnight (ITCH times are ns since it).
+    /// buffer. `midnight_ns` is `feed.session_date`'s US Eastern midnight (ITCH times are ns since it). Stock
+    /// Directory messages go into `directory` (the conductor holds its other end).
     ///
     /// # Errors
     /// [`LineError`] naming the address, the socket call and the config key.
@@ -243,6 +341,7 @@ impl LiveItch {
         lines: &LinesSection,
         midnight_ns: u64,
         ts_recv_clock: crate::TsRecvClockCell,
+        directory: DirectorySender,
     ) -> Result<LiveItch, LineError> {
         let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
         let mut socks = vec![LineSocket::open(&line(lines.a)).map_err(|e| crate::live::in_config(e, lines))?];
@@ -296,6 +395,7 @@ impl LiveItch {
             session: SessionReceiver::new(cfg),
             normalizer: ItchNormalizer::new(midnight_ns, 1 << 20),
             pending: Vec::with_capacity(POLL_RECORDS + (1 << 16)),
+            directory,
             head: 0,
             counters: Arc::new(MoldCounters::default()),
             end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
@@ -343,14 +443,22 @@ impl LiveItch {
             session,
             normalizer,
             pending,
+            directory,
             send_errors,
             decode_errors,
             stale_records,
             stamps,
             ..
         } = self;
-        let mut sink =
-            Sink { normalizer, pending, request: request.as_ref(), send_errors, decode_errors, stale_records };
+        let mut sink = Sink {
+            normalizer,
+            pending,
+            directory,
+            request: request.as_ref(),
+            send_errors,
+            decode_errors,
+            stale_records,
+        };
         while read < POLL_BUDGET && idle.iter().filter(|i| **i).count() < 3 {
             for (src, is_idle) in idle.iter_mut().enumerate() {
                 if *is_idle || read >= POLL_BUDGET {
@@ -448,6 +556,7 @@ impl LiveItch {
         st(&c.records, self.records);
         st(&c.stale_records, self.stale_records);
         st(&c.send_errors, self.send_errors);
+        st(&c.definitions_dropped, self.directory.dropped());
         use mdfan_wire::control::TsRecvClock;
         let clock = if self.stamps[0] > 0 {
             TsRecvClock::Hardware
@@ -477,5 +586,58 @@ impl LiveItch {
             );
             self.logged.0 = errors;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) for `locate` and `stock`.
+    fn stock_directory_message(locate: u16, stock: &[u8; 8]) -> Vec<u8> {
+        let mut m = vec![b'R'];
+        m.extend(locate.to_be_bytes());
+        m.extend(0u16.to_be_bytes()); // tracking number
+        m.extend(&34_200_000_000_000u64.to_be_bytes()[2..]); // 09:30, 6 bytes
+        m.extend(stock);
+        m.extend([b'Q', b'N']); // market category, financial status
+        m.extend(100u32.to_be_bytes()); // round lot size
+        m.extend([b'N', b'C', b'Z', b' ', b'P', b'N', b' ', b'1', b'N']); // round lots only .. ETP flag
+        m.extend(0u32.to_be_bytes()); // ETP leverage factor
+        m.push(b'N'); // inverse
+        assert_eq!(m.len(), 39);
+        m
+    }
+
+    #[test]
+    fn an_entry_gives_the_definition_the_stock_directory_file_pass_gives() {
+        let m = decode_message(&stock_directory_message(6514, b"META    "), 0).unwrap();
+        let Body::StockDirectory(d) = &m.body else { panic!("an R message: {m:?}") };
+        let entry = DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 };
+        assert_eq!(entry.definition(), mdfan_feed::itch::stock_definition(&m.header, d));
+        assert_eq!(entry.definition(), InstrumentDef { tick_size_e9: 100_000, ..InstrumentDef::new(6514, "META") });
+        assert_eq!(entry.definition().format_price(80 * 1_000_000_000), "80.0000");
+    }
+
+    #[test]
+    fn the_conductor_drain_replaces_a_locates_symbol_and_a_full_queue_drops_and_counts() {
+        let (mut tx, mut rx) = directory_queue(3);
+        let entry = |locate, stock: &[u8; 8]| DirectoryEntry { stock_locate: locate, stock: *stock };
+        let mut symbology = Symbology::new();
+        assert_eq!(rx.drain_into(&mut symbology), 0);
+        tx.send(entry(6514, b"FB      "));
+        tx.send(entry(5528, b"IVOO    "));
+        tx.send(entry(6514, b"META    ")); // the same locate again: replaces FB
+        tx.send(entry(464, b"AMC     ")); // a fourth in a queue of 3: dropped, counted
+        assert_eq!(tx.dropped(), 1);
+        assert_eq!(rx.drain_into(&mut symbology), 3);
+        let defs: Vec<(u32, &str, i64)> =
+            symbology.iter().map(|d| (d.instrument_id, d.symbol.as_str(), d.tick_size_e9)).collect();
+        assert_eq!(defs, [(5528, "IVOO", 100_000), (6514, "META", 100_000)]);
+        assert_eq!((symbology.ids_of("META"), symbology.ids_of("FB")), (vec![6514], vec![]));
+        // Drained: room again, nothing more dropped; AMC comes once sent again.
+        tx.send(entry(464, b"AMC     "));
+        assert_eq!((tx.dropped(), rx.drain_into(&mut symbology)), (1, 1));
+        assert_eq!((symbology.len(), symbology.symbol(464)), (3, Some("AMC")));
     }
 }
