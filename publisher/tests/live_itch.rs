@@ -2,7 +2,8 @@
 //! real packets (data/nasdaq-itch50-moldudp64-pcap-20230822/README.md gives every value asserted here) sent to
 //! line A (and B), with the publisher's session receiver, ITCH decoder and normaliser in front of the journal, to
 //! a subscriber built on the subscriber library. A small re-request server in the test answers MoldUDP64
-//! request packets from the capture's messages (or never answers).
+//! request packets from the capture's messages (or never answers). Stock Directory messages put in front of the
+//! META packet give the publisher its symbols as they come.
 //!
 //! No timing is asserted: the test waits for the publisher's counters to reach each expected value (under a
 //! watchdog), and the stream ends on end of session or after `end_after_idle_ms` of silence.
@@ -19,7 +20,8 @@ use mdfan_feed::pcap::read_udp_capture;
 use mdfan_publisher::config::Config;
 use mdfan_publisher::live_itch::MoldCounters;
 use mdfan_publisher::{Publisher, RunReport};
-use mdfan_subscriber::{BookUpdate, Event, Health, Kind, Side, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{BookUpdate, Event, Health, Kind, Side, SubscribeError, Subscriber, SubscriberConfig};
+use mdfan_wire::{InstrumentDef, Symbology};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 const SESSION: &[u8; 10] = b"000010059B";
@@ -83,9 +85,14 @@ fn publisher(retransmit: Option<SocketAddrV4>, b: bool, extra: &str) -> Publishe
 
 /// Every record a subscriber got (feed records only).
 fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
-    let mut cfg = SubscriberConfig::new(endpoint, "itch");
+    subscribe_with(SubscriberConfig::new(endpoint, "itch")).1
+}
+
+/// As [`subscribe`], for `cfg` (its ring made 4,096 slots); also returns the definitions its Accept carried.
+fn subscribe_with(mut cfg: SubscriberConfig) -> (Symbology, JoinHandle<Vec<BookUpdate>>) {
     cfg.ring_slots = 4096;
     let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    let symbology = sub.symbology().clone();
     // A live feed does not wait for subscribers: the first heartbeat says the hot loop serves this session, so
     // nothing the test sends after it goes out before the subscriber is there.
     let (deadline, mut live) = (Instant::now() + WATCHDOG, false);
@@ -95,7 +102,7 @@ fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
         let _ = sub.maintain_if_due();
         std::thread::yield_now();
     }
-    std::thread::spawn(move || {
+    let h = std::thread::spawn(move || {
         let mut got = Vec::new();
         let deadline = Instant::now() + WATCHDOG;
         loop {
@@ -118,7 +125,8 @@ fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
                 return got;
             }
         }
-    })
+    });
+    (symbology, h)
 }
 
 /// Waits (watchdog) until `what` holds for the publisher's counters.
@@ -354,4 +362,87 @@ fn a_server_that_never_answers_ends_in_holes_reported_downstream_and_counted() {
     assert_eq!(stale.len(), 1);
     assert_eq!((stale[0].instrument_id, stale[0].venue_seq), (META, lost[0] as u32));
     assert_eq!(of_kind(&got, Kind::Add).len(), 38 - lost.len());
+}
+
+/// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) for `locate` and `stock`, stamped `timestamp`
+/// (6 bytes). The fields other than locate and symbol are plausible values (category Q, round lot 100).
+fn stock_directory_message(locate: u16, stock: &[u8; 8], timestamp: &[u8]) -> Vec<u8> {
+    let mut m = vec![b'R'];
+    m.extend(locate.to_be_bytes());
+    m.extend(0u16.to_be_bytes()); // tracking number
+    m.extend(timestamp);
+    m.extend(stock);
+    m.extend([b'Q', b'N']); // market category, financial status
+    m.extend(100u32.to_be_bytes()); // round lot size
+    m.extend([b'N', b'C', b'Z', b' ', b'P', b'N', b' ', b'1', b'N']); // round lots only .. ETP flag
+    m.extend(0u32.to_be_bytes()); // ETP leverage factor
+    m.push(b'N'); // inverse
+    assert_eq!(m.len(), 39);
+    m
+}
+
+/// The reason the publisher gave for refusing a subscriber asking for `symbols`.
+fn refused(endpoint: &str, symbols: &[&str]) -> String {
+    let mut cfg = SubscriberConfig::new(endpoint, "refused");
+    cfg.ring_slots = 4096;
+    cfg.symbols = Some(symbols.iter().map(|s| s.to_string()).collect());
+    match Subscriber::connect(&cfg) {
+        Err(SubscribeError::Rejected { reason, .. }) => reason,
+        Err(e) => panic!("not a refusal: {e}"),
+        Ok(_) => panic!("{symbols:?} accepted"),
+    }
+}
+
+#[test]
+fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbol_with_the_definition() {
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, ""));
+    // Before any R message the publisher knows no symbol; a subscriber attached now gets no definitions.
+    let reason = refused(&endpoint, &["META"]);
+    assert_eq!(
+        reason,
+        "field symbols: META not known to this publisher (it knows no symbols: the feed has no symbol mappings and \
+         no feed.symbols file is set)"
+    );
+    let (early_defs, early) = subscribe_with(SubscriberConfig::new(&endpoint, "early"));
+    assert!(early_defs.is_empty(), "{early_defs:?}");
+    // Three R messages just before the META packet (META_FIRST - 3 ..): locate 6514 as FB, 5528 as IVOO, then
+    // 6514 again as META, which replaces FB. Stamped as META's first message.
+    let meta = meta_messages();
+    let stamp = &meta[0].1[5..11];
+    let directory = [
+        stock_directory_message(META as u16, b"FB      ", stamp),
+        stock_directory_message(5528, b"IVOO    ", stamp),
+        stock_directory_message(META as u16, b"META    ", stamp),
+    ];
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST - 3, 3, &directory), a).unwrap();
+    wait_for(&counters, "the Stock Directory messages handed out", |r| r.messages == 3);
+    // A subscriber attaching now names META by symbol and gets its definition (4 decimals); FB is gone.
+    assert_eq!(
+        refused(&endpoint, &["FB"]),
+        "field symbols: FB not known to this publisher (it knows 2 symbols: IVOO, META)"
+    );
+    let mut cfg = SubscriberConfig::new(&endpoint, "late");
+    cfg.symbols = Some(vec!["META".into()]);
+    let (late_defs, late) = subscribe_with(cfg);
+    let defs: Vec<InstrumentDef> = late_defs.iter().cloned().collect();
+    assert_eq!(defs, [InstrumentDef { tick_size_e9: 100_000, ..InstrumentDef::new(META, "META") }]);
+    assert_eq!(late_defs.format_price(META, 8_000 * E7), "80.0000");
+    // The META packet (38 adds), then end of session.
+    let packet = capture("nasdaq/Multiple.Packets.pcap")
+        .into_iter()
+        .find(|p| Packet::parse(p).unwrap().message_count == 38)
+        .unwrap();
+    tx.send_to(&packet, a).unwrap();
+    wait_for(&counters, "the META adds handed out", |r| r.messages == 41);
+    tx.send_to(&downstream(META_FIRST + 38, END_OF_SESSION, &[]), a).unwrap();
+    let report = h.join().unwrap().expect("publisher run");
+    let mold = report.moldudp64.unwrap();
+    assert_eq!((mold.messages, mold.gaps, mold.given_up_holes, mold.definitions_dropped), (41, 0, 0, 0));
+    // The late subscriber gets META's records, the reference adds; the early one got the same adds, no symbols.
+    let (late, early) = (late.join().unwrap(), early.join().unwrap());
+    assert!(late.iter().all(|r| r.instrument_id == META), "only META's records");
+    assert_eq!(meta_sides(&late), META_REFERENCE);
+    assert_eq!(meta_sides(&early), META_REFERENCE);
+    assert_eq!(of_kind(&late, Kind::Add).len(), 38);
 }
