@@ -1,7 +1,7 @@
 //! The conductor: the publisher's control plane, an [`Agent`] run on the thread that calls
 //! [`crate::Publisher::run`] under a backoff idle strategy ([`CONDUCTOR_IDLE`]). One duty cycle
 //! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, follow the journal,
-//! take a live ITCH feed's Stock Directory definitions into the symbology ([`Conductor::take_definitions`]),
+//! take a live ITCH feed's Stock Directory definitions into the symbology (`Conductor::take_definitions`),
 //! accept new control connections, finish handshakes (attach rings), hand connected sessions to the hot loop,
 //! read control connections (snapshot requests, departures), handle what the hot loop reports (retirements,
 //! snapshot buffers, the end of the replay) and print the counters when asked; while a session's send completions
