@@ -918,6 +918,42 @@ impl ItchNormalizer {
         made
     }
 
+    /// A message of the stream that did not decode (a live feed goes on past it): the book it may have changed is
+    /// marked unsynced, never left silently wrong. Its stock locate (bytes 1..3, big-endian), if the message has
+    /// them and that locate is a known instrument (a message named it before), gets one
+    /// [`Kind::InstrumentStale`] record (`order_id` 0, `venue_seq`, `ts_event_ns` = `ts_recv_ns`); otherwise
+    /// every locate seen so far is marked, as for a hole ([`ItchNormalizer::mark_all_stale`]). Records go to `out`
+    /// (none for a locate already stale); returns how many. Allocates nothing.
+    pub fn mark_undecodable(
+        &mut self,
+        message: &[u8],
+        venue_seq: u32,
+        ts_recv_ns: u64,
+        out: &mut impl FnMut(BookUpdate),
+    ) -> u64 {
+        let locate = message.get(1..3).map(|b| u16::from_be_bytes([b[0], b[1]])).filter(|&l| l != 0);
+        let i = usize::from(locate.unwrap_or(0));
+        let known = locate.is_some() && self.seen.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0);
+        if !known {
+            return self.mark_all_stale(venue_seq, ts_recv_ns, out);
+        }
+        let header = Header { msg_type: message[0], stock_locate: i as u16, tracking_number: 0, timestamp_ns: 0 };
+        let base = BookUpdate {
+            venue_seq,
+            ts_event_ns: ts_recv_ns,
+            ts_recv_ns,
+            flags: flags::LAST,
+            ..BookUpdate::control(Kind::InstrumentStale)
+        };
+        match self.mark_stale(&header, 0, &base) {
+            Some(r) => {
+                out(r);
+                1
+            }
+            None => 0,
+        }
+    }
+
     /// The records of one message; `venue_seq` is its position in the stream and `ts_recv_ns` its receive
     /// (capture) time, 0 if unknown (module docs). [`ItchNormalizer::normalize_into`] without the copies.
     pub fn normalize(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64) -> Records {
@@ -1338,6 +1374,40 @@ mod tests {
         assert_eq!(eastern_midnight_ns(2023, 11, 6), Some(1_699_246_800 * 1_000_000_000));
         assert_eq!(eastern_midnight_ns(2023, 2, 30), None);
         assert_eq!(eastern_midnight_ns(2023, 13, 1), None);
+    }
+
+    /// An add of 100 @ 10.0000 on `locate`, reference `order_ref`.
+    fn add(locate: u16, order_ref: u64) -> Vec<u8> {
+        let mut a = vec![0u8; 36];
+        a[0] = b'A';
+        a[1..3].copy_from_slice(&locate.to_be_bytes());
+        a[11..19].copy_from_slice(&order_ref.to_be_bytes());
+        a[19] = b'B';
+        a[20..24].copy_from_slice(&100u32.to_be_bytes());
+        a[24..32].copy_from_slice(b"AAPL    ");
+        a[32..36].copy_from_slice(&100_000u32.to_be_bytes());
+        a
+    }
+
+    #[test]
+    fn an_undecodable_message_marks_its_known_locate_stale_else_every_locate() {
+        let mut n = ItchNormalizer::new(0, 16);
+        for (i, locate) in [5u16, 7].into_iter().enumerate() {
+            let m = msg(&add(locate, i as u64 + 1)).unwrap();
+            assert_eq!(n.normalize(&m, i as u32 + 1, 0).as_slice().len(), 1);
+        }
+        let mut got = Vec::new();
+        // A Delete (19 bytes) of locate 7 cut to 15: locate 7 alone, once.
+        let cut = [b'D', 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert!(msg(&cut).is_err());
+        assert_eq!(n.mark_undecodable(&cut, 3, 99, &mut |r| got.push(r)), 1);
+        assert_eq!(n.mark_undecodable(&cut, 4, 99, &mut |r| got.push(r)), 0, "already stale");
+        assert_eq!((n.is_stale(5), n.is_stale(7)), (false, true));
+        // Too short to name a locate, or a locate never seen (9): every locate seen, those not stale yet (5).
+        assert_eq!(n.mark_undecodable(b"D", 5, 99, &mut |r| got.push(r)), 1);
+        assert_eq!(n.mark_undecodable(&[b'D', 0, 9], 6, 99, &mut |r| got.push(r)), 0);
+        let got: Vec<_> = got.iter().map(|r| (r.kind(), r.instrument_id, r.venue_seq, r.ts_recv_ns)).collect();
+        assert_eq!(got, [(Some(Kind::InstrumentStale), 7, 3, 99), (Some(Kind::InstrumentStale), 5, 5, 99)]);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! A hole given up marks every stock locate seen so far stale: one `InstrumentStale` record each (the kind
 //! subscribers already see for MDP 3.0), since an ITCH stream has no per-instrument sequence. The normaliser
 //! keeps them unsynced until the start of the next day (System Event `O`); references it then does not know
-//! are counted and skipped as for a file.
+//! are counted and skipped as for a file. A message that does not decode (counted in `bad_packets`; a file
+//! replay would stop there) marks its own stock locate stale, or every locate when its locate is not one seen
+//! before ([`ItchNormalizer::mark_undecodable`]): the stream goes on, and no book stays silently wrong.
 //!
 //! **Symbols.** Each Stock Directory (`R`) message is handed to the conductor, off the hot loop's path, through
 //! an rtrb SPSC queue ([`directory_queue`], [`DIRECTORY_QUEUE_ENTRIES`] entries): a [`DirectoryEntry`] (the stock
@@ -285,7 +287,13 @@ impl Sink<'_> {
                         self.pending.push(*r);
                     }
                 }
-                Err(_) => *self.decode_errors += 1,
+                Err(_) => {
+                    // Counted, and the book it may have changed marked unsynced: never silently wrong.
+                    *self.decode_errors += 1;
+                    let pending = &mut *self.pending;
+                    *self.stale_records +=
+                        self.normalizer.mark_undecodable(message, seq as u32, ts_recv_ns, &mut |r| pending.push(r));
+                }
             },
             SessionEvent::Request { packet, .. } => {
                 if let Some(sock) = self.request {

@@ -446,3 +446,27 @@ fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbo
     assert_eq!(meta_sides(&early), META_REFERENCE);
     assert_eq!(of_kind(&late, Kind::Add).len(), 38);
 }
+
+/// The META packet's messages in one packet on line A, its 10th (an add) cut to 20 of its 36 bytes (the MoldUDP64
+/// framing stays whole: its length prefix says 20): that message does not decode, so it is counted and META's
+/// book is marked stale at its sequence number (one `InstrumentStale`), never left silently short of an order;
+/// the other 37 adds arrive.
+#[test]
+fn a_message_that_does_not_decode_marks_its_instrument_stale() {
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, ""));
+    let sub = subscribe(&endpoint);
+    let mut messages: Vec<Vec<u8>> = meta_messages().into_iter().map(|(_, m)| m).collect();
+    assert_eq!((messages[9][0], messages[9].len()), (b'A', 36));
+    messages[9].truncate(20);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST, 38, &messages), a).unwrap();
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    tx.send_to(&downstream(META_FIRST + 38, END_OF_SESSION, &[]), a).unwrap();
+    let report = h.join().unwrap().expect("publisher run");
+    let got = sub.join().unwrap();
+    let mold = report.moldudp64.expect("the MoldUDP64 counters are in the run report");
+    assert_eq!((mold.messages, mold.bad_packets, mold.stale_records), (38, 1, 1), "{}", mold.line());
+    assert_eq!(of_kind(&got, Kind::Add).len(), 37);
+    let stale: Vec<_> = of_kind(&got, Kind::InstrumentStale).iter().map(|r| (r.instrument_id, r.venue_seq)).collect();
+    assert_eq!(stale, [(META, (META_FIRST + 9) as u32)]);
+}
