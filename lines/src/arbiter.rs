@@ -12,8 +12,15 @@
 //! - The expected seq is declared missing (a gap) when each line has moved past it by more than
 //!   `line_tolerance` seqs (both lines lost it), when packets have waited ahead of it while it did not move for
 //!   `gap_timeout_ns` (a line is silent or dead; applied by [`Arbiter::tick`] only, which the caller runs once
-//!   both sockets are drained), or when an arriving seq would not fit in the window. Consecutive missing seqs
+//!   both sockets are drained), or when an arriving seq would not fit in the window (a jump, once confirmed: below). Consecutive missing seqs
 //!   come out as one [`Event::Gap`], emitted right before the datagram that ends the run.
+//! - A datagram whose seq lies a window or more past the expected one is a suspect jump: one stray datagram (a
+//!   bogus sender on the group, a corrupt `MsgSeqNum`) must not declare billions of seqs missing and make every
+//!   real packet after it a duplicate. It is held (one pre-allocated slot) and taken only when another datagram,
+//!   on either line, also lies past the window and within a window of it (the stream really moved there, as after
+//!   an outage): the seqs below the window are then declared missing as for an overflow, and both are delivered
+//!   or wait in seq order. A datagram inside the window leaves the held one alone; a new suspect that does not
+//!   confirm it replaces it (`jumps_dropped`). A stray datagram is therefore held and never acted on.
 //!
 //! Decisions depend only on the arrival order and the `now_ns` values passed in, so the machine can be tested and
 //! fuzzed without sockets.
@@ -108,8 +115,8 @@ pub enum Event<'a> {
     },
 }
 
-/// The arbiter's counters. Every datagram offered is counted exactly once in `delivered`, `duplicates`, `late`
-/// or `oversize`, or is still `waiting`.
+/// The arbiter's counters. Every datagram offered is counted exactly once in `delivered`, `duplicates`, `late`,
+/// `oversize` or `jumps_dropped`, or is still `waiting` or held as a suspect jump (at most one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArbiterCounters {
     /// Datagrams offered per line (A, B).
@@ -131,6 +138,12 @@ pub struct ArbiterCounters {
     pub gap_timeouts: u64,
     /// Gap decisions forced because an arriving seq did not fit in the window.
     pub gap_overflows: u64,
+    /// Datagrams held as a suspect jump (a window or more past the expected seq; module docs).
+    pub jumps_held: u64,
+    /// Suspect jumps taken: another datagram confirmed the stream moved there.
+    pub jumps_taken: u64,
+    /// Suspect jumps dropped: replaced by a later suspect that did not confirm them.
+    pub jumps_dropped: u64,
 }
 
 /// What made a gap.
@@ -153,6 +166,9 @@ struct Slot {
 
 const EMPTY_SLOT: Slot = Slot { seq: 0, occupied: false, len: 0, line: Line::A, ts_recv_ns: 0, stamp: StampKind::None };
 
+/// A datagram held as a suspect jump: its slot (`occupied` = held) and bytes in `Arbiter::suspect_store`.
+type Suspect = Slot;
+
 /// History of the last `window` seqs below the expected one: delivered, or declared a gap.
 const HISTORY_NONE: u64 = u64::MAX;
 
@@ -173,6 +189,9 @@ pub struct Arbiter {
     open_gap: Option<(u64, u64)>,
     /// `history[s & mask]` = `s << 1 | was_gap` for recent seqs `s` below `next`.
     history: Vec<u64>,
+    /// The datagram held as a suspect jump (`occupied`), and its bytes.
+    suspect: Suspect,
+    suspect_store: Vec<u8>,
     counters: ArbiterCounters,
 }
 
@@ -191,6 +210,8 @@ impl Arbiter {
             now_ns: 0,
             open_gap: None,
             history: vec![HISTORY_NONE; window],
+            suspect: EMPTY_SLOT,
+            suspect_store: vec![0; cfg.max_payload_bytes],
             counters: ArbiterCounters::default(),
             cfg: ArbiterConfig { window, ..cfg },
         }
@@ -216,9 +237,12 @@ impl Arbiter {
         self.now_ns = now_ns;
         let li = d.line.index();
         self.counters.received[li] += 1;
-        self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
         let next = *self.next.get_or_insert(d.seq);
-        let window = self.mask + 1;
+        if d.seq > next + self.mask && !self.confirms_jump(&d, out) {
+            return;
+        }
+        self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
+        let next = self.next.unwrap_or(d.seq);
         if d.seq < next {
             let h = self.history[(d.seq & self.mask) as usize];
             if h != HISTORY_NONE && h >> 1 == d.seq && h & 1 == 1 {
@@ -234,24 +258,50 @@ impl Arbiter {
             out(Event::Data(d));
             self.drain(out);
         } else {
-            if d.seq >= next + window {
-                // Make room: everything below `d.seq - window + 1` is delivered or declared missing.
-                self.advance_to(d.seq - window + 1, GapCause::Overflow, out);
-            }
-            let next = self.next.unwrap_or(d.seq);
-            if d.seq == next {
-                // The overflow moved the expected seq up to this one.
-                self.counters.delivered[li] += 1;
-                self.remember(d.seq, false);
-                self.next = Some(next + 1);
-                self.flush_gap(out);
-                out(Event::Data(d));
-                self.drain(out);
-            } else {
-                self.park(d, now_ns);
-            }
+            self.park(d, now_ns);
         }
         self.resolve_progress(out);
+        if self.suspect.occupied && self.next.is_some_and(|next| self.suspect.seq < next + self.mask + 1) {
+            // The stream came within a window of the held datagram: it is an ordinary one now.
+            self.release_suspect(out);
+        }
+    }
+
+    /// `d` lies a window or more past the expected seq (module docs): if it confirms the held suspect, takes the
+    /// jump (the seqs below the window of both declared missing, the held one delivered or waiting) and returns
+    /// true, so `d` goes on as any datagram inside the window; otherwise holds it (a same-seq copy of the held one
+    /// is a duplicate) and returns false.
+    fn confirms_jump(&mut self, d: &Datagram<'_>, out: &mut impl FnMut(Event<'_>)) -> bool {
+        let window = self.mask + 1;
+        let held = self.suspect;
+        if held.occupied && held.seq == d.seq {
+            self.counters.duplicates += 1;
+            return false;
+        }
+        if held.occupied && held.seq.abs_diff(d.seq) < window {
+            self.counters.jumps_taken += 1;
+            self.advance_to(held.seq.max(d.seq) - window + 1, GapCause::Overflow, out);
+            self.release_suspect(out);
+            return true;
+        }
+        if d.payload.len() > self.cfg.max_payload_bytes {
+            self.counters.oversize += 1;
+            return false;
+        }
+        if held.occupied {
+            self.counters.jumps_dropped += 1;
+        }
+        self.counters.jumps_held += 1;
+        self.suspect_store[..d.payload.len()].copy_from_slice(d.payload);
+        self.suspect = Slot {
+            seq: d.seq,
+            occupied: true,
+            len: d.payload.len(),
+            line: d.line,
+            ts_recv_ns: d.ts_recv_ns,
+            stamp: d.stamp,
+        };
+        false
     }
 
     /// Applies the gap timeout with the caller's clock. Call it only when both lines have nothing more to read
@@ -260,6 +310,45 @@ impl Arbiter {
         self.now_ns = now_ns;
         self.resolve_progress(out);
         self.resolve_timeout(now_ns, out);
+    }
+
+    /// Takes the held suspect as a datagram inside the window (the jump was confirmed, or the expected seq came
+    /// within a window of it): delivered if it is the expected seq, else waiting in its slot; one the stream
+    /// already moved past is a duplicate (or `late`, its seq declared missing).
+    fn release_suspect(&mut self, out: &mut impl FnMut(Event<'_>)) {
+        let held = self.suspect;
+        self.suspect.occupied = false;
+        let li = held.line.index();
+        self.max_seen[li] = Some(self.max_seen[li].map_or(held.seq, |m| m.max(held.seq)));
+        let Some(next) = self.next else { return };
+        if held.seq < next {
+            let h = self.history[(held.seq & self.mask) as usize];
+            if h != HISTORY_NONE && h >> 1 == held.seq && h & 1 == 1 {
+                self.counters.late += 1;
+            } else {
+                self.counters.duplicates += 1;
+            }
+        } else if held.seq == next {
+            self.counters.delivered[li] += 1;
+            self.remember(held.seq, false);
+            self.next = Some(held.seq + 1);
+            self.flush_gap(out);
+            let payload = &self.suspect_store[..held.len];
+            let (seq, line, ts_recv_ns, stamp) = (held.seq, held.line, held.ts_recv_ns, held.stamp);
+            out(Event::Data(Datagram { seq, line, ts_recv_ns, stamp, payload }));
+            self.drain(out);
+        } else {
+            let idx = (held.seq & self.mask) as usize;
+            if self.slots[idx].occupied {
+                self.counters.duplicates += 1; // its seq already waits (the window holds one seq per slot)
+                return;
+            }
+            let at = idx * self.cfg.max_payload_bytes;
+            self.store[at..at + held.len].copy_from_slice(&self.suspect_store[..held.len]);
+            self.slots[idx] = held;
+            self.waiting += 1;
+            self.stalled_since_ns.get_or_insert(self.now_ns);
+        }
     }
 
     fn park(&mut self, d: Datagram<'_>, now_ns: u64) {
@@ -513,15 +602,54 @@ mod tests {
         assert_eq!((a.next_seq(), a.waiting()), (Some(6), 0));
     }
 
+    /// Every datagram offered is accounted for once (the counters' invariant), `held` = a suspect is held.
+    fn assert_accounted(a: &Arbiter, held: u64) {
+        let c = a.counters();
+        let out = c.delivered[0] + c.delivered[1] + c.duplicates + c.late + c.oversize + c.jumps_dropped;
+        assert_eq!(c.received[0] + c.received[1], out + a.waiting() as u64 + held, "{c:?}");
+    }
+
     #[test]
-    fn a_seq_beyond_the_window_forces_the_gap() {
+    fn a_jump_beyond_the_window_is_taken_once_a_second_datagram_confirms_it() {
         let mut a = Arbiter::new(cfg(0));
-        let got = run(&mut a, &[(A, 1), (A, 3), (A, 20)], 0);
-        // Window 8: 20 needs next >= 13; 2 and 4..=12 are declared missing, 3 delivered between.
-        assert_eq!(got, vec![Ok(1), Err((2, 2)), Ok(3)]);
-        assert_eq!(a.waiting(), 1);
-        let got = run(&mut a, &[(A, 13)], 0);
-        assert_eq!(got, vec![Err((4, 12)), Ok(13)]);
-        assert_eq!(a.counters().gap_overflows, 2);
+        // Window 8: 20 lies past it (next 2): held, nothing decided.
+        assert_eq!(run(&mut a, &[(A, 1), (A, 3), (A, 20)], 0), vec![Ok(1)]);
+        assert_eq!((a.waiting(), a.counters().jumps_held, a.counters().gap_seqs), (1, 1, 0));
+        // 13 lies past it too and within a window of 20: the stream moved. 20 needs next >= 13: 2 and 4..=12 are
+        // declared missing, 3 delivered between, 13 delivered, 20 waits.
+        assert_eq!(run(&mut a, &[(A, 13)], 0), vec![Err((2, 2)), Ok(3), Err((4, 12)), Ok(13)]);
+        let c = *a.counters();
+        assert_eq!((c.jumps_taken, c.gap_overflows, c.gap_seqs, a.waiting()), (1, 2, 10, 1));
+        let got = run(&mut a, &[(B, 14), (B, 15), (B, 16), (B, 17), (B, 18), (B, 19)], 0);
+        assert_eq!(got, (14..=20).map(Ok).collect::<Vec<_>>());
+        assert_accounted(&a, 0);
+    }
+
+    #[test]
+    fn a_stray_datagram_far_ahead_is_held_and_the_stream_goes_on() {
+        let mut a = Arbiter::new(cfg(0));
+        let got = run(&mut a, &[(A, 1), (B, 1), (A, 2), (A, 0xFFFF_FFFF), (B, 2), (A, 3), (B, 3), (B, 4), (A, 4)], 0);
+        assert_eq!(got, vec![Ok(1), Ok(2), Ok(3), Ok(4)]);
+        let c = *a.counters();
+        assert_eq!((c.jumps_held, c.jumps_taken, c.gap_seqs, c.duplicates, a.next_seq()), (1, 0, 0, 4, Some(5)));
+        assert_accounted(&a, 1);
+        // A second stray that does not confirm the first replaces it.
+        assert_eq!(run(&mut a, &[(B, 1 << 40), (A, 5)], 0), vec![Ok(5)]);
+        assert_eq!((a.counters().jumps_held, a.counters().jumps_dropped), (2, 1));
+        assert_accounted(&a, 1);
+    }
+
+    #[test]
+    fn a_held_datagram_the_stream_comes_within_a_window_of_is_an_ordinary_one() {
+        let mut a = Arbiter::new(cfg(0));
+        // 12 is a window past next 2 when it comes; once next is 5 it is within the window: it waits, and goes
+        // out in order.
+        assert_eq!(run(&mut a, &[(A, 1), (B, 12), (A, 2), (A, 3), (A, 4)], 0), vec![Ok(1), Ok(2), Ok(3), Ok(4)]);
+        assert_eq!((a.waiting(), a.counters().jumps_held), (1, 1));
+        let got = run(&mut a, &[(A, 5), (A, 6), (A, 7), (A, 8), (A, 9), (A, 10), (A, 11)], 0);
+        assert_eq!(got, (5..=12).map(Ok).collect::<Vec<_>>());
+        let c = *a.counters();
+        assert_eq!((c.jumps_taken, c.gap_seqs, c.delivered), (0, 0, [11, 1]));
+        assert_accounted(&a, 0);
     }
 }

@@ -851,6 +851,8 @@ impl Conductor {
             }
             file.set("mdfan_feed_duplicates_total", "", Counter, f.duplicates);
             file.set("mdfan_feed_late_total", "", Counter, f.late);
+            file.set("mdfan_feed_jumps_held_total", "", Counter, f.jumps[0]);
+            file.set("mdfan_feed_jumps_taken_total", "", Counter, f.jumps[1]);
             file.set("mdfan_feed_lost_seqs_total", "", Counter, f.gap_seqs);
             file.set("mdfan_feed_lost_runs_total", "", Counter, f.gap_runs);
             file.set("mdfan_feed_bad_packets_total", "", Counter, f.bad_packets);

@@ -52,6 +52,9 @@ pub struct LiveCounters {
     pub duplicates: AtomicU64,
     /// Copies that came after their seq was declared a gap.
     pub late: AtomicU64,
+    /// Datagrams a window or more ahead of the expected seq, held until another confirmed the jump
+    /// (`mdfan_lines::Arbiter`: one stray datagram is never acted on), and jumps taken.
+    pub jumps: [AtomicU64; 2],
     /// Seqs lost on both lines.
     pub gap_seqs: AtomicU64,
     /// Runs of seqs lost on both lines.
@@ -88,6 +91,8 @@ pub struct LiveReport {
     pub duplicates: u64,
     /// See [`LiveCounters::late`].
     pub late: u64,
+    /// See [`LiveCounters::jumps`]: held, taken.
+    pub jumps: [u64; 2],
     /// See [`LiveCounters::gap_seqs`].
     pub gap_seqs: u64,
     /// See [`LiveCounters::gap_runs`].
@@ -120,6 +125,7 @@ impl LiveCounters {
             delivered: [ld(&self.delivered[0]), ld(&self.delivered[1])],
             duplicates: ld(&self.duplicates),
             late: ld(&self.late),
+            jumps: [ld(&self.jumps[0]), ld(&self.jumps[1])],
             gap_seqs: ld(&self.gap_seqs),
             gap_runs: ld(&self.gap_runs),
             bad_packets: ld(&self.bad_packets),
@@ -153,7 +159,7 @@ impl LiveReport {
     /// `feed format=mdp3 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. ...`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
+            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps={}/{} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
             self.datagrams[0],
             self.datagrams[1],
             self.refused[0],
@@ -162,6 +168,8 @@ impl LiveReport {
             self.delivered[1],
             self.duplicates,
             self.late,
+            self.jumps[0],
+            self.jumps[1],
             self.gap_seqs,
             self.gap_runs,
             self.bad_packets,
@@ -421,6 +429,8 @@ impl LiveMdp3 {
         }
         st(&c.duplicates, arb.duplicates);
         st(&c.late, arb.late);
+        st(&c.jumps[0], arb.jumps_held);
+        st(&c.jumps[1], arb.jumps_taken);
         st(&c.gap_seqs, arb.gap_seqs);
         st(&c.gap_runs, arb.gap_events);
         st(&c.bad_packets, ch.bad_packets);
