@@ -12,6 +12,8 @@
 //! leave it out: unpinned, the loop spins a little and then yields).
 //!
 //! Dependencies: `mdfan-subscriber` only (it re-exports the book, the record and the idle strategies).
+//! Its books are order books (`Books`): for an order-level feed (DBN, ITCH); a price-level feed (CME MDP 3.0,
+//! LOBSTER) needs `MbpBooks` (the crate docs, "Which book for which feed").
 
 use std::collections::BTreeMap;
 

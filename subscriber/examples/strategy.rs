@@ -15,6 +15,9 @@
 //! the subscription cannot be set up or ends any other way (the reason on stderr).
 //!
 //! Dependencies: `mdfan-subscriber` only (it re-exports the book, the record and the idle strategies).
+//!
+//! Its books are order books (`HotBooks`): for an order-level feed (DBN, ITCH). A price-level feed (CME MDP 3.0,
+//! LOBSTER) needs `MbpBooks` as well (the crate docs, "Which book for which feed").
 
 use std::time::Duration;
 

@@ -36,6 +36,18 @@
 //! On a hot path, [`HotBooks`] is a drop-in for [`Books`] (the same results, record for record) that allocates
 //! everything in [`HotBooks::with_capacity`] and nothing per record.
 //!
+//! # Which book for which feed
+//!
+//! [`Books`] and [`HotBooks`] are order books (MBO): they apply the order kinds (`Add`, `Modify`, `Cancel`,
+//! `Clear`, ...) of the order-level feeds, DBN MBO files and Nasdaq ITCH 5.0, and ignore the rest. The
+//! price-level feeds, CME MDP 3.0 (live) and LOBSTER, send price-level records (`LevelNew`, `LevelChange`,
+//! `LevelDelete`, [`MbpBook`] docs) that only [`MbpBooks`] applies: with `Books` alone such a feed leaves every
+//! book empty. A strategy that may face either feeds every record to both (each ignores the other's kinds), as
+//! `mdfan-subscribe` does. `InstrumentStale` records (a loss on both lines, an `RptSeq` jump, an unknown ITCH
+//! order reference) mark a book stale until a snapshot or market recovery rebuilds it ([`MbpBook::is_stale`];
+//! for order books the record is delivered for the strategy to act on), and `TradingStatus` records (ITCH halts)
+//! go to a [`TradingStates`].
+//!
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
 //! seq is reported as [`Event::Gap`] before the record that follows it, never skipped silently. `poll` makes no
@@ -133,7 +145,7 @@ pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
     Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, InstrumentDef, InstrumentStatus, Kind, Level,
-    LevelIter, MbpBook, MbpBooks, MbpLevel, RestingOrder, Side, Status, StatusKind, Symbology, TradingStates,
+    LevelIter, MbpBook, MbpBooks, MbpError, MbpLevel, RestingOrder, Side, Status, StatusKind, Symbology, TradingStates,
     MBP_DEPTH,
 };
 
