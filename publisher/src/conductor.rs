@@ -429,10 +429,16 @@ impl Conductor {
             let whole = self.journal.state() != FeedState::Running && self.seen == self.journal.published();
             let unknown: Vec<u32> = ids.iter().copied().filter(|id| !self.instruments.contains(id)).collect();
             if whole && !unknown.is_empty() {
+                // A symbol the subscriber asked for resolved to one of these: name it beside its id.
+                let named: Vec<String> = unknown
+                    .iter()
+                    .map(|id| self.symbology.get(*id).map_or(id.to_string(), |d| format!("{id} ({})", d.symbol)))
+                    .collect();
+                let named: Vec<&str> = named.iter().map(String::as_str).collect();
                 let known: Vec<u32> = self.instruments.iter().copied().collect();
                 return Err(format!(
-                    "field instruments: {} not in this feed (it has {})",
-                    id_list(&unknown),
+                    "field instruments: {} not in this feed, no record of it (it has {})",
+                    text_list(&named),
                     id_list(&known)
                 ));
             }

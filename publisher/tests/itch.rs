@@ -195,3 +195,24 @@ fn an_unfiltered_subscriber_gets_all_993_definitions_of_the_start_of_day_file() 
     let s = sub.symbology();
     assert_eq!((s.len(), s.symbol(1), s.symbol(3), s.symbol(993)), (993, Some("A"), Some("AAAU"), Some("BPFH")));
 }
+
+/// A symbol the publisher knows whose stock has no record in the file (AAPL, locate 13, in the start-of-day file,
+/// whose records are the statuses of A, AA and AAAU) is refused naming the symbol beside the locate it resolved to.
+#[test]
+fn a_known_symbol_without_records_is_refused_naming_the_symbol() {
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\npath = {:?}\nsession_date = \"2019-12-30\"\n",
+        data("12302019_first1000.itch")
+    );
+    let publisher = Publisher::bind(Config::parse(&text, Path::new("itch-test.toml")).unwrap()).unwrap();
+    let endpoint = publisher.local_addr().to_string();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&shutdown);
+    let run = std::thread::spawn(move || publisher.run(flag));
+    let mut cfg = SubscriberConfig::new(&endpoint, "aapl");
+    cfg.symbols = Some(vec!["AAPL".to_owned()]);
+    let err = Subscriber::connect(&cfg).err().expect("refused").to_string();
+    shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+    run.join().unwrap().unwrap();
+    assert!(err.contains("field instruments: 13 (AAPL) not in this feed, no record of it (it has 1, 2, 3)"), "{err}");
+}

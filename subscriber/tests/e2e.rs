@@ -227,7 +227,7 @@ fn an_instrument_the_feed_does_not_have_is_refused_with_the_list() {
     let refused = wait_with_watchdog(refused);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{err}");
-    assert!(err.contains("field instruments: 999 not in this feed (it has 17077)"), "{err}");
+    assert!(err.contains("field instruments: 999 not in this feed, no record of it (it has 17077)"), "{err}");
     the_next_subscriber_is_served_whole(publisher, &["--instrument", "17077"]);
 }
 
