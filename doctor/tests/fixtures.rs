@@ -251,3 +251,19 @@ fn json_round_trips() {
         assert_eq!(value[0]["verdict"], if name == "vm" { "warn" } else { "pass" });
     }
 }
+
+/// A poller pinned to core 0 is told to move, not to isolate the boot CPU (the kernel drops CPU 0 from nohz_full
+/// and keeps its housekeeping there); the other hot cores keep their boot parameters.
+#[test]
+fn core_0_is_never_advised_into_isolation() {
+    let f = run("untuned", &Inputs { hot_cores: vec![0, 5], ..untuned_inputs() });
+    let fix = |id: &str| f.iter().find(|x| x.id == id).map(|x| x.fix.clone()).unwrap();
+    assert!(fix("host.nohz_full").starts_with("boot with nohz_full=5; move the poller off core 0: it is the boot CPU"));
+    assert!(
+        fix("host.rcu_nocbs").starts_with("boot with rcu_nocbs=5 (implied by nohz_full); move the poller off core 0")
+    );
+    assert!(fix("host.isolcpus").starts_with("boot with isolcpus=5 (or a cpuset"), "{}", fix("host.isolcpus"));
+    let only0 = run("untuned", &Inputs { hot_cores: vec![0], ..untuned_inputs() });
+    let fix0 = only0.iter().find(|x| x.id == "host.nohz_full").map(|x| x.fix.clone()).unwrap();
+    assert!(fix0.starts_with("move the poller off core 0"), "{fix0}");
+}

@@ -66,6 +66,10 @@ pub(super) fn cores(src: &dyn Source, inputs: &Inputs) -> Finding {
     finding(ID, AREA, verdict, found, WANTED, WHY, fix)
 }
 
+/// What the isolation findings advise for a poller on core 0.
+const CORE0_FIX: &str = "move the poller off core 0: it is the boot CPU, where the kernel keeps its timekeeping and \
+                         housekeeping (nohz_full never takes it)";
+
 /// isolcpus, nohz_full and rcu_nocbs against the hot cores.
 pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
     let hot = &inputs.hot_cores;
@@ -81,7 +85,15 @@ pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
         };
         finding(id, AREA, verdict, found, wanted, why, fix)
     };
-    let hot_list = if hot.is_empty() { "HOT".to_owned() } else { cpus(hot) };
+    // Core 0 is the boot CPU: the kernel keeps timekeeping and housekeeping there and drops it from nohz_full,
+    // so a poller on it is moved rather than core 0 isolated.
+    let others: Vec<usize> = hot.iter().copied().filter(|&c| c != 0).collect();
+    let hot_list = if hot.is_empty() { "HOT".to_owned() } else { cpus(&others) };
+    let boot_fix = |fix: String| match (hot.contains(&0), others.is_empty()) {
+        (false, _) => fix,
+        (true, true) => CORE0_FIX.to_owned(),
+        (true, false) => format!("{fix}; {CORE0_FIX}"),
+    };
     let isolated = src.read(&format!("{CPU}/isolated")).as_deref().and_then(parse_cpus).unwrap_or_default();
     // nohz_full reads "(null)" when unset.
     let nohz = src.read(&format!("{CPU}/nohz_full")).as_deref().and_then(parse_cpus).unwrap_or_default();
@@ -100,7 +112,9 @@ pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
             String::new(),
             "the scheduler's load balancing puts other threads on a core that is not isolated; each \
              preemption of a busy-polling loop is a latency spike of the length of the other thread's slice",
-            format!("boot with isolcpus={hot_list} (or a cpuset partition: cset / systemd AllowedCPUs= for the rest)"),
+            boot_fix(format!(
+                "boot with isolcpus={hot_list} (or a cpuset partition: cset / systemd AllowedCPUs= for the rest)"
+            )),
         ),
         judge(
             "host.nohz_full",
@@ -109,7 +123,7 @@ pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
             String::new(),
             "without nohz_full the scheduler tick interrupts the polling core (250-1000 times a second), \
              a few microseconds each",
-            format!("boot with nohz_full={hot_list}"),
+            boot_fix(format!("boot with nohz_full={hot_list}")),
         ),
         judge(
             "host.rcu_nocbs",
@@ -118,7 +132,7 @@ pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
             if from_nohz { " (from nohz_full)".to_owned() } else { String::new() },
             "RCU callbacks run as softirq work on the core that queued them unless offloaded to rcuo threads \
              on housekeeping cores",
-            format!("boot with rcu_nocbs={hot_list} (implied by nohz_full)"),
+            boot_fix(format!("boot with rcu_nocbs={hot_list} (implied by nohz_full)")),
         ),
     ]
 }
