@@ -14,7 +14,8 @@
 //!   the record from the [`Journal`] into a [`BookUpdate`] on the stack, offers it to every
 //!   live session (rotating the start so no subscriber is always first) under that session's slow-consumer
 //!   policy, flushes, retires sessions that must go and returns 1. After the last record the cycles wait
-//!   (bounded by the stall timeout) for sessions still catching up or owing a resync request.
+//!   (bounded by the stall timeout) for sessions still catching up or owing a resync request; one still catching
+//!   up then is dropped `Stalled`, never sent a normal end of stream over a partial book.
 //! - **finishing**: end of stream to every session, then the sessions go to the conductor in
 //!   [`Event::Finished`]; once every event is in the queue the agent is done.
 //!
@@ -681,6 +682,16 @@ impl FanoutAgent {
     /// each with `end`, and hands them to the conductor in [`Event::Finished`].
     fn finish(&mut self, end: CloseReason, records: u64, replay_ticks: u64) {
         self.drain_commands();
+        if end == CloseReason::EndOfStream {
+            // A session still behind (its snapshot or catch-up unfinished) once the bounded wait for it is over did
+            // not get the whole stream, and nothing in its seq says so: dropped `Stalled`, never a normal end over
+            // a partial book. (One that owes a resync request saw its gap: it gets the end, after the gap.)
+            for s in self.sessions.iter_mut().filter(|s| s.dead.is_none()) {
+                if !s.is_live_at(records) {
+                    s.dead = Some(CloseReason::Stalled);
+                }
+            }
+        }
         let start = self.clock.raw();
         for s in self.sessions.iter_mut() {
             if s.dead.is_some() {

@@ -291,7 +291,9 @@ pub enum CloseReason {
     Shutdown = 3,
     /// The publisher dropped this receiver for a fabric error.
     FabricError = 4,
-    /// The receiver released nothing for longer than the publisher's stall timeout while its ring was full.
+    /// The receiver released nothing for longer than the publisher's stall timeout while its ring was full, or
+    /// was still catching up (a snapshot, the records after it) a stall timeout after the feed ended: it did not
+    /// get the whole stream.
     Stalled = 5,
     /// The receiver's control connection closed (it died or left).
     PeerGone = 6,
