@@ -39,6 +39,20 @@
 //!   (retries + 1) per span of up to `max_request_messages`, not per hole. With [`SessionConfig::requests`] off
 //!   (no re-request server) no request is made: a span waits one timeout (for the other line) and its holes are
 //!   then given up.
+//! - **Jumps.** A packet (heartbeat and end of session too) whose sequence number is `window_messages` or more
+//!   past the highest sequence number known (one past it, after the messages handed out or waiting) is a
+//!   *suspect jump*: one stray datagram (a wrong sequence number, a replay of another day) must not open a hole
+//!   of billions of messages. The bound is the window because a packet that far ahead could not wait in it
+//!   anyway (it would give up everything before it). A suspect is not acted on: its bytes are copied into one
+//!   buffer of [`MAX_PACKET_BYTES`] allocated at construction, it is counted ([`SessionCounters::jumps_held`])
+//!   and the stream goes on. It is taken only when a second packet confirms it: another packet (either line, or
+//!   an answer) also that far ahead, whose sequence number is within `window_messages` of the held one (the
+//!   stream really moved there, as after a long outage). Then both are processed in sequence order, as any
+//!   packet past the highest known (the hole before them is requested and given up by the rules above), and
+//!   the jump is counted ([`SessionCounters::jumps_taken`]). A packet within the window is processed as usual
+//!   and leaves the held suspect alone; a suspect that does not confirm the held one replaces it (the old one
+//!   is dropped: [`SessionCounters::jumps_dropped`]; so is a suspect longer than the buffer). Under
+//!   [`Start::FirstSeen`] the first packet sets the stream's start and is never a suspect.
 //! - **End.** An end-of-session packet (count `0xFFFF`) says the next sequence number is the last + 1; once
 //!   every message before it went out (or was given up), [`SessionEvent::EndOfSession`] is emitted once and
 //!   later packets are ignored.
@@ -50,6 +64,9 @@ use crate::moldudp64::{MoldError, Packet, PacketKind, HEADER_BYTES};
 
 /// Bytes of a MoldUDP64 request packet: session (10) + sequence number (8) + message count (2).
 pub const REQUEST_BYTES: usize = 20;
+
+/// Largest suspect-jump packet held, bytes (a UDP payload is at most 65,507 bytes over IPv4).
+pub const MAX_PACKET_BYTES: usize = 65_536;
 
 /// Where the receiver starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +218,14 @@ pub struct SessionCounters {
     pub foreign_session: u64,
     /// Packets whose message count disagrees with their bytes: dropped.
     pub bad_packets: u64,
+    /// Suspect jumps held: packets `window_messages` or more past the highest sequence number known, not acted
+    /// on until a second one confirms them (see the module docs).
+    pub jumps_held: u64,
+    /// Suspect jumps taken: a held packet confirmed by a second one and processed with it.
+    pub jumps_taken: u64,
+    /// Held suspects dropped: replaced by a suspect that did not confirm them, or longer than
+    /// [`MAX_PACKET_BYTES`].
+    pub jumps_dropped: u64,
 }
 
 /// A message waiting behind a hole.
@@ -214,6 +239,16 @@ struct Slot {
 }
 
 const EMPTY: u64 = u64::MAX;
+
+/// The suspect jump held: its packet is `held[..len]`.
+#[derive(Debug, Clone, Copy)]
+struct Suspect {
+    /// Its first sequence number.
+    seq: u64,
+    len: usize,
+    origin: Origin,
+    ts_recv_ns: u64,
+}
 
 /// The request in flight: the span `seq..end` from the oldest hole.
 #[derive(Debug, Clone, Copy)]
@@ -242,6 +277,9 @@ pub struct SessionReceiver {
     /// The end-of-session packet's sequence number, once seen.
     end_at: Option<u64>,
     ended: bool,
+    /// The buffer of the suspect jump held ([`MAX_PACKET_BYTES`], allocated at construction).
+    held: Box<[u8]>,
+    suspect: Option<Suspect>,
     counters: SessionCounters,
 }
 
@@ -256,7 +294,8 @@ impl std::fmt::Debug for SessionReceiver {
 }
 
 impl SessionReceiver {
-    /// A receiver; allocates its window (`window_messages` × (`slot_bytes` + 32) bytes; at least one slot).
+    /// A receiver; allocates its window (`window_messages` × (`slot_bytes` + 32) bytes; at least one slot) and
+    /// the suspect-jump buffer ([`MAX_PACKET_BYTES`]).
     pub fn new(cfg: SessionConfig) -> SessionReceiver {
         let window = cfg.window_messages.max(1);
         let empty = Slot { seq: EMPTY, len: 0, retransmitted: false, ts_recv_ns: 0 };
@@ -271,6 +310,8 @@ impl SessionReceiver {
             in_flight: None,
             end_at: None,
             ended: false,
+            held: vec![0; MAX_PACKET_BYTES].into_boxed_slice(),
+            suspect: None,
             counters: SessionCounters::default(),
             cfg,
         }
@@ -336,6 +377,53 @@ impl SessionReceiver {
             self.next = p.sequence_number.max(1);
             self.high = self.next;
         }
+        let window = self.slots.len() as u64;
+        if p.sequence_number.saturating_sub(self.high) >= window {
+            match self.suspect {
+                Some(h) if h.seq.abs_diff(p.sequence_number) < window => {
+                    // Confirmed: the stream moved there. Both packets, in sequence order.
+                    self.suspect = None;
+                    self.counters.jumps_taken += 1;
+                    let held = std::mem::take(&mut self.held);
+                    if let Ok(hp) = Packet::parse(&held[..h.len]) {
+                        if h.seq <= p.sequence_number {
+                            self.process(&hp, h.origin, h.ts_recv_ns, out);
+                            self.process(&p, origin, ts_recv_ns, out);
+                        } else {
+                            self.process(&p, origin, ts_recv_ns, out);
+                            self.process(&hp, h.origin, h.ts_recv_ns, out);
+                        }
+                    }
+                    self.held = held;
+                }
+                old => {
+                    if old.is_some() {
+                        self.counters.jumps_dropped += 1;
+                    }
+                    self.counters.jumps_held += 1;
+                    if payload.len() <= self.held.len() {
+                        self.held[..payload.len()].copy_from_slice(payload);
+                        let seq = p.sequence_number;
+                        self.suspect = Some(Suspect { seq, len: payload.len(), origin, ts_recv_ns });
+                    } else {
+                        self.suspect = None;
+                        self.counters.jumps_dropped += 1;
+                    }
+                    return Ok(());
+                }
+            }
+        } else {
+            self.process(&p, origin, ts_recv_ns, out);
+        }
+        self.check_end(out);
+        Ok(())
+    }
+
+    /// Acts on a parsed packet of this session (the rules of the module docs but the jump guard).
+    fn process(&mut self, p: &Packet<'_>, origin: Origin, ts_recv_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
+        if self.ended {
+            return;
+        }
         let retransmitted = origin == Origin::Retransmission;
         match p.kind() {
             PacketKind::Heartbeat => {
@@ -353,8 +441,6 @@ impl SessionReceiver {
                 }
             }
         }
-        self.check_end(out);
-        Ok(())
     }
 
     /// Timers: asks for the oldest hole, asks again after a timeout, gives it up after the last retry. Call it

@@ -1,6 +1,6 @@
 //! The MoldUDP64 session receiver with exact sequences: gaps filled by answers (in order and out of order),
 //! a request retried then given up, foreign sessions, count/bytes mismatches, duplicates, heartbeats, end of
-//! session and the window bound.
+//! session, the window bound and the jump guard (a stray packet far ahead held, a confirmed jump taken).
 
 use mdfan_feed::mold_session::{
     parse_request, Origin, SessionConfig, SessionError, SessionEvent, SessionReceiver, Start,
@@ -323,4 +323,121 @@ fn a_dead_server_gives_up_every_hole_of_a_span_at_once_not_one_hole_per_timeout(
     assert_eq!(rx.take(), want);
     let c = *rx.rx.counters();
     assert_eq!((c.requests, c.retries, c.given_up_holes, c.given_up_messages, c.messages), (2, 1, 2, 2, 5));
+}
+
+/// The adversarial packet: the right session, sequence number 10^12, one message.
+const STRAY: u64 = 1_000_000_000_000;
+
+#[test]
+fn a_stray_packet_far_ahead_is_held_and_the_stream_goes_on() {
+    let cfg = SessionConfig { start: Start::One, window_messages: 16, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 3), Origin::LineA).unwrap();
+    rx.push(&packet(STRAY, 1), Origin::LineA).unwrap();
+    assert!(!rx.rx.has_hole(), "a held suspect opens no hole");
+    rx.push(&packet(4, 3), Origin::LineA).unwrap();
+    rx.push(&packet(4, 3), Origin::LineB).unwrap();
+    rx.tick(0);
+    rx.tick(10_000 * MS);
+    rx.push(&packet(7, 2), Origin::LineB).unwrap();
+    // A packet exactly at the window's edge past the highest known (9 + 16) is a suspect too; one just
+    // inside it (9 + 15 = 24) is an ordinary gap.
+    rx.push(&packet(25, 1), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), msgs(1..=8, false));
+    assert!(!rx.rx.has_hole());
+    rx.push(&packet(9, 3), Origin::LineA).unwrap();
+    rx.push(&packet(12, 0), Origin::LineA).unwrap(); // heartbeat
+    rx.push(&packet(12, END_OF_SESSION), Origin::LineA).unwrap();
+    let mut want = msgs(9..=11, false);
+    want.push(Out::End(12));
+    assert_eq!(rx.take(), want);
+    let c = *rx.rx.counters();
+    assert_eq!(
+        (c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.requests, c.given_up_holes, c.given_up_messages),
+        (2, 0, 1, 0, 0, 0, 0)
+    );
+    assert_eq!((c.messages, c.duplicates), (11, 3));
+}
+
+#[test]
+fn a_real_jump_is_taken_when_a_second_packet_confirms_it() {
+    let cfg = SessionConfig {
+        start: Start::One,
+        window_messages: 16,
+        retries: 0,
+        request_timeout_ns: MS,
+        ..SessionConfig::default()
+    };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    // After an outage the stream is at 1,000: the first packet there is held ...
+    rx.push(&packet(1_000, 2), Origin::LineA).unwrap();
+    rx.tick(0);
+    assert_eq!(rx.take(), msgs(1..=2, false));
+    assert!(!rx.rx.has_hole());
+    // ... the next one (line B's, continuing from it) confirms it: the hole 3..=999 is handled as today for
+    // messages past the window (each gives up as few of the oldest as make room), the rest is requested, and
+    // both packets go out in order.
+    rx.push(&packet(1_002, 2), Origin::LineB).unwrap();
+    let mut want = vec![Out::Hole(3, 984), Out::Hole(985, 985), Out::Hole(986, 986), Out::Hole(987, 987)];
+    assert_eq!(rx.take(), want);
+    assert!(rx.rx.has_hole());
+    rx.tick(0);
+    assert_eq!(rx.take(), [Out::Req(988, 16, 1)]);
+    rx.tick(MS); // no retry: given up
+    want = vec![Out::Hole(988, 999)];
+    want.extend(msgs(1_000..=1_003, false));
+    assert_eq!(rx.take(), want);
+    assert!(!rx.rx.has_hole());
+    let c = *rx.rx.counters();
+    assert_eq!(
+        (c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.overflow_holes, c.given_up_messages, c.messages),
+        (1, 1, 0, 1, 4, 997, 6)
+    );
+}
+
+#[test]
+fn a_confirming_packet_before_the_held_one_is_processed_first() {
+    let cfg = SessionConfig { start: Start::One, window_messages: 16, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 1), Origin::LineA).unwrap();
+    rx.push(&packet(105, 2), Origin::LineA).unwrap(); // held
+    rx.push(&packet(100, 5), Origin::LineB).unwrap(); // confirms it, and comes first
+                                                      // 100..=106 are taken in order: each gives up as few of the oldest missing as make room (2..=90).
+    let mut want = vec![Out::Msg(1, false), Out::Hole(2, 84)];
+    want.extend((85..=90).map(|s| Out::Hole(s, s)));
+    assert_eq!(rx.take(), want);
+    rx.tick(0);
+    assert_eq!(rx.take(), [Out::Req(91, 16, 1)]);
+    rx.push(&packet(91, 9), Origin::Retransmission).unwrap();
+    let mut want = msgs(91..=99, true);
+    want.extend(msgs(100..=106, false));
+    assert_eq!(rx.take(), want);
+    let c = *rx.rx.counters();
+    assert_eq!((c.jumps_held, c.jumps_taken, c.given_up_messages, c.messages), (1, 1, 89, 17));
+}
+
+#[test]
+fn a_second_stray_that_does_not_confirm_the_first_replaces_it() {
+    let cfg = SessionConfig { start: Start::One, window_messages: 16, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    rx.push(&packet(STRAY, 1), Origin::LineA).unwrap(); // held
+    rx.push(&packet(3, 1), Origin::LineA).unwrap(); // in the window: processed, the suspect stays held
+    rx.push(&packet(500, 1), Origin::LineB).unwrap(); // far from the held one: replaces it
+    rx.push(&packet(4, 1), Origin::LineA).unwrap();
+    rx.push(&packet(STRAY + 1, 1), Origin::LineA).unwrap(); // would have confirmed the first: replaces 500
+    rx.push(&packet(5, 1), Origin::LineA).unwrap();
+    rx.push(&packet(510, 1), Origin::LineB).unwrap(); // near 500, but 500 is gone: replaces STRAY + 1
+    rx.tick(0);
+    assert_eq!(rx.take(), msgs(1..=5, false));
+    assert!(!rx.rx.has_hole());
+    let c = *rx.rx.counters();
+    assert_eq!((c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.requests), (4, 0, 3, 0, 0));
+    // The last one held is still confirmable: 512 confirms 510.
+    rx.push(&packet(512, 1), Origin::LineA).unwrap();
+    let want = vec![Out::Hole(6, 494), Out::Hole(495, 496)];
+    assert_eq!(rx.take(), want);
+    let c = *rx.rx.counters();
+    assert_eq!((c.jumps_taken, c.overflow_holes), (1, 2));
 }
