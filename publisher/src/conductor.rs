@@ -886,6 +886,8 @@ impl Conductor {
             file.set("mdfan_mold_foreign_session_total", "", Counter, f.foreign_session);
             file.set("mdfan_mold_bad_packets_total", "", Counter, f.bad_packets);
             file.set("mdfan_mold_definitions_dropped_total", "", Counter, f.definitions_dropped);
+            file.set("mdfan_mold_jumps_held_total", "", Counter, f.jumps_held);
+            file.set("mdfan_mold_jumps_taken_total", "", Counter, f.jumps_taken);
             file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
         }
         let order = self

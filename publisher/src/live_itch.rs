@@ -166,6 +166,11 @@ pub struct MoldCounters {
     /// Stock Directory messages not handed to the conductor because its queue was full (their symbols are
     /// unknown to subscribers attaching later).
     pub definitions_dropped: AtomicU64,
+    /// Suspect jumps held: packets `lines.window_messages` or more past the highest sequence number known, not
+    /// acted on until a second one confirms them (a stray datagram is only counted here).
+    pub jumps_held: AtomicU64,
+    /// Suspect jumps confirmed by a second packet and taken (the hole before them handled as any other).
+    pub jumps_taken: AtomicU64,
 }
 
 /// A copy of [`MoldCounters`] for the run report.
@@ -205,6 +210,10 @@ pub struct MoldReport {
     pub stamps: [u64; 3],
     /// See [`MoldCounters::definitions_dropped`].
     pub definitions_dropped: u64,
+    /// See [`MoldCounters::jumps_held`].
+    pub jumps_held: u64,
+    /// See [`MoldCounters::jumps_taken`].
+    pub jumps_taken: u64,
 }
 
 impl MoldCounters {
@@ -229,6 +238,8 @@ impl MoldCounters {
             send_errors: ld(&self.send_errors),
             stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
             definitions_dropped: ld(&self.definitions_dropped),
+            jumps_held: ld(&self.jumps_held),
+            jumps_taken: ld(&self.jumps_taken),
         }
     }
 }
@@ -237,7 +248,7 @@ impl MoldReport {
     /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ...`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={} definitions_dropped={}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={} definitions_dropped={} jumps_held={} jumps_taken={}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -255,7 +266,9 @@ impl MoldReport {
             self.records,
             self.stale_records,
             self.send_errors,
-            self.definitions_dropped
+            self.definitions_dropped,
+            self.jumps_held,
+            self.jumps_taken
         )
     }
 }
@@ -565,6 +578,8 @@ impl LiveItch {
         st(&c.stale_records, self.stale_records);
         st(&c.send_errors, self.send_errors);
         st(&c.definitions_dropped, self.directory.dropped());
+        st(&c.jumps_held, s.jumps_held);
+        st(&c.jumps_taken, s.jumps_taken);
         use mdfan_wire::control::TsRecvClock;
         let clock = if self.stamps[0] > 0 {
             TsRecvClock::Hardware
