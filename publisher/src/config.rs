@@ -59,7 +59,8 @@
 //! retransmit_retries = 3       # re-sends after the first request, then the hole is given up. Default 3.
 //! session = "000010059B"       # the MoldUDP64 session; default: the first packet's (others are dropped)
 //! start = "first_seen"         # or "one": expect sequence number 1 and request what came before. Default first_seen.
-//! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start).
+//! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start); a packet
+//!                              # this far past the highest seq known is held until a second one confirms the jump.
 //!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,
