@@ -209,6 +209,9 @@ fn the_bundled_nasdaq_packets_on_lines_a_and_b_reach_a_subscriber_with_every_hol
     assert_eq!((mold.gaps, mold.given_up_messages), (7, 34_147_961 - 14_757_701 + 1 - 46));
     assert!(mold.given_up_holes >= 7, "{mold:?}");
     assert_eq!((mold.requests, mold.retransmitted, mold.foreign_session, mold.bad_packets), (0, 0, 1, 1));
+    // Three of the seven holes between the capture's packets are 65,536 messages or more (the window): the packet
+    // after each is a suspect jump on the line it comes first on, confirmed by its copy on the other.
+    assert_eq!((mold.jumps_held, mold.jumps_taken), (3, 3), "{}", mold.line());
     // A 37 + F 2 = 39 adds: IVOO (locate 5528, ref 23508286, B 1600 @ 87.39) and the 38 of META.
     let adds = of_kind(&got, Kind::Add);
     assert_eq!(adds.len(), 39);
