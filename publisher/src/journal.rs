@@ -53,6 +53,18 @@ pub enum FeedState {
     Failed,
 }
 
+/// The journal's memory (`journal.records` x 128 B) could not be allocated on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal.records = {records}: cannot allocate the journal's {bytes} bytes ({records} records x 128 B) on this host; lower [journal] records")]
+pub struct JournalAllocError {
+    /// The records asked for (`journal.records`).
+    pub records: u64,
+    /// The bytes they need.
+    pub bytes: u128,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 128, "JournalAllocError's text says 128 B a record");
+
 /// One slot: the seqlock stamp (position + 1 of the record in it, 0 while being written) and the record's words.
 #[repr(align(64))]
 #[derive(Default)]
@@ -85,10 +97,20 @@ pub struct Journal {
 
 impl Journal {
     /// A journal of `records` slots (a power of two), allocated and written once here (pre-faulted).
-    pub fn new(records: u64) -> Arc<Journal> {
+    ///
+    /// # Errors
+    /// [`JournalAllocError`] (naming `journal.records` and the bytes wanted) when the host cannot give the
+    /// memory: the allocation is fallible, so a journal too large for the host is an error, not an abort.
+    pub fn new(records: u64) -> Result<Arc<Journal>, JournalAllocError> {
         assert!(records.is_power_of_two(), "journal records must be a power of two (checked by the config)");
-        let slots: Box<[Slot]> = (0..records).map(|_| Slot::default()).collect();
-        Arc::new(Journal {
+        let bytes = u128::from(records) * std::mem::size_of::<Slot>() as u128;
+        let too_big = || JournalAllocError { records, bytes };
+        let n = usize::try_from(records).map_err(|_| too_big())?;
+        let mut slots: Vec<Slot> = Vec::new();
+        slots.try_reserve_exact(n).map_err(|_| too_big())?;
+        slots.resize_with(n, Slot::default);
+        let slots = slots.into_boxed_slice();
+        Ok(Arc::new(Journal {
             slots,
             mask: records - 1,
             published: Padded(AtomicU64::new(0)),
@@ -96,7 +118,7 @@ impl Journal {
             conductor_done: Padded(AtomicU64::new(0)),
             state: AtomicU8::new(0),
             error: Mutex::new(None),
-        })
+        }))
     }
 
     /// Slots, in records.
@@ -418,7 +440,7 @@ mod tests {
 
     #[test]
     fn the_writer_waits_for_both_readers_and_an_overwritten_position_reads_as_none() {
-        let j = Journal::new(MIN_RECORDS);
+        let j = Journal::new(MIN_RECORDS).unwrap();
         let mut w = JournalWriter::new(Arc::clone(&j));
         for i in 0..MIN_RECORDS {
             assert!(w.try_push(&rec(i)));
@@ -446,8 +468,21 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_the_host_cannot_hold_is_an_error_naming_the_key_and_bytes_not_an_abort() {
+        // 2^50 records x 128 B = 2^57 bytes: more than any x86-64 or aarch64 address space, so the allocator
+        // refuses it whatever the host's memory and overcommit policy.
+        let e = Journal::new(1 << 50).err().expect("no host holds 2^57 bytes");
+        assert_eq!(e, JournalAllocError { records: 1 << 50, bytes: 1 << 57 });
+        assert_eq!(
+            e.to_string(),
+            "journal.records = 1125899906842624: cannot allocate the journal's 144115188075855872 bytes \
+             (1125899906842624 records x 128 B) on this host; lower [journal] records"
+        );
+    }
+
+    #[test]
     fn a_reader_thread_sees_every_record_whole_while_the_writer_wraps() {
-        let j = Journal::new(MIN_RECORDS);
+        let j = Journal::new(MIN_RECORDS).unwrap();
         let mut w = JournalWriter::new(Arc::clone(&j));
         const N: u64 = 50_000;
         let reader = {

@@ -75,6 +75,9 @@ pub enum PublisherError {
     /// The ITCH 5.0 file cannot be opened, or its Stock Directory pass found a message it cannot read.
     #[error(transparent)]
     Itch(#[from] mdfan_feed::itch::ItchFileError),
+    /// The journal (`journal.records`) cannot be allocated on this host.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalAllocError),
     /// The LOBSTER files cannot be opened, or their names are not LOBSTER's.
     #[error(transparent)]
     Lobster(#[from] mdfan_feed::lobster::LobsterError),
@@ -189,9 +192,10 @@ impl Publisher {
     /// Opens the feed (checks its header), allocates and pre-faults the journal, binds the control endpoint.
     ///
     /// # Errors
-    /// [`PublisherError::Feed`] naming the file; [`PublisherError::Listen`] naming the endpoint.
+    /// [`PublisherError::Feed`] naming the file; [`PublisherError::Journal`] when the host cannot give the journal's
+    /// memory (naming `journal.records` and the bytes); [`PublisherError::Listen`] naming the endpoint.
     pub fn bind(cfg: Config) -> Result<Publisher, PublisherError> {
-        let journal = Journal::new(cfg.journal.records);
+        let journal = Journal::new(cfg.journal.records)?;
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();

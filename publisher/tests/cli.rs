@@ -205,6 +205,36 @@ fn an_endpoint_in_use_is_named() {
     assert_one_line_error(code, &err, &[&format!("control endpoint {addr}"), "cannot listen"]);
 }
 
+/// The largest journal the config allows (2^28 records, 32 GiB) on a host that cannot give it: one line naming the
+/// key and the bytes, exit 1, not an allocator abort (SIGABRT). The address space is capped at 4 GiB (`ulimit -v`)
+/// so that the allocation fails on any host, however much memory it has.
+#[test]
+fn a_journal_larger_than_the_host_can_allocate_is_named_with_its_key_and_bytes() {
+    let dir = scratch();
+    let cfg = config(
+        &dir,
+        "huge-journal.toml",
+        &data("esh4-glbx-mdp3-20231224.mbo.dbn.zst"),
+        "\n[journal]\nrecords = 268435456",
+    );
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -v 4194304 && exec \"$0\" --config \"$1\""])
+        .args([env!("CARGO_BIN_EXE_mdfan-publisher"), cfg.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        (code, err.as_ref()),
+        (
+            Some(1),
+            "mdfan-publisher: error: journal.records = 268435456: cannot allocate the journal's 34359738368 bytes \
+             (268435456 records x 128 B) on this host; lower [journal] records\n"
+        )
+    );
+    assert!(out.stdout.is_empty(), "nothing was bound: {}", String::from_utf8_lossy(&out.stdout));
+}
+
 #[test]
 fn a_bad_symbol_file_is_named_with_its_line_and_field() {
     let dir = scratch();
