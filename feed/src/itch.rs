@@ -1334,22 +1334,33 @@ pub fn stock_definition(header: &Header, directory: &StockDirectory) -> Instrume
 /// of the file (for a full day's file, a few seconds of the start; the day's `R` messages come first, before
 /// 04:00, but an IPO may add one later, hence the whole file).
 ///
+/// The pass stops at the first place it cannot read past (the file ends inside a message, an empty message, an
+/// `R` message that does not decode, a read or gzip error) and returns the definitions found before it, with that
+/// error (naming the file and the byte offset) as the second value: the replay meets the same error at the same
+/// place after the messages before it, so the caller lets the replay report it (nothing is logged here).
+///
 /// # Errors
-/// [`ItchFileError`] naming the file and the byte offset: the file cannot be opened or read, ends inside a
-/// message, or holds an empty message or an `R` message that does not decode.
-pub fn stock_directory(path: &Path) -> Result<Symbology, ItchFileError> {
+/// [`ItchFileError`] when the file cannot be opened.
+pub fn stock_directory(path: &Path) -> Result<(Symbology, Option<ItchFileError>), ItchFileError> {
     let mut file = ItchFile::open(path)?;
     let mut symbology = Symbology::new();
-    while let Some((at, b)) = file.next_raw()? {
+    loop {
+        let (at, b) = match file.next_raw() {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok((symbology, None)),
+            Err(e) => return Ok((symbology, Some(e))),
+        };
         if !matches!(b.first(), Some(&b'R') | None) {
             continue;
         }
-        let m = decode_message(b, at).map_err(|source| ItchFileError::Decode { path: file.path.clone(), source })?;
-        if let Body::StockDirectory(d) = m.body {
-            symbology.insert(stock_definition(&m.header, &d));
+        match decode_message(b, at) {
+            Ok(Message { header, body: Body::StockDirectory(d) }) => {
+                symbology.insert(stock_definition(&header, &d));
+            }
+            Ok(_) => {}
+            Err(source) => return Ok((symbology, Some(ItchFileError::Decode { path: file.path.clone(), source }))),
         }
     }
-    Ok(symbology)
 }
 
 #[cfg(test)]

@@ -141,7 +141,8 @@ fn first1000_counts_and_symbols() {
 
 #[test]
 fn first1000_stock_directory_gives_993_definitions_at_4_decimals() {
-    let symbology = stock_directory(&data("12302019_first1000.itch")).unwrap();
+    let (symbology, stopped) = stock_directory(&data("12302019_first1000.itch")).unwrap();
+    assert!(stopped.is_none(), "read to its end: {stopped:?}");
     assert_eq!(symbology.len(), 993);
     let ids: Vec<u32> = symbology.iter().map(|d| d.instrument_id).collect();
     assert_eq!(ids, (1..=993).collect::<Vec<u32>>());
@@ -154,7 +155,8 @@ fn first1000_stock_directory_gives_993_definitions_at_4_decimals() {
     assert_eq!((aapl.display_factor_e9, aapl.tick_size_e9, aapl.min_decimals()), (E9, 100_000, 4));
     assert_eq!(symbology.format_price(13, px(21351)), "213.5100");
     // The snippet (cut after 09:30) has no Stock Directory message.
-    assert!(stock_directory(&data("12302019_SNIPPET.NASDAQ_ITCH50")).unwrap().is_empty());
+    let (none, stopped) = stock_directory(&data("12302019_SNIPPET.NASDAQ_ITCH50")).unwrap();
+    assert!(none.is_empty() && stopped.is_none());
     let e = stock_directory(&data("no-such-file")).unwrap_err().to_string();
     assert!(e.contains("no-such-file"), "{e}");
 }

@@ -72,7 +72,7 @@ pub enum PublisherError {
     /// The feed is unusable.
     #[error(transparent)]
     Feed(#[from] FeedError),
-    /// The ITCH 5.0 file cannot be opened, or its Stock Directory pass found a message it cannot read.
+    /// The ITCH 5.0 file cannot be opened (a message it cannot read stops the replay there instead: feed_error).
     #[error(transparent)]
     Itch(#[from] mdfan_feed::itch::ItchFileError),
     /// The journal (`journal.records`) cannot be allocated on this host.
@@ -228,8 +228,9 @@ impl Publisher {
                 // Symbols: a first pass over the file's Stock Directory messages, so that every subscriber,
                 // however early it attaches, gets every definition in its Accept and can subscribe by symbol.
                 // (A table the feed thread filled as it went would race the first attaches, which come before
-                // the replay.)
-                let symbology = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
+                // the replay.) A file cut or corrupt somewhere gives the definitions before that place: the replay
+                // meets the same error there, after the records before it, and ends with feed_error.
+                let (symbology, _stopped) = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
                 (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, symbology)
             }
             (FeedFormat::Lobster, _) => {

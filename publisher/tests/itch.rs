@@ -216,3 +216,49 @@ fn a_known_symbol_without_records_is_refused_naming_the_symbol() {
     run.join().unwrap().unwrap();
     assert!(err.contains("field instruments: 13 (AAPL) not in this feed, no record of it (it has 1, 2, 3)"), "{err}");
 }
+
+/// The start-of-day file cut inside message 501 (an `R` at byte 20,407, 3 of its 39 bytes left): the publisher
+/// starts (its Stock Directory pass keeps the 495 definitions before the cut), replays the records of the 500
+/// messages before it (the H and Y of locates 1 and 2) to the subscriber, then ends the stream with feed_error
+/// naming the byte. It used to refuse to start (`byte 20407: ends inside a message`, exit 1), delivering nothing.
+#[test]
+fn a_cut_start_of_day_file_replays_the_records_and_definitions_before_the_cut_then_feed_error() {
+    let bytes = std::fs::read(data("12302019_first1000.itch")).unwrap();
+    assert_eq!(&bytes[20_407..20_410], &[0, 39, b'R']);
+    let path = std::env::temp_dir().join(format!("mdfan-itch-cut-{}.itch", std::process::id()));
+    std::fs::write(&path, &bytes[..20_412]).unwrap();
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
+    );
+    let publisher = Publisher::bind(Config::parse(&text, Path::new("itch-test.toml")).unwrap()).unwrap();
+    let endpoint = publisher.local_addr().to_string();
+    let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
+    let mut sub = Subscriber::connect(&SubscriberConfig::new(&endpoint, "cut")).unwrap();
+    let mut records = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let end = loop {
+        assert!(Instant::now() < deadline, "watchdog");
+        sub.poll(256, |e| match e {
+            Event::Record(r) if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) => records.push(*r),
+            Event::Gap { expected, got } => panic!("gap {expected}..{got}"),
+            _ => {}
+        });
+        if let Some(Health::Ended(end)) = sub.maintain_if_due() {
+            break end;
+        }
+    };
+    let report = run.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(end.as_str(), "feed_error");
+    let got: Vec<_> =
+        records.iter().map(|r| (r.venue_seq, r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
+    let (h, y) = (Some((StatusKind::Trading, b'T')), Some((StatusKind::RegSho, b'0')));
+    assert_eq!(got, [(82, 1, h), (83, 1, y), (265, 2, h), (266, 2, y)]);
+    assert_eq!(report.records, 4);
+    assert_eq!(
+        report.feed_error.as_deref(),
+        Some(format!("ITCH file {}: byte 20407: ends inside a message (3 of 39 bytes)", path.display()).as_str())
+    );
+    let s = sub.symbology();
+    assert_eq!((s.len(), s.symbol(1), s.symbol(495), s.symbol(496)), (495, Some("A"), Some("ARGT"), None));
+}
