@@ -375,6 +375,11 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
         if speed > 0.0 {
             let offset_ns = e.ts_ns.saturating_sub(t0) as f64 / speed;
             recovery_sent += wait_until(start + Duration::from_nanos(offset_ns as u64), feed, shutdown)?;
+            if shutdown.load(Ordering::Relaxed) {
+                // stopped while waiting: this datagram is not due yet, so it is not sent
+                interrupted = true;
+                break;
+            }
         }
         let li = e.line.index();
         let payload = &packets[e.packet].payload;

@@ -1,10 +1,15 @@
 //! `mdfan-feedsim`: plays a pcap/pcapng capture onto UDP lines A and B, or a DBN MBO file synthesised as Nasdaq
 //! TotalView-ITCH 5.0 over MoldUDP64 with a retransmission server (see the crate docs and README).
+//!
+//! Exit status: 0 after a full run, 1 on a bad capture or destination (one line on stderr), 2 for bad usage, 130
+//! when stopped by SIGINT/SIGTERM (it stops sending, or stops its recovery server's linger, and prints its summary
+//! lines first: `end=interrupted` when packets were left unsent).
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::Parser;
 use mdfan_feedsim::feed::{DEFAULT_INTERVAL_MS, DEFAULT_LINGER_MS};
@@ -129,7 +134,15 @@ fn parse_date(s: &str) -> Result<(i32, u32, u32), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let shutdown = AtomicBool::new(false);
+    // SIGINT/SIGTERM set the flag (as in mdfan-publisher): the run stops at its next send or linger poll and
+    // returns its summary, printed below, then exit 130.
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&shutdown)) {
+            eprintln!("mdfan-feedsim: cannot install the SIGINT/SIGTERM handler: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let result = match &cli.dbn {
         Some(dbn) => run_dbn(&cli, dbn, &shutdown),
         None => run_pcap(&cli, &shutdown),
@@ -137,7 +150,11 @@ fn main() -> ExitCode {
     match result {
         Ok(summary) => {
             println!("{summary}");
-            ExitCode::SUCCESS
+            if shutdown.load(Ordering::Relaxed) {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(e) => {
             eprintln!("mdfan-feedsim: {e}");

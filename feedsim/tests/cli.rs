@@ -36,6 +36,41 @@ fn prints_a_summary_line_per_line_and_a_total() {
     assert!(lines[2].ends_with("end=complete"), "{text}");
 }
 
+/// SIGINT (and SIGTERM) stop the run: the summary lines are printed with `end=interrupted`, exit 130. At a
+/// billionth of the recorded pace the capture's first datagram goes at once and the next one would wait for
+/// hours: the signal is sent once the sink got that first datagram, so it always comes mid-run, while the
+/// simulator waits to send the second.
+#[test]
+fn sigint_and_sigterm_stop_the_run_with_its_summary_and_exit_130() {
+    for sig in ["INT", "TERM"] {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dest = sink.local_addr().unwrap().to_string();
+        let child = feedsim()
+            .args(["--pcap", CAPTURE, "--send-a", &dest, "--send-b", &dest, "--speed", "0.000000001"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The capture's first packet (line B's; line A's first comes later in the capture).
+        let mut buf = [0u8; 2048];
+        sink.recv(&mut buf).unwrap();
+        let status = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        let out = child.wait_with_output().unwrap();
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!((out.status.code(), err.as_ref()), (Some(130), ""), "SIG{sig}: {text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "SIG{sig}: {text}");
+        // Only that one: the packet it was waiting for when the signal came is not sent early.
+        let tail = "read=5000 dropped=0 dropped_by_seq=0 duplicated=0 reordered=0";
+        let tail = |sent| tail.replace(" dropped=", &format!(" sent={sent} dropped="));
+        assert_eq!(lines[0], format!("feedsim line=A group=224.0.31.11:14320 dest={dest} {}", tail(0)));
+        assert_eq!(lines[1], format!("feedsim line=B group=224.0.32.11:15320 dest={dest} {}", tail(1)));
+        assert!(lines[2].starts_with("feedsim feed=mdp3 packets=10000 skipped=0 sent=1 "), "SIG{sig}: {text}");
+        assert!(lines[2].ends_with(" end=interrupted"), "SIG{sig}: {text}");
+    }
+}
+
 #[test]
 fn a_missing_file_and_a_remote_destination_exit_1_naming_them() {
     let out = feedsim()
