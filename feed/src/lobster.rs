@@ -57,7 +57,8 @@
 //! Submits, cancels and deletes are not sent as order (MBO) records: the file has an order only while it touches
 //! the best level, so an order book built from them would hold orders that left unseen and cancel orders it never
 //! had. Every record: `instrument_id` = [`INSTRUMENT_ID`] (LOBSTER has no ids; the symbol is the file name's
-//! ticker), `venue_seq` = the message's line number (low 32 bits), `ts_event_ns` = the session date's US Eastern midnight +
+//! ticker), `venue_seq` = the message's line number in the file (low 32 bits; an empty line is an error, so the
+//! lines are the rows), `ts_event_ns` = the session date's US Eastern midnight +
 //! the message time, `ts_recv_ns` = `ts_event_ns` flagged [`flags::BAD_TS_RECV`] (the files have no capture
 //! time), prices as `price_e9` = price x 100,000.
 
@@ -213,7 +214,7 @@ pub enum LobsterError {
         /// What is wrong with it.
         detail: String,
     },
-    /// The CSV itself could not be read (I/O, or not UTF-8).
+    /// The CSV itself could not be read (I/O, or not UTF-8), or an empty line (a LOBSTER file has none).
     #[error("{file}: line {line}: {detail}")]
     Csv {
         /// The file.
@@ -346,20 +347,31 @@ fn csv_reader<R: Read>(input: R) -> csv::Reader<R> {
     csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(input)
 }
 
-/// Reads the next CSV row into `row`; `Ok(false)` at the end. Errors name the file and line.
+/// Reads the next CSV row into `row`: its 1-based physical line, `None` at the end. Errors name the file and the
+/// line. The csv reader skips empty lines without a word; a LOBSTER file has none (every line is a message or a
+/// book row), so an empty line, anywhere, is a corrupt file: an error naming that line (and the line numbers of
+/// errors and `venue_seq` stay the file's own). The reader's position says where it is: a row read from line
+/// `n` leaves it at line `n + 1` (or still `n`, for a last line without a line break); more means it skipped
+/// empty lines, the first of them at `n`.
 fn next_row<R: Read>(
     rdr: &mut csv::Reader<R>,
     row: &mut csv::StringRecord,
     file: &Path,
-    line: u64,
-) -> Result<bool, LobsterError> {
-    rdr.read_record(row).map_err(|e| {
+) -> Result<Option<u64>, LobsterError> {
+    let before = rdr.position().line();
+    let more = rdr.read_record(row).map_err(|e| {
         let detail = match e.kind() {
             csv::ErrorKind::Utf8 { err, .. } => format!("not UTF-8: {err}"),
             _ => e.to_string(),
         };
-        LobsterError::Csv { file: file.to_path_buf(), line, detail }
-    })
+        LobsterError::Csv { file: file.to_path_buf(), line: e.position().map_or(before, |p| p.line()), detail }
+    })?;
+    let after = rdr.position().line();
+    if after > before + u64::from(more) {
+        let detail = "empty line (a LOBSTER file has none: every line is a message or an order-book row)".into();
+        return Err(LobsterError::Csv { file: file.to_path_buf(), line: before, detail });
+    }
+    Ok(more.then_some(before))
 }
 
 fn field_err(file: &Path, line: u64, field: &str, value: &str, detail: &'static str) -> LobsterError {
@@ -403,10 +415,9 @@ impl<R: Read> MessageReader<R> {
     /// the line and the field: a time that is not seconds with up to 9 decimals or is past 24 h, a type not 1 to 7, an order_id,
     /// size or price that is not an integer in range, a direction not 1 or -1.
     pub fn next_message(&mut self) -> Result<Option<Message>, LobsterError> {
-        let line = self.line + 1;
-        if !next_row(&mut self.rdr, &mut self.row, &self.file, line)? {
+        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file)? else {
             return Ok(None);
-        }
+        };
         self.line = line;
         let (file, row) = (&self.file, &self.row);
         if row.len() != 6 {
@@ -495,10 +506,9 @@ impl<R: Read> BookReader<R> {
     /// the field (`ask_price_1`, `bid_size_2`, ...): not an integer, a negative size, a price that is not
     /// positive (other than the dummy), a dummy price with a size.
     pub fn next_row(&mut self) -> Result<Option<&BookRow>, LobsterError> {
-        let line = self.line + 1;
-        if !next_row(&mut self.rdr, &mut self.row, &self.file, line)? {
+        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file)? else {
             return Ok(None);
-        }
+        };
         self.line = line;
         let (file, row) = (&self.file, &self.row);
         if row.len() != 4 * self.levels {

@@ -230,6 +230,45 @@ fn bad_message_rows_name_the_file_the_line_and_the_field() {
     );
 }
 
+/// The csv reader skips empty lines; a LOBSTER file has none, so one is a corrupt file, named by its physical line,
+/// wherever it is (before a bad field further on, alone in the middle, first, last). It used to be skipped without
+/// a word, and every line number after it (errors, `venue_seq`) was one short: a blank line 51 and a bad order_id
+/// on line 101 gave `line 100: field order_id`.
+#[test]
+fn an_empty_line_is_an_error_naming_its_physical_line() {
+    let ok = "34200.017459617,5,0,1,2238200,-1\n";
+    let bad_id = "34200.1,1,abc,3,2238200,1\n";
+    let blank_51_bad_101 = format!("{}\n{}{bad_id}", ok.repeat(50), ok.repeat(49));
+    let empty = "m.csv: line {}: empty line (a LOBSTER file has none: every line is a message or an order-book row)";
+    let empty = |n: u64| empty.replace("{}", &n.to_string());
+    assert_eq!(message_err(&blank_51_bad_101), empty(51));
+    assert_eq!(message_err(&format!("{}\n{}", ok.repeat(50), ok.repeat(50))), empty(51));
+    assert_eq!(message_err(&format!("\n{ok}")), empty(1));
+    assert_eq!(message_err(&format!("{ok}{ok}\n")), empty(3), "an empty last line");
+    assert_eq!(message_err(&format!("{ok}{ok}\r\n")), empty(3), "an empty last line, CRLF");
+    // Without the empty line, the bad order_id is named on its own line, 100.
+    assert_eq!(
+        message_err(&format!("{}{bad_id}", ok.repeat(99))),
+        "m.csv: line 100: field order_id: \"abc\": want an integer 0 to 2^64-1"
+    );
+    // A file that does not end with a line break has no empty line: its two messages, on lines 1 and 2.
+    let text = format!("{ok}{}", ok.trim_end());
+    let mut r = MessageReader::new(text.as_bytes(), Path::new("m.csv"));
+    let mut lines = Vec::new();
+    while r.next_message().unwrap().is_some() {
+        lines.push(r.line());
+    }
+    assert_eq!(lines, [1, 2]);
+    // The order-book file, the same.
+    let mut b =
+        BookReader::new("2239500,100,2231800,100\n\n2239500,100,2231800,100\n".as_bytes(), Path::new("b.csv"), 1);
+    assert!(b.next_row().unwrap().is_some());
+    assert_eq!(
+        b.next_row().err().map(|e| e.to_string()).as_deref(),
+        Some("b.csv: line 2: empty line (a LOBSTER file has none: every line is a message or an order-book row)")
+    );
+}
+
 #[test]
 fn halts_are_read_with_their_state() {
     let text = "36023,7,0,0,-1,-1\n36323,7,0,0,0,-1\n36723,7,0,0,1,-1\n";
