@@ -52,7 +52,7 @@ pub const DECODE_TO_POST_SAMPLE: u64 = 64;
 pub const CATCHUP_BUDGET: usize = 256;
 
 /// Times a session catching up on a file feed may have its journal hold released
-/// ([`FanoutAgent::bound_hold`]); the next time it holds the journal full that long it is dropped (`stalled`).
+/// (`FanoutAgent::bound_hold`); the next time it holds the journal full that long it is dropped (`stalled`).
 /// Each fresh snapshot re-arms the hold, so a joiner that stopped once catches up; one that keeps stopping
 /// costs the others at most this many `publisher.catchup_hold_ms`.
 pub const MAX_HOLD_RELEASES: u32 = 3;

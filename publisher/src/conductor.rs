@@ -6,7 +6,7 @@
 //! read control connections (snapshot requests, departures), handle what the hot loop reports (retirements,
 //! snapshot buffers, the end of the replay) and print the counters when asked; while a session's send completions
 //! carry NIC timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a
-//! second ([`Conductor::refresh_send_clock`]). It logs what the hot loop cannot and frees retired
+//! second (`Conductor::refresh_send_clock`). It logs what the hot loop cannot and frees retired
 //! sessions' memory. Everything here may block briefly, allocate and log; nothing here runs on the hot loop's
 //! thread. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
 //! [`Conductor::take_report`].
