@@ -364,6 +364,9 @@ fn a_server_that_never_answers_ends_in_holes_reported_downstream_and_counted() {
     let stale = of_kind(&got, Kind::InstrumentStale);
     assert_eq!(stale.len(), 1);
     assert_eq!((stale[0].instrument_id, stale[0].venue_seq), (META, lost[0] as u32));
+    // An order-level stale mark (wire::record, "Stale marks"): flag LAST, not MBP; order_id 0 for messages lost.
+    // mdfan-subscribe prints it `cause=lost_messages first_lost=..` and counts it against META's order book.
+    assert_eq!((stale[0].flags, stale[0].order_id, stale[0].size), (mdfan_subscriber::flags::LAST, 0, 0));
     assert_eq!(of_kind(&got, Kind::Add).len(), 38 - lost.len());
 }
 

@@ -482,6 +482,51 @@ fn an_itch_symbol_from_the_stock_directory_selects_its_locate_and_prints_4_decim
     assert_eq!(report.session("qqq").unwrap().filtered, 812 - 15);
 }
 
+/// Nasdaq ITCH 5.0 stale marks through `mdfan-subscribe`: the 09:30 snippet's first reference to an order added
+/// before it marks that locate's order book stale (216 locates; the first is message 1, a reference to order
+/// 4851694 on locate 3041). Each is printed as an order reference, not an MDP 3.0 `RptSeq` jump; it makes no
+/// price-level book, and the locate's order-book summary says `stale=true` (85 of the 216 have a book).
+#[test]
+fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
+    let feed = itch_excerpt("12302019_SNIPPET.NASDAQ_ITCH50");
+    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
+        .replace("format = \"dbn\"", "format = \"itch50\"");
+    let cfg = mdfan_publisher::config::Config::parse(&text, Path::new("itch.toml")).unwrap();
+    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
+    let addr = publisher.local_addr();
+    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let all = wait_with_watchdog(spawn_subscriber(addr, "itch-stale", &["--levels", "0"]));
+    handle.join().unwrap().unwrap();
+    let lines = stdout_lines(&all);
+    assert_eq!(all.status.code(), Some(0), "{lines:?}");
+    let marks: Vec<&String> = lines.iter().filter(|l| l.starts_with("instrument_stale ")).collect();
+    assert_eq!(marks.len(), 216, "{marks:?}");
+    // (seq is the stream's: 1 or 2, as a heartbeat came first or not)
+    let first = fields(marks[0]);
+    let first = ["instrument", "cause", "venue_seq", "order_ref"].map(|k| first.get(k).copied().unwrap_or("-"));
+    assert_eq!(first, ["3041", "order_ref", "1", "4851694"], "{}", marks[0]);
+    assert_eq!(marks[0].split(' ').count(), 6, "{}", marks[0]);
+    assert!(marks.iter().all(|l| l.contains(" cause=order_ref ")), "{marks:?}");
+    assert!(!lines.iter().any(|l| l.contains("book=mbp") || l.contains("rpt_seq")), "{lines:?}");
+    assert!(lines.contains(&"stale records=216 instruments_stale_at_end=216".to_owned()), "{lines:?}");
+    let marked: std::collections::BTreeSet<&str> = marks.iter().map(|l| fields(l)["instrument"]).collect();
+    assert_eq!(marked.len(), 216);
+    let summaries: Vec<&String> =
+        lines.iter().filter(|l| l.starts_with("instrument=") && l.contains(" orders=")).collect();
+    assert_eq!(summaries.len(), 186, "{summaries:?}");
+    for l in &summaries {
+        assert_eq!(l.ends_with(" stale=true"), marked.contains(fields(l)["instrument"]), "{l}");
+    }
+    assert_eq!(summaries.iter().filter(|l| l.ends_with(" stale=true")).count(), 85);
+    assert!(
+        lines.contains(
+            &"instrument=52 records=3 gaps=0 last_seq=989 orders=3 levels_bid=2 levels_ask=1 bbo=41.61x100/44.69x100 stale=true"
+                .to_owned()
+        ),
+        "{lines:?}"
+    );
+}
+
 /// Nasdaq ITCH 5.0 trading status through `mdfan-subscribe`: the start-of-day file's Stock Directory names A
 /// (locate 1), and its `H` (trading, message 82) and `Y` (no price test, message 83) for A end as A's status line.
 #[test]

@@ -43,18 +43,34 @@
 //!
 //! [`Kind::InstrumentStale`] names an instrument whose book can no longer be trusted (a per-instrument
 //! `RptSeq` gap); `venue_seq` is the packet that showed it, `order_id` the `RptSeq` expected and `size` the one
-//! received (saturated to `u32`). It stays stale until a `Clear` (a snapshot or book reset) rebuilds it.
+//! received (saturated to `u32`). Packets lost on both lines mark every security of the channel the same way,
+//! flag [`flags::MAYBE_BAD_BOOK`] (`order_id` = the first lost `MsgSeqNum`, `size` = packets lost). It stays
+//! stale until a `Clear` (a snapshot or book reset) rebuilds it. MDP 3.0's stale marks never carry
+//! [`flags::LAST`] ("Stale marks", below).
 //!
 //! ## Nasdaq TotalView-ITCH 5.0 (`mdfan_feed::itch`)
 //!
 //! Order kinds as for DBN MBO: `instrument_id` = stock locate, `order_id` = order reference number, `venue_seq` =
 //! the message's position in its stream (file index, or MoldUDP64 sequence number, low 32 bits), `ts_event_ns` =
 //! US Eastern midnight of the session + the ITCH timestamp. An execution is a `Fill` (at the execution price for
-//! `C`) followed by a `Cancel` of the executed shares. [`Kind::InstrumentStale`] marks a locate whose book lost
-//! an order (a reference the stream never added); there `order_id` is that order reference number and `size` 0.
+//! `C`) followed by a `Cancel` of the executed shares. [`Kind::InstrumentStale`] marks a locate whose order
+//! book lost an order (a reference the stream never added, more shares executed than rest, an add of a live
+//! reference); there `order_id` is that order reference number and `size` 0. A MoldUDP64 hole given up marks
+//! every locate seen so far, and a live message that does not decode its locate (or every locate seen):
+//! `order_id` 0, `venue_seq` the first lost (or the undecodable) message's sequence number. All carry
+//! [`flags::LAST`] and never [`flags::MBP`] ("Stale marks", below).
 //! The per-instrument status messages become [`Kind::TradingStatus`] records (below); the market-wide ones
 //! (system event, MWCB decline level and status) and the others (IPO, LULD collar, NOII, RPII, DLCR, market
 //! participant position) give no record: the decoder counts them.
+//!
+//! ## Stale marks: order book or price-level book
+//!
+//! A [`Kind::InstrumentStale`] says which book it is about by its flags: one carrying [`flags::LAST`] and not
+//! [`flags::MBP`] is an order-level feed's (ITCH: the instrument's order book is unsynced; no price-level book
+//! exists for it); any other is a price-level feed's (MDP 3.0: the instrument's price-level book is stale until
+//! a `Clear` flagged `MBP`). The ITCH normaliser sets `LAST` on it as on the last record of every message (it is
+//! always last); the MDP 3.0 channel and decoder set no `LAST` on theirs (only `MAYBE_BAD_BOOK` for lost
+//! packets), nor does a price-level book's snapshot (`SNAPSHOT` only). `mdfan-subscribe` reads it so.
 //!
 //! ## Trading status records ([`Kind::TradingStatus`])
 //!
@@ -140,8 +156,9 @@ pub enum Kind {
     /// Remove the price levels 1 through `level` of `side`, shifting the deeper ones up. MDP 3.0
     /// `MDUpdateAction` 4 (DeleteFrom).
     LevelDeleteFrom = 15,
-    /// The instrument's price-level book missed updates (a per-instrument sequence gap) and is stale until a
-    /// `Clear` rebuilds it; `order_id` = the sequence expected, `size` = the one received.
+    /// The instrument's book missed updates and is stale: MDP 3.0, its price-level book (a per-instrument
+    /// sequence gap: `order_id` = the sequence expected, `size` = the one received; or packets lost), until a
+    /// `Clear` rebuilds it; ITCH (flag `LAST`), its order book (an order lost). Module docs, "Stale marks".
     InstrumentStale = 16,
     /// No book change (DBN action `N`): the venue's event carries only flags or other information, e.g. a
     /// record with `F_LAST` that closes an event. Books count it and move their venue seq, nothing else.

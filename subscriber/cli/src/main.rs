@@ -38,13 +38,21 @@ use mdfan_subscriber::{
 /// Price-level (MBP) books this process keeps room for.
 const MBP_INSTRUMENTS: usize = 4096;
 
-/// Whether a record is for the price-level books (MBP: the level kinds, a `Clear` flagged MBP, `InstrumentStale`)
-/// rather than the order books (MBO).
+/// Whether a record is for the price-level books (MBP: the level kinds, a `Clear` flagged MBP, a price-level
+/// feed's `InstrumentStale`) rather than the order books (MBO).
 fn is_mbp(r: &BookUpdate) -> bool {
     match r.kind() {
-        Some(k) => k.is_level() || k == Kind::InstrumentStale || (k == Kind::Clear && r.flags & flags::MBP != 0),
+        Some(Kind::InstrumentStale) => !is_order_level_stale(r),
+        Some(k) => k.is_level() || (k == Kind::Clear && r.flags & flags::MBP != 0),
         None => false,
     }
+}
+
+/// Whether an `InstrumentStale` is an order-level feed's (ITCH: an order reference the book lost, or a MoldUDP64
+/// hole given up) rather than MDP 3.0's (an `RptSeq` jump, packets lost on both lines): the order-level one
+/// carries `F_LAST` (it ends its message), MDP 3.0's never does (wire::record, "Stale marks").
+fn is_order_level_stale(r: &BookUpdate) -> bool {
+    r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::LAST != 0 && r.flags & flags::MBP == 0
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -209,6 +217,15 @@ fn endpoint(text: &str) -> Result<String, String> {
     }
 }
 
+/// An order book's summary line, with ` stale=true` after it when an order-level feed marked it stale.
+fn book_line(line: String, unsynced: &BTreeSet<u32>, instrument_id: u32) -> String {
+    if unsynced.contains(&instrument_id) {
+        format!("{line} stale=true")
+    } else {
+        line
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let code = match run(&args) {
@@ -324,6 +341,9 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
     let mut statuses = TradingStates::new();
     let mut stale_records = 0u64;
+    // Instruments whose order book an order-level feed marked stale (ITCH); kept across a reconnect, as nothing
+    // the publisher sends clears them.
+    let mut unsynced = BTreeSet::<u32>::new();
     let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
     let mut book_records = 0u64;
     let mut book_errors = 0u64;
@@ -358,6 +378,28 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Some(Kind::TradingStatus) => {
                     book_records += 1;
                     statuses.apply(r);
+                }
+                // An order book that lost an order: no price-level book, the order book is unsynced (ITCH has no
+                // snapshot to cure it; the venue's next start of day does).
+                _ if is_order_level_stale(r) => {
+                    book_records += 1;
+                    if r.flags & flags::SNAPSHOT == 0 {
+                        stale_records += 1;
+                        unsynced.insert(r.instrument_id);
+                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up: order_id 0,
+                        // venue_seq = the first lost message), or an order reference the book cannot apply.
+                        out.push(if r.order_id == 0 {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=lost_messages first_lost={}",
+                                r.instrument_id, r.seq, r.venue_seq
+                            )
+                        } else {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=order_ref venue_seq={} order_ref={}",
+                                r.instrument_id, r.seq, r.venue_seq, r.order_id
+                            )
+                        });
+                    }
                 }
                 _ if is_mbp(r) => {
                     book_records += 1;
@@ -423,7 +465,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     }
                     if checkpoints.contains(&book_records) {
                         for (id, book) in books.iter_sorted() {
-                            let line = summary_line(&symbology, id, book, 0);
+                            let line = book_line(summary_line(&symbology, id, book, 0), &unsynced, id);
                             out.push(format!("checkpoint after={book_records} {line}"));
                         }
                     }
@@ -510,7 +552,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
 
     let stats = sub.stats();
     for (id, book) in books.iter_sorted() {
-        out!("{}", summary_line(&symbology, id, book, stats.gaps));
+        out!("{}", book_line(summary_line(&symbology, id, book, stats.gaps), &unsynced, id));
         for line in level_lines(&symbology, id, book, args.levels) {
             out!("{line}");
         }
@@ -525,7 +567,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
         out!("{}", status_line(&symbology, id, status));
     }
     if stale_records > 0 || mbp.iter().any(|b| b.is_stale()) {
-        let stale_now = mbp.iter().filter(|b| b.is_stale()).count();
+        let stale_now = mbp.iter().filter(|b| b.is_stale()).count() + unsynced.len();
         out!("stale records={stale_records} instruments_stale_at_end={stale_now}");
     }
     out!(
