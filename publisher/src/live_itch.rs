@@ -346,6 +346,8 @@ pub struct LiveItch {
     records: u64,
     /// Errors and holes already logged.
     logged: (u64, u64),
+    /// The dropped-packets warning, rate-limited ([`DropLog`]).
+    drops: DropLog,
     /// The last packet refused, logged with the counts (off the hot loop: this is the feed thread).
     last_error: Option<mdfan_feed::mold_session::SessionError>,
     ts_recv_clock: crate::TsRecvClockCell,
@@ -427,6 +429,7 @@ impl LiveItch {
             stale_records: 0,
             records: 0,
             logged: (0, 0),
+            drops: DropLog::default(),
             last_error: None,
             ts_recv_clock,
         })
@@ -600,15 +603,46 @@ impl LiveItch {
         }
         let errors = s.foreign_session + s.bad_packets + self.decode_errors + self.send_errors;
         if errors > self.logged.0 {
-            tracing::warn!(
-                foreign_session = s.foreign_session,
-                bad_packets = s.bad_packets,
-                bad_messages = self.decode_errors,
-                send_errors = self.send_errors,
-                "MoldUDP64 packets dropped"
-            );
             self.logged.0 = errors;
+            if self.drops.due([s.foreign_session, s.bad_packets, self.decode_errors, self.send_errors], realtime_ns()) {
+                tracing::warn!(
+                    foreign_session = s.foreign_session,
+                    bad_packets = s.bad_packets,
+                    bad_messages = self.decode_errors,
+                    send_errors = self.send_errors,
+                    "MoldUDP64 packets dropped (logged on each new kind, else at most every 10 s; the counters count each)"
+                );
+            }
         }
+    }
+}
+
+/// How often the dropped-packets warning repeats while drops of kinds already logged go on (a second sender on
+/// the group, say, sends a foreign session's packets all day).
+const DROP_LOG_PERIOD_NS: u64 = 10_000_000_000;
+
+/// The "MoldUDP64 packets dropped" warning, rate-limited as the live MDP 3.0 path logs a loss: at once for a kind
+/// of drop not logged before (foreign session, bad packet, bad message, send error), then at most once per
+/// [`DROP_LOG_PERIOD_NS`] with the totals. The counters are not limited.
+#[derive(Debug, Default)]
+struct DropLog {
+    /// The totals last logged, by kind.
+    logged: [u64; 4],
+    /// When they were logged, ns since the UNIX epoch.
+    at_ns: u64,
+}
+
+impl DropLog {
+    /// Whether the totals `counts` are to be logged at `now_ns`; if so, they are the ones logged from then on.
+    fn due(&mut self, counts: [u64; 4], now_ns: u64) -> bool {
+        let new_kind = counts.iter().zip(&self.logged).any(|(c, l)| *c > 0 && *l == 0);
+        let more = counts.iter().zip(&self.logged).any(|(c, l)| c > l);
+        if new_kind || (more && now_ns.saturating_sub(self.at_ns) >= DROP_LOG_PERIOD_NS) {
+            self.logged = counts;
+            self.at_ns = now_ns;
+            return true;
+        }
+        false
     }
 }
 
@@ -662,5 +696,25 @@ mod tests {
         tx.send(entry(464, b"AMC     "));
         assert_eq!((tx.dropped(), rx.drain_into(&mut symbology)), (1, 1));
         assert_eq!((symbology.len(), symbology.symbol(464)), (3, Some("AMC")));
+    }
+
+    #[test]
+    fn dropped_packets_are_logged_once_per_new_kind_then_once_per_period() {
+        const S: u64 = 1_000_000_000;
+        let mut d = DropLog::default();
+        let t0 = 1_700_000_000 * S;
+        // a foreign session's packets, one 16-datagram poll after another: logged once, then not for 10 s
+        assert!(d.due([1, 0, 0, 0], t0));
+        let polls: Vec<bool> = (1..=100).map(|i| d.due([1 + 16 * i, 0, 0, 0], t0 + i * S / 20)).collect();
+        assert_eq!(polls.iter().filter(|due| **due).count(), 0);
+        // a bad packet is a new kind: logged at once
+        assert!(d.due([1601, 1, 0, 0], t0 + 6 * S));
+        assert!(!d.due([1617, 1, 0, 0], t0 + 15 * S));
+        // 10 s after the last log, more drops of known kinds are logged again, with the totals
+        assert!(d.due([1633, 1, 0, 0], t0 + 16 * S));
+        assert_eq!(d.logged, [1633, 1, 0, 0]);
+        // nothing more dropped: nothing to log, however long after
+        assert!(!d.due([1633, 1, 0, 0], t0 + 60 * S));
+        assert!(d.due([1633, 1, 0, 1], t0 + 61 * S), "a send error is a new kind");
     }
 }
