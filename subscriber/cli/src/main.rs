@@ -130,8 +130,8 @@ struct Args {
     /// Do not ask for a snapshot when joining mid-stream.
     #[arg(long)]
     no_snapshot: bool,
-    /// Report the publisher silent after this many ms without a record or heartbeat.
-    #[arg(long, default_value_t = 50)]
+    /// Report the publisher silent after this many ms without a record or heartbeat (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = silence_timeout_ms)]
     silence_timeout_ms: u64,
     /// When the publisher goes away without ending the stream (or is not up yet), reconnect for up to this
     /// many ms; the books are rebuilt from its snapshot or replay.
@@ -201,6 +201,18 @@ fn token(args: &Args) -> Result<Option<String>, CliError> {
             }
         }
         None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
+    }
+}
+
+/// `--silence-timeout-ms`: a whole number of ms from 1 (0 would find the publisher silent between any two polls,
+/// and say so again after every record).
+fn silence_timeout_ms(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => {
+            Err("0 ms would report the publisher silent between any two records: give 1 or more (default 50)".into())
+        }
+        Ok(ms) => Ok(ms),
+        Err(e) => Err(format!("{text:?}: {e}")),
     }
 }
 

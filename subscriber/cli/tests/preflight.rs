@@ -53,3 +53,19 @@ fn a_core_this_process_may_not_use_is_refused_naming_it() {
     assert!(stderr.starts_with("mdfan-subscribe: error: --core 4096: this process may run on cores ["), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn a_silence_timeout_of_0_ms_is_refused_naming_the_flag() {
+    // It was taken, and the publisher reported silent between records: 644 `publisher_silent` lines in 5 s.
+    let (code, stderr) = subscribe(&["--silence-timeout-ms", "0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '0' for '--silence-timeout-ms <SILENCE_TIMEOUT_MS>': 0 ms would report the publisher silent"
+        ),
+        "{stderr}"
+    );
+    let (code, stderr) = subscribe(&["--silence-timeout-ms", "1", "--core", "4096"]);
+    assert_eq!(code, Some(2), "1 ms is taken (the run then stops at --core): {stderr}");
+    assert!(stderr.starts_with("mdfan-subscribe: error: --core 4096: "), "{stderr}");
+}
