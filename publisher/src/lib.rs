@@ -295,7 +295,8 @@ impl Publisher {
         self.live.as_ref().map(|(c, _, _)| Arc::clone(c))
     }
 
-    /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked.
+    /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked. Live ITCH
+    /// without line B gives A twice.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
         self.live.as_ref().map(|(_, a, _)| *a).or(self.itch.as_ref().map(|(_, a)| *a))
     }
@@ -305,9 +306,12 @@ impl Publisher {
         self.live.as_ref().and_then(|(_, _, s)| *s)
     }
 
-    /// What the feed is, for logs: the file, or `mdp3 lines A=.. B=..`.
+    /// What the feed is, for logs: the file, `mdp3 line_a=.. line_b=..`, or `itch50 moldudp64 line_a=..
+    /// line_b=..` (`line_b=none` when the config has no line B).
     pub fn feed_name(&self) -> String {
+        let has_b = self.cfg.lines.as_ref().is_some_and(|l| l.b.is_some());
         match self.line_addrs() {
+            Some([a, _]) if self.itch.is_some() && !has_b => format!("itch50 moldudp64 line_a={a} line_b=none"),
             Some([a, b]) if self.itch.is_some() => format!("itch50 moldudp64 line_a={a} line_b={b}"),
             Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
             None => self.cfg.feed.path.display().to_string(),

@@ -83,6 +83,19 @@ fn publisher(retransmit: Option<SocketAddrV4>, b: bool, extra: &str) -> Publishe
     Publisher::bind(cfg).expect("publisher binds its lines and endpoint")
 }
 
+/// The ready line's feed: line B's address only when the config has a line B (without one it printed line A's
+/// address as line B's).
+#[test]
+fn the_feed_name_says_line_b_none_without_a_line_b() {
+    let p = publisher(None, false, "");
+    let [a, _] = p.line_addrs().unwrap();
+    assert_eq!(p.feed_name(), format!("itch50 moldudp64 line_a={a} line_b=none"));
+    let p = publisher(None, true, "");
+    let [a, b] = p.line_addrs().unwrap();
+    assert_ne!(a, b);
+    assert_eq!(p.feed_name(), format!("itch50 moldudp64 line_a={a} line_b={b}"));
+}
+
 /// Every record a subscriber got (feed records only).
 fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
     subscribe_with(SubscriberConfig::new(endpoint, "itch")).1
