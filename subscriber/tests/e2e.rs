@@ -485,7 +485,8 @@ fn an_itch_symbol_from_the_stock_directory_selects_its_locate_and_prints_4_decim
 /// Nasdaq ITCH 5.0 stale marks through `mdfan-subscribe`: the 09:30 snippet's first reference to an order added
 /// before it marks that locate's order book stale (216 locates; the first is message 1, a reference to order
 /// 4851694 on locate 3041). Each is printed as an order reference, not an MDP 3.0 `RptSeq` jump; it makes no
-/// price-level book, and the locate's order-book summary says `stale=true` (85 of the 216 have a book).
+/// price-level book, counts as an order-book record (`--checkpoint`), and the locate's order-book summary says
+/// `stale=true` (85 of the 216 have a book).
 #[test]
 fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
     let feed = itch_excerpt("12302019_SNIPPET.NASDAQ_ITCH50");
@@ -495,7 +496,7 @@ fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
     let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
     let addr = publisher.local_addr();
     let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
-    let all = wait_with_watchdog(spawn_subscriber(addr, "itch-stale", &["--levels", "0"]));
+    let all = wait_with_watchdog(spawn_subscriber(addr, "itch-stale", &["--levels", "0", "--checkpoint", "5"]));
     handle.join().unwrap().unwrap();
     let lines = stdout_lines(&all);
     assert_eq!(all.status.code(), Some(0), "{lines:?}");
@@ -518,6 +519,14 @@ fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
         assert_eq!(l.ends_with(" stale=true"), marked.contains(fields(l)["instrument"]), "{l}");
     }
     assert_eq!(summaries.iter().filter(|l| l.ends_with(" stale=true")).count(), 85);
+    // Book record 5 is the fourth mark (message 7; 3 and 4 give no record, 6 adds an order on 8381): it counts
+    // against the order books, so the checkpoint after it prints them.
+    let checkpoint: Vec<&String> = lines.iter().filter(|l| l.starts_with("checkpoint after=5 ")).collect();
+    assert_eq!(
+        checkpoint,
+        ["checkpoint after=5 instrument=8381 records=1 gaps=0 last_seq=6 orders=1 levels_bid=1 levels_ask=0 bbo=21.33x100/-"],
+        "{lines:?}"
+    );
     assert!(
         lines.contains(
             &"instrument=52 records=3 gaps=0 last_seq=989 orders=3 levels_bid=2 levels_ask=1 bbo=41.61x100/44.69x100 stale=true"

@@ -391,28 +391,6 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     book_records += 1;
                     statuses.apply(r);
                 }
-                // An order book that lost an order: no price-level book, the order book is unsynced (ITCH has no
-                // snapshot to cure it; the venue's next start of day does).
-                _ if is_order_level_stale(r) => {
-                    book_records += 1;
-                    if r.flags & flags::SNAPSHOT == 0 {
-                        stale_records += 1;
-                        unsynced.insert(r.instrument_id);
-                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up: order_id 0,
-                        // venue_seq = the first lost message), or an order reference the book cannot apply.
-                        out.push(if r.order_id == 0 {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=lost_messages first_lost={}",
-                                r.instrument_id, r.seq, r.venue_seq
-                            )
-                        } else {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=order_ref venue_seq={} order_ref={}",
-                                r.instrument_id, r.seq, r.venue_seq, r.order_id
-                            )
-                        });
-                    }
-                }
                 _ if is_mbp(r) => {
                     book_records += 1;
                     if r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::SNAPSHOT == 0 {
@@ -465,6 +443,26 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 }
                 _ => {
                     book_records += 1;
+                    // An order book that lost an order (ITCH): no price-level book; the order book is unsynced
+                    // (ITCH has no snapshot to cure it; the venue's next start of day does). `books` ignores it.
+                    let order_stale = is_order_level_stale(r);
+                    if order_stale && r.flags & flags::SNAPSHOT == 0 {
+                        stale_records += 1;
+                        unsynced.insert(r.instrument_id);
+                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up: order_id 0,
+                        // venue_seq = the first lost message), or an order reference the book cannot apply.
+                        out.push(if r.order_id == 0 {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=lost_messages first_lost={}",
+                                r.instrument_id, r.seq, r.venue_seq
+                            )
+                        } else {
+                            format!(
+                                "instrument_stale instrument={} seq={} cause=order_ref venue_seq={} order_ref={}",
+                                r.instrument_id, r.seq, r.venue_seq, r.order_id
+                            )
+                        });
+                    }
                     if let Err(e) = books.apply(r) {
                         if stale {
                             stale_book_errors += 1; // expected between a gap and its snapshot
@@ -481,7 +479,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                             out.push(format!("checkpoint after={book_records} {line}"));
                         }
                     }
-                    if args.bbo && r.is_last() {
+                    if args.bbo && r.is_last() && !order_stale {
                         if let Some(book) = books.get(r.instrument_id) {
                             let bbo = book.bbo();
                             if last_bbo != Some((r.instrument_id, bbo)) {
