@@ -77,6 +77,11 @@ fn snippet_hds_and_qqq_books() {
     assert_eq!(hds.iter().filter(|r| r.kind == Kind::Add as u8).count(), 85);
     assert_eq!(hds.iter().filter(|r| r.kind == Kind::InstrumentStale as u8).count(), 1);
     assert!(norm.is_stale(3672));
+    // Every stale mark (one per locate whose first reference was to an order before 09:30) carries LAST and
+    // nothing else: subscribers tell an order-book mark from MDP 3.0's so (wire::record, "Stale marks").
+    let stale: Vec<&BookUpdate> = records.iter().filter(|r| r.kind == Kind::InstrumentStale as u8).collect();
+    assert_eq!(stale.len(), 216);
+    assert!(stale.iter().all(|r| r.flags == mdfan_wire::flags::LAST && r.order_id != 0), "{stale:?}");
     let book = books.get(3672).unwrap();
     assert_eq!((book.level_count(Side::Bid), book.level_count(Side::Ask)), (22, 21));
     let lv = |c, size, orders| Level { price_e9: px(c), size, orders };

@@ -192,6 +192,14 @@ fn forty_packets_lost_on_both_lines_mark_every_security_seen_so_far_stale() {
     assert_eq!(ids.len(), by_loss.len(), "each security once");
     assert!(ids.contains(&SECURITY));
     assert_eq!(c.rpt_seq_stale_records, (o.stale.len() - by_loss.len()) as u64);
+    // No MDP 3.0 stale mark carries LAST: subscribers tell them from ITCH's (order-book) marks so
+    // (wire::record, "Stale marks").
+    assert!(o.stale.len() > by_loss.len(), "RptSeq jumps too");
+    assert!(
+        o.stale.iter().all(|r| r.flags & flags::LAST == 0),
+        "{:?}",
+        o.stale.iter().find(|r| r.flags & flags::LAST != 0)
+    );
     // Without market recovery the books stay stale: never silently wrong.
     assert!(o.books.get(SECURITY).expect("174969 has a book").is_stale());
 }
