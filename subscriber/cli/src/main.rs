@@ -449,8 +449,9 @@ fn run(args: &Args) -> Result<i32, CliError> {
                     if order_stale && r.flags & flags::SNAPSHOT == 0 {
                         stale_records += 1;
                         unsynced.insert(r.instrument_id);
-                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up: order_id 0,
-                        // venue_seq = the first lost message), or an order reference the book cannot apply.
+                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up, or a message that
+                        // does not decode: order_id 0, venue_seq = the first lost message), or an order reference
+                        // the book cannot apply.
                         out.push(if r.order_id == 0 {
                             format!(
                                 "instrument_stale instrument={} seq={} cause=lost_messages first_lost={}",
