@@ -241,25 +241,7 @@ impl Arbiter {
         if d.seq > next + self.mask && !self.confirms_jump(&d, out) {
             return;
         }
-        self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
-        let next = self.next.unwrap_or(d.seq);
-        if d.seq < next {
-            let h = self.history[(d.seq & self.mask) as usize];
-            if h != HISTORY_NONE && h >> 1 == d.seq && h & 1 == 1 {
-                self.counters.late += 1;
-            } else {
-                self.counters.duplicates += 1;
-            }
-        } else if d.seq == next {
-            self.counters.delivered[li] += 1;
-            self.remember(d.seq, false);
-            self.next = Some(next + 1);
-            self.flush_gap(out);
-            out(Event::Data(d));
-            self.drain(out);
-        } else {
-            self.park(d, now_ns);
-        }
+        self.place(d, out);
         self.resolve_progress(out);
         if self.suspect.occupied && self.next.is_some_and(|next| self.suspect.seq < next + self.mask + 1) {
             // The stream came within a window of the held datagram: it is an ordinary one now.
@@ -318,36 +300,35 @@ impl Arbiter {
     fn release_suspect(&mut self, out: &mut impl FnMut(Event<'_>)) {
         let held = self.suspect;
         self.suspect.occupied = false;
-        let li = held.line.index();
-        self.max_seen[li] = Some(self.max_seen[li].map_or(held.seq, |m| m.max(held.seq)));
-        let Some(next) = self.next else { return };
-        if held.seq < next {
-            let h = self.history[(held.seq & self.mask) as usize];
-            if h != HISTORY_NONE && h >> 1 == held.seq && h & 1 == 1 {
+        // Moved out for the call and back (no allocation): the datagram borrows it while `place` needs `self`.
+        let store = std::mem::take(&mut self.suspect_store);
+        let (seq, line, ts_recv_ns, stamp) = (held.seq, held.line, held.ts_recv_ns, held.stamp);
+        self.place(Datagram { seq, line, ts_recv_ns, stamp, payload: &store[..held.len] }, out);
+        self.suspect_store = store;
+    }
+
+    /// Places a datagram inside the window: below the expected seq a duplicate (or `late`, its seq declared
+    /// missing); the expected seq delivered, with what waits behind it; ahead of it, waiting in its slot.
+    fn place(&mut self, d: Datagram<'_>, out: &mut impl FnMut(Event<'_>)) {
+        let li = d.line.index();
+        self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
+        let next = self.next.unwrap_or(d.seq);
+        if d.seq < next {
+            let h = self.history[(d.seq & self.mask) as usize];
+            if h != HISTORY_NONE && h >> 1 == d.seq && h & 1 == 1 {
                 self.counters.late += 1;
             } else {
                 self.counters.duplicates += 1;
             }
-        } else if held.seq == next {
+        } else if d.seq == next {
             self.counters.delivered[li] += 1;
-            self.remember(held.seq, false);
-            self.next = Some(held.seq + 1);
+            self.remember(d.seq, false);
+            self.next = Some(next + 1);
             self.flush_gap(out);
-            let payload = &self.suspect_store[..held.len];
-            let (seq, line, ts_recv_ns, stamp) = (held.seq, held.line, held.ts_recv_ns, held.stamp);
-            out(Event::Data(Datagram { seq, line, ts_recv_ns, stamp, payload }));
+            out(Event::Data(d));
             self.drain(out);
         } else {
-            let idx = (held.seq & self.mask) as usize;
-            if self.slots[idx].occupied {
-                self.counters.duplicates += 1; // its seq already waits (the window holds one seq per slot)
-                return;
-            }
-            let at = idx * self.cfg.max_payload_bytes;
-            self.store[at..at + held.len].copy_from_slice(&self.suspect_store[..held.len]);
-            self.slots[idx] = held;
-            self.waiting += 1;
-            self.stalled_since_ns.get_or_insert(self.now_ns);
+            self.park(d, self.now_ns);
         }
     }
 

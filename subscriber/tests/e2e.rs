@@ -348,6 +348,20 @@ fn itch_excerpt(name: &str) -> std::path::PathBuf {
     }
 }
 
+/// A publisher (in this process) replaying the ITCH 5.0 BinaryFILE `feed` of 2019-12-30, waiting for one
+/// subscriber: its endpoint and the thread that runs it.
+fn itch_publisher(
+    feed: &Path,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<Result<mdfan_publisher::RunReport, mdfan_publisher::PublisherError>>)
+{
+    let text = config_text("127.0.0.1:0", feed, 1, "", "session_date = \"2019-12-30\"")
+        .replace("format = \"dbn\"", "format = \"itch50\"");
+    let cfg = mdfan_publisher::config::Config::parse(&text, Path::new("itch.toml")).unwrap();
+    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
+    let addr = publisher.local_addr();
+    (addr, std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into()))))
+}
+
 /// The whole capture through a journal of 16,384 records (the file has 68,792): the feed handler waits for the hot
 /// loop and the conductor again and again, and every subscriber still ends with the reference book, a late
 /// joiner (snapshot from the conductor's books, kept current from the journal) too. The late joiner's snapshot
@@ -454,12 +468,7 @@ fn an_itch_symbol_from_the_stock_directory_selects_its_locate_and_prints_4_decim
     bytes.extend(r);
     bytes.extend(std::fs::read(itch_excerpt("12302019_SNIPPET.NASDAQ_ITCH50")).unwrap());
     std::fs::write(&feed, bytes).unwrap();
-    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
-        .replace("format = \"dbn\"", "format = \"itch50\"");
-    let cfg = mdfan_publisher::config::Config::parse(&text, std::path::Path::new("itch.toml")).unwrap();
-    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
-    let addr = publisher.local_addr();
-    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let (addr, handle) = itch_publisher(&feed);
     let qqq = wait_with_watchdog(spawn_subscriber(addr, "qqq", &["--symbol", "QQQ", "--levels", "1"]));
     let report = handle.join().unwrap().unwrap();
     let _ = std::fs::remove_file(&feed);
@@ -490,12 +499,7 @@ fn an_itch_symbol_from_the_stock_directory_selects_its_locate_and_prints_4_decim
 #[test]
 fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
     let feed = itch_excerpt("12302019_SNIPPET.NASDAQ_ITCH50");
-    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
-        .replace("format = \"dbn\"", "format = \"itch50\"");
-    let cfg = mdfan_publisher::config::Config::parse(&text, Path::new("itch.toml")).unwrap();
-    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
-    let addr = publisher.local_addr();
-    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let (addr, handle) = itch_publisher(&feed);
     let all = wait_with_watchdog(spawn_subscriber(addr, "itch-stale", &["--levels", "0", "--checkpoint", "5"]));
     handle.join().unwrap().unwrap();
     let lines = stdout_lines(&all);
@@ -541,12 +545,7 @@ fn itch_stale_marks_are_order_book_marks_not_price_level_ones() {
 #[test]
 fn an_itch_subscriber_prints_the_trading_status_of_its_symbol() {
     let feed = itch_excerpt("12302019_first1000.itch");
-    let text = config_text("127.0.0.1:0", &feed, 1, "", "session_date = \"2019-12-30\"")
-        .replace("format = \"dbn\"", "format = \"itch50\"");
-    let cfg = mdfan_publisher::config::Config::parse(&text, Path::new("itch.toml")).unwrap();
-    let publisher = mdfan_publisher::Publisher::bind(cfg).unwrap();
-    let addr = publisher.local_addr();
-    let handle = std::thread::spawn(move || publisher.run(std::sync::Arc::new(false.into())));
+    let (addr, handle) = itch_publisher(&feed);
     let a = wait_with_watchdog(spawn_subscriber(addr, "a", &["--symbol", "A"]));
     handle.join().unwrap().unwrap();
     let lines = stdout_lines(&a);
