@@ -164,6 +164,20 @@ struct Slot {
     stamp: StampKind,
 }
 
+impl Slot {
+    /// An occupied slot describing `d` (its bytes are copied by the caller).
+    fn holding(d: &Datagram<'_>) -> Slot {
+        Slot {
+            seq: d.seq,
+            occupied: true,
+            len: d.payload.len(),
+            line: d.line,
+            ts_recv_ns: d.ts_recv_ns,
+            stamp: d.stamp,
+        }
+    }
+}
+
 const EMPTY_SLOT: Slot = Slot { seq: 0, occupied: false, len: 0, line: Line::A, ts_recv_ns: 0, stamp: StampKind::None };
 
 /// A datagram held as a suspect jump: its slot (`occupied` = held) and bytes in `Arbiter::suspect_store`.
@@ -275,14 +289,7 @@ impl Arbiter {
         }
         self.counters.jumps_held += 1;
         self.suspect_store[..d.payload.len()].copy_from_slice(d.payload);
-        self.suspect = Slot {
-            seq: d.seq,
-            occupied: true,
-            len: d.payload.len(),
-            line: d.line,
-            ts_recv_ns: d.ts_recv_ns,
-            stamp: d.stamp,
-        };
+        self.suspect = Slot::holding(d);
         false
     }
 
@@ -346,14 +353,7 @@ impl Arbiter {
         }
         let at = idx * self.cfg.max_payload_bytes;
         self.store[at..at + d.payload.len()].copy_from_slice(d.payload);
-        *slot = Slot {
-            seq: d.seq,
-            occupied: true,
-            len: d.payload.len(),
-            line: d.line,
-            ts_recv_ns: d.ts_recv_ns,
-            stamp: d.stamp,
-        };
+        *slot = Slot::holding(&d);
         self.waiting += 1;
         self.stalled_since_ns.get_or_insert(now_ns);
     }

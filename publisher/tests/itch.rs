@@ -15,6 +15,9 @@ use mdfan_subscriber::{
     BookUpdate, Books, Event, Health, Kind, Level, Side, StatusKind, Subscriber, SubscriberConfig, TradingStates,
 };
 
+#[path = "support/itch_messages.rs"]
+mod itch_messages;
+
 const SNIPPET: &str = "12302019_SNIPPET.NASDAQ_ITCH50";
 
 fn data(name: &str) -> PathBuf {
@@ -94,19 +97,9 @@ fn an_itch_config_without_a_session_date_is_refused_naming_the_key() {
 
 /// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) with its BinaryFILE length prefix: the snippet
 /// (cut after 09:30) has none, so the test puts this one for QQQ (locate 6556, as in the README) in front of it.
-/// The fields other than locate and symbol are plausible values (category G, round lot 100, ETP).
+/// Framed with its 2-byte length prefix, as in a BinaryFILE.
 fn stock_directory_message(locate: u16, symbol: &[u8; 8], timestamp_ns: u64) -> Vec<u8> {
-    let mut m = vec![b'R'];
-    m.extend(locate.to_be_bytes());
-    m.extend(0u16.to_be_bytes()); // tracking number
-    m.extend(&timestamp_ns.to_be_bytes()[2..]); // 6 bytes
-    m.extend(symbol);
-    m.extend([b'G', b'N']); // market category, financial status
-    m.extend(100u32.to_be_bytes()); // round lot size
-    m.extend([b'N', b'Q', b'E', b' ', b'P', b'N', b' ', b'1', b'Y']); // round lots only .. ETP flag
-    m.extend(0u32.to_be_bytes()); // ETP leverage factor
-    m.push(b'N'); // inverse
-    assert_eq!(m.len(), 39);
+    let m = itch_messages::stock_directory(locate, symbol, timestamp_ns);
     let mut framed = (m.len() as u16).to_be_bytes().to_vec();
     framed.extend(m);
     framed
@@ -125,6 +118,15 @@ fn replay_to(file: &Path, name: &str, symbols: &[&str]) -> (Vec<BookUpdate>, Sub
     // no symbols: every instrument
     cfg.symbols = (!symbols.is_empty()).then(|| symbols.iter().map(|s| s.to_string()).collect());
     let mut sub = Subscriber::connect(&cfg).unwrap();
+    let (records, end) = read_to_end(&mut sub);
+    assert_eq!(end, "end_of_stream");
+    run.join().unwrap().unwrap();
+    (records, sub)
+}
+
+/// Polls `sub` until its session ends (watchdog 120 s, a gap fails): its feed records (no heartbeat, no end of
+/// stream) and how the session ended.
+fn read_to_end(sub: &mut Subscriber) -> (Vec<BookUpdate>, &'static str) {
     let mut records = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -135,12 +137,9 @@ fn replay_to(file: &Path, name: &str, symbols: &[&str]) -> (Vec<BookUpdate>, Sub
             _ => {}
         });
         if let Some(Health::Ended(end)) = sub.maintain_if_due() {
-            assert_eq!(end.as_str(), "end_of_stream");
-            break;
+            return (records, end.as_str());
         }
     }
-    run.join().unwrap().unwrap();
-    (records, sub)
 }
 
 #[test]
@@ -234,22 +233,10 @@ fn a_cut_start_of_day_file_replays_the_records_and_definitions_before_the_cut_th
     let endpoint = publisher.local_addr().to_string();
     let run = std::thread::spawn(move || publisher.run(Arc::new(AtomicBool::new(false))));
     let mut sub = Subscriber::connect(&SubscriberConfig::new(&endpoint, "cut")).unwrap();
-    let mut records = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let end = loop {
-        assert!(Instant::now() < deadline, "watchdog");
-        sub.poll(256, |e| match e {
-            Event::Record(r) if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) => records.push(*r),
-            Event::Gap { expected, got } => panic!("gap {expected}..{got}"),
-            _ => {}
-        });
-        if let Some(Health::Ended(end)) = sub.maintain_if_due() {
-            break end;
-        }
-    };
+    let (records, end) = read_to_end(&mut sub);
     let report = run.join().unwrap().unwrap();
     let _ = std::fs::remove_file(&path);
-    assert_eq!(end.as_str(), "feed_error");
+    assert_eq!(end, "feed_error");
     let got: Vec<_> =
         records.iter().map(|r| (r.venue_seq, r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
     let (h, y) = (Some((StatusKind::Trading, b'T')), Some((StatusKind::RegSho, b'0')));

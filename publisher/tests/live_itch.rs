@@ -23,6 +23,9 @@ use mdfan_publisher::{Publisher, RunReport};
 use mdfan_subscriber::{BookUpdate, Event, Health, Kind, Side, SubscribeError, Subscriber, SubscriberConfig};
 use mdfan_wire::{InstrumentDef, Symbology};
 
+#[path = "support/itch_messages.rs"]
+mod itch_messages;
+
 const WATCHDOG: Duration = Duration::from_secs(60);
 const SESSION: &[u8; 10] = b"000010059B";
 /// The 38-message META packet (locate 6514): sequence numbers 19,009,117 ..= 19,009,154.
@@ -383,23 +386,6 @@ fn a_server_that_never_answers_ends_in_holes_reported_downstream_and_counted() {
     assert_eq!(of_kind(&got, Kind::Add).len(), 38 - lost.len());
 }
 
-/// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) for `locate` and `stock`, stamped `timestamp`
-/// (6 bytes). The fields other than locate and symbol are plausible values (category Q, round lot 100).
-fn stock_directory_message(locate: u16, stock: &[u8; 8], timestamp: &[u8]) -> Vec<u8> {
-    let mut m = vec![b'R'];
-    m.extend(locate.to_be_bytes());
-    m.extend(0u16.to_be_bytes()); // tracking number
-    m.extend(timestamp);
-    m.extend(stock);
-    m.extend([b'Q', b'N']); // market category, financial status
-    m.extend(100u32.to_be_bytes()); // round lot size
-    m.extend([b'N', b'C', b'Z', b' ', b'P', b'N', b' ', b'1', b'N']); // round lots only .. ETP flag
-    m.extend(0u32.to_be_bytes()); // ETP leverage factor
-    m.push(b'N'); // inverse
-    assert_eq!(m.len(), 39);
-    m
-}
-
 /// The reason the publisher gave for refusing a subscriber asking for `symbols`.
 fn refused(endpoint: &str, symbols: &[&str]) -> String {
     let mut cfg = SubscriberConfig::new(endpoint, "refused");
@@ -427,11 +413,11 @@ fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbo
     // Three R messages just before the META packet (META_FIRST - 3 ..): locate 6514 as FB, 5528 as IVOO, then
     // 6514 again as META, which replaces FB. Stamped as META's first message.
     let meta = meta_messages();
-    let stamp = &meta[0].1[5..11];
+    let stamp = meta[0].1[5..11].iter().fold(0u64, |ns, &b| ns << 8 | u64::from(b));
     let directory = [
-        stock_directory_message(META as u16, b"FB      ", stamp),
-        stock_directory_message(5528, b"IVOO    ", stamp),
-        stock_directory_message(META as u16, b"META    ", stamp),
+        itch_messages::stock_directory(META as u16, b"FB      ", stamp),
+        itch_messages::stock_directory(5528, b"IVOO    ", stamp),
+        itch_messages::stock_directory(META as u16, b"META    ", stamp),
     ];
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.send_to(&downstream(META_FIRST - 3, 3, &directory), a).unwrap();
