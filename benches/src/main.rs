@@ -62,7 +62,9 @@
 mod aeron;
 mod aeron_c;
 mod book_apply;
+mod callgrind;
 mod fanout;
+mod host;
 #[cfg(feature = "iceoryx2")]
 mod iceoryx2;
 mod itch;
@@ -131,6 +133,15 @@ struct Args {
 enum Cmd {
     /// Measure and write a report folder. Flags override the `--config` file's keys.
     Run(Box<RunArgs>),
+    /// Run one decoder over one fixed input (what `run` counts instructions of under callgrind): `itch-snippet-mdfan`,
+    /// `itch-snippet-itch5_hashmap`, `itch-snippet-itch5_parse`, `itch-synthetic-*` (the same three), `mdp3-mdfan`,
+    /// `mdp3-sbe`.
+    Decode {
+        #[arg(long)]
+        case: String,
+        #[arg(long, default_value_t = 3)]
+        passes: u32,
+    },
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
         /// The earlier run's folder.
@@ -191,6 +202,12 @@ struct RunArgs {
     /// Skip the MDP 3.0 and ITCH 5.0 decode scenarios.
     #[arg(long)]
     no_mdp3: bool,
+    /// Skip the decoders' instruction counts under `valgrind --tool=callgrind` (run when valgrind is on PATH).
+    #[arg(long)]
+    no_callgrind: bool,
+    /// Messages of the synthetic ITCH stream's timed part, after its million-order build-up (default 1000000).
+    #[arg(long)]
+    itch_synthetic_messages: Option<usize>,
     /// mdfan's fabric: `shm` (every scenario) or `verbs` (the ping-pong beside perftest's `ib_write_lat
     /// --write_with_imm` on the same RDMA device; needs the `verbs` feature).
     #[arg(long)]
@@ -221,6 +238,8 @@ struct Scenario {
     replay: bool,
     fanout: Vec<usize>,
     mdp3: bool,
+    callgrind: bool,
+    itch_synthetic_messages: usize,
     fabric: Provider,
     device: Option<String>,
     gid_index: Option<u32>,
@@ -243,6 +262,8 @@ impl Default for Scenario {
             replay: true,
             fanout: vec![1, 2, 4, 8, 16],
             mdp3: true,
+            callgrind: true,
+            itch_synthetic_messages: itch::STEADY_MESSAGES,
             fabric: Provider::Shm,
             device: None,
             gid_index: None,
@@ -263,6 +284,12 @@ impl Scenario {
             ($($f:ident),*) => { $( if let Some(v) = &a.$f { s.$f = v.clone(); } )* };
         }
         take!(rounds, count, warmup, stall_threshold_ns, subscribers, source, cores, shm_dir, fanout);
+        if let Some(n) = a.itch_synthetic_messages {
+            s.itch_synthetic_messages = n;
+        }
+        if a.no_callgrind {
+            s.callgrind = false;
+        }
         if let Some(r) = &a.rates {
             s.rates = r.iter().map(|r| RateSpec::Text(r.clone())).collect();
         }
@@ -360,6 +387,7 @@ fn main() {
     let args = Args::parse();
     let result = match args.cmd {
         Cmd::Run(a) => Scenario::from_args(&a).and_then(|s| run(&a.out, &s)),
+        Cmd::Decode { case, passes } => callgrind::decode(&repo_root(), &case, passes),
         Cmd::Compare { a, b } => compare(&a, &b),
     };
     if let Err(e) = result {
@@ -383,22 +411,54 @@ impl Recorder {
 }
 
 /// Medians of per-round scalar figures.
+/// The run's scalar figures, round by round: every figure a target reads is the median over rounds of that round's
+/// value (a ratio is taken within each round first: [`Scalars::per_round_ratios`]).
 #[derive(Default)]
-struct Scalars(BTreeMap<String, Vec<f64>>);
+struct Scalars(Vec<BTreeMap<String, f64>>);
 
 impl Scalars {
-    fn add(&mut self, key: String, v: f64) {
-        self.0.entry(key).or_default().push(v);
+    /// Starts the next round's figures.
+    fn start_round(&mut self) {
+        self.0.push(BTreeMap::new());
     }
+    /// A figure of the round under way.
+    fn add(&mut self, key: String, v: f64) {
+        if self.0.is_empty() {
+            self.start_round();
+        }
+        if let Some(r) = self.0.last_mut() {
+            r.insert(key, v);
+        }
+    }
+    /// Each figure's median over the rounds that measured it (of an even count, the upper middle one).
     fn medians(&self) -> BTreeMap<String, f64> {
-        self.0
-            .iter()
-            .map(|(k, v)| {
-                let mut v = v.clone();
+        let mut all: BTreeMap<&String, Vec<f64>> = BTreeMap::new();
+        for r in &self.0 {
+            for (k, v) in r {
+                all.entry(k).or_default().push(*v);
+            }
+        }
+        all.into_iter()
+            .map(|(k, mut v)| {
                 v.sort_by(f64::total_cmp);
                 (k.clone(), v[v.len() / 2])
             })
             .collect()
+    }
+    /// The figures [`report::add_scalar_ratios`] derives (the replay, fan-out and decoder ratios and the fan-out
+    /// slopes), taken in each round from that round's figures, then the median over rounds: one method for every
+    /// target.
+    fn per_round_ratios(&self) -> BTreeMap<String, f64> {
+        let mut derived = Scalars::default();
+        for r in &self.0 {
+            let mut m = r.clone();
+            report::add_scalar_ratios(&mut m);
+            derived.start_round();
+            for (k, v) in m.into_iter().filter(|(k, _)| !r.contains_key(k)) {
+                derived.add(k, v);
+            }
+        }
+        derived.medians()
     }
 }
 
@@ -444,8 +504,11 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         (Provider::Shm, true) => mdp3::line_a(&repo_root().join(mdp3::CAPTURE))?,
         _ => Vec::new(),
     };
-    let itch_file = match (s.fabric, s.mdp3) {
-        (Provider::Shm, true) => itch::snippet(&repo_root().join(itch::SNIPPET))?,
+    // the ITCH inputs: the bundled snippet and the synthetic day-shaped stream over a million live orders
+    let itch_inputs = match (s.fabric, s.mdp3) {
+        (Provider::Shm, true) => {
+            vec![itch::Input::snippet(&repo_root().join(itch::SNIPPET))?, itch::synthetic(s.itch_synthetic_messages, 7)]
+        }
         _ => Vec::new(),
     };
     let book_records = match s.fabric {
@@ -474,8 +537,12 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         );
     }
     let progress = Progress::new(s, rates.len(), aeron_c_dir.is_some(), std::io::stderr().is_terminal());
+    let host_start = host::Sample::read();
+    let mut loads = Vec::new();
     for round in 1..=s.rounds {
         progress.round(round, s.rounds);
+        scalars.start_round();
+        loads.extend(host::load_1m());
         let t = Instant::now();
         let h = progress.step("baseline.cacheline", || fresh(|| pingpong::run(a, b, warmup, count)));
         let line = h.clone();
@@ -550,6 +617,9 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.rate_per_s"), r.rate_per_s);
                 scalars.add(format!("{base}.records"), r.records as f64);
                 scalars.add(format!("{base}.cpu_ns_per_record_per_sub"), r.cpu_ns_per_record_per_sub);
+                scalars.add(format!("{base}.feed_cpu_ns_per_record"), r.feed_cpu_ns_per_record);
+                scalars.add(format!("{base}.hot_cpu_ns_per_record_per_sub"), r.hot_cpu_ns_per_record_per_sub);
+                scalars.add(format!("{base}.poll_cpu_ns_per_record_per_sub"), r.poll_cpu_ns_per_record_per_sub);
                 scalars.add(format!("{base}.blocked_share"), r.blocked_share);
             }
         }
@@ -567,37 +637,43 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
                 scalars.add(format!("{base}.ns_per_record_per_sub"), ns / subs as f64);
             }
         }
-        if !itch_file.is_empty() {
-            // 1,000 messages a pass (about 20 to 100 us): ten times the MDP 3.0 passes
-            let r = progress.step("mdfan.itch_decode", || {
+        for input in &itch_inputs {
+            // snippet: 1,000 messages a pass (tens of us): ten times the MDP 3.0 passes; synthetic: a million
+            // messages after a million-order build-up (about half a second a pass for the three): one pass
+            let passes = if input.name == "snippet" { mdp3_passes * 10 } else { 1 };
+            let ns = progress.step(&format!("mdfan.itch_decode.{}", input.name), || {
                 fresh(|| {
                     pin(a);
-                    itch::rates(&itch_file, mdp3_passes * 10)
+                    itch::ns_per_message(input, passes)
                 })
             })?;
-            scalars.add("baseline.itch_walk.messages_per_s".into(), r.walk_messages_per_s);
-            scalars.add("mdfan.itch_decode.messages_per_s".into(), r.decode_messages_per_s);
-            scalars.add("mdfan.itch_decode.records_per_s".into(), r.decode_records_per_s);
+            for (d, ns) in itch::Decoder::ALL.into_iter().zip(ns) {
+                scalars.add(format!("{}.{}.ns_per_message", d.key(), input.name), ns);
+            }
         }
         if !mdp3_packets.is_empty() {
             let pk = &mdp3_packets;
-            let r = progress.step("mdfan.mdp3_decode", || {
+            let (mdfan_ns, ref_ns) = progress.step("mdfan.mdp3_decode", || {
                 fresh(|| {
                     pin(a);
-                    mdp3::rates(pk, mdp3_passes)
+                    mdp3::pass_ns(pk, mdp3_passes)
                 })
             })?;
-            scalars.add("baseline.mdp3_walk.packets_per_s".into(), r.walk_packets_per_s);
-            scalars.add("mdfan.mdp3_decode.packets_per_s".into(), r.decode_packets_per_s);
-            scalars.add("mdfan.mdp3_decode.records_per_s".into(), r.decode_records_per_s);
+            scalars.add("mdfan.mdp3_decode.packets_per_s".into(), mdp3::PACKETS as f64 * 1e9 / mdfan_ns);
+            scalars.add("mdfan.mdp3_decode.records_per_s".into(), mdp3::RECORDS as f64 * 1e9 / mdfan_ns);
+            scalars.add("mdfan.mdp3_decode.ns_per_entry".into(), mdfan_ns / mdp3::ENTRIES as f64);
+            scalars.add("baseline.mdp3_sbe.ns_per_entry".into(), ref_ns / mdp3::ENTRIES as f64);
             let t = Instant::now();
-            let h = progress.step("mdfan.mdp3_decode.packet", || {
+            let (h, hr) = progress.step("mdfan.mdp3_decode.packet", || {
                 fresh(|| {
                     pin(a);
                     mdp3::packet_latency(pk, mdp3_passes)
                 })
             })?;
+            scalars.add("mdfan.mdp3_decode.packet_p50_ns".into(), h.value_at_quantile(0.5) as f64);
+            scalars.add("baseline.mdp3_sbe.packet_p50_ns".into(), hr.value_at_quantile(0.5) as f64);
             rec.add("mdfan.mdp3_decode.packet", t, h);
+            rec.add("baseline.mdp3_sbe.packet", t, hr);
             let t = Instant::now();
             let lb = progress
                 .step("mdfan.mdp3_loopback", || fresh(|| mdp3_loopback::loopback(pk, mdp3_passes, &s.shm_dir, a, b)))?;
@@ -621,6 +697,24 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         }
     }
     progress.finish();
+    let mut host_figures = BTreeMap::new();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    host::add_figures(&mut host_figures, host_start, host::Sample::read(), &loads, cores);
+    for (k, v) in host_figures {
+        scalars.add(k, v);
+    }
+    if s.callgrind && s.fabric == Provider::Shm && s.mdp3 {
+        if callgrind::available() {
+            for case in callgrind::CASES {
+                progress.line(&format!("mdfan-bench: callgrind {case}"));
+                for (key, v) in callgrind::figures(case, out)? {
+                    scalars.add(key, v);
+                }
+            }
+        } else {
+            eprintln!("mdfan-bench: note: valgrind is not on PATH: no instruction counts (apt-get install valgrind)");
+        }
+    }
 
     let context = RunContext {
         scenario: s,
@@ -636,7 +730,7 @@ fn run(out: &Path, s: &Scenario) -> anyhow::Result<()> {
         elapsed: rec.run_start.elapsed(),
     }
     .to_json();
-    let report = write_report(out, &context, &rec, scalars.medians(), &s.subscribers, &rates, s.stall_threshold_ns)?;
+    let report = write_report(out, &context, &rec, &scalars, &s.subscribers, &rates, s.stall_threshold_ns)?;
     let mut figures: Vec<(&String, &f64)> = report.figures.iter().collect();
     figures.sort_by_key(|(k, _)| report::figure_order(k)); // p50 < p90 < ... < p99999 < max, as in summary.md
     for (k, v) in figures {
@@ -795,12 +889,12 @@ fn write_report(
     out: &Path,
     context: &serde_json::Value,
     rec: &Recorder,
-    scalars: BTreeMap<String, f64>,
+    scalars: &Scalars,
     subscribers: &[usize],
     rates: &[Option<u64>],
     stall_threshold_ns: u64,
 ) -> anyhow::Result<Report> {
-    let mut figures = scalars;
+    let mut figures = scalars.medians();
     let mut totals = BTreeMap::new();
     for (name, intervals) in &rec.hists {
         let h = intervals.total();
@@ -810,6 +904,9 @@ fn write_report(
         totals.insert(name.clone(), h);
     }
     report::add_ratio_figures(&mut figures);
+    // one method: the scalar ratios (and the fan-out slopes) are medians over rounds of each round's own, as the
+    // ping-pong ratios below are
+    figures.extend(scalars.per_round_ratios());
     report::add_ratios(&mut figures, "strategy.book_apply", "baseline.reference_book_apply");
     let per_round = rounds::per_round(&rounds::probes_of(&rec.hists), &report::PINGPONG_RATIOS, stall_threshold_ns);
     per_round.add_figures(&mut figures);
@@ -832,6 +929,7 @@ fn write_report(
 /// The Aeron targets read `baseline.aeron_best` (the better of the two Aeron measurements at that percentile) and
 /// say which one it was.
 fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
+    let unfit = host::unfit(f);
     let pp = "ratio.mdfan.shm.pingpong_vs_baseline";
     let aeron = |p: &str| match report::best_aeron(f, p) {
         Some(v) => format!("the better Aeron IPC figure (here {})", report::display_name(v)),
@@ -870,16 +968,32 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
             true,
         ),
         (
-            "MDP 3.0 decode + normalize into the journal >= 0.5x a bare walk of the packets' MsgSize fields".into(),
-            "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(),
-            0.5,
-            false,
+            "ITCH 5.0 decode + normalize, bundled snippet: time per message <= 1.0x itch5 parse + HashMap order table"
+                .into(),
+            "ratio.mdfan.itch_decode_vs_baseline.itch5_hashmap.snippet".into(),
+            1.0,
+            true,
         ),
         (
-            "ITCH 5.0 decode + normalize into the journal >= 0.5x a bare walk of the messages' length prefixes".into(),
-            "ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate".into(),
-            0.5,
-            false,
+            "ITCH 5.0 decode + normalize, synthetic day over a million live orders: time per message <= 1.0x itch5 \
+             parse + HashMap order table"
+                .into(),
+            "ratio.mdfan.itch_decode_vs_baseline.itch5_hashmap.synthetic".into(),
+            1.0,
+            true,
+        ),
+        (
+            "MDP 3.0 decode + normalize: time per packet (p50) <= 1.5x the sbe_gen reference reading the same fields"
+                .into(),
+            "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_sbe.per_packet".into(),
+            1.5,
+            true,
+        ),
+        (
+            "MDP 3.0 decode + normalize: time per entry <= 1.5x the sbe_gen reference reading the same fields".into(),
+            "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_sbe.per_entry".into(),
+            1.5,
+            true,
         ),
         (
             "verbs one-way p50 <= 1.15x perftest write-with-imm (Soft-RoCE run)".into(),
@@ -889,7 +1003,20 @@ fn targets(f: &BTreeMap<String, f64>) -> Vec<report::Target> {
         ),
     ]
     .into_iter()
-    .map(|(what, key, limit, at_most): (String, String, f64, bool)| report::Target::new(f, &what, &key, limit, at_most))
+    .map(|(what, key, limit, at_most): (String, String, f64, bool)| {
+        let mut why = unfit.clone();
+        // a replay target is judged only on a host with a core per busy thread (3: feed, hot loop, subscriber poll;
+        // 2 with the feed on the hot thread)
+        let busy = if key.contains("replay_hot_feed") { 2.0 } else { 3.0 };
+        if let (true, Some(&cores)) = (key.contains(".replay"), f.get("host.cores")) {
+            if cores < busy {
+                why.push(format!(
+                    "{cores:.0} cores for {busy:.0} busy threads: replay judged only with a core per busy thread"
+                ));
+            }
+        }
+        report::Target::new(f, &what, &key, limit, at_most).unfit_if(&why)
+    })
     .collect()
 }
 
@@ -915,11 +1042,10 @@ fn charts(
     charts.push(plot::Chart { kind: plot::ChartKind::Latency, title: title.to_owned(), svg });
     if let Some(&rate) = rates.first() {
         let base = format!("mdfan.shm.openloop.{}", rate_key(rate));
-        let stages: Vec<String> = ["decode_to_post", "post_to_poll", "end_to_end", "cycle"]
-            .iter()
-            .map(|s| format!("{base}.{s}"))
-            .chain(std::iter::once("baseline.cacheline".to_owned()))
-            .collect();
+        // no cache line beside these: post to poll and end to end count the time a record queues behind the ones
+        // before it, not a hand-off (`report::add_ratio_figures`)
+        let stages: Vec<String> =
+            ["decode_to_post", "post_to_poll", "end_to_end", "cycle"].iter().map(|s| format!("{base}.{s}")).collect();
         let series = pick(&stages);
         if series.len() > 1 {
             let title = format!("Open loop at {}: latency per stage by percentile", report::rate_name(&rate_key(rate)));

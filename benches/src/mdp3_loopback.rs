@@ -46,7 +46,7 @@ pub fn loopback(
     let total_records = RECORDS * passes as u64;
     let slots = (total_records + 1).next_power_of_two().max(1024) as u32; // never wraps: no flow control needed
     let (mut local, grant) = ShmLocalRing::create(shm_dir, slots)?;
-    let mut remote = ShmRemoteRing::attach(&grant, shm_dir)?;
+    let mut remote = ShmRemoteRing::attach(&grant, shm_dir, Some(mdfan_fabric::shm::current_euid()))?;
     local.unlink();
     let mut line = LineSocket::open(&LineConfig::new("127.0.0.1:0".parse().expect("an address")))?;
     let dest = line.local_addr();
@@ -94,7 +94,7 @@ pub fn loopback(
                         stamp_seen.store(kind, Ordering::Relaxed);
                         ch.on_packet(p, got.ts_recv_ns, &mut |r| {
                             seq += 1;
-                            let rec = BookUpdate { seq, ts_send_ticks: clock.raw(), ..*r };
+                            let rec = BookUpdate { seq, ts_send_ticks: clock.raw() as u32, ..*r };
                             let _ = remote.write_with_imm((seq & (u64::from(slots) - 1)) as u32, &rec, seq as u32);
                         });
                     }

@@ -132,7 +132,7 @@ pub fn run(dir: &Path, tx_core: Option<usize>, rx_core: Option<usize>, spec: &Sp
                             first = now;
                         }
                         last = now;
-                        post.saturating_record(clock.delta_as_nanos(r.ts_send_ticks, now).max(1));
+                        post.saturating_record(clock.delta_as_nanos(0, r.ticks_since_send(now)).max(1));
                         e2e.saturating_record(clock.delta_as_nanos(r.ts_recv_ns, now).max(1));
                     }
                     next[k] = r.seq + 1;
@@ -174,7 +174,7 @@ pub fn run(dir: &Path, tx_core: Option<usize>, rx_core: Option<usize>, spec: &Sp
                 std::hint::spin_loop();
             }
             late_posts += late as u64;
-            r.ts_send_ticks = clock.raw();
+            r.ts_send_ticks = clock.raw() as u32;
             // The slot is in range and the ring open for the whole run: a failure is a bench bug.
             remote.write_with_imm(slot_index(seq, slots), &r, imm_from_seq(seq)).expect("a benchmark ring post");
             if seq > warmup {

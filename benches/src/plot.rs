@@ -226,31 +226,19 @@ pub fn html(
             out
         })
     };
-    h.push_str(&tables::context(context).html());
-    for t in [tables::latency(figures), tables::ratios(figures), tables::round_ratios(context, figures)]
-        .into_iter()
-        .flatten()
-    {
+    // every table summary.md has, in its order, each chart after the table it draws
+    for t in tables::all(context, figures) {
         h.push_str(&t.html());
-    }
-    h.push_str(&charts_of(ChartKind::Latency));
-    if let Some(t) = tables::throughput(figures) {
-        h.push_str(&t.html());
-    }
-    h.push_str(&charts_of(ChartKind::Throughput));
-    if let Some(t) = tables::fanout(figures) {
-        h.push_str(&t.html());
-    }
-    h.push_str(&charts_of(ChartKind::Fanout));
-    if let Some(t) = tables::open_loop(figures) {
-        h.push_str(&t.html());
-    }
-    h.push_str(&charts_of(ChartKind::OpenLoop));
-    for t in [tables::mdp3(figures), tables::mdp3_loopback(figures)].into_iter().flatten() {
-        h.push_str(&t.html());
-    }
-    for t in [tables::book_apply(figures), tables::rounds(context)].into_iter().flatten() {
-        h.push_str(&t.html());
+        let kind = match t.title.as_str() {
+            "One-way latency" => Some(ChartKind::Latency),
+            "Replay throughput" => Some(ChartKind::Throughput),
+            "Fan-out scaling" => Some(ChartKind::Fanout),
+            "Open loop" => Some(ChartKind::OpenLoop),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            h.push_str(&charts_of(kind));
+        }
     }
     h.push_str("<h2>Targets</h2>\n<table><tr><th>target</th><th class=n>limit</th><th class=n>measured</th><th>verdict</th></tr>\n");
     for t in targets {

@@ -226,7 +226,7 @@ struct FabricSide {
 
 impl Side for FabricSide {
     fn send(&mut self, seq: u64, ticks: u64) {
-        let r = BookUpdate { seq, ts_send_ticks: ticks, ..BookUpdate::control(Kind::Add) };
+        let r = BookUpdate { seq, ts_send_ticks: ticks as u32, ..BookUpdate::control(Kind::Add) };
         let slot = slot_index(seq, self.tx.slot_count());
         self.tx.write_with_imm(slot, &r, imm_from_seq(seq)).expect("a probe ring post");
     }
@@ -406,9 +406,9 @@ pub fn record(
 ) {
     for (v, t, h) in round {
         for (p, q) in crate::report::PERCENTILES {
-            let d = line.value_at_quantile(q) as f64;
+            let d = crate::report::value_at(line, q) as f64;
             if crate::report::RATIO_PERCENTILES.contains(&p) && d > 0.0 {
-                let r = h.value_at_quantile(q) as f64 / d;
+                let r = crate::report::value_at(&h, q) as f64 / d;
                 scalars.add(format!("ratio.{}_vs_baseline.cacheline.{p}", key(v)), r);
             }
         }

@@ -39,6 +39,12 @@ pub struct Replay {
     /// Share of the replay the hot loop spent waiting for a full ring (policy block), summed over subscribers:
     /// near 0 the publisher sets the rate, near 1 (or above, with several) the subscribers do.
     pub blocked_share: f64,
+    /// CPU time per record of each stage, ns, from the threads' own CPU clocks ([`ThreadCpu`]): the feed thread
+    /// (decode + normalise into the journal; 0 with the feed on the hot thread, where it is in the hot loop's),
+    /// the hot loop per subscriber, and the subscriber thread's polls per subscriber.
+    pub feed_cpu_ns_per_record: f64,
+    pub hot_cpu_ns_per_record_per_sub: f64,
+    pub poll_cpu_ns_per_record_per_sub: f64,
     /// Every subscriber's post-to-poll latency, merged (ns).
     pub post_to_poll: Histogram<u64>,
     /// The hot loop's duty cycle (ns), from its own log-bucket histogram (upper bounds within 6.25%).
@@ -123,10 +129,11 @@ pub fn run(
     let endpoint = publisher.local_addr().to_string();
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&shutdown);
+    let cpu = ThreadCpu::start(&[FEED_THREAD, HOT_THREAD]);
     let handle = std::thread::spawn(move || publisher.run(flag));
     let consumer = {
         let shm_dir = shm_dir.to_owned();
-        std::thread::spawn(move || -> anyhow::Result<(Histogram<u64>, u64)> {
+        std::thread::spawn(move || -> anyhow::Result<(Histogram<u64>, u64, u64)> {
             let mut subs = Vec::with_capacity(subscribers);
             for k in 0..subscribers {
                 let mut cfg = SubscriberConfig::new(&endpoint, &format!("bench-{k}"));
@@ -136,6 +143,7 @@ pub fn run(
                 subs.push(Subscriber::connect(&cfg)?.with_latency());
             }
             crate::pin(sub_core);
+            let cpu_start = own_cpu_ns();
             let mut open = subscribers;
             let mut closed = vec![false; subscribers];
             let mut records = 0u64;
@@ -159,13 +167,14 @@ pub fn run(
                 }
                 idler.idle(work);
             }
+            let poll_cpu_ns = own_cpu_ns().saturating_sub(cpu_start);
             let mut merged = crate::new_histogram();
             for s in &subs {
                 if let Some(l) = s.latency() {
                     merged.add(l.histogram()).map_err(|e| anyhow::anyhow!("merging latency histograms: {e}"))?;
                 }
             }
-            Ok((merged, records))
+            Ok((merged, records, poll_cpu_ns))
         })
     };
     let consumed = consumer.join().map_err(|_| anyhow::anyhow!("replay: subscriber thread panicked"));
@@ -173,7 +182,8 @@ pub fn run(
         shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let report = handle.join().map_err(|_| anyhow::anyhow!("replay: publisher thread panicked"))??;
-    let (post_to_poll, received) = consumed??;
+    let cpu = cpu.stop();
+    let (post_to_poll, received, poll_cpu_ns) = consumed??;
     let expected = report.records * subscribers as u64;
     // Each subscriber also gets its end-of-stream record.
     anyhow::ensure!(
@@ -192,12 +202,85 @@ pub fn run(
         records: report.records,
         rate_per_s: report.rate_per_s(),
         cpu_ns_per_record_per_sub: report.replay_ns as f64 / (report.records.max(1) * subscribers as u64) as f64,
+        feed_cpu_ns_per_record: cpu.get(FEED_THREAD).copied().unwrap_or(0) as f64 / report.records.max(1) as f64,
+        hot_cpu_ns_per_record_per_sub: cpu.get(HOT_THREAD).copied().unwrap_or(0) as f64
+            / (report.records.max(1) * subscribers as u64) as f64,
+        poll_cpu_ns_per_record_per_sub: poll_cpu_ns as f64 / (report.records.max(1) * subscribers as u64) as f64,
         blocked_share: report.sessions.iter().map(|s| s.blocked_ns).sum::<u64>() as f64
             / report.replay_ns.max(1) as f64,
         post_to_poll,
         cycle: to_hist(&report.cycle_buckets_ns),
         decode_to_post: to_hist(&report.decode_to_post_buckets_ns),
     })
+}
+
+/// The publisher's feed and hot-loop threads (their names, `Agent::role_name`).
+const FEED_THREAD: &str = "mdfan-feed";
+const HOT_THREAD: &str = "mdfan-hot";
+
+/// The calling thread's CPU time so far, ns: the kernel's per-thread CPU clock (`sum_exec_runtime`, what
+/// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` reads), from `/proc/thread-self/schedstat`; 0 where unreadable.
+fn own_cpu_ns() -> u64 {
+    cpu_ns_of(Path::new("/proc/thread-self/schedstat"))
+}
+
+fn cpu_ns_of(schedstat: &Path) -> u64 {
+    std::fs::read_to_string(schedstat).ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// The CPU time of the publisher's threads, which it starts and joins itself (no handle reaches the bench): a
+/// sampler thread reads each named thread's CPU clock (`/proc/self/task/<tid>/schedstat`, the clock
+/// `CLOCK_THREAD_CPUTIME_ID` reads, which counts from the thread's start) every [`ThreadCpu::PERIOD`] while it
+/// lives, sleeping in between (it never spins, so it takes no core from the measured threads), and keeps the last
+/// value: the thread's CPU time to within one period of its end.
+struct ThreadCpu {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<std::collections::BTreeMap<String, u64>>,
+}
+
+impl ThreadCpu {
+    const PERIOD: std::time::Duration = std::time::Duration::from_micros(500);
+
+    fn start(names: &[&'static str]) -> ThreadCpu {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let names: Vec<&'static str> = names.to_vec();
+        let handle = std::thread::spawn(move || {
+            // tid -> (name, last CPU ns)
+            let mut seen: std::collections::BTreeMap<u64, (String, u64)> = std::collections::BTreeMap::new();
+            let mut sample = || {
+                for e in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+                    let Some(tid) = e.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
+                    let name = match seen.get(&tid) {
+                        Some((n, _)) => n.clone(),
+                        None => std::fs::read_to_string(e.path().join("comm")).unwrap_or_default().trim().to_owned(),
+                    };
+                    if !names.contains(&name.as_str()) {
+                        continue;
+                    }
+                    let ns = cpu_ns_of(&e.path().join("schedstat"));
+                    let slot = seen.entry(tid).or_insert((name, 0));
+                    slot.1 = slot.1.max(ns);
+                }
+            };
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                sample();
+                std::thread::sleep(ThreadCpu::PERIOD);
+            }
+            let mut by_name = std::collections::BTreeMap::new();
+            for (name, ns) in seen.into_values() {
+                *by_name.entry(name).or_insert(0) += ns;
+            }
+            by_name
+        });
+        ThreadCpu { stop, handle }
+    }
+
+    /// CPU ns by thread name.
+    fn stop(self) -> std::collections::BTreeMap<String, u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
 }
 
 /// Decode-only rates of `capture` with the `dbn` crate, the best of `passes` passes each (records/s):

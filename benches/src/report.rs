@@ -91,10 +91,36 @@ pub const PERCENTILES: [(&str, f64); 6] =
 /// The percentiles ratios are given for (the p50, p99, p99.9, p99.99).
 pub const RATIO_PERCENTILES: [&str; 4] = ["p50", "p99", "p999", "p9999"];
 
-/// Adds `<name>.<pNN>_ns` and `<name>.max_ns` / `.count` for a histogram.
+/// The percentile rank rule of every figure of a report: the value at quantile `q` (0 < q <= 1) of a histogram
+/// of `N` values is the highest value equivalent (same bucket, 3 significant digits) to the value of rank
+/// `k = max(1, floor(q * N + 0.5))`, counting from the lowest: `q * N` rounded half up to the nearest rank. This is
+/// HdrHistogram_py's rule (`get_target_count_at_percentile`), taken exactly in integers (q to 1e-7), so a reader
+/// of the `.hlog` files with HdrHistogram_py gets the same figures. (The `hdrhistogram` crate's
+/// `value_at_quantile` takes the rank up, `ceil(q * N)`, in floating point: for `N` = 68,825 at p99.99 that is rank
+/// 68,819 against 68,818, a different value where the tail is sparse. Java's HdrHistogram also rounds up, after
+/// taking one ulp off the percentile; the two references agree whenever `q * N` is a whole number, as for every
+/// ping-pong of a run: 20,000 per round.)
+pub fn value_at(h: &Histogram<u64>, q: f64) -> u64 {
+    let n = u128::from(h.len());
+    if n == 0 {
+        return 0;
+    }
+    let q_e7 = (q.clamp(0.0, 1.0) * 1e7).round() as u128;
+    let rank = ((q_e7 * n + 5_000_000) / 10_000_000).max(1) as u64;
+    let mut seen = 0u64;
+    for v in h.iter_recorded() {
+        seen += v.count_at_value();
+        if seen >= rank {
+            return h.highest_equivalent(v.value_iterated_to());
+        }
+    }
+    h.max()
+}
+
+/// Adds `<name>.<pNN>_ns` and `<name>.max_ns` / `.count` for a histogram ([`value_at`]'s rank rule).
 pub fn add_figures(figures: &mut BTreeMap<String, f64>, name: &str, h: &Histogram<u64>) {
     for (k, q) in PERCENTILES {
-        figures.insert(format!("{name}.{k}_ns"), h.value_at_quantile(q) as f64);
+        figures.insert(format!("{name}.{k}_ns"), value_at(h, q) as f64);
     }
     figures.insert(format!("{name}.max_ns"), h.max() as f64);
     figures.insert(format!("{name}.count"), h.len() as f64);
@@ -198,6 +224,20 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
     for (num, den) in PINGPONG_RATIOS {
         add_ratios(figures, num, den);
     }
+    add_scalar_ratios(figures);
+}
+
+/// The ITCH 5.0 inputs of the decode benchmark ([`crate::itch`]).
+pub const ITCH_INPUTS: [&str; 2] = ["snippet", "synthetic"];
+
+/// The ratios of scalar figures (within one round when `figures` is one round's: `Scalars::per_round_ratios`):
+/// the replay's records/s against DBN decode's, the fan-out slopes ([`crate::fanout::add_figures`]), and the
+/// decoders against their references, time over time (ns over ns, at most 1.0 or 1.5 is the target):
+/// - `ratio.mdfan.itch_decode_vs_baseline.itch5_hashmap.<input>` (and `…itch5_parse.<input>`, the floor) per
+///   message, for each of [`ITCH_INPUTS`]; `….instructions` beside each, of the callgrind counts;
+/// - `ratio.mdfan.mdp3_decode_vs_baseline.mdp3_sbe.per_packet` (the per-packet times' p50s) and `.per_entry`
+///   (a pass's time over the entries of every template); `….instructions` of the callgrind counts.
+pub fn add_scalar_ratios(figures: &mut BTreeMap<String, f64>) {
     let decode = figures.get("baseline.dbn_decode.rate_per_s").copied();
     let mem = figures.get("baseline.dbn_decode_mem.rate_per_s").copied();
     for stem in REPLAY_STEMS {
@@ -210,21 +250,31 @@ pub fn add_ratio_figures(figures: &mut BTreeMap<String, f64>) {
         }
     }
     crate::fanout::add_figures(figures);
-    // MDP 3.0: decode + normalise into the journal against a bare MsgSize walk, packets/s over packets/s
-    if let (Some(d), Some(w)) =
-        (figures.get("mdfan.mdp3_decode.packets_per_s"), figures.get("baseline.mdp3_walk.packets_per_s"))
-    {
-        if *w > 0.0 {
-            figures.insert("ratio.mdfan.mdp3_decode_vs_baseline.mdp3_walk.rate".into(), d / w);
+    let mut quotient = |key: String, num: String, den: String| {
+        if let (Some(n), Some(d)) = (figures.get(&num), figures.get(&den)) {
+            if *d > 0.0 {
+                let q = n / d;
+                figures.insert(key, q);
+            }
+        }
+    };
+    for input in ITCH_INPUTS {
+        for den in ["baseline.itch5_hashmap", "baseline.itch5_parse"] {
+            for unit in ["ns_per_message", "instructions_per_message"] {
+                let key = format!("ratio.mdfan.itch_decode_vs_{den}.{input}");
+                let key = if unit == "ns_per_message" { key } else { format!("{key}.instructions") };
+                quotient(key, format!("mdfan.itch_decode.{input}.{unit}"), format!("{den}.{input}.{unit}"));
+            }
         }
     }
-    // ITCH 5.0: decode + normalise into the journal against a bare length-prefix walk, messages/s over messages/s
-    if let (Some(d), Some(w)) =
-        (figures.get("mdfan.itch_decode.messages_per_s"), figures.get("baseline.itch_walk.messages_per_s"))
-    {
-        if *w > 0.0 {
-            figures.insert("ratio.mdfan.itch_decode_vs_baseline.itch_walk.rate".into(), d / w);
-        }
+    let r = "ratio.mdfan.mdp3_decode_vs_baseline.mdp3_sbe";
+    for (key, unit) in [
+        ("per_packet", "packet_p50_ns"),
+        ("per_entry", "ns_per_entry"),
+        ("per_packet.instructions", "instructions_per_packet"),
+        ("per_entry.instructions", "instructions_per_entry"),
+    ] {
+        quotient(format!("{r}.{key}"), format!("mdfan.mdp3_decode.{unit}"), format!("baseline.mdp3_sbe.{unit}"));
     }
 }
 
@@ -295,9 +345,10 @@ pub fn display_name(key: &str) -> String {
         "mdfan.replay" => "mdfan replay + normalize + fan-out",
         "mdfan.mdp3_decode" => "MDP 3.0 decode + normalize (line A, into the journal)",
         "mdfan.mdp3_decode.packet" => "MDP 3.0 packet to records",
-        "baseline.mdp3_walk" => "MDP 3.0 bare MsgSize walk",
+        "baseline.mdp3_sbe" => "MDP 3.0 reference (sbe_gen views of CME's schema)",
         "mdfan.itch_decode" => "ITCH 5.0 decode + normalize (snippet, into the journal)",
-        "baseline.itch_walk" => "ITCH 5.0 bare length-prefix walk",
+        "baseline.itch5_hashmap" => "ITCH 5.0 reference (itch5 parse + std HashMap order table)",
+        "baseline.itch5_parse" => "itch5 parse alone (floor)",
         "mdfan.mdp3_loopback" => "MDP 3.0 over loopback UDP to the subscriber",
         "mdfan.mdp3_loopback.wire_to_poll" => "MDP 3.0 over loopback: wire to poll",
         "mdfan.mdp3_loopback.post_to_poll" => "MDP 3.0 over loopback: post to poll",
@@ -381,20 +432,41 @@ pub struct Target {
     pub at_most: bool,
     /// The measured figure; `None` when this run did not measure it.
     pub value: Option<f64>,
+    /// Why the run is not fit for comparison (`host::unfit`): then the target is neither met nor missed.
+    pub unfit: Option<String>,
 }
 
 impl Target {
     pub fn new(figures: &BTreeMap<String, f64>, what: &str, key: &str, limit: f64, at_most: bool) -> Target {
-        Target { what: what.into(), key: key.into(), limit, at_most, value: figures.get(key).copied() }
+        Target { what: what.into(), key: key.into(), limit, at_most, value: figures.get(key).copied(), unfit: None }
     }
 
-    /// `Some(true)` met, `Some(false)` missed, `None` not measured.
-    pub fn met(&self) -> Option<bool> {
+    /// The same target in a run unfit for comparison for the reasons `why` (none: unchanged).
+    pub fn unfit_if(mut self, why: &[String]) -> Target {
+        if !why.is_empty() {
+            self.unfit = Some(why.join("; "));
+        }
+        self
+    }
+
+    /// Whether the figure is within the limit, whatever the run's fitness.
+    pub fn within(&self) -> Option<bool> {
         self.value.map(|v| if self.at_most { v <= self.limit } else { v >= self.limit })
     }
 
-    /// "met", "missed by 23%" or "not measured".
+    /// `Some(true)` met, `Some(false)` missed, `None` not measured or not judged (the run unfit).
+    pub fn met(&self) -> Option<bool> {
+        if self.unfit.is_some() {
+            return None;
+        }
+        self.within()
+    }
+
+    /// "met", "missed by 23%", "not measured", or "not judged: the run is unfit for comparison (...)".
     pub fn verdict(&self) -> String {
+        if let (Some(why), Some(_)) = (&self.unfit, self.value) {
+            return format!("not judged: the run is not fit for comparison ({why})");
+        }
         match (self.met(), self.value) {
             (Some(true), _) => "met".into(),
             (Some(false), Some(v)) => {

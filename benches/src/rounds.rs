@@ -41,7 +41,7 @@ impl Probe {
     /// A histogram's values (ns).
     pub fn of(h: &Histogram<u64>) -> Probe {
         let q = |p: &str| crate::report::PERCENTILES.iter().find(|(k, _)| *k == p).map_or(0.5, |(_, q)| *q);
-        Probe { pct_ns: RATIO_PERCENTILES.map(|p| h.value_at_quantile(q(p)) as f64), max_ns: h.max() as f64 }
+        Probe { pct_ns: RATIO_PERCENTILES.map(|p| crate::report::value_at(h, q(p)) as f64), max_ns: h.max() as f64 }
     }
 }
 

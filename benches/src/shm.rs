@@ -18,14 +18,14 @@ use mdfan_wire::{BookUpdate, Kind};
 /// A ring of `slots` under `dir`, its file already unlinked, and the sender's handle on it.
 pub fn ring(dir: &Path, slots: u32) -> anyhow::Result<(ShmLocalRing, ShmRemoteRing)> {
     let (mut local, grant) = ShmLocalRing::create(dir, slots)?;
-    let remote = ShmRemoteRing::attach(&grant, dir)?;
+    let remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid()))?;
     local.unlink();
     Ok((local, remote))
 }
 
 /// Writes `seq` into `remote` (the caller keeps within the ring) with `ts` stamps.
 #[inline]
-fn write(remote: &mut ShmRemoteRing, seq: u64, ts_send_ticks: u64, intended_ticks: u64) {
+fn write(remote: &mut ShmRemoteRing, seq: u64, ts_send_ticks: u32, intended_ticks: u64) {
     let r = BookUpdate { seq, ts_send_ticks, ts_recv_ns: intended_ticks, ..BookUpdate::control(Kind::Add) };
     let slots = remote.slot_count();
     // The slot index is in range and the ring stays open for the whole run: a failure is a bug in the bench.
@@ -75,9 +75,9 @@ pub fn pingpong(
     start.wait();
     for seq in 1..=total {
         let t0 = clock.raw();
-        write(&mut a_to_b, seq, t0, 0);
+        write(&mut a_to_b, seq, t0 as u32, 0);
         let r = reap(&mut a_local, seq);
-        let rtt = clock.delta_as_nanos(r.ts_send_ticks, clock.raw());
+        let rtt = clock.delta_as_nanos(0, r.ticks_since_send(clock.raw()));
         if seq > warmup {
             hist.saturating_record((rtt / 2).max(1));
         }

@@ -72,7 +72,7 @@ fn ring(publisher: &VerbsPublisher, subscriber: &VerbsDevice) -> anyhow::Result<
 
 /// Writes `seq` (stamped `ts_send_ticks`) and rings the doorbell.
 #[inline]
-fn send(remote: &mut VerbsRemoteRing, seq: u64, ts_send_ticks: u64) -> anyhow::Result<()> {
+fn send(remote: &mut VerbsRemoteRing, seq: u64, ts_send_ticks: u32) -> anyhow::Result<()> {
     let r = BookUpdate { seq, ts_send_ticks, ..BookUpdate::control(Kind::Add) };
     loop {
         match remote.write_with_imm(slot_index(seq, SLOTS), &r, imm_from_seq(seq)) {
@@ -165,9 +165,9 @@ pub fn pingpong(
     let pinger = (|| {
         for seq in 1..=total {
             let t0 = clock.raw();
-            send(&mut a_to_b, seq, t0)?;
+            send(&mut a_to_b, seq, t0 as u32)?;
             let r = reap(&mut a_local, seq)?;
-            let rtt = clock.delta_as_nanos(r.ts_send_ticks, clock.raw());
+            let rtt = clock.delta_as_nanos(0, r.ticks_since_send(clock.raw()));
             if seq > warmup {
                 hist.saturating_record((rtt / 2).max(1));
             }

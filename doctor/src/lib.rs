@@ -100,6 +100,9 @@ pub struct Inputs {
     pub traffic_class: u8,
     /// The 802.1p priority the network runs lossless (PFC) for RoCE.
     pub roce_priority: u8,
+    /// The interfaces the feed's lines come in on (`lines.interface`'s device): each gets the hardware
+    /// timestamping checks (`lines.hw_timestamping.IF`, `lines.hw_rx.IF`, `lines.phc_sync.IF`). Empty: none.
+    pub line_interfaces: Vec<String>,
 }
 
 impl Default for Inputs {
@@ -114,6 +117,7 @@ impl Default for Inputs {
             need_rdma: false,
             traffic_class: 0,
             roce_priority: 3,
+            line_interfaces: Vec::new(),
         }
     }
 }

@@ -267,3 +267,58 @@ fn core_0_is_never_advised_into_isolation() {
     let fix0 = only0.iter().find(|x| x.id == "host.nohz_full").map(|x| x.fix.clone()).unwrap();
     assert!(fix0.starts_with("move the poller off core 0"), "{fix0}");
 }
+
+#[test]
+fn hardware_timestamping_on_the_line_interfaces() {
+    let with = |name: &str, ifname: &str| {
+        let inputs = Inputs { line_interfaces: vec![ifname.to_owned()], ..Inputs::default() };
+        let f = run(name, &inputs);
+        f.into_iter().filter(|f| f.id.starts_with("lines.")).collect::<Vec<_>>()
+    };
+    // A ConnectX with its PHC in TAI, stamping on, phc2sys running.
+    let f = with("tuned", "ens1f0np0");
+    assert_eq!(
+        table(&f),
+        [
+            ("lines.hw_timestamping.ens1f0np0", Pass),
+            ("lines.hw_rx.ens1f0np0", Pass),
+            ("lines.phc_sync.ens1f0np0", Pass)
+        ]
+    );
+    assert_eq!(
+        found(&f, "lines.hw_timestamping.ens1f0np0"),
+        "ens1f0np0: hardware receive stamps, PHC /dev/ptp0, receive filters none,all"
+    );
+    assert_eq!(
+        found(&f, "lines.phc_sync.ens1f0np0"),
+        "/dev/ptp0: phc2sys running, PHC - CLOCK_REALTIME 37000000212 ns"
+    );
+    // The same NIC with stamping off and the PHC left free-running.
+    let f = with("untuned", "enp65s0f0np0");
+    assert_eq!(table(&f)[1..], [("lines.hw_rx.enp65s0f0np0", Warn), ("lines.phc_sync.enp65s0f0np0", Warn)]);
+    assert_eq!(found(&f, "lines.hw_rx.enp65s0f0np0"), "enp65s0f0np0: rx_filter 0");
+    assert!(f[1].fix.contains("hwstamp_ctl -i enp65s0f0np0 -r 1"), "{}", f[1].fix);
+    assert_eq!(
+        found(&f, "lines.phc_sync.enp65s0f0np0"),
+        "/dev/ptp0: phc2sys not running, PHC - CLOCK_REALTIME -1734022915 ns"
+    );
+    // A NIC without a PHC, and a VM's virtio-net: software stamps only.
+    for (name, ifname) in [("nophc", "eno1"), ("vm", "enp1s0")] {
+        let f = with(name, ifname);
+        assert_eq!(
+            table(&f),
+            [
+                (format!("lines.hw_timestamping.{ifname}").as_str(), Warn),
+                (format!("lines.hw_rx.{ifname}").as_str(), Unknown),
+                (format!("lines.phc_sync.{ifname}").as_str(), Unknown)
+            ],
+            "{name}"
+        );
+        assert_eq!(
+            found(&f, &format!("lines.hw_timestamping.{ifname}")),
+            format!("{ifname}: software stamps only, no PHC, receive filters none listed")
+        );
+    }
+    // No line interface named: no such finding.
+    assert!(!run("tuned", &tuned_inputs()).iter().any(|f| f.id.starts_with("lines.")));
+}

@@ -63,7 +63,7 @@ impl Provider {
     /// The provider a grant is for.
     pub fn of_grant(grant: &RingGrant) -> Provider {
         match grant {
-            RingGrant::Shm { .. } => Provider::Shm,
+            RingGrant::Shm { .. } | RingGrant::ShmFd { .. } => Provider::Shm,
             RingGrant::Verbs { .. } => Provider::Verbs,
         }
     }
@@ -169,6 +169,26 @@ impl PreparedLocalRing {
         }
     }
 
+    /// As [`PreparedLocalRing::create`], for a publisher reached over its Unix-domain socket: a shared-memory
+    /// ring is made with no name ([`ShmLocalRing::create_sealed`]) and its descriptor is returned, to be sent
+    /// with the subscribe frame (`SCM_RIGHTS`, [`crate::fdpass::send_with_fd`]); a verbs ring as `create`, with
+    /// no descriptor.
+    ///
+    /// # Errors
+    /// As [`PreparedLocalRing::create`].
+    pub fn create_to_pass(
+        cfg: &FabricConfig,
+        slot_count: u32,
+    ) -> Result<(PreparedLocalRing, RingGrant, Option<std::os::fd::OwnedFd>), FabricError> {
+        match cfg {
+            FabricConfig::Shm { .. } => {
+                ShmLocalRing::create_sealed(slot_count).map(|(r, g, fd)| (PreparedLocalRing::Shm(r), g, Some(fd)))
+            }
+            #[cfg(feature = "verbs")]
+            FabricConfig::Verbs(_) => Self::create(cfg, slot_count).map(|(r, g)| (r, g, None)),
+        }
+    }
+
     /// The provider the ring is on.
     pub fn provider(&self) -> Provider {
         match self {
@@ -270,7 +290,10 @@ impl AnySender {
     /// [`FabricError`] naming the device or field that failed.
     pub fn open(cfg: &FabricConfig) -> Result<AnySender, FabricError> {
         match cfg {
-            FabricConfig::Shm { dir } => Ok(AnySender::Shm { dir: dir.clone() }),
+            FabricConfig::Shm { dir } => {
+                crate::shm::check_dir(dir)?;
+                Ok(AnySender::Shm { dir: dir.clone() })
+            }
             #[cfg(feature = "verbs")]
             FabricConfig::Verbs(vc) => crate::verbs::VerbsPublisher::open(vc).map(AnySender::Verbs),
         }
@@ -307,27 +330,59 @@ impl AnySender {
         }
     }
 
-    /// Attaches a subscriber's grant: maps (shm) or connects to (verbs) its ring, and returns the settings its
-    /// accept carries back.
+    /// Attaches a subscriber's grant for `peer` (who asks, and the ring's descriptor when it came with the
+    /// frame): maps (shm) or connects to (verbs) its ring, and returns the settings its accept carries back. An
+    /// shm ring is attached only for its owner ([`ShmRemoteRing::attach`], [`ShmRemoteRing::attach_fd`]); a
+    /// verbs ring is reached through its QP and rkey, whoever asks.
     ///
     /// # Errors
     /// [`FabricError::Mismatch`] when the grant is for another provider than this sender's (the message
-    /// names both); otherwise what the provider reports, naming the path or QP.
-    pub fn attach(&self, grant: &RingGrant) -> Result<(AnyRemoteRing, AcceptFabric), FabricError> {
-        match (self, grant) {
-            (AnySender::Shm { dir }, RingGrant::Shm { .. }) => {
-                ShmRemoteRing::attach(grant, dir).map(|r| (AnyRemoteRing::Shm(r), AcceptFabric::Shm))
+    /// names both); [`FabricError::BadRing`] for an fd grant without its descriptor (or a descriptor without
+    /// one); otherwise what the provider reports, naming the path or QP.
+    pub fn attach(&self, grant: &RingGrant, peer: Peer) -> Result<(AnyRemoteRing, AcceptFabric), FabricError> {
+        let shm = |r: ShmRemoteRing| (AnyRemoteRing::Shm(r), AcceptFabric::Shm);
+        let no_fd = |detail: &str| FabricError::BadRing { path: "fd".into(), detail: detail.into() };
+        match (self, grant, peer.ring_fd) {
+            (_, RingGrant::ShmFd { .. }, None) => {
+                Err(no_fd("a shm_fd grant came without its descriptor (it travels only over a Unix-domain socket)"))
             }
+            (_, RingGrant::Shm { .. } | RingGrant::Verbs { .. }, Some(_)) => {
+                Err(no_fd("a descriptor came with a grant that names no descriptor"))
+            }
+            (AnySender::Shm { dir }, RingGrant::Shm { .. }, None) => {
+                ShmRemoteRing::attach(grant, dir, peer.uid).map(shm)
+            }
+            (AnySender::Shm { .. }, RingGrant::ShmFd { .. }, Some(fd)) => match peer.uid {
+                Some(uid) => ShmRemoteRing::attach_fd(grant, fd, uid).map(shm),
+                None => Err(no_fd("the peer's user is unknown (no SO_PEERCRED)")),
+            },
             #[cfg(feature = "verbs")]
-            (AnySender::Verbs(v), RingGrant::Verbs { .. }) => {
+            (AnySender::Verbs(v), RingGrant::Verbs { .. }, None) => {
                 v.attach(grant).map(|(r, a)| (AnyRemoteRing::Verbs(Box::new(r)), a))
             }
-            (sender, grant) => Err(FabricError::Mismatch {
+            (sender, grant, _) => Err(FabricError::Mismatch {
                 offered: Provider::of_grant(grant),
                 what: "ring",
                 served: sender.provider(),
             }),
         }
+    }
+}
+
+/// Who asks the publisher to attach a ring ([`AnySender::attach`]).
+#[derive(Debug, Default)]
+pub struct Peer {
+    /// The local user at the control connection's other end (`SO_PEERCRED` on a Unix-domain socket; the owner
+    /// of the peer's socket on a loopback TCP connection); `None` for a peer on another host or one not found.
+    pub uid: Option<u32>,
+    /// The ring's descriptor, when it came with the subscribe frame (`SCM_RIGHTS`: [`RingGrant::ShmFd`]).
+    pub ring_fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Peer {
+    /// This process's own user, no descriptor: a ring file this process created (tests, benchmarks).
+    pub fn this_user() -> Peer {
+        Peer { uid: Some(crate::shm::current_euid()), ring_fd: None }
     }
 }
 
@@ -428,7 +483,7 @@ mod tests {
             ring_rkey: 7,
             slot_count: 1024,
         };
-        let err = sender.attach(&grant).err().expect("a verbs grant on an shm sender");
+        let err = sender.attach(&grant, Peer::default()).err().expect("a verbs grant on an shm sender");
         assert_eq!(err.to_string(), "a verbs ring was offered to an end that serves fabric shm");
         assert_eq!(
             Provider::Verbs.check_built().err().map(|e| e.to_string()),

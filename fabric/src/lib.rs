@@ -16,12 +16,14 @@
 //! Hot-path calls return small `Copy` errors ([`PostError`]); set-up returns [`FabricError`], which names the
 //! path, device or field that failed.
 //!
-//! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`) and in [`sigbus`] (the SIGBUS handler
-//! for the shm rings the publisher maps); everything above is safe Rust.
+//! `unsafe` lives in the provider modules only ([`shm`], and `verbs::ffi`), in [`sigbus`] (the SIGBUS handler
+//! for the shm rings the publisher maps) and in [`fdpass`] (a ring passed as a file descriptor); everything above
+//! is safe Rust.
 #![warn(missing_docs)]
 
 pub mod any;
 pub mod credit;
+pub mod fdpass;
 pub mod nic_clock;
 pub mod send_stamps;
 pub mod shm;
@@ -31,7 +33,7 @@ pub mod sigbus;
 pub mod verbs;
 pub mod verbs_config;
 
-pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, PreparedLocalRing, Provider};
+pub use any::{AnyLocalRing, AnyRemoteRing, AnySender, FabricConfig, Peer, PreparedLocalRing, Provider};
 pub use mdfan_wire as wire;
 pub use mdfan_wire::control::CloseReason;
 use mdfan_wire::BookUpdate;
@@ -246,6 +248,17 @@ pub enum FabricError {
         what: &'static str,
         /// The provider of the end that refused it.
         served: Provider,
+    },
+    /// A local user asked for a ring file another user owns (the publisher attaches a shared-memory ring only
+    /// for its owner).
+    #[error("ring {path}: owned by {owner}, but the subscriber asking for it is {peer}: a ring is attached only for its owner")]
+    NotOwner {
+        /// The ring's path (or `fd:N`).
+        path: String,
+        /// Its owner, `uid N (name)`.
+        owner: String,
+        /// The control connection's user, `uid N (name)`.
+        peer: String,
     },
     /// No usable RDMA device.
     #[error("no RDMA device: {0}")]

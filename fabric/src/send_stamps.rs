@@ -23,11 +23,18 @@ pub const SEND_STAMPS: usize = 64;
 /// One signalled send WR that the NIC completed with a timestamp. 16 bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendStamp {
-    /// The TSC when the hot loop posted it (raw `quanta` counter: the record's `ts_send_ticks`).
+    /// The TSC when the hot loop posted it (raw `quanta` counter), as far as the record's `ts_send_ticks` holds
+    /// it: its low 32 bits. [`extend_tsc`] gives back the whole value from a later TSC read.
     pub post_tsc: u64,
     /// The send completion's NIC timestamp, in ticks of `hca_core_clock`, extended to 64 bits across counter
     /// wraps ([`TickExtender`]; the low `completion_timestamp_mask` bits are the raw value).
     pub nic_ticks: u64,
+}
+
+/// The whole TSC whose low 32 bits are `low`, read at most 2^32 ticks before `later` (a TSC read at or after it).
+#[inline]
+pub const fn extend_tsc(low: u32, later: u64) -> u64 {
+    later.wrapping_sub((later as u32).wrapping_sub(low) as u64)
 }
 
 /// Post times of signalled WRs and the stamps of their completions (module docs).

@@ -234,16 +234,19 @@ impl ShmLocalRing {
     /// [`FabricError::BadRing`] for a slot count that is not a power of two in range; [`FabricError::Io`] when
     /// the file cannot be created, sized or mapped.
     pub fn create(dir: &Path, slot_count: u32) -> Result<(ShmLocalRing, RingGrant), FabricError> {
+        check_dir(dir)?;
         sweep_stale(dir);
         let path =
             dir.join(format!("{FILE_PREFIX}{}-{}", std::process::id(), RING_COUNTER.fetch_add(1, Ordering::Relaxed)));
         let header = RingHeader::new(slot_count, 1)
             .map_err(|e| FabricError::BadRing { path: path.display().to_string(), detail: e.to_string() })?;
+        // O_EXCL | O_NOFOLLOW: a name someone planted (a file, a symlink to somewhere else) fails here.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io_err("create", &path))?;
         let len = segment_bytes(slot_count);
@@ -270,6 +273,41 @@ impl ShmLocalRing {
             window: ReadWindow::default(),
         };
         Ok((ring, grant))
+    }
+
+    /// Creates a ring of `slot_count` slots with no name at all: a `memfd_create(2)` file, its pages reserved
+    /// (`posix_fallocate`), header written, then sealed against shrinking and growing (`F_SEAL_SHRINK |
+    /// F_SEAL_GROW | F_SEAL_SEAL`, fcntl(2) "File Sealing"), so nobody, the publisher included, can truncate it
+    /// under a mapping. Returns the ring, the grant ([`RingGrant::ShmFd`]) and the descriptor to pass to the
+    /// publisher with the subscribe frame over its Unix-domain socket ([`crate::fdpass::send_with_fd`]); no
+    /// other process can open it, so it needs no file mode, owner or folder to guard. Memory: [`segment_bytes`].
+    ///
+    /// # Errors
+    /// [`FabricError::BadRing`] for a bad slot count or a host with too little shared memory; [`FabricError::Io`]
+    /// when the file cannot be created, sized, mapped or sealed.
+    pub fn create_sealed(slot_count: u32) -> Result<(ShmLocalRing, RingGrant, std::os::fd::OwnedFd), FabricError> {
+        let label = PathBuf::from("memfd:mdfan-ring");
+        let header = RingHeader::new(slot_count, 1)
+            .map_err(|e| FabricError::BadRing { path: label.display().to_string(), detail: e.to_string() })?;
+        let fd = crate::fdpass::memfd(c"mdfan-ring").map_err(io_err("memfd_create", &label))?;
+        let file = File::from(fd);
+        let len = segment_bytes(slot_count);
+        reserve(&file, len, Path::new("/dev/shm (memfd)"), &label)?;
+        // SAFETY: the file was just created by us, nobody else holds it, and it has exactly `len` bytes; its
+        // contents change under the map only through the atomics and slots of the documented layout.
+        let mut map =
+            unsafe { MmapOptions::new().len(len).populate().map_mut(&file) }.map_err(io_err("mmap", &label))?;
+        map[..64].copy_from_slice(bytemuck::bytes_of(&header));
+        crate::fdpass::seal_size(&file).map_err(io_err("seal", &label))?;
+        let ring = ShmLocalRing {
+            seg: Segment::mapped(map, label, slot_count),
+            cq_pos: 0,
+            cq_shift: slot_count.trailing_zeros(),
+            linked: false,
+            idle_polls: 0,
+            window: ReadWindow::default(),
+        };
+        Ok((ring, RingGrant::ShmFd { slot_count }, file.into()))
     }
 
     /// Removes the ring's file name; both mappings stay valid. Idempotent.
@@ -415,15 +453,23 @@ pub struct ShmRemoteRing {
 }
 
 impl ShmRemoteRing {
-    /// Maps the ring a subscriber granted. Only files named `mdfan-ring-*` directly under `allowed_dir` are
-    /// accepted, and only when their header and size match the grant.
+    /// Maps the ring a subscriber granted by name ([`RingGrant::Shm`]) for the local user `peer_uid` (the uid of
+    /// the control connection's other end: `SO_PEERCRED`, or the owner of the loopback TCP socket). Only files
+    /// named `mdfan-ring-*` directly under `allowed_dir` (a folder [`check_dir`] accepts) are taken, opened with
+    /// `O_NOFOLLOW`, and only a regular file with one link, owned by `peer_uid`, whose size and header match the
+    /// grant: a local user naming another's ring is refused naming both ([`FabricError::NotOwner`]).
     ///
     /// # Errors
-    /// [`FabricError::Mismatch`] for a non-shm grant, [`FabricError::BadRing`] naming the field that does
-    /// not match, [`FabricError::Io`] when the file cannot be opened or mapped.
-    pub fn attach(grant: &RingGrant, allowed_dir: &Path) -> Result<ShmRemoteRing, FabricError> {
+    /// [`FabricError::Mismatch`] for a grant of another kind, [`FabricError::NotOwner`], [`FabricError::BadRing`]
+    /// naming the field that does not match (and when `peer_uid` is unknown: a remote or unidentified peer),
+    /// [`FabricError::Io`] when the file cannot be opened or mapped.
+    pub fn attach(grant: &RingGrant, allowed_dir: &Path, peer_uid: Option<u32>) -> Result<ShmRemoteRing, FabricError> {
         let RingGrant::Shm { path, slot_count } = grant else {
-            return Err(FabricError::Mismatch { offered: Provider::Verbs, what: "ring", served: Provider::Shm });
+            return Err(FabricError::Mismatch {
+                offered: Provider::of_grant(grant),
+                what: "ring",
+                served: Provider::Shm,
+            });
         };
         let bad = |detail: String| FabricError::BadRing { path: path.clone(), detail };
         let path_buf = PathBuf::from(path);
@@ -432,13 +478,22 @@ impl ShmRemoteRing {
             return Err(bad(format!("path must be {}/{FILE_PREFIX}*", allowed_dir.display())));
         }
         let slot_count = check_slot_count(*slot_count as u64).map_err(|e| bad(e.to_string()))?;
-        // O_NOFOLLOW: the name checked above must be the file itself, not a symlink to somewhere else.
+        let Some(peer_uid) = peer_uid else {
+            return Err(bad(
+                "the publisher cannot tell which local user asks for it (a peer not on this host, or its socket not \
+                 found): a shared-memory ring is attached only for a known local user"
+                    .into(),
+            ));
+        };
+        check_dir(allowed_dir)?;
+        // O_NOFOLLOW: the name checked above must be the file itself, not a symlink to somewhere else;
+        // O_NONBLOCK: a FIFO planted under the name cannot hold the open (it is refused below).
         let file: File = OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path_buf)
-            .map_err(io_err("open", &path_buf))?;
+            .map_err(|source| open_error(&path_buf, source))?;
         let meta = file.metadata().map_err(io_err("stat", &path_buf))?;
         if !meta.file_type().is_file() || meta.file_type().is_fifo() {
             return Err(bad("not a regular file".into()));
@@ -449,24 +504,98 @@ impl ShmRemoteRing {
         if links != 1 {
             return Err(bad(format!("has {links} links, expected 1")));
         }
+        let owner = std::os::unix::fs::MetadataExt::uid(&meta);
+        if owner != peer_uid {
+            return Err(FabricError::NotOwner {
+                path: path.clone(),
+                owner: user_label(owner),
+                peer: user_label(peer_uid),
+            });
+        }
+        Self::map_checked(file, &meta, path_buf, slot_count)
+    }
+
+    /// Maps a ring passed as a file descriptor ([`RingGrant::ShmFd`], received with the subscribe frame over the
+    /// publisher's Unix-domain socket, `SCM_RIGHTS`) for the local user `peer_uid` (`SO_PEERCRED`): a regular
+    /// file owned by `peer_uid`, sealed against shrinking (`F_SEAL_SHRINK`: it can never be truncated under the
+    /// mapping), whose size and header match the grant.
+    ///
+    /// # Errors
+    /// As [`ShmRemoteRing::attach`]; [`FabricError::BadRing`] for a file that is not sealed.
+    pub fn attach_fd(grant: &RingGrant, fd: std::os::fd::OwnedFd, peer_uid: u32) -> Result<ShmRemoteRing, FabricError> {
+        let RingGrant::ShmFd { slot_count } = grant else {
+            return Err(FabricError::Mismatch {
+                offered: Provider::of_grant(grant),
+                what: "ring",
+                served: Provider::Shm,
+            });
+        };
+        let label = PathBuf::from(format!("fd:{}", std::os::fd::AsRawFd::as_raw_fd(&fd)));
+        let bad = |detail: String| FabricError::BadRing { path: label.display().to_string(), detail };
+        let slot_count = check_slot_count(*slot_count as u64).map_err(|e| bad(e.to_string()))?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(io_err("stat", &label))?;
+        if !meta.file_type().is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        let owner = std::os::unix::fs::MetadataExt::uid(&meta);
+        if owner != peer_uid {
+            return Err(FabricError::NotOwner {
+                path: label.display().to_string(),
+                owner: user_label(owner),
+                peer: user_label(peer_uid),
+            });
+        }
+        let seals = crate::fdpass::seals(&file).map_err(io_err("fcntl F_GET_SEALS", &label))?;
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(bad(
+                "not sealed against shrinking (F_SEAL_SHRINK): it could be truncated under the mapping".into()
+            ));
+        }
+        Self::map_checked(file, &meta, label, slot_count)
+    }
+
+    /// Maps an opened ring file whose owner was checked: size, then the mapping under the SIGBUS guard (before
+    /// its first read: the header), then the header, then the one-time WAITING -> ATTACHED claim.
+    fn map_checked(
+        file: File,
+        meta: &std::fs::Metadata,
+        path_buf: PathBuf,
+        slot_count: u32,
+    ) -> Result<ShmRemoteRing, FabricError> {
+        let bad = |detail: String| FabricError::BadRing { path: path_buf.display().to_string(), detail };
         let len = segment_bytes(slot_count);
         if meta.len() != len as u64 {
             return Err(bad(format!("size {} bytes, expected {len} for {slot_count} slots", meta.len())));
         }
-        // SAFETY: the file has the exact size of the layout; its contents change under the map only through
-        // the atomics and slots of the documented layout (the owner is the subscriber process).
+        // SAFETY: the file had the exact size of the layout when checked; its contents change under the map only
+        // through the atomics and slots of the documented layout (the owner is the subscriber process). If its
+        // owner truncates it meanwhile, an access past the new end faults with SIGBUS, which the guard registered
+        // right below (before any access, the header's included) contains.
         let map =
             unsafe { MmapOptions::new().len(len).populate().map_mut(&file) }.map_err(io_err("mmap", &path_buf))?;
-        let header: RingHeader = bytemuck::pod_read_unaligned(&map[..64]);
-        header.validate().map_err(|e| bad(format!("header: {e}")))?;
-        if header.slot_count != slot_count {
-            return Err(bad(format!("header slot_count {} differs from the grant's {slot_count}", header.slot_count)));
-        }
         let seg = Segment::mapped(map, path_buf, slot_count);
         let guard = crate::sigbus::Guard::new(seg.base, seg.len);
         if guard.is_none() {
             tracing::warn!(path = %seg.path.display(), "shm: ring mapped without SIGBUS protection (table full or \
                 no handler): a subscriber that truncates it would kill the publisher");
+        }
+        let mut header = [0u8; 64];
+        for (k, chunk) in header.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&seg.word(8 * k).load(Ordering::Acquire).to_le_bytes());
+        }
+        if guard.as_ref().is_some_and(|g| g.faulted()) {
+            return Err(FabricError::BadRing {
+                path: seg.path.display().to_string(),
+                detail: "truncated while being attached (SIGBUS)".into(),
+            });
+        }
+        let header: RingHeader = bytemuck::pod_read_unaligned(&header);
+        let shown = seg.path.display().to_string();
+        let bad = |detail: String| FabricError::BadRing { path: shown.clone(), detail };
+        header.validate().map_err(|e| bad(format!("header: {e}")))?;
+        if header.slot_count != slot_count {
+            return Err(bad(format!("header slot_count {} differs from the grant's {slot_count}", header.slot_count)));
         }
         let ring = ShmRemoteRing {
             guard,
@@ -489,6 +618,75 @@ impl ShmRemoteRing {
         }
         Ok(ring)
     }
+}
+
+/// The error of opening a granted ring file: `EACCES` says what to do (the publisher runs as another user than
+/// the ring's owner, and a ring is 0600: the Unix-domain socket passes the ring itself).
+fn open_error(path: &Path, source: std::io::Error) -> FabricError {
+    if source.kind() == std::io::ErrorKind::PermissionDenied {
+        return FabricError::BadRing {
+            path: path.display().to_string(),
+            detail: format!(
+                "open: {source}: the publisher runs as {} and the ring is its owner's alone (mode 0600); a \
+                 subscriber running as another user connects to the publisher's Unix-domain socket \
+                 (publisher.listen_unix; `--connect unix:PATH`), which passes the ring itself",
+                user_label(current_euid())
+            ),
+        };
+    }
+    io_err("open", path)(source)
+}
+
+/// This process's effective uid.
+pub fn current_euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `uid N (name)`, the name from /etc/passwd when it has one (`uid N` otherwise), for messages about local users.
+pub fn user_label(uid: u32) -> String {
+    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|text| {
+        text.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+        })
+    });
+    match name {
+        Some(n) => format!("uid {uid} ({n})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// Checks a folder that holds rings or counters files: it exists, is owned by root or by this process's user,
+/// and nobody else may replace a file in it (not group- or world-writable, unless it has the sticky bit, as
+/// `/dev/shm` and `/tmp` do: then only a file's owner may remove or rename it).
+///
+/// # Errors
+/// [`FabricError::BadRing`] naming the folder and what is wrong.
+pub fn check_dir(dir: &Path) -> Result<(), FabricError> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let bad = |detail: String| FabricError::BadRing { path: dir.display().to_string(), detail };
+    let meta = std::fs::metadata(dir).map_err(io_err("stat", dir))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    let (owner, mode) = (meta.uid(), meta.permissions().mode());
+    if owner != 0 && owner != current_euid() {
+        return Err(bad(format!(
+            "folder owned by {}, not by root or {} (this process): its owner could replace any file in it",
+            user_label(owner),
+            user_label(current_euid())
+        )));
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(bad(format!(
+            "folder mode {:04o}: writable by others without the sticky bit, so any local user could replace a file \
+             in it (chmod +t, or a folder of mdfan's own)",
+            mode & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 impl ShmRemoteRing {
@@ -715,7 +913,7 @@ mod tests {
         }
         let dir = Path::new(DEFAULT_DIR);
         let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
-        let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+        let remote = ShmRemoteRing::attach(&grant, dir, Some(current_euid())).unwrap();
         (local, remote)
     }
 
@@ -875,36 +1073,37 @@ mod tests {
     #[cfg_attr(miri, ignore = "files and mappings")]
     fn attach_refuses_paths_outside_the_dir_wrong_sizes_and_bad_headers() {
         let dir = Path::new(DEFAULT_DIR);
+        let me = Some(current_euid());
         let outside = RingGrant::Shm { path: "/etc/passwd".into(), slot_count: 64 };
-        let e = ShmRemoteRing::attach(&outside, dir).err().unwrap().to_string();
+        let e = ShmRemoteRing::attach(&outside, dir, me).err().unwrap().to_string();
         assert!(e.contains("/etc/passwd") && e.contains("path must be"), "{e}");
         let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
         let RingGrant::Shm { path, .. } = &grant else { unreachable!() };
         let wrong = RingGrant::Shm { path: path.clone(), slot_count: 128 };
-        let e = ShmRemoteRing::attach(&wrong, dir).err().unwrap().to_string();
+        let e = ShmRemoteRing::attach(&wrong, dir, me).err().unwrap().to_string();
         assert!(e.contains("size"), "{e}");
         // a file of the right size with a zeroed header
         let fake = dir.join(format!("{FILE_PREFIX}test-{}", std::process::id()));
         std::fs::write(&fake, vec![0u8; segment_bytes(64)]).unwrap();
         let g = RingGrant::Shm { path: fake.display().to_string(), slot_count: 64 };
-        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        let e = ShmRemoteRing::attach(&g, dir, me).err().unwrap().to_string();
         std::fs::remove_file(&fake).unwrap();
         assert!(e.contains("magic"), "{e}");
         // a second attach of an attached ring, and a hard link to it, are refused
-        let _first = ShmRemoteRing::attach(&grant, dir).unwrap();
-        let e = ShmRemoteRing::attach(&grant, dir).err().unwrap().to_string();
+        let _first = ShmRemoteRing::attach(&grant, dir, me).unwrap();
+        let e = ShmRemoteRing::attach(&grant, dir, me).err().unwrap().to_string();
         assert!(e.contains("already attached"), "{e}");
         let hard = dir.join(format!("{FILE_PREFIX}hard-{}", std::process::id()));
         std::fs::hard_link(path, &hard).unwrap();
         let g = RingGrant::Shm { path: hard.display().to_string(), slot_count: 64 };
-        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        let e = ShmRemoteRing::attach(&g, dir, me).err().unwrap().to_string();
         std::fs::remove_file(&hard).unwrap();
         assert!(e.contains("has 2 links"), "{e}");
         // a symlink with an accepted name, pointing at a valid ring, is refused
         let link = dir.join(format!("{FILE_PREFIX}link-{}", std::process::id()));
         std::os::unix::fs::symlink(path, &link).unwrap();
         let g = RingGrant::Shm { path: link.display().to_string(), slot_count: 64 };
-        let e = ShmRemoteRing::attach(&g, dir).err().unwrap().to_string();
+        let e = ShmRemoteRing::attach(&g, dir, me).err().unwrap().to_string();
         std::fs::remove_file(&link).unwrap();
         assert!(e.starts_with("open ") && e.contains("link"), "{e}");
         drop(local);
@@ -918,9 +1117,10 @@ mod tests {
     #[cfg_attr(miri, ignore = "files, mappings and signals")]
     fn a_ring_file_truncated_under_the_mapping_fails_the_ring_not_the_process() {
         let dir = Path::new(DEFAULT_DIR);
+        let me = Some(current_euid());
         let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
         let RingGrant::Shm { path, .. } = &grant else { unreachable!() };
-        let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+        let mut remote = ShmRemoteRing::attach(&grant, dir, me).unwrap();
         let record = BookUpdate { seq: 1, ..BookUpdate::control(mdfan_wire::Kind::Heartbeat) };
         remote.write_with_imm(0, &record, 1).unwrap();
         assert!(remote.flush().is_ok() && remote.failure().is_none());

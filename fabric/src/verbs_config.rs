@@ -13,7 +13,7 @@
 //! path_mtu_bytes = 1024
 //! timeout = 14               # 4.096 us * 2^14 = 67 ms per ACK timeout (1..=31; 0 = forever is refused)
 //! retry_cnt = 7
-//! rnr_retry = 7              # 7 = retry forever
+//! rnr_retry = 6              # RNR NAK retries (7 = forever); 6 x 0.64 ms: a dry receive queue fails the QP in 3.8 ms
 //! min_rnr_timer = 12         # IB code 12 = 0.64 ms
 //! send_queue_depth = 256
 //! signal_every = 32
@@ -69,7 +69,11 @@ pub struct VerbsConfig {
     /// Transport retries after an ACK timeout before the QP goes to ERR (`IBV_WC_RETRY_EXC_ERR`). Valid 0..=7.
     /// Default 7.
     pub retry_cnt: u8,
-    /// Retries after an RNR NAK (receiver had no receive WR posted). 7 = retry forever. Valid 0..=7. Default 7.
+    /// Retries after an RNR NAK (receiver had no receive WR posted), each after the receiver's `min_rnr_timer`;
+    /// past them the QP goes to ERR (`IBV_WC_RNR_RETRY_EXC_ERR`: `fabric_error`). 7 = retry forever: a
+    /// subscriber that stops re-posting receives (stopped, hung) would then hold the publisher's QP and its send
+    /// queue for as long as it lives. Valid 0..=7. Default 6 (worst case: [`VerbsConfig::rnr_exhaustion`], 3.8 ms
+    /// with the default timer; a recorder that may stop for seconds sets 7 or a longer `min_rnr_timer`).
     pub rnr_retry: u8,
     /// Delay the receiver asks for in its RNR NAK, as the IB code (IB vol. 1, table 45: 12 = 0.64 ms,
     /// 14 = 1.28 ms, 0 = 655 ms). Valid 0..=31. Default 12.
@@ -115,7 +119,7 @@ impl Default for VerbsConfig {
             path_mtu_bytes: 1024,
             timeout: 14,
             retry_cnt: 7,
-            rnr_retry: 7,
+            rnr_retry: 6,
             min_rnr_timer: 12,
             hop_limit: 64,
             traffic_class: 0,
@@ -128,6 +132,16 @@ impl Default for VerbsConfig {
             cq_api: CqApi::Auto,
         }
     }
+}
+
+/// The delay an RNR NAK asks for, by its 5-bit code (IB vol. 1, table 45: 0 = 655.36 ms, 1 = 0.01 ms, ...,
+/// 12 = 0.64 ms, ..., 31 = 491.52 ms); codes above 31 read as 31.
+pub fn rnr_timer(code: u8) -> std::time::Duration {
+    const US_X100: [u32; 32] = [
+        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+        4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    std::time::Duration::from_micros(US_X100[code.min(31) as usize] as u64 * 10)
 }
 
 /// Most credits the default `credit_every` waits for.
@@ -165,6 +179,14 @@ impl VerbsConfig {
     pub fn dead_peer_detection(&self) -> std::time::Duration {
         let ack_timeout_ns = 4_096u64 << self.timeout.min(31);
         std::time::Duration::from_nanos(ack_timeout_ns * (self.retry_cnt as u64 + 1))
+    }
+
+    /// How long a sender retries, at worst, against a receiver whose receive queue stays dry before its QP goes
+    /// to ERR (`IBV_WC_RNR_RETRY_EXC_ERR`): `rnr_retry` waits of the RNR timer (IB vol. 1, table 45, the code the
+    /// receiver advertises: here this config's `min_rnr_timer`, the same on both ends with the defaults). `None`
+    /// for `rnr_retry = 7`: forever.
+    pub fn rnr_exhaustion(&self) -> Option<std::time::Duration> {
+        (self.rnr_retry < 7).then(|| rnr_timer(self.min_rnr_timer) * self.rnr_retry as u32)
     }
 
     /// # Errors
@@ -254,7 +276,7 @@ mod tests {
         assert_eq!(c.port_num, 1);
         assert_eq!(c.gid_index, None);
         assert_eq!(c.path_mtu_bytes, 1024);
-        assert_eq!((c.timeout, c.retry_cnt, c.rnr_retry, c.min_rnr_timer), (14, 7, 7, 12));
+        assert_eq!((c.timeout, c.retry_cnt, c.rnr_retry, c.min_rnr_timer), (14, 7, 6, 12));
         assert_eq!((c.send_queue_depth, c.signal_every, c.post_batch), (256, 32, 16));
         assert_eq!((c.recv_queue_depth, c.recv_repost_batch), (None, 32));
         assert_eq!((c.recv_queue_depth_for(131_072), c.recv_queue_depth_for(1024)), (131_072, 1024));
@@ -284,6 +306,15 @@ mod tests {
     fn the_dead_peer_bound_follows_timeout_and_retry_cnt() {
         // defaults: 8 ACK timeouts of 4.096 us * 2^14 = 67.1 ms each
         assert_eq!(VerbsConfig::default().dead_peer_detection().as_nanos(), 8 * 4_096 * (1 << 14));
+        // a dry receive queue: 6 retries of 0.64 ms (code 12) by default; 7 is forever
+        assert_eq!(VerbsConfig::default().rnr_exhaustion(), Some(std::time::Duration::from_micros(3_840)));
+        assert_eq!(VerbsConfig { rnr_retry: 7, ..Default::default() }.rnr_exhaustion(), None);
+        let slow = VerbsConfig { rnr_retry: 3, min_rnr_timer: 0, ..Default::default() };
+        assert_eq!(slow.rnr_exhaustion(), Some(std::time::Duration::from_micros(3 * 655_360)));
+        assert_eq!(
+            (rnr_timer(1), rnr_timer(31)),
+            (std::time::Duration::from_micros(10), std::time::Duration::from_micros(491_520))
+        );
         let fast = VerbsConfig { timeout: 10, retry_cnt: 2, ..Default::default() };
         assert_eq!(fast.dead_peer_detection().as_nanos(), 3 * 4_096 * (1 << 10));
     }

@@ -57,7 +57,8 @@ fn pair(slots: u32) -> (AnyLocalRing, AnyRemoteRing, AnySender) {
     let cfg = config();
     let sender = AnySender::open(&cfg).expect("the sender opens");
     let (mut prepared, grant) = PreparedLocalRing::create(&cfg, slots).expect("the ring is created");
-    let (remote, accept) = sender.attach(&grant).expect("the sender attaches the grant");
+    let (remote, accept) =
+        sender.attach(&grant, mdfan_fabric::Peer::this_user()).expect("the sender attaches the grant");
     prepared.unlink();
     let mut local = prepared.connect(&accept).expect("the ring connects");
     let start = Instant::now();
@@ -269,8 +270,8 @@ fn credits_written_with_another_subscribers_rkey_fail_that_subscriber_alone() {
     let sender = AnySender::open(&cfg).expect("the sender opens");
     let (mut prep_a, grant_a) = PreparedLocalRing::create(&cfg, 64).expect("ring A");
     let (mut prep_b, grant_b) = PreparedLocalRing::create(&cfg, 64).expect("ring B");
-    let (mut remote_a, accept_a) = sender.attach(&grant_a).expect("attach A");
-    let (remote_b, accept_b) = sender.attach(&grant_b).expect("attach B");
+    let (mut remote_a, accept_a) = sender.attach(&grant_a, mdfan_fabric::Peer::this_user()).expect("attach A");
+    let (remote_b, accept_b) = sender.attach(&grant_b, mdfan_fabric::Peer::this_user()).expect("attach B");
     let forged = match (&accept_a, &accept_b) {
         (AcceptFabric::Verbs { credit_addr, credit_rkey, .. }, AcceptFabric::Verbs { endpoint, .. }) => {
             AcceptFabric::Verbs { endpoint: endpoint.clone(), credit_addr: *credit_addr, credit_rkey: *credit_rkey }

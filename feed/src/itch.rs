@@ -16,12 +16,11 @@
 //! errors naming the offset and field. The layouts are fixed-size and short, so this module reads them directly,
 //! in the shape of [`crate::mdp3`].
 //!
-//! Speed: `mdfan-bench` (`benches/src/itch.rs`, criterion group `itch`) times decode + normalise of the bundled
-//! snippet into a ring of records against a bare walk of its length prefixes. Measured 2026-11-30 (AMD EPYC,
-//! 2 shared cores, criterion, the reference table sized for 2^20 orders as the publisher sizes it): 11.8 M
-//! messages/s with std's SipHash `HashMap`, 18.5 M with FxHash (now used), against 373 M/s for the bare walk
-//! (ratio 0.05: the walk reads two bytes per message from L1; the normaliser's reference table, 2^20 orders,
-//! misses the cache on most lookups).
+//! Speed: `mdfan-bench` (`benches/src/itch.rs`, criterion group `itch`) times [`ItchFile`] + decode + normalise
+//! against a real decoder of the same bytes in the same run (the `itch5` crate's parse plus a `std` `HashMap`
+//! order table of the same capacity, yielding the same side, price and remaining shares), on the bundled snippet
+//! and on a synthetic day over a million live orders, with callgrind's instruction counts beside the times (the
+//! report's "ITCH 5.0 decode" table has the figures of a run).
 //!
 //! ## Framing
 //!
@@ -79,9 +78,10 @@
 //! ## Normalisation ([`ItchNormalizer`])
 //!
 //! `instrument_id` = stock locate; `order_id` = order reference number; `ts_event_ns` = the session's US Eastern
-//! midnight (ns since the UNIX epoch, [`eastern_midnight_ns`]) + the timestamp; `venue_seq` = the caller's
-//! position of the message in its stream (1-based message index in a file; the MoldUDP64 sequence number,
-//! low 32 bits, on the wire); the tracking number is not used (it is not a sequence). [`flags::LAST`] is set on
+//! midnight (ns since the UNIX epoch, [`eastern_midnight_ns`]) + the timestamp; `venue_pos` = the caller's
+//! position of the message in its stream (1-based message index in a file; the MoldUDP64 sequence number on the
+//! wire) and the record's index within the message (`wire::record`, "Venue position"); the tracking number is
+//! not used (it is not a sequence). [`flags::LAST`] is set on
 //! the last record of each message.
 //!
 //! | message | records |
@@ -97,7 +97,7 @@
 //! | `H` | `TradingStatus`: status kind `H`, state = trading state (`H`, `P`, `Q`, `T`), reason = the 4-byte reason |
 //! | `Y` | `TradingStatus`: status kind `Y`, state = Reg SHO action (`0`, `1`, `2`), reason 4 spaces |
 //! | `h` | `TradingStatus`: status kind `h`, state = operational halt action (`H`, `T`), reason = market code + 3 spaces |
-//! | other | no record, counted by type in [`NormalizerStats::no_record`] |
+//! | other | no record, counted by type in [`NormalizerStats::no_record`]; all but `R` and System Event `O` also in [`NormalizerStats::skipped`], with where the first was |
 //!
 //! The `TradingStatus` layout is in `mdfan_wire::record` ("Trading status records"). The per-instrument states
 //! are the three above; the others give no record and are counted: `S`, `V` and `W` are market-wide (stock
@@ -108,7 +108,7 @@
 //!
 //! A reference that is not known (the stream joined mid-day, or an order the table lost) is counted
 //! ([`NormalizerStats::unknown_reference`], by type) and the message skipped; the first time on a locate, one
-//! [`Kind::InstrumentStale`] record (`order_id` = the reference) marks that book unsynced. Executions or cancels
+//! [`Kind::InstrumentStale`] record ([`StaleBook::Order`], `order_id` = the reference) marks that book unsynced. Executions or cancels
 //! of more shares than rest are cut to what rests, counted, and mark the locate stale too (a third record after
 //! `Fill` and `Cancel`); so does an add of a live reference (skipped). The only clear point in ITCH is the start of the day: System Event `O`
 //! (start of messages) empties the reference table and marks every locate synced again (no snapshot exists on
@@ -124,7 +124,7 @@ use std::fmt;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use mdfan_wire::{flags, BookUpdate, InstrumentDef, Kind, Side, StatusKind, Symbology};
+use mdfan_wire::{flags, venue_position, BookUpdate, InstrumentDef, Kind, Side, StaleBook, StatusKind, Symbology};
 
 /// The common header: type, stock locate, tracking number, timestamp (spec 4).
 pub const HEADER_BYTES: usize = 11;
@@ -761,6 +761,47 @@ struct Resting {
     shares: u32,
 }
 
+/// The order reference table's hash: MurmurHash3's 64-bit finalizer (`fmix64`), five instructions. Nasdaq's
+/// order references are consecutive integers; FxHash (one multiply) maps such runs onto the hash table's bucket
+/// bits and control bytes unevenly enough that probe sequences grow with a million live orders (measured on the
+/// decode bench's synthetic day: 1.3 µs a message against 0.3 µs for `std`'s SipHash table), while the finalizer's
+/// full avalanche keeps probes short at a fraction of SipHash's cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OrderRefHash;
+
+impl std::hash::BuildHasher for OrderRefHash {
+    type Hasher = OrderRefHasher;
+    fn build_hasher(&self) -> OrderRefHasher {
+        OrderRefHasher(0)
+    }
+}
+
+/// [`OrderRefHash`]'s hasher (a `u64` key is written once; other writes fold in bytewise).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OrderRefHasher(u64);
+
+impl std::hash::Hasher for OrderRefHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut k = self.0;
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        k ^ (k >> 33)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, k: u64) {
+        self.0 ^= k;
+    }
+}
+
 /// Up to three records from one message (an over-execution: `Fill`, `Cancel`, `InstrumentStale`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Records {
@@ -778,9 +819,10 @@ impl Records {
     const fn none() -> Records {
         Records { recs: [BookUpdate::control(Kind::NoAction); 3], len: 0 }
     }
+    /// Appends `r` (whose venue position has index 0) as the message's next record: its index is its place.
     fn push(&mut self, r: BookUpdate) {
         if let Some(slot) = self.recs.get_mut(usize::from(self.len)) {
-            *slot = r;
+            *slot = BookUpdate { venue_pos: r.venue_pos | u64::from(self.len), ..r };
             self.len += 1;
         }
     }
@@ -801,11 +843,90 @@ pub struct NormalizerStats {
     pub too_many_shares: u64,
     /// Messages that gave no record (status and other non-book messages), by type: the documented gap.
     pub no_record: [u64; 256],
+    /// Messages skipped (no record and nothing kept from them: every type but System Event `O` and Stock
+    /// Directory among `no_record`, and the types ITCH 5.0 does not define), by type, with where the first was.
+    pub skipped: Skipped,
+    /// Locates first seen after messages of unknown content were lost that day: marked stale on sight.
+    pub stale_on_sight: u64,
 }
 
 impl Default for NormalizerStats {
     fn default() -> Self {
-        NormalizerStats { unknown_reference: [0; 256], duplicate_reference: 0, too_many_shares: 0, no_record: [0; 256] }
+        NormalizerStats {
+            unknown_reference: [0; 256],
+            duplicate_reference: 0,
+            too_many_shares: 0,
+            no_record: [0; 256],
+            skipped: Skipped::default(),
+            stale_on_sight: 0,
+        }
+    }
+}
+
+/// Messages skipped, by type byte: how many, and where the first one was (what the caller names a message by:
+/// the byte offset of its length prefix in a file, its MoldUDP64 sequence number on the wire).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    count: [u64; 256],
+    first_at: [u64; 256],
+}
+
+impl Default for Skipped {
+    fn default() -> Self {
+        Skipped { count: [0; 256], first_at: [0; 256] }
+    }
+}
+
+impl Skipped {
+    /// Counts one message of `msg_type` found at `at`.
+    #[inline]
+    pub fn note(&mut self, msg_type: u8, at: u64) {
+        let i = usize::from(msg_type);
+        if self.count[i] == 0 {
+            self.first_at[i] = at;
+        }
+        self.count[i] += 1;
+    }
+
+    /// `(count, where the first was)` for one type; `None` if none was skipped.
+    pub fn get(&self, msg_type: u8) -> Option<(u64, u64)> {
+        let i = usize::from(msg_type);
+        (self.count[i] > 0).then(|| (self.count[i], self.first_at[i]))
+    }
+
+    /// Skipped messages over all types.
+    pub fn total(&self) -> u64 {
+        self.count.iter().sum()
+    }
+
+    /// `(type byte, count, first at)` of each type skipped, by type byte.
+    pub fn iter(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
+        (0..=255u8).filter_map(|t| self.get(t).map(|(n, at)| (t, n, at)))
+    }
+}
+
+/// A message type byte as a report names it: the letter (`I`, `J`), or `0x..` for a byte that is not an ASCII
+/// letter or digit.
+pub fn type_label(msg_type: u8) -> String {
+    if msg_type.is_ascii_alphanumeric() {
+        char::from(msg_type).to_string()
+    } else {
+        format!("{msg_type:#04x}")
+    }
+}
+
+impl fmt::Display for Skipped {
+    /// `I:2@120,J:1@170,0x7f:1@220` (type, count, where the first was), or `none`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut any = false;
+        for (t, n, at) in self.iter() {
+            write!(f, "{}{}:{n}@{at}", if any { "," } else { "" }, type_label(t))?;
+            any = true;
+        }
+        if !any {
+            f.write_str("none")?;
+        }
+        Ok(())
     }
 }
 
@@ -820,12 +941,15 @@ impl NormalizerStats {
 /// table and the locate → symbol table from Stock Directory messages.
 pub struct ItchNormalizer {
     midnight_ns: u64,
-    /// order reference → resting order; FxHash (see Cargo.toml): one multiply per lookup instead of SipHash.
-    orders: rustc_hash::FxHashMap<u64, Resting>,
+    /// order reference → resting order, hashed by [`OrderRefHash`].
+    orders: std::collections::HashMap<u64, Resting, OrderRefHash>,
     symbols: Box<[Symbol]>,
     stale: Box<[u64]>,
     /// Locates any message named (a bitset, 65,536 bits), for [`ItchNormalizer::mark_all_stale`].
     seen: Box<[u64]>,
+    /// Messages of unknown content were lost today ([`ItchNormalizer::mark_all_stale`]): a locate first seen
+    /// now may have had messages in them, so it is stale on sight. Cleared at the start of the day.
+    lost: bool,
     stats: NormalizerStats,
 }
 
@@ -844,10 +968,11 @@ impl ItchNormalizer {
     pub fn new(midnight_ns: u64, order_capacity: usize) -> ItchNormalizer {
         ItchNormalizer {
             midnight_ns,
-            orders: rustc_hash::FxHashMap::with_capacity_and_hasher(order_capacity, Default::default()),
+            orders: std::collections::HashMap::with_capacity_and_hasher(order_capacity, OrderRefHash),
             symbols: vec![Symbol::default(); 1 << 16].into_boxed_slice(),
             stale: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
             seen: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
+            lost: false,
             stats: NormalizerStats::default(),
         }
     }
@@ -887,16 +1012,20 @@ impl ItchNormalizer {
             order_id: order_ref,
             instrument_id: u32::from(h.stock_locate),
             kind: Kind::InstrumentStale as u8,
+            level: StaleBook::Order as u8,
             ..*base
         })
     }
 
     /// Messages were lost from the stream (a MoldUDP64 hole given up): every locate seen so far and not yet
-    /// stale is marked unsynced, each with one [`Kind::InstrumentStale`] record (`order_id` 0, `venue_seq` the
-    /// first lost message's position, `ts_event_ns` and `ts_recv_ns` = `ts_recv_ns`) handed to `out`. ITCH has
-    /// no per-instrument sequence, so a hole may have touched any of them. Returns the records made. Allocates
-    /// nothing.
-    pub fn mark_all_stale(&mut self, venue_seq: u32, ts_recv_ns: u64, out: &mut impl FnMut(BookUpdate)) -> u64 {
+    /// stale is marked unsynced, each with one [`Kind::InstrumentStale`] record about the order book (`order_id`
+    /// 0, the venue position the first lost message's sequence number and the record's index among these, `ts_event_ns` and `ts_recv_ns` = `ts_recv_ns`) handed to `out`. ITCH has
+    /// no per-instrument sequence, so a hole may have touched any of them, and a locate not seen yet may have
+    /// had its first messages in it: from now until the start of the next day (System Event `O`) a locate first
+    /// seen is marked stale on sight (its [`Kind::InstrumentStale`] before its message's records). Returns the
+    /// records made. Allocates nothing.
+    pub fn mark_all_stale(&mut self, venue_seq: u64, ts_recv_ns: u64, out: &mut impl FnMut(BookUpdate)) -> u64 {
+        self.lost = true;
         let mut made = 0;
         for (w, (seen, stale)) in self.seen.iter().zip(self.stale.iter_mut()).enumerate() {
             let mut fresh = *seen & !*stale;
@@ -904,14 +1033,14 @@ impl ItchNormalizer {
             while fresh != 0 {
                 let bit = fresh.trailing_zeros();
                 fresh &= fresh - 1;
+                let index = u16::try_from(made).unwrap_or(u16::MAX);
                 made += 1;
                 out(BookUpdate {
-                    instrument_id: (w as u32) * 64 + bit,
-                    venue_seq,
+                    venue_pos: venue_position(venue_seq, index),
                     ts_event_ns: ts_recv_ns,
                     ts_recv_ns,
                     flags: flags::LAST,
-                    ..BookUpdate::control(Kind::InstrumentStale)
+                    ..BookUpdate::stale((w as u32) * 64 + bit, StaleBook::Order)
                 });
             }
         }
@@ -921,13 +1050,14 @@ impl ItchNormalizer {
     /// A message of the stream that did not decode (a live feed goes on past it): the book it may have changed is
     /// marked unsynced, never left silently wrong. Its stock locate (bytes 1..3, big-endian), if the message has
     /// them and that locate is a known instrument (a message named it before), gets one
-    /// [`Kind::InstrumentStale`] record (`order_id` 0, `venue_seq`, `ts_event_ns` = `ts_recv_ns`); otherwise
+    /// [`Kind::InstrumentStale`] record about its order book (`order_id` 0, venue seq `venue_seq`, `ts_event_ns` =
+    /// `ts_recv_ns`); otherwise
     /// every locate seen so far is marked, as for a hole ([`ItchNormalizer::mark_all_stale`]). Records go to `out`
     /// (none for a locate already stale); returns how many. Allocates nothing.
     pub fn mark_undecodable(
         &mut self,
         message: &[u8],
-        venue_seq: u32,
+        venue_seq: u64,
         ts_recv_ns: u64,
         out: &mut impl FnMut(BookUpdate),
     ) -> u64 {
@@ -939,7 +1069,7 @@ impl ItchNormalizer {
         }
         let header = Header { msg_type: message[0], stock_locate: i as u16, tracking_number: 0, timestamp_ns: 0 };
         let base = BookUpdate {
-            venue_seq,
+            venue_pos: venue_position(venue_seq, 0),
             ts_event_ns: ts_recv_ns,
             ts_recv_ns,
             flags: flags::LAST,
@@ -956,19 +1086,28 @@ impl ItchNormalizer {
 
     /// The records of one message; `venue_seq` is its position in the stream and `ts_recv_ns` its receive
     /// (capture) time, 0 if unknown (module docs). [`ItchNormalizer::normalize_into`] without the copies.
-    pub fn normalize(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64) -> Records {
+    pub fn normalize(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64) -> Records {
         let mut out = Records::none();
         self.normalize_into(m, venue_seq, ts_recv_ns, &mut out);
         out
     }
 
     /// [`ItchNormalizer::normalize`] into `out`, which is emptied first: a feed handler keeps one [`Records`]
-    /// and neither initialises nor copies three 64-byte records per message.
-    pub fn normalize_into(&mut self, m: &Message, venue_seq: u32, ts_recv_ns: u64, out: &mut Records) {
+    /// and neither initialises nor copies three 64-byte records per message. A skipped message is named by its
+    /// `venue_seq` in [`NormalizerStats::skipped`].
+    pub fn normalize_into(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64, out: &mut Records) {
+        self.normalize_at(m, venue_seq, ts_recv_ns, venue_seq, out);
+    }
+
+    /// [`ItchNormalizer::normalize_into`], a skipped message named by `at` in [`NormalizerStats::skipped`]
+    /// (a file's byte offset; the MoldUDP64 sequence number, all 64 bits).
+    pub fn normalize_at(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64, at: u64, out: &mut Records) {
         out.len = 0;
         let h = &m.header;
         // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
+        let mut first_seen = false;
         if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
+            first_seen = *w & (1 << (h.stock_locate % 64)) == 0;
             *w |= 1 << (h.stock_locate % 64);
         }
         let ts_event_ns = self.midnight_ns.saturating_add(h.timestamp_ns);
@@ -976,7 +1115,7 @@ impl ItchNormalizer {
             ts_event_ns,
             ts_recv_ns,
             instrument_id: u32::from(h.stock_locate),
-            venue_seq,
+            venue_pos: venue_position(venue_seq, 0),
             ..BookUpdate::control(Kind::NoAction)
         };
         let rec = |kind: Kind, side: Side, order_id: u64, price_e9: i64, size: u32| BookUpdate {
@@ -987,6 +1126,11 @@ impl ItchNormalizer {
             size,
             ..base
         };
+        if first_seen && self.lost {
+            // Messages of unknown content were lost today: this locate's first ones may have been among them.
+            self.stats.stale_on_sight += 1;
+            out.extend(self.mark_stale(h, 0, &base));
+        }
         let status = |kind, state, reason| BookUpdate {
             kind: Kind::TradingStatus as u8,
             order_id: kind as u64,
@@ -998,6 +1142,7 @@ impl ItchNormalizer {
             Body::SystemEvent { event_code: b'O' } => {
                 self.orders.clear();
                 self.stale.fill(0);
+                self.lost = false;
                 self.stats.no_record[usize::from(h.msg_type)] += 1;
             }
             Body::StockDirectory(d) => {
@@ -1057,7 +1202,10 @@ impl ItchNormalizer {
                 let size = u32::try_from(shares).unwrap_or(u32::MAX);
                 out.push(rec(Kind::Trade, Side::None, 0, price_e9, size));
             }
-            _ => self.stats.no_record[usize::from(h.msg_type)] += 1,
+            _ => {
+                self.stats.no_record[usize::from(h.msg_type)] += 1;
+                self.stats.skipped.note(h.msg_type, at);
+            }
         }
         if let Some(i) = usize::from(out.len).checked_sub(1) {
             if let Some(last) = out.recs.get_mut(i) {
@@ -1198,13 +1346,24 @@ pub enum ItchFileError {
     },
 }
 
+/// Bytes an [`ItchFile`] reads from its source at a time: a message is decoded in place from this window, so
+/// the per-message cost is the decode, not a `Read::read` call and a copy per message.
+const WINDOW_BYTES: usize = 256 * 1024;
+
 /// Nasdaq's BinaryFILE (u16 big-endian length + message, repeated), plain or gzip (told by the gzip magic, so a
 /// `.gz` name is not needed and a misnamed file still reads), read one message at a time: memory does not grow
-/// with the file, and after the first message no allocation is made (one 64 KiB buffer is reused).
+/// with the file, and no allocation is made after the first (one 256 KiB window is refilled from the source, a
+/// message decoded in place where it lies in the window; only the tail of a message cut by the window's end is
+/// moved to its front before the next fill).
 pub struct ItchFile<R> {
     path: PathBuf,
     reader: R,
-    buf: Vec<u8>,
+    /// `buf[start..end]` holds bytes read and not yet consumed.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// The source returned 0 (end of stream).
+    eof: bool,
     offset: u64,
     stats: ItchStats,
 }
@@ -1228,7 +1387,7 @@ impl ItchFile<Box<dyn Read + Send>> {
             file.fill_buf().map_err(open)?.starts_with(&[0x1f, 0x8b])
         };
         let reader: Box<dyn Read + Send> =
-            if gz { Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(file))) } else { Box::new(file) };
+            if gz { Box::new(flate2::bufread::MultiGzDecoder::new(file)) } else { Box::new(file) };
         Ok(ItchFile::from_reader(path, reader))
     }
 }
@@ -1239,10 +1398,21 @@ impl<R: Read> ItchFile<R> {
         ItchFile {
             path: path.to_owned(),
             reader,
-            buf: vec![0; usize::from(u16::MAX)],
+            buf: vec![0; WINDOW_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            eof: false,
             offset: 0,
             stats: ItchStats::default(),
         }
+    }
+
+    /// Reads `reader` next, from its first byte, keeping the window's memory and the counts (a replay of the
+    /// same or the next file without a new 256 KiB allocation, whose zeroing costs as much as decoding a few
+    /// thousand messages).
+    pub fn restart(&mut self, reader: R) {
+        self.reader = reader;
+        (self.start, self.end, self.eof, self.offset) = (0, 0, false, 0);
     }
 
     /// Messages decoded so far, by type.
@@ -1255,25 +1425,35 @@ impl<R: Read> ItchFile<R> {
         &self.path
     }
 
-    /// Fills `buf[..n]`; returns the bytes read (short only at the end of the stream).
+    /// Makes at least `n` unconsumed bytes available in the window (`n` at most its size), reading from the
+    /// source as much as fits; returns the bytes available (fewer than `n` only at the end of the stream).
+    #[inline]
     fn fill(&mut self, n: usize) -> Result<usize, ItchFileError> {
-        let mut have = 0;
-        while have < n {
-            let Some(dst) = self.buf.get_mut(have..n) else { break };
-            match self.reader.read(dst) {
-                Ok(0) => break,
-                Ok(k) => have += k,
+        if self.end - self.start >= n || self.eof {
+            return Ok(self.end - self.start);
+        }
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        while self.end < n {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(k) => self.end += k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(source) => {
                     return Err(ItchFileError::Read { path: self.path.clone(), offset: self.offset, source })
                 }
             }
         }
-        Ok(have)
+        Ok(self.end)
     }
 
     /// The next message's bytes (after the length prefix), undecoded and not counted, with the byte offset of
     /// its length prefix; `None` at the end of the file.
+    #[inline]
     fn next_raw(&mut self) -> Result<Option<(u64, &[u8])>, ItchFileError> {
         let at = self.offset;
         let truncated = |path: &Path, what, have, need| ItchFileError::Truncated {
@@ -1287,17 +1467,18 @@ impl<R: Read> ItchFile<R> {
         if got == 0 {
             return Ok(None);
         }
-        let len_bytes = [self.buf.first().copied().unwrap_or(0), self.buf.get(1).copied().unwrap_or(0)];
         if got < LENGTH_PREFIX_BYTES {
             return Err(truncated(&self.path, "length prefix", got, LENGTH_PREFIX_BYTES));
         }
-        let len = usize::from(u16::from_be_bytes(len_bytes));
-        let got = self.fill(len)?;
-        if got < len {
-            return Err(truncated(&self.path, "message", got, len));
+        let len = usize::from(u16::from_be_bytes([self.buf[self.start], self.buf[self.start + 1]]));
+        let got = self.fill(LENGTH_PREFIX_BYTES + len)?;
+        if got < LENGTH_PREFIX_BYTES + len {
+            return Err(truncated(&self.path, "message", got - LENGTH_PREFIX_BYTES, len));
         }
+        let body = self.start + LENGTH_PREFIX_BYTES;
+        self.start = body + len;
         self.offset += (LENGTH_PREFIX_BYTES + len) as u64;
-        Ok(Some((at, self.buf.get(..len).unwrap_or(&[]))))
+        Ok(Some((at, &self.buf[body..body + len])))
     }
 
     /// The next message and the byte offset of its length prefix; `None` at the end of the file.
@@ -1400,12 +1581,58 @@ mod tests {
         a
     }
 
+    /// A source that hands out at most 1,000 bytes a read (as a gzip decoder or a pipe does).
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(buf.len()).min(1_000);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn messages_cut_by_the_window_or_the_reads_decode_whole_and_a_cut_tail_names_its_bytes() {
+        // 8,000 adds of 38 framed bytes: 304,000 bytes, more than the 256 KiB window, so messages straddle both
+        // the window's end and the 1,000-byte reads
+        let mut file = Vec::new();
+        for r in 1..=8_000u64 {
+            file.extend_from_slice(&36u16.to_be_bytes());
+            file.extend_from_slice(&add(7, r));
+        }
+        let mut f = ItchFile::from_reader(Path::new("t"), Trickle(&file));
+        let mut n = 0u64;
+        while let Some((at, m)) = f.next_message().unwrap() {
+            n += 1;
+            assert_eq!(at, (n - 1) * 38);
+            assert!(matches!(m.body, Body::AddOrder(a) if a.order_ref == n), "{m:?}");
+        }
+        assert_eq!(n, 8_000);
+        // the last message cut by 3 bytes: the 7,999 before it, then the error naming its offset and bytes
+        let cut = &file[..file.len() - 3];
+        let mut f = ItchFile::from_reader(Path::new("t"), Trickle(cut));
+        for _ in 0..7_999 {
+            f.next_message().unwrap().unwrap();
+        }
+        let e = f.next_message().unwrap_err();
+        assert!(
+            matches!(e, ItchFileError::Truncated { offset: 303_962, what: "message", have: 33, need: 36, .. }),
+            "{e}"
+        );
+        // restart reads a new source from its first byte
+        f.restart(Trickle(&file[..38]));
+        assert_eq!(f.next_message().unwrap().map(|(at, _)| at), Some(0));
+        assert!(f.next_message().unwrap().is_none());
+    }
+
     #[test]
     fn an_undecodable_message_marks_its_known_locate_stale_else_every_locate() {
         let mut n = ItchNormalizer::new(0, 16);
         for (i, locate) in [5u16, 7].into_iter().enumerate() {
             let m = msg(&add(locate, i as u64 + 1)).unwrap();
-            assert_eq!(n.normalize(&m, i as u32 + 1, 0).as_slice().len(), 1);
+            assert_eq!(n.normalize(&m, i as u64 + 1, 0).as_slice().len(), 1);
         }
         let mut got = Vec::new();
         // A Delete (19 bytes) of locate 7 cut to 15: locate 7 alone, once.
@@ -1417,8 +1644,31 @@ mod tests {
         // Too short to name a locate, or a locate never seen (9): every locate seen, those not stale yet (5).
         assert_eq!(n.mark_undecodable(b"D", 5, 99, &mut |r| got.push(r)), 1);
         assert_eq!(n.mark_undecodable(&[b'D', 0, 9], 6, 99, &mut |r| got.push(r)), 0);
-        let got: Vec<_> = got.iter().map(|r| (r.kind(), r.instrument_id, r.venue_seq, r.ts_recv_ns)).collect();
+        assert!(got.iter().all(|r| r.stale_book() == Some(StaleBook::Order)), "about the order book");
+        let got: Vec<_> = got.iter().map(|r| (r.kind(), r.instrument_id, r.venue_seq(), r.ts_recv_ns)).collect();
         assert_eq!(got, [(Some(Kind::InstrumentStale), 7, 3, 99), (Some(Kind::InstrumentStale), 5, 5, 99)]);
+    }
+
+    #[test]
+    fn after_a_hole_a_locate_first_seen_is_stale_on_sight_until_the_next_day() {
+        let mut n = ItchNormalizer::new(0, 16);
+        let kinds = |r: &Records| r.as_slice().iter().map(|r| (r.kind(), r.instrument_id)).collect::<Vec<_>>();
+        assert_eq!(kinds(&n.normalize(&msg(&add(5, 1)).unwrap(), 1, 0)), [(Some(Kind::Add), 5)]);
+        assert_eq!(n.mark_all_stale(2, 99, &mut |_| {}), 1);
+        // Locate 7 first appears after the hole: its first messages may have been in it.
+        let got = n.normalize(&msg(&add(7, 2)).unwrap(), 3, 0);
+        assert_eq!(kinds(&got), [(Some(Kind::InstrumentStale), 7), (Some(Kind::Add), 7)]);
+        assert_eq!(got.as_slice()[0].stale_book(), Some(StaleBook::Order));
+        assert!(n.is_stale(7));
+        assert_eq!(kinds(&n.normalize(&msg(&add(7, 3)).unwrap(), 4, 0)), [(Some(Kind::Add), 7)], "once");
+        assert_eq!(n.stats().stale_on_sight, 1);
+        // The next day starts clean: a new locate is good.
+        let mut start = [0u8; 12];
+        start[0] = b'S';
+        start[11] = b'O';
+        n.normalize(&msg(&start).unwrap(), 5, 0);
+        assert_eq!(kinds(&n.normalize(&msg(&add(9, 4)).unwrap(), 6, 0)), [(Some(Kind::Add), 9)]);
+        assert!(!n.is_stale(9));
     }
 
     #[test]

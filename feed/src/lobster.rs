@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | 1 | time | seconds after midnight (the exchange's local time, US Eastern), up to 9 decimals; read exactly into ns |
 //! | 2 | type | [`EventType`]: 1 submit, 2 partial cancel, 3 delete, 4 visible execution, 5 hidden execution, 6 cross trade, 7 trading halt |
-//! | 3 | order_id | the order reference number (0 for hidden executions and halts) |
+//! | 3 | order_id | the order reference number (0 for hidden executions and halts; for a cross trade -1 to -4, LOBSTER's ids of the opening, closing and other crosses, held in [`Message::cross`]) |
 //! | 4 | size | shares |
 //! | 5 | price | dollars x 10,000 (91.14 is `911400`); for a halt: -1 halt, 0 quoting, 1 resume ([`HaltState`]) |
 //! | 6 | direction | 1 buy (bid) order, -1 sell (ask) order: the side of the *resting* order |
@@ -25,8 +25,9 @@
 //! with size 0: [`BookRow`] holds it as `None`.
 //!
 //! Type 6 is not in the bundled ReadMe; LOBSTER's online documentation names it a cross trade (an auction
-//! execution), which does not change the book: it is read like a hidden execution. For type 7 the ReadMe says
-//! the order-book row repeats the previous one.
+//! execution), which does not change the book: it is read like a hidden execution, its order id -1 to -4 (the
+//! cross, not an order) kept in [`Message::cross`] and sent as order id 0. For type 7 the ReadMe says the
+//! order-book row repeats the previous one.
 //!
 //! ## The level-1 check ([`Level1Book`])
 //!
@@ -50,15 +51,18 @@
 //!   first), a [`Kind::LevelChange`] (the level as row *i* has it, replacing that position) or a
 //!   [`Kind::LevelDelete`] (the level is empty now) at that `level`, flagged [`flags::MBP`], `size` = the level's
 //!   shares, `order_id` = 0 (LOBSTER gives no order count); before message 1 the book is empty;
-//! - a message that gives neither (a halt, or a row unchanged) gives one [`Kind::NoAction`];
+//! - a halt (type 7) gives a [`Kind::TradingStatus`] record, as ITCH's Stock Trading Action `H` does (layout in
+//!   `mdfan_wire::record`, "Trading status records": status kind `H`, state `H` halted for price -1, `Q`
+//!   quotation only for 0, `T` trading for 1, reason 4 spaces: LOBSTER keeps none);
+//! - a message that gives none of these (a row unchanged) gives one [`Kind::NoAction`];
 //! - the last record of a message carries [`flags::LAST`]: after it, a subscriber's price-level book
 //!   equals order-book row *i*.
 //!
 //! Submits, cancels and deletes are not sent as order (MBO) records: the file has an order only while it touches
 //! the best level, so an order book built from them would hold orders that left unseen and cancel orders it never
 //! had. Every record: `instrument_id` = [`INSTRUMENT_ID`] (LOBSTER has no ids; the symbol is the file name's
-//! ticker), `venue_seq` = the message's line number in the file (low 32 bits; an empty line is an error, so the
-//! lines are the rows), `ts_event_ns` = the session date's US Eastern midnight +
+//! ticker), venue seq = the message's line number in the file (an empty line is an error, so the lines are the
+//! rows) and the record's index within the message (`wire::record`, "Venue position"), `ts_event_ns` = the session date's US Eastern midnight +
 //! the message time, `ts_recv_ns` = `ts_event_ns` flagged [`flags::BAD_TS_RECV`] (the files have no capture
 //! time), prices as `price_e9` = price x 100,000.
 
@@ -67,7 +71,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use mdfan_wire::record::flags;
-use mdfan_wire::{BookUpdate, Kind, Side};
+use mdfan_wire::{venue_position, BookUpdate, Kind, Side, Status, StatusKind};
 
 /// The `instrument_id` of every record of a LOBSTER file (the files carry one ticker and no id).
 pub const INSTRUMENT_ID: u32 = 1;
@@ -137,8 +141,11 @@ pub struct Message {
     pub time_ns: u64,
     /// Column 2.
     pub event: EventType,
-    /// Column 3: the order reference number.
+    /// Column 3: the order reference number (0 for a cross trade whose column 3 names the cross).
     pub order_id: u64,
+    /// A cross trade's (type 6) column 3 when it names the cross, -1 to -4 (LOBSTER's online documentation:
+    /// the opening, closing and other crosses); 0 otherwise.
+    pub cross: i8,
     /// Column 4: shares.
     pub size: u32,
     /// Column 5: dollars x 10,000 (for a halt: -1, 0 or 1, see [`HaltState`]).
@@ -431,7 +438,10 @@ impl<R: Read> MessageReader<R> {
             .ok()
             .and_then(EventType::from_number)
             .ok_or_else(|| bad(1, "type", "want a message type 1 to 7"))?;
-        let order_id = f(2).parse().map_err(|_| bad(2, "order_id", "want an integer 0 to 2^64-1"))?;
+        let (order_id, cross) = match f(2) {
+            "-1" | "-2" | "-3" | "-4" if event == EventType::CrossTrade => (0, f(2).parse().unwrap_or_default()),
+            id => (id.parse().map_err(|_| bad(2, "order_id", "want an integer 0 to 2^64-1"))?, 0),
+        };
         let size = f(3).parse().map_err(|_| bad(3, "size", "want shares, an integer 0 to 2^32-1"))?;
         let price: i64 = f(4).parse().map_err(|_| bad(4, "price", "want dollars x 10,000 as an integer"))?;
         let side = match f(5) {
@@ -448,7 +458,7 @@ impl<R: Read> MessageReader<R> {
         if event != EventType::Halt && price <= 0 {
             return Err(bad(4, "price", "want a positive price (dollars x 10,000)"));
         }
-        Ok(Some(Message { time_ns, event, order_id, size, price, side }))
+        Ok(Some(Message { time_ns, event, order_id, cross, size, price, side }))
     }
 }
 
@@ -792,7 +802,7 @@ impl<R: Read, B: Read> LobsterFeed<R, B> {
             ts_event_ns,
             ts_recv_ns: ts_event_ns,
             instrument_id: INSTRUMENT_ID,
-            venue_seq: line as u32,
+            venue_pos: venue_position(line, 0),
             flags: flags::BAD_TS_RECV,
             ..BookUpdate::control(Kind::NoAction)
         };
@@ -838,11 +848,30 @@ impl<R: Read, B: Read> LobsterFeed<R, B> {
                 });
             }
         }
+        if let Some(state) = m.halt_state() {
+            let state = match state {
+                HaltState::Halted => b'H',
+                HaltState::Quoting => b'Q',
+                HaltState::Resumed => b'T',
+            };
+            let status = Status { kind: StatusKind::Trading, state, reason: *b"    " };
+            out.push(BookUpdate {
+                ts_event_ns,
+                ts_recv_ns: ts_event_ns,
+                venue_pos: base.venue_pos,
+                flags: base.flags,
+                ..BookUpdate::trading_status(INSTRUMENT_ID, status)
+            });
+        }
         if out.is_empty() {
             out.push(base);
         }
         if let Some(last) = out.last_mut() {
             last.flags |= flags::LAST;
+        }
+        // Each record's index within the message completes its venue position.
+        for (i, r) in out.iter_mut().enumerate() {
+            r.venue_pos |= u64::from(u16::try_from(i).unwrap_or(u16::MAX));
         }
         self.prev.clone_from(row);
         Ok(Some((m, &self.out)))

@@ -81,7 +81,7 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::FxHashMap;
 
-use mdfan_wire::{flags, BookUpdate, Kind, Side};
+use mdfan_wire::{flags, venue_position, BookUpdate, Kind, Side, StaleBook};
 
 /// Binary packet header: `MsgSeqNum` u32 + `SendingTime` u64.
 pub const PACKET_HEADER_BYTES: usize = 12;
@@ -741,6 +741,13 @@ impl Mdp3Decoder {
         self.rpt_seq.get(&security_id).copied()
     }
 
+    /// A `MsgSeqNum` reset of the channel (the venue restarted its packet sequence, e.g. CME's weekly start):
+    /// forgets the last `MsgSeqNum` and every `RptSeq`, so the new sequence is taken from its first packet.
+    pub fn reset_sequences(&mut self) {
+        self.packets.last = None;
+        self.rpt_seq.clear();
+    }
+
     /// Market recovery: `security_id`'s state was replaced by a snapshot that includes everything up to
     /// `rpt_seq`. From now on its entries at or below `rpt_seq` are stale (counted, not delivered) and
     /// `rpt_seq + 1` is the one due. Allocates only for a security the table has not held before.
@@ -1310,7 +1317,7 @@ pub fn book_record(info: &MessageInfo, e: &BookEntry) -> BookUpdate {
         order_id: e.orders.map_or(0, |n| n.max(0) as u64),
         instrument_id: e.security_id as u32,
         size: e.size.map_or(0, |s| s.max(0) as u32),
-        venue_seq: info.msg_seq_num,
+        venue_pos: venue_position(u64::from(info.msg_seq_num), 0),
         level: if kind == Kind::Clear { 0 } else { e.price_level },
         side: side as u8,
         flags: f,
@@ -1318,17 +1325,16 @@ pub fn book_record(info: &MessageInfo, e: &BookEntry) -> BookUpdate {
     }
 }
 
-/// The [`Kind::InstrumentStale`] record for an [`Event::RptSeqGap`]: `order_id` = `RptSeq` expected, `size` =
-/// `RptSeq` received.
+/// The [`Kind::InstrumentStale`] record (about the price-level book) for an [`Event::RptSeqGap`]: `order_id` =
+/// `RptSeq` expected, `size` = `RptSeq` received.
 pub fn stale_record(info: &MessageInfo, security_id: i32, expected: u32, got: u32) -> BookUpdate {
     BookUpdate {
         ts_event_ns: info.transact_time_ns,
         ts_recv_ns: info.ts_recv_ns,
         order_id: u64::from(expected),
-        instrument_id: security_id as u32,
         size: got,
-        venue_seq: info.msg_seq_num,
-        ..BookUpdate::control(Kind::InstrumentStale)
+        venue_pos: venue_position(u64::from(info.msg_seq_num), 0),
+        ..BookUpdate::stale(security_id as u32, StaleBook::PriceLevel)
     }
 }
 
@@ -1352,7 +1358,7 @@ pub fn decode_snapshot_packet(
 }
 
 /// The [`Kind::Clear`] that starts an instrument's recovery from a snapshot: `instrument_id` = `SecurityID`,
-/// `venue_seq` = `LastMsgSeqNumProcessed`, `order_id` = the snapshot's `RptSeq`, `ts_event_ns` =
+/// venue seq = `LastMsgSeqNumProcessed`, `order_id` = the snapshot's `RptSeq`, `ts_event_ns` =
 /// `TransactTime`, flags [`flags::MBP`] | [`flags::SNAPSHOT`]. It empties the book and ends its stale mark.
 pub fn snapshot_clear_record(info: &MessageInfo, s: &SnapshotRefresh) -> BookUpdate {
     BookUpdate {
@@ -1360,7 +1366,7 @@ pub fn snapshot_clear_record(info: &MessageInfo, s: &SnapshotRefresh) -> BookUpd
         ts_recv_ns: info.ts_recv_ns,
         order_id: u64::from(s.rpt_seq),
         instrument_id: s.security_id as u32,
-        venue_seq: s.last_msg_seq_num_processed,
+        venue_pos: venue_position(u64::from(s.last_msg_seq_num_processed), 0),
         flags: flags::MBP | flags::SNAPSHOT,
         ..BookUpdate::control(Kind::Clear)
     }
@@ -1368,7 +1374,7 @@ pub fn snapshot_clear_record(info: &MessageInfo, s: &SnapshotRefresh) -> BookUpd
 
 /// The [`Kind::LevelNew`] of a snapshot book entry (`None` for a statistics entry): fields as [`book_record`]
 /// (`MDEntryPx` -> `price_e9`, `MDEntrySize` -> `size`, `NumberOfOrders` -> `order_id`, `MDPriceLevel` ->
-/// `level`, `IMPLIED` for `E`/`F`), `venue_seq` = `LastMsgSeqNumProcessed`, flags [`flags::MBP`] |
+/// `level`, `IMPLIED` for `E`/`F`), venue seq = `LastMsgSeqNumProcessed`, flags [`flags::MBP`] |
 /// [`flags::SNAPSHOT`], and [`flags::LAST`] on the message's last book entry. Applied in message order after
 /// [`snapshot_clear_record`], the entries rebuild the book's positions exactly (each New lands below the ones
 /// before it).
@@ -1394,7 +1400,7 @@ pub fn snapshot_level_record(info: &MessageInfo, s: &SnapshotRefresh, e: &Snapsh
         order_id: e.orders.map_or(0, |n| n.max(0) as u64),
         instrument_id: e.security_id as u32,
         size: e.size.map_or(0, |v| v.max(0) as u32),
-        venue_seq: s.last_msg_seq_num_processed,
+        venue_pos: venue_position(u64::from(s.last_msg_seq_num_processed), 0),
         level: e.price_level.map_or(0, |l| l.max(0) as u8),
         side: side as u8,
         flags: f,

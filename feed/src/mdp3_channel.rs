@@ -7,7 +7,8 @@
 //!   and the channel goes on.
 //! - [`Mdp3Channel::on_lost_packets`]: packets neither line delivered (`mdfan_lines::Event::Gap`). A lost packet
 //!   may have carried an update of any instrument of the channel, so every security the channel has carried so far
-//!   is marked stale: one [`Kind::InstrumentStale`] record each, with `venue_seq` = the first lost `MsgSeqNum`,
+//!   is marked stale: one [`Kind::InstrumentStale`] record each ([`StaleBook::PriceLevel`]), its venue
+//!   position the first lost `MsgSeqNum` and the record's index among these,
 //!   `order_id` = that same `MsgSeqNum` and `size` = the number of packets lost (saturated to `u32`), flag
 //!   [`flags::MAYBE_BAD_BOOK`] (the per-`RptSeq` stale records carry no flag). A gap is never silent.
 //! - [`Mdp3Channel::on_snapshot_packet`]: market recovery. Packets of the channel's market recovery (snapshot)
@@ -16,7 +17,7 @@
 //!   lost `MsgSeqNum`, or the packet that showed its `RptSeq` jump) and is not older than the book the channel
 //!   has (`RptSeq` at or above the last `RptSeq` the channel took for it): the channel emits a [`Kind::Clear`]
 //!   for the instrument ([`snapshot_clear_record`]: flags [`flags::MBP`] | [`flags::SNAPSHOT`], `order_id` =
-//!   the snapshot's `RptSeq`, `venue_seq` = its `LastMsgSeqNumProcessed`), then one [`Kind::LevelNew`] per book
+//!   the snapshot's `RptSeq`, venue seq = its `LastMsgSeqNumProcessed`), then one [`Kind::LevelNew`] per book
 //!   level ([`snapshot_level_record`]: outright and implied, flagged like the incremental level records plus
 //!   `SNAPSHOT`, `LAST` on the last), and the security is good again. The decoder's `RptSeq` for it is set to
 //!   the snapshot's, so incremental entries already in the snapshot (`RptSeq` at or below) are dropped and the
@@ -32,8 +33,15 @@
 //! [`ChannelCounters::recovery_timeouts`]; the securities stay stale, the caller logs it, e.g. a snapshot feed
 //! that never answered: [`RecoveryStatus::TimedOut`] with `snapshot_packets` 0).
 //!
-//! A security first seen after a loss is not marked: the channel cannot know it had updates in the lost
-//! packets unless its `RptSeq` jumps (which marks it).
+//! **A hole of unknown content makes the channel stale.** A lost packet may also have carried the first messages
+//! of a security the channel has not seen yet, whose `RptSeq` cannot show the jump. So from a loss on, until a
+//! full snapshot loop after it covered every security of the channel, a security first seen in the incremental
+//! feed is marked stale on sight (one [`Kind::InstrumentStale`] before its first record, `order_id` the hole's
+//! first `MsgSeqNum`, `size` its packets, flag [`flags::MAYBE_BAD_BOOK`]; counted in
+//! [`ChannelCounters::stale_on_sight`]) and waits for a snapshot like the others; a security first seen in a
+//! snapshot that covers the hole is taken from it (stale mark, then its `Clear` and levels). The loop has
+//! covered the channel when snapshots covering the hole came for as many securities as its `TotNumReports`;
+//! [`Mdp3Channel::channel_hole`] says whether one is open, [`Mdp3Channel::needs_recovery`] is true meanwhile.
 //!
 //! The caller owns the sockets, the clock and the journal: this type makes no syscall. After warm-up (the
 //! channel's securities seen once) it allocates nothing: the security table is reserved up front
@@ -45,7 +53,7 @@
 
 use rustc_hash::FxHashMap;
 
-use mdfan_wire::{flags, BookUpdate, Kind};
+use mdfan_wire::{flags, venue_position, BookUpdate, StaleBook};
 
 use crate::mdp3::{
     book_record, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, DecodeError,
@@ -95,6 +103,12 @@ pub struct ChannelCounters {
     pub recovered: u64,
     /// Recovery episodes that outlasted the recovery timeout ([`Mdp3Channel::recovery_status`]).
     pub recovery_timeouts: u64,
+    /// Securities first seen while a hole was open: marked stale on sight (module docs).
+    pub stale_on_sight: u64,
+    /// Holes closed: a snapshot loop after the hole covered every security of the channel.
+    pub holes_covered: u64,
+    /// `MsgSeqNum` resets taken ([`Mdp3Channel::on_seq_reset`]).
+    pub seq_resets: u64,
 }
 
 /// Where market recovery stands ([`Mdp3Channel::recovery_status`]).
@@ -133,6 +147,11 @@ struct Securities {
     /// must cover (`LastMsgSeqNumProcessed` at or past it) to be applied.
     stale: Vec<Option<u32>>,
     stale_now: u64,
+    /// The open hole of unknown content: (first, last) `MsgSeqNum` lost since the channel was last covered.
+    hole: Option<(u64, u64)>,
+    /// Per security: a snapshot covering the open hole came for it; and how many.
+    covered: Vec<bool>,
+    covered_now: u64,
     /// When the current recovery episode began, and the snapshot packets seen since.
     since_ns: Option<u64>,
     snapshot_packets_since: u64,
@@ -140,12 +159,30 @@ struct Securities {
 }
 
 impl Securities {
-    fn slot(&mut self, security_id: i32) -> usize {
-        *self.index.entry(security_id).or_insert_with(|| {
-            self.list.push(security_id);
-            self.stale.push(None);
-            self.list.len() - 1
-        })
+    /// The security's index, and whether it is new.
+    fn slot_new(&mut self, security_id: i32) -> (usize, bool) {
+        if let Some(&i) = self.index.get(&security_id) {
+            return (i, false);
+        }
+        self.list.push(security_id);
+        self.stale.push(None);
+        self.covered.push(false);
+        self.index.insert(security_id, self.list.len() - 1);
+        (self.list.len() - 1, true)
+    }
+
+    /// The stale mark of a security first seen while the hole `(first, last)` is open, at `venue_seq` (its
+    /// index within the packet is the caller's).
+    fn on_sight(&mut self, i: usize, (first, last): (u64, u64), venue_seq: u64, ts_recv_ns: u64) -> BookUpdate {
+        self.mark(i, last.min(u64::from(u32::MAX)) as u32, ts_recv_ns);
+        BookUpdate {
+            ts_recv_ns,
+            order_id: first,
+            size: (last - first + 1).min(u64::from(u32::MAX)) as u32,
+            venue_pos: venue_position(venue_seq, 0),
+            flags: flags::MAYBE_BAD_BOOK,
+            ..BookUpdate::stale(self.list[i] as u32, StaleBook::PriceLevel)
+        }
     }
 
     /// Marks `i` stale until a snapshot covering `msg_seq_num`; returns whether it was good before.
@@ -195,6 +232,9 @@ impl Mdp3Channel {
                 index: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
                 stale: Vec::with_capacity(instruments),
                 stale_now: 0,
+                hole: None,
+                covered: Vec::with_capacity(instruments),
+                covered_now: 0,
                 since_ns: None,
                 snapshot_packets_since: 0,
                 timeout_counted: false,
@@ -216,14 +256,29 @@ impl Mdp3Channel {
         let (secs, counters) = (&mut self.secs, &mut self.counters);
         let mut emitted = 0;
         let result = self.decoder.decode_packet(payload, ts_recv_ns, |info, event| {
+            let mut index = || {
+                let i = u64::from(u16::try_from(emitted).unwrap_or(u16::MAX));
+                emitted += 1;
+                i
+            };
+            let security_id = match event {
+                Event::Book(e) => e.security_id,
+                Event::RptSeqGap { security_id, .. } => *security_id,
+                _ => return,
+            };
+            let (i, new) = secs.slot_new(security_id);
+            if let (true, Some(hole)) = (new, secs.hole) {
+                counters.stale_marked += 1;
+                counters.stale_on_sight += 1;
+                let r = secs.on_sight(i, hole, u64::from(info.msg_seq_num), info.ts_recv_ns);
+                out(&BookUpdate { venue_pos: r.venue_pos | index(), ..r });
+            }
             let record = match event {
                 Event::Book(e) => {
-                    secs.slot(e.security_id);
                     counters.level_records += 1;
                     book_record(info, e)
                 }
                 Event::RptSeqGap { security_id, expected, got } => {
-                    let i = secs.slot(*security_id);
                     if secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
                         counters.stale_marked += 1;
                     }
@@ -232,8 +287,8 @@ impl Mdp3Channel {
                 }
                 _ => return,
             };
-            emitted += 1;
-            out(&record);
+            // The record's index within the packet completes its venue position.
+            out(&BookUpdate { venue_pos: record.venue_pos | index(), ..record });
         });
         if let Err(e) = result {
             self.counters.bad_packets += 1;
@@ -259,6 +314,10 @@ impl Mdp3Channel {
         self.counters.lost_runs += 1;
         self.counters.lost_packets += lost;
         let last_lost = last.min(u64::from(u32::MAX)) as u32;
+        // The channel is stale until a snapshot loop after this hole covers it (module docs).
+        self.secs.hole = Some(self.secs.hole.map_or((first, last), |(f, l)| (f.min(first), l.max(last))));
+        self.secs.covered.iter_mut().for_each(|c| *c = false);
+        self.secs.covered_now = 0;
         for i in 0..self.secs.list.len() {
             let security_id = self.secs.list[i];
             if self.secs.mark(i, last_lost, ts_recv_ns) {
@@ -267,11 +326,42 @@ impl Mdp3Channel {
             out(&BookUpdate {
                 ts_recv_ns,
                 order_id: first,
-                instrument_id: security_id as u32,
                 size: lost.min(u64::from(u32::MAX)) as u32,
-                venue_seq: first as u32,
+                venue_pos: venue_position(first, u16::try_from(i).unwrap_or(u16::MAX)),
                 flags: flags::MAYBE_BAD_BOOK,
-                ..BookUpdate::control(Kind::InstrumentStale)
+                ..BookUpdate::stale(security_id as u32, StaleBook::PriceLevel)
+            });
+        }
+        self.counters.lost_stale_records += self.secs.list.len() as u64;
+        self.counters.stale_now = self.secs.stale_now;
+        self.secs.list.len()
+    }
+
+    /// The lines' `MsgSeqNum` went back and the arbiter re-based the stream at `first` (`mdfan_lines::Event::
+    /// SeqReset`: a venue's sequence reset, confirmed by consecutive datagrams on the lines): the decoder forgets
+    /// its `MsgSeqNum` and `RptSeq`s, every security is stale until a snapshot of the new sequence covers `first`
+    /// (`LastMsgSeqNumProcessed` at or past it), one [`Kind::InstrumentStale`] each as for a loss (`order_id` =
+    /// `first`, `size` 0, venue position `first`), and the channel hole is open at `first` (a security first
+    /// seen now is stale on sight). Counted in [`ChannelCounters::seq_resets`]. Returns the records emitted.
+    pub fn on_seq_reset(&mut self, first: u64, ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
+        self.counters.seq_resets += 1;
+        self.decoder.reset_sequences();
+        let must_cover = first.min(u64::from(u32::MAX)) as u32;
+        self.secs.hole = Some((first, first));
+        self.secs.covered.iter_mut().for_each(|c| *c = false);
+        self.secs.covered_now = 0;
+        for i in 0..self.secs.list.len() {
+            // The old sequence's mark (a higher MsgSeqNum) no longer means anything: replaced.
+            self.secs.recover(i);
+            if self.secs.mark(i, must_cover, ts_recv_ns) {
+                self.counters.stale_marked += 1;
+            }
+            out(&BookUpdate {
+                ts_recv_ns,
+                order_id: first,
+                venue_pos: venue_position(first, u16::try_from(i).unwrap_or(u16::MAX)),
+                flags: flags::MAYBE_BAD_BOOK,
+                ..BookUpdate::stale(self.secs.list[i] as u32, StaleBook::PriceLevel)
             });
         }
         self.counters.lost_stale_records += self.secs.list.len() as u64;
@@ -293,6 +383,18 @@ impl Mdp3Channel {
             Event::Snapshot(s) => {
                 applying = None;
                 counters.snapshots += 1;
+                let covers_hole = secs.hole.filter(|&(_, last)| u64::from(s.last_msg_seq_num_processed) >= last);
+                if let Some(hole) = covers_hole {
+                    // A security the channel has not seen, while a hole is open: it may have been in the hole.
+                    let (i, new) = secs.slot_new(s.security_id);
+                    if new {
+                        counters.stale_marked += 1;
+                        counters.stale_on_sight += 1;
+                        let r = secs.on_sight(i, hole, u64::from(s.last_msg_seq_num_processed), info.ts_recv_ns);
+                        out(&r);
+                        emitted += 1;
+                    }
+                }
                 let stale = secs.index.get(&s.security_id).and_then(|&i| Some((i, secs.stale[i]?)));
                 let Some((i, must_cover)) = stale else {
                     counters.snapshots_ignored += 1;
@@ -307,6 +409,15 @@ impl Mdp3Channel {
                 }
                 decoder.resync_rpt_seq(s.security_id, s.rpt_seq);
                 secs.recover(i);
+                if covers_hole.is_some() && !secs.covered[i] {
+                    secs.covered[i] = true;
+                    secs.covered_now += 1;
+                    if secs.covered_now >= u64::from(s.tot_num_reports) {
+                        // The loop after the hole covered every security of the channel.
+                        secs.hole = None;
+                        counters.holes_covered += 1;
+                    }
+                }
                 counters.snapshots_applied += 1;
                 counters.recovered += 1;
                 out(&snapshot_clear_record(info, s));
@@ -330,9 +441,16 @@ impl Mdp3Channel {
         emitted
     }
 
-    /// Whether any security is stale: the caller needs the snapshot feed (and may leave it otherwise).
+    /// Whether any security is stale, or a hole is open (module docs): the caller needs the snapshot feed (and
+    /// may leave it otherwise).
     pub fn needs_recovery(&self) -> bool {
-        self.secs.stale_now > 0
+        self.secs.stale_now > 0 || self.secs.hole.is_some()
+    }
+
+    /// The open hole of unknown content, `(first, last)` `MsgSeqNum`: securities first seen now are stale on
+    /// sight until a snapshot loop after it covers the channel (module docs). `None`: no hole, or covered.
+    pub fn channel_hole(&self) -> Option<(u64, u64)> {
+        self.secs.hole
     }
 
     /// Whether `security_id` is stale now (marked by a loss or an `RptSeq` jump, not recovered yet).

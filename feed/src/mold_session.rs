@@ -9,8 +9,11 @@
 //! ## Rules
 //!
 //! - **Start.** [`Start::One`]: the first message expected is sequence number 1 (a receiver that must see the
-//!   whole day). [`Start::FirstSeen`]: the first packet seen (a heartbeat too) sets the next sequence number
-//!   (a receiver that joins mid-session; what came before is not requested).
+//!   whole day). [`Start::FirstSeen`]: the first of [`SessionConfig::confirm_packets`] (N, default 3) packets
+//!   at consecutive sequence numbers, each starting where the one before it ended, sets the next sequence
+//!   number (a receiver that joins mid-session; what came before is not requested). Either line counts; the
+//!   same packet on both lines counts once, so one stray packet (on one line or both) sets nothing. The
+//!   packets before the start is set are held, not lost: they go out in order once it is.
 //! - **Session.** The first packet's session is the session, unless [`SessionConfig::session`] names it. A
 //!   packet of another session is counted ([`SessionCounters::foreign_session`]), dropped, and refused with
 //!   [`SessionError::ForeignSession`]. A packet whose message count disagrees with its bytes is counted
@@ -44,23 +47,36 @@
 //!   *suspect jump*: one stray datagram (a wrong sequence number, a replay of another day) must not open a hole
 //!   of billions of messages. The bound is the window because a packet that far ahead could not wait in it
 //!   anyway (it would give up everything before it). A suspect is not acted on: its bytes are copied into one
-//!   buffer of [`MAX_PACKET_BYTES`] allocated at construction, it is counted ([`SessionCounters::jumps_held`])
-//!   and the stream goes on. It is taken only when a second packet confirms it: another packet (either line, or
-//!   an answer) also that far ahead, whose sequence number is within `window_messages` of the held one (the
-//!   stream really moved there, as after a long outage). Then both are processed in sequence order, as any
+//!   buffer of [`MAX_PACKET_BYTES`] (N - 1 of them, allocated at construction), it is counted
+//!   ([`SessionCounters::jumps_held`]) and the stream goes on. It is taken only when N packets at consecutive
+//!   sequence numbers from it on came (either line, or an answer; a copy of a held packet counts once: the
+//!   same stray sent to both lines confirms nothing, nor do two strays when N is 3 or more; the stream really
+//!   moved there, as after a long outage). Then they are processed in sequence order, as any
 //!   packet past the highest known (the hole before them is requested and given up by the rules above), and
 //!   the jump is counted ([`SessionCounters::jumps_taken`]). A packet within the window is processed as usual
-//!   and leaves the held suspect alone; a suspect that does not confirm the held one replaces it (the old one
-//!   is dropped: [`SessionCounters::jumps_dropped`]; so is a suspect longer than the buffer). Under
-//!   [`Start::FirstSeen`] the first packet sets the stream's start and is never a suspect.
+//!   and leaves the held suspects alone; a suspect that does not continue the held ones replaces them (they
+//!   are dropped: [`SessionCounters::jumps_dropped`]; a suspect longer than the buffer is counted
+//!   [`SessionCounters::oversize`] and dropped; a heartbeat far ahead is dropped).
+//! - **Copies compared.** Every message handed out leaves a hash of its bytes (`mdfan_arbiter::CopyHashes`, a
+//!   window of `window_messages` sequence numbers); a later copy of it (the other line, an answer from the
+//!   re-request server) with other bytes means one source carries what the venue did not send: counted
+//!   ([`SessionCounters::copy_mismatches`]) and reported once per packet, after it
+//!   ([`SessionEvent::CopyMismatch`], the lowest such sequence number). The message already went out, so its
+//!   effect cannot be taken back: the caller treats it as a loss of unknown content. A copy that comes while the
+//!   first still waits behind a hole is not compared.
 //! - **End.** An end-of-session packet (count `0xFFFF`) says the next sequence number is the last + 1; once
 //!   every message before it went out (or was given up), [`SessionEvent::EndOfSession`] is emitted once and
 //!   later packets are ignored.
+//!
+//! The window, duplicates, hole reports and the jump guard are `mdfan_arbiter`'s (one arbiter for every feed:
+//! a copy is a packet, its units the messages, positions the sequence numbers, each hole reported at once); this
+//! module adds what is MoldUDP64's: the session, heartbeats, requests and retries, the end of session.
 //!
 //! Decisions depend only on the packets and the `now_ns` values given, so the machine is tested without
 //! sockets. After construction nothing here allocates; nothing panics on any input.
 
 use crate::moldudp64::{MoldError, Packet, PacketKind, HEADER_BYTES};
+use mdfan_arbiter::{Arbiter, ArbiterConfig, CopyHashes, Event as ArbiterEvent, GapReports, Line, LineCopy};
 
 /// Bytes of a MoldUDP64 request packet: session (10) + sequence number (8) + message count (2).
 pub const REQUEST_BYTES: usize = 20;
@@ -84,7 +100,8 @@ pub struct SessionConfig {
     pub start: Start,
     /// The session (10 ASCII bytes, space-padded); `None` (default): the first packet's.
     pub session: Option<[u8; 10]>,
-    /// Messages that may wait behind a hole (slots allocated at construction). Default 65,536.
+    /// Messages that may wait behind a hole (slots allocated at construction; rounded up to a power of two).
+    /// Default 65,536.
     pub window_messages: usize,
     /// Largest message a slot holds, bytes. Default 64 (every ITCH 5.0 message is at most 50).
     pub slot_bytes: usize,
@@ -97,6 +114,11 @@ pub struct SessionConfig {
     pub retries: u32,
     /// Most messages one request asks for. Default 1,000.
     pub max_request_messages: u16,
+    /// N: packets at consecutive sequence numbers (each starting where the one before it ended; either line, the
+    /// same packet on both lines counting once) that set the start under [`Start::FirstSeen`] or confirm a
+    /// suspect jump. Default [`mdfan_arbiter::DEFAULT_CONFIRM_COPIES`] (3): two stray packets, or one stray sent
+    /// to both lines, confirm nothing.
+    pub confirm_packets: usize,
 }
 
 impl Default for SessionConfig {
@@ -110,6 +132,7 @@ impl Default for SessionConfig {
             request_timeout_ns: 50_000_000,
             retries: 3,
             max_request_messages: 1_000,
+            confirm_packets: mdfan_arbiter::DEFAULT_CONFIRM_COPIES,
         }
     }
 }
@@ -157,6 +180,12 @@ pub enum SessionEvent<'a> {
         first: u64,
         /// Last sequence number lost.
         last: u64,
+    },
+    /// A copy of message `seq`, already handed out, came again with other bytes (module docs, "Copies
+    /// compared"): the message that went out may not be the venue's.
+    CopyMismatch {
+        /// The lowest such sequence number in the packet.
+        seq: u64,
     },
     /// The session ended (end-of-session packet) and every message before it went out or was given up.
     EndOfSession {
@@ -226,28 +255,22 @@ pub struct SessionCounters {
     /// Held suspects dropped: replaced by a suspect that did not confirm them, or longer than
     /// [`MAX_PACKET_BYTES`].
     pub jumps_dropped: u64,
+    /// Messages handed out whose later copy differed ([`SessionEvent::CopyMismatch`]).
+    pub copy_mismatches: u64,
 }
 
-/// A message waiting behind a hole.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    /// Its sequence number; `u64::MAX` when empty.
-    seq: u64,
-    len: u16,
-    retransmitted: bool,
-    ts_recv_ns: u64,
-}
+/// The arbitration engine a session uses: positions are MoldUDP64 sequence numbers, copies are downstream
+/// packets, units their messages, the metadata the packet's receive time; the copies of a message compared.
+type Engine = Arbiter<u64, u64, CopyHashes>;
 
-const EMPTY: u64 = u64::MAX;
-
-/// The suspect jump held: its packet is `held[..len]`.
-#[derive(Debug, Clone, Copy)]
-struct Suspect {
-    /// Its first sequence number.
-    seq: u64,
-    len: usize,
-    origin: Origin,
-    ts_recv_ns: u64,
+impl Origin {
+    fn line(self) -> Line {
+        match self {
+            Origin::LineA => Line::A,
+            Origin::LineB => Line::B,
+            Origin::Retransmission => Line::Recovery,
+        }
+    }
 }
 
 /// The request in flight: the span `seq..end` from the oldest hole.
@@ -261,57 +284,86 @@ struct InFlight {
     attempt: u32,
 }
 
+/// What the session counts itself (the rest comes from the engine's counters).
+#[derive(Debug, Clone, Copy, Default)]
+struct Own {
+    packets: [u64; 3],
+    heartbeats: u64,
+    gaps: u64,
+    requests: u64,
+    retries: u64,
+    foreign_session: u64,
+    bad_packets: u64,
+}
+
 /// The receiver. See the [module docs](self).
 pub struct SessionReceiver {
     cfg: SessionConfig,
     session: Option<[u8; 10]>,
-    /// Next sequence number to hand out; 0 before the first packet under [`Start::FirstSeen`].
-    next: u64,
-    /// One past the highest sequence number known to exist.
-    high: u64,
-    slots: Box<[Slot]>,
-    bytes: Box<[u8]>,
-    /// Messages waiting.
-    waiting: usize,
+    engine: Engine,
     in_flight: Option<InFlight>,
     /// The end-of-session packet's sequence number, once seen.
     end_at: Option<u64>,
     ended: bool,
-    /// The buffer of the suspect jump held ([`MAX_PACKET_BYTES`], allocated at construction).
-    held: Box<[u8]>,
-    suspect: Option<Suspect>,
+    own: Own,
+    /// `own` and the engine's counters, as of the last call.
     counters: SessionCounters,
 }
 
 impl std::fmt::Debug for SessionReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionReceiver")
-            .field("next", &self.next)
-            .field("high", &self.high)
-            .field("waiting", &self.waiting)
+            .field("next", &self.next_seq())
+            .field("high", &self.engine.high())
+            .field("waiting", &self.engine.waiting())
             .finish_non_exhaustive()
     }
 }
 
+/// The engine's events as the session's.
+fn relay<'o>(out: &'o mut impl FnMut(SessionEvent<'_>)) -> impl FnMut(ArbiterEvent<'_, u64, u64>) + 'o {
+    move |e| match e {
+        ArbiterEvent::Data(c) => out(SessionEvent::Message {
+            seq: c.pos,
+            ts_recv_ns: c.meta,
+            retransmitted: c.line == Line::Recovery,
+            message: c.bytes,
+        }),
+        ArbiterEvent::Gap { first, last } => out(SessionEvent::Hole { first, last }),
+        // Resets are off for a session (see `SessionReceiver::new`).
+        ArbiterEvent::Reset { .. } => {}
+    }
+}
+
 impl SessionReceiver {
-    /// A receiver; allocates its window (`window_messages` × (`slot_bytes` + 32) bytes; at least one slot) and
-    /// the suspect-jump buffer ([`MAX_PACKET_BYTES`]).
+    /// A receiver; allocates its window (`window_messages`, rounded up to a power of two, × (`slot_bytes` + 56)
+    /// bytes; at least one slot) and the suspect-jump buffer ([`MAX_PACKET_BYTES`]).
     pub fn new(cfg: SessionConfig) -> SessionReceiver {
-        let window = cfg.window_messages.max(1);
-        let empty = Slot { seq: EMPTY, len: 0, retransmitted: false, ts_recv_ns: 0 };
-        let next = if cfg.start == Start::One { 1 } else { 0 };
+        let mut engine = Engine::with_checks(
+            ArbiterConfig {
+                window: cfg.window_messages,
+                slot_bytes: cfg.slot_bytes,
+                held_bytes: MAX_PACKET_BYTES,
+                gap_reports: GapReports::EachRun,
+                line_tolerance: None,
+                gap_timeout_ns: None,
+                held_joins_when_reached: false,
+                confirm_copies: cfg.confirm_packets,
+                // A new MoldUDP64 session is a new session (refused as foreign), never a reset of this one.
+                resets: false,
+            },
+            CopyHashes::new(cfg.window_messages),
+        );
+        if cfg.start == Start::One {
+            engine.start_at(1);
+        }
         SessionReceiver {
             session: cfg.session,
-            next,
-            high: next,
-            slots: vec![empty; window].into_boxed_slice(),
-            bytes: vec![0; window * cfg.slot_bytes].into_boxed_slice(),
-            waiting: 0,
+            engine,
             in_flight: None,
             end_at: None,
             ended: false,
-            held: vec![0; MAX_PACKET_BYTES].into_boxed_slice(),
-            suspect: None,
+            own: Own::default(),
             counters: SessionCounters::default(),
             cfg,
         }
@@ -329,12 +381,12 @@ impl SessionReceiver {
 
     /// The next sequence number to hand out (0 before the first packet under [`Start::FirstSeen`]).
     pub fn next_seq(&self) -> u64 {
-        self.next
+        self.engine.next().unwrap_or(0)
     }
 
     /// Whether messages are missing (a hole before the highest sequence number known).
     pub fn has_hole(&self) -> bool {
-        self.next != 0 && self.next < self.high
+        self.engine.has_hole()
     }
 
     /// Whether [`SessionEvent::EndOfSession`] was emitted.
@@ -354,17 +406,32 @@ impl SessionReceiver {
         ts_recv_ns: u64,
         out: &mut impl FnMut(SessionEvent<'_>),
     ) -> Result<(), SessionError> {
-        self.counters.packets[origin as usize] += 1;
+        let r = self.take_packet(payload, origin, ts_recv_ns, out);
+        if let Some(seq) = self.engine.checks_mut().take_mismatch() {
+            out(SessionEvent::CopyMismatch { seq });
+        }
+        self.sync_counters();
+        r
+    }
+
+    fn take_packet(
+        &mut self,
+        payload: &[u8],
+        origin: Origin,
+        ts_recv_ns: u64,
+        out: &mut impl FnMut(SessionEvent<'_>),
+    ) -> Result<(), SessionError> {
+        self.own.packets[origin as usize] += 1;
         let p = match Packet::parse(payload) {
             Ok(p) => p,
             Err(e) => {
-                self.counters.bad_packets += 1;
+                self.own.bad_packets += 1;
                 return Err(e.into());
             }
         };
         match self.session {
             Some(s) if s != p.session => {
-                self.counters.foreign_session += 1;
+                self.own.foreign_session += 1;
                 return Err(SessionError::ForeignSession { expected: s, got: p.session, seq: p.sequence_number });
             }
             Some(_) => {}
@@ -373,81 +440,39 @@ impl SessionReceiver {
         if self.ended {
             return Ok(());
         }
-        if self.next == 0 {
-            self.next = p.sequence_number.max(1);
-            self.high = self.next;
-        }
-        let window = self.slots.len() as u64;
-        if p.sequence_number.saturating_sub(self.high) >= window {
-            match self.suspect {
-                Some(h) if h.seq.abs_diff(p.sequence_number) < window => {
-                    // Confirmed: the stream moved there. Both packets, in sequence order.
-                    self.suspect = None;
-                    self.counters.jumps_taken += 1;
-                    let held = std::mem::take(&mut self.held);
-                    if let Ok(hp) = Packet::parse(&held[..h.len]) {
-                        if h.seq <= p.sequence_number {
-                            self.process(&hp, h.origin, h.ts_recv_ns, out);
-                            self.process(&p, origin, ts_recv_ns, out);
-                        } else {
-                            self.process(&p, origin, ts_recv_ns, out);
-                            self.process(&hp, h.origin, h.ts_recv_ns, out);
-                        }
-                    }
-                    self.held = held;
-                }
-                old => {
-                    if old.is_some() {
-                        self.counters.jumps_dropped += 1;
-                    }
-                    self.counters.jumps_held += 1;
-                    if payload.len() <= self.held.len() {
-                        self.held[..payload.len()].copy_from_slice(payload);
-                        let seq = p.sequence_number;
-                        self.suspect = Some(Suspect { seq, len: payload.len(), origin, ts_recv_ns });
-                    } else {
-                        self.suspect = None;
-                        self.counters.jumps_dropped += 1;
-                    }
-                    return Ok(());
-                }
-            }
-        } else {
-            self.process(&p, origin, ts_recv_ns, out);
-        }
+        // Under `Start::FirstSeen` the first `confirm_packets` consecutive packets set the start (the engine's rule).
+        let copy = LineCopy { pos: p.sequence_number, line: origin.line(), meta: ts_recv_ns, bytes: payload };
+        let units = match p.kind() {
+            PacketKind::Messages => u64::from(p.message_count),
+            PacketKind::Heartbeat | PacketKind::EndOfSession => 0,
+        };
+        let (own, end_at) = (&mut self.own, &mut self.end_at);
+        self.engine.offer_units(copy, units, ts_recv_ns, out, |engine, c, held, out| {
+            // The copy offered now was parsed above; a held one is parsed again (it parsed when it was held).
+            let parsed;
+            let packet = if held {
+                let Ok(h) = Packet::parse(c.bytes) else { return };
+                parsed = h;
+                &parsed
+            } else {
+                &p
+            };
+            process(engine, packet, c.line, c.meta, own, end_at, out);
+        });
         self.check_end(out);
         Ok(())
-    }
-
-    /// Acts on a parsed packet of this session (the rules of the module docs but the jump guard).
-    fn process(&mut self, p: &Packet<'_>, origin: Origin, ts_recv_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
-        if self.ended {
-            return;
-        }
-        let retransmitted = origin == Origin::Retransmission;
-        match p.kind() {
-            PacketKind::Heartbeat => {
-                self.counters.heartbeats += 1;
-                self.raise_high(p.sequence_number, p.sequence_number);
-            }
-            PacketKind::EndOfSession => {
-                self.raise_high(p.sequence_number, p.sequence_number);
-                self.end_at = Some(p.sequence_number);
-            }
-            PacketKind::Messages => {
-                self.raise_high(p.sequence_number, p.next_sequence_number());
-                for b in p.messages() {
-                    self.offer(b.sequence_number, b.message, retransmitted, ts_recv_ns, out);
-                }
-            }
-        }
     }
 
     /// Timers: asks for the oldest hole, asks again after a timeout, gives it up after the last retry. Call it
     /// after each batch of packets and when idle.
     pub fn tick(&mut self, now_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
+        self.run_timers(now_ns, out);
+        self.sync_counters();
+    }
+
+    fn run_timers(&mut self, now_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
         while self.has_hole() && !self.ended {
-            let first = self.next;
+            let first = self.next_seq();
             match self.in_flight {
                 Some(f) if first < f.end && now_ns.saturating_sub(f.sent_ns) < self.cfg.request_timeout_ns => {
                     return; // waiting for the answer
@@ -457,7 +482,7 @@ impl SessionReceiver {
                     // that filled its first hole) restarts the tries.
                     let attempt = if first == f.seq { f.attempt + 1 } else { 1 };
                     if attempt > 1 {
-                        self.counters.retries += 1;
+                        self.own.retries += 1;
                     }
                     let count = u16::try_from(f.end - first).unwrap_or(u16::MAX);
                     self.request(first, count, f.end, attempt, now_ns, out);
@@ -466,11 +491,11 @@ impl SessionReceiver {
                 Some(f) if first < f.end => {
                     // The last try timed out: give up what the span still misses and go on after it.
                     self.in_flight = None;
-                    self.advance_to(f.end, out);
+                    self.engine.give_up_to(f.end, &mut relay(out));
                     self.check_end(out);
                 }
                 _ => {
-                    let span = self.high - first;
+                    let span = self.engine.high().unwrap_or(first) - first;
                     let count = u16::try_from(span).unwrap_or(u16::MAX).min(self.cfg.max_request_messages.max(1));
                     let end = first + u64::from(count);
                     if self.cfg.requests {
@@ -498,157 +523,72 @@ impl SessionReceiver {
     ) {
         let Some(session) = self.session else { return };
         let packet = request_packet(session, seq, count);
-        self.counters.requests += 1;
+        self.own.requests += 1;
         self.in_flight = Some(InFlight { seq, end, sent_ns: now_ns, attempt });
         out(SessionEvent::Request { packet, seq, count, attempt });
     }
 
-    fn raise_high(&mut self, first: u64, end: u64) {
-        if first > self.high {
-            self.counters.gaps += 1;
-        }
-        self.high = self.high.max(end);
-    }
-
-    fn slot_index(&self, seq: u64) -> usize {
-        (seq % self.slots.len() as u64) as usize
-    }
-
-    fn slot(&self, seq: u64) -> &Slot {
-        &self.slots[self.slot_index(seq)]
-    }
-
-    fn offer(
-        &mut self,
-        seq: u64,
-        message: &[u8],
-        retransmitted: bool,
-        ts_recv_ns: u64,
-        out: &mut impl FnMut(SessionEvent<'_>),
-    ) {
-        if seq < self.next {
-            self.counters.duplicates += 1;
-            return;
-        }
-        if seq == self.next {
-            self.deliver(seq, message, retransmitted, ts_recv_ns, out);
-            self.drain(out);
-            return;
-        }
-        let window = self.slots.len() as u64;
-        if seq - self.next >= window {
-            // No room to wait: give up the oldest missing messages until this one fits.
-            self.counters.overflow_holes += 1;
-            self.advance_to(seq - window + 1, out);
-            if seq == self.next {
-                self.deliver(seq, message, retransmitted, ts_recv_ns, out);
-                self.drain(out);
-                return;
-            }
-        }
-        let i = self.slot_index(seq);
-        if self.slots[i].seq == seq {
-            self.counters.duplicates += 1;
-            return;
-        }
-        let (sb, Ok(len)) = (self.cfg.slot_bytes, u16::try_from(message.len())) else {
-            self.counters.oversize += 1;
-            return;
-        };
-        if message.len() > sb {
-            self.counters.oversize += 1;
-            return;
-        }
-        self.bytes[i * sb..i * sb + message.len()].copy_from_slice(message);
-        self.slots[i] = Slot { seq, len, retransmitted, ts_recv_ns };
-        self.waiting += 1;
-    }
-
-    fn deliver(
-        &mut self,
-        seq: u64,
-        message: &[u8],
-        retransmitted: bool,
-        ts_recv_ns: u64,
-        out: &mut impl FnMut(SessionEvent<'_>),
-    ) {
-        self.counters.messages += 1;
-        if retransmitted {
-            self.counters.retransmitted_messages += 1;
-        }
-        self.next = seq + 1;
-        self.high = self.high.max(self.next);
-        out(SessionEvent::Message { seq, ts_recv_ns, retransmitted, message });
-    }
-
-    /// Hands out the waiting messages that are now in order.
-    fn drain(&mut self, out: &mut impl FnMut(SessionEvent<'_>)) {
-        while self.waiting > 0 {
-            let i = self.slot_index(self.next);
-            let s = self.slots[i];
-            if s.seq != self.next {
-                return;
-            }
-            self.slots[i].seq = EMPTY;
-            self.waiting -= 1;
-            let sb = self.cfg.slot_bytes;
-            self.counters.messages += 1;
-            if s.retransmitted {
-                self.counters.retransmitted_messages += 1;
-            }
-            self.next += 1;
-            let message = &self.bytes[i * sb..i * sb + usize::from(s.len)];
-            out(SessionEvent::Message {
-                seq: s.seq,
-                ts_recv_ns: s.ts_recv_ns,
-                retransmitted: s.retransmitted,
-                message,
-            });
-        }
-    }
-
-    /// Moves `next` up to `target`: waiting messages go out, missing runs are given up. Every waiting message
-    /// lies within a window of `next`, so each scan is bounded by the window.
-    fn advance_to(&mut self, target: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
-        let window = self.slots.len() as u64;
-        while self.next < target {
-            if self.waiting == 0 {
-                self.give_up(self.next, target, out);
-                break;
-            }
-            if self.slot(self.next).seq == self.next {
-                self.drain(out);
-                continue;
-            }
-            let first = self.next;
-            let limit = first.saturating_add(window).min(target);
-            let mut end = first;
-            while end < limit && self.slot(end).seq != end {
-                end += 1;
-            }
-            self.give_up(first, end, out);
-        }
-        self.drain(out);
-    }
-
-    /// Reports `first..end` as lost and moves past it.
-    fn give_up(&mut self, first: u64, end: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
-        if end <= first {
-            return;
-        }
-        self.counters.given_up_holes += 1;
-        self.counters.given_up_messages += end - first;
-        self.next = end;
-        self.high = self.high.max(end);
-        out(SessionEvent::Hole { first, last: end - 1 });
-    }
-
     fn check_end(&mut self, out: &mut impl FnMut(SessionEvent<'_>)) {
         if let Some(end) = self.end_at {
-            if !self.ended && self.next >= end && !self.has_hole() {
+            if !self.ended && self.next_seq() >= end && !self.has_hole() {
                 self.ended = true;
                 self.in_flight = None;
-                out(SessionEvent::EndOfSession { next_seq: self.next });
+                out(SessionEvent::EndOfSession { next_seq: self.next_seq() });
+            }
+        }
+    }
+
+    fn sync_counters(&mut self) {
+        let (o, e) = (&self.own, self.engine.counters());
+        self.counters = SessionCounters {
+            packets: o.packets,
+            heartbeats: o.heartbeats,
+            messages: e.delivered[0] + e.delivered[1] + e.recovery_delivered,
+            retransmitted_messages: e.recovery_delivered,
+            duplicates: e.duplicates + e.late,
+            gaps: o.gaps,
+            requests: o.requests,
+            retries: o.retries,
+            given_up_holes: e.gap_events,
+            given_up_messages: e.gap_seqs,
+            overflow_holes: e.gap_overflows,
+            oversize: e.oversize,
+            foreign_session: o.foreign_session,
+            bad_packets: o.bad_packets,
+            jumps_held: e.jumps_held,
+            jumps_taken: e.jumps_taken,
+            jumps_dropped: e.jumps_dropped,
+            copy_mismatches: self.engine.checks().mismatches(),
+        };
+    }
+}
+
+/// Acts on a parsed packet of this session (the rules of the module docs but the jump guard, which the engine
+/// applied): its header raises the highest sequence number known, its messages are placed.
+fn process(
+    engine: &mut Engine,
+    p: &Packet<'_>,
+    line: Line,
+    ts_recv_ns: u64,
+    own: &mut Own,
+    end_at: &mut Option<u64>,
+    out: &mut impl FnMut(SessionEvent<'_>),
+) {
+    let seq = p.sequence_number;
+    match p.kind() {
+        PacketKind::Heartbeat => {
+            own.heartbeats += 1;
+            own.gaps += u64::from(engine.raise_high(seq, seq));
+        }
+        PacketKind::EndOfSession => {
+            own.gaps += u64::from(engine.raise_high(seq, seq));
+            *end_at = Some(seq);
+        }
+        PacketKind::Messages => {
+            own.gaps += u64::from(engine.raise_high(seq, p.next_sequence_number()));
+            let out = &mut relay(out);
+            for b in p.messages() {
+                engine.place(LineCopy { pos: b.sequence_number, line, meta: ts_recv_ns, bytes: b.message }, out);
             }
         }
     }

@@ -15,7 +15,8 @@
 //! | 20 | .. | message blocks: message length u16, then that many bytes, `message count` times | |
 //!
 //! A packet is refused ([`MoldError`], naming the sequence number, the message (1-based) and the field) if the
-//! header is short, a block runs past the payload, or bytes are left after the last block. Message `i` (0-based)
+//! header is short, a block runs past the payload, bytes are left after the last block, or the last message's
+//! sequence number would not fit in a u64 (a forged header: no session gets there). Message `i` (0-based)
 //! has sequence number `sequence number + i`; the next packet is expected at `sequence number + message count`.
 //! Parsing borrows the payload and never allocates or panics.
 
@@ -70,6 +71,14 @@ pub enum MoldError {
         /// Bytes left over.
         extra: usize,
     },
+    /// The sequence number of the packet's last message (sequence number + message count - 1) overflows a u64.
+    #[error("MoldUDP64 packet seq {sequence_number}, message count {message_count}, field sequence number: the last message's number overflows a u64")]
+    SequenceOverflow {
+        /// The packet's sequence number.
+        sequence_number: u64,
+        /// The packet's message count.
+        message_count: u16,
+    },
 }
 
 /// A validated downstream packet, borrowing its payload.
@@ -105,6 +114,12 @@ impl<'a> Packet<'a> {
             blocks,
         };
         let n = p.messages_in_packet();
+        if n > 0 && p.sequence_number.checked_add(u64::from(n) - 1).is_none() {
+            return Err(MoldError::SequenceOverflow {
+                sequence_number: p.sequence_number,
+                message_count: p.message_count,
+            });
+        }
         let mut at = 0usize;
         for i in 0..n {
             let trunc = |field, offset| MoldError::Truncated {
@@ -260,5 +275,20 @@ mod tests {
             Packet::parse(&extra),
             Err(MoldError::TrailingBytes { sequence_number: 42, message_count: 0, extra: 3 })
         );
+    }
+
+    #[test]
+    fn a_sequence_number_that_would_overflow_is_refused() {
+        // Found by the moldudp64_packet fuzz target: two messages from u64::MAX would number the second 0.
+        let mut raw = packet(2, &[b"a", b"b"]);
+        raw[10..18].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(
+            Packet::parse(&raw),
+            Err(MoldError::SequenceOverflow { sequence_number: u64::MAX, message_count: 2 })
+        );
+        // One message at u64::MAX fits.
+        let mut one = packet(1, &[b"a"]);
+        one[10..18].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(Packet::parse(&one).map(|p| p.messages().last().map(|b| b.sequence_number)), Ok(Some(u64::MAX)));
     }
 }

@@ -101,16 +101,18 @@ pub fn parse_symbol_file(text: &str, path: &Path) -> Result<Symbology, SymbolFil
     let mut symbol_line: HashMap<String, u64> = HashMap::new();
     for record in reader.records() {
         let record = record.map_err(|e| err(csv_line(text, &e), None, csv_detail(e)))?;
-        let line = record.position().map_or(0, |p| line_of(text, p.byte()));
+        // the record's line, counted only for a message (counting it for every record would be quadratic)
+        let byte = record.position().map(|p| p.byte());
+        let line = || byte.map_or(0, |b| line_of(text, b));
         if record.len() != header.len() {
             return Err(err(
-                Some(line),
+                Some(line()),
                 None,
                 format!("{} values, the header has {} columns", record.len(), header.len()),
             ));
         }
         let value = |k: usize| record.get(at[k]).unwrap_or("");
-        let field_err = |k: usize, detail: String| err(Some(line), Some(COLUMNS[k]), detail);
+        let field_err = |k: usize, detail: String| err(Some(line()), Some(COLUMNS[k]), detail);
 
         let id_text = value(0);
         let instrument_id: u32 = id_text
@@ -128,11 +130,11 @@ pub fn parse_symbol_file(text: &str, path: &Path) -> Result<Symbology, SymbolFil
             "" => 0,
             t => parse_decimal_e9(t).map_err(|d| field_err(3, d))?,
         };
-        if let Some(first) = id_line.insert(instrument_id, line) {
-            return Err(field_err(0, format!("{instrument_id} already given on line {first}")));
+        if let Some(first) = id_line.insert(instrument_id, byte.unwrap_or(0)) {
+            return Err(field_err(0, format!("{instrument_id} already given on line {}", line_of(text, first))));
         }
-        if let Some(first) = symbol_line.insert(symbol.to_owned(), line) {
-            return Err(field_err(1, format!("{symbol} already given on line {first}")));
+        if let Some(first) = symbol_line.insert(symbol.to_owned(), byte.unwrap_or(0)) {
+            return Err(field_err(1, format!("{symbol} already given on line {}", line_of(text, first))));
         }
         symbology.insert(InstrumentDef { instrument_id, symbol: symbol.to_owned(), display_factor_e9, tick_size_e9 });
     }

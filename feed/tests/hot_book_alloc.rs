@@ -87,7 +87,7 @@ fn replay(books: &mut HotBooks, records: &[BookUpdate]) -> u64 {
         seen += book.top_into(Side::Ask, &mut mbp) as u64 + mbp[0].size;
         seen += book.level(Side::Bid, 5).map_or(0, |l| l.orders as u64);
         seen += (book.order_count() + book.level_count(Side::Bid) + book.level_count(Side::Ask)) as u64;
-        seen += book.last_venue_seq as u64;
+        seen += book.last_venue_seq;
         seen += book.order(r.order_id).map_or(0, |o| o.size as u64);
     }
     black_box(seen)

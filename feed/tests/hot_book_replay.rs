@@ -137,7 +137,7 @@ fn with_clears(records: &[BookUpdate]) -> Vec<BookUpdate> {
     let id = esh4::INSTRUMENT_ID;
     let clear = |instrument_id: u32, like: &BookUpdate| BookUpdate {
         instrument_id,
-        venue_seq: like.venue_seq,
+        venue_pos: mdfan_wire::venue_position(like.venue_seq(), 0),
         ts_recv_ns: like.ts_recv_ns,
         ts_event_ns: like.ts_event_ns,
         flags: flags::LAST | flags::MAYBE_BAD_BOOK,

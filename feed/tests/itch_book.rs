@@ -32,7 +32,7 @@ fn add(order_ref: u64, buy_sell: u8, shares: u32, cents: i64, mpid: Option<&[u8;
 struct Run {
     norm: ItchNormalizer,
     books: Books,
-    seq: u32,
+    seq: u64,
 }
 
 impl Run {
@@ -44,7 +44,11 @@ impl Run {
         let recs = self.norm.normalize(&msg, self.seq, 7).as_slice().to_vec();
         for (i, r) in recs.iter().enumerate() {
             assert_eq!(r.flags & flags::LAST != 0, i + 1 == recs.len(), "LAST only on the message's last record");
-            assert_eq!((r.venue_seq, r.ts_recv_ns), (self.seq, 7));
+            assert_eq!(
+                (r.venue_seq(), r.venue_index(), r.ts_recv_ns),
+                (self.seq, i as u16, 7),
+                "the message, the record in it"
+            );
             assert_eq!(r.ts_event_ns, MIDNIGHT_NS + msg.header.timestamp_ns);
             self.books.apply(r).unwrap();
         }

@@ -21,7 +21,7 @@ fn replay(name: &str) -> (mdfan_feed::itch::ItchStats, ItchNormalizer, Vec<BookU
     let mut file = ItchFile::open(&data(name)).unwrap();
     let mut norm = ItchNormalizer::new(eastern_midnight_ns(2019, 12, 30).unwrap(), 1024);
     let (mut records, mut bodies) = (Vec::new(), Vec::new());
-    let mut pos = 0u32;
+    let mut pos = 0u64;
     while let Some((_, m)) = file.next_message().unwrap() {
         pos += 1;
         records.extend_from_slice(norm.normalize(&m, pos, 0).as_slice());
@@ -109,7 +109,7 @@ fn first1000_counts_and_symbols() {
     // No order messages: the only records are the 3 trading actions and 3 Reg SHO indicators, all "trading,
     // no price test" (the README's H 3, Y 3; checked by hand: locates 1 A, 2 AA, 3 AAAU, messages 82/83,
     // 265/266, 583/584).
-    let got: Vec<_> = records.iter().map(|r| (r.venue_seq, r.instrument_id, r.kind(), r.status())).collect();
+    let got: Vec<_> = records.iter().map(|r| (r.venue_seq(), r.instrument_id, r.kind(), r.status())).collect();
     let st = |kind, state, reason: &[u8; 4]| Some(Status { kind, state, reason: *reason });
     let (trading, no_test) = (st(StatusKind::Trading, b'T', b"    "), st(StatusKind::RegSho, b'0', b"    "));
     let k = Some(Kind::TradingStatus);

@@ -18,7 +18,7 @@ fn decoding_and_normalising_the_snippet_allocates_nothing() {
     let bytes = std::fs::read(path).unwrap();
     let mut norm = ItchNormalizer::new(eastern_midnight_ns(2019, 12, 30).unwrap(), 4096);
     let mut stats = ItchStats::default();
-    let (mut at, mut pos, mut records) = (0usize, 0u32, 0u64);
+    let (mut at, mut pos, mut records) = (0usize, 0u64, 0u64);
     COUNTING.store(true, Ordering::SeqCst);
     while let Some(len) = bytes.get(at..at + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) {
         let body = &bytes[at + 2..at + 2 + len];

@@ -19,7 +19,7 @@ fn snippet() -> PathBuf {
 fn walk(bytes: &[u8]) -> (u64, Result<(), ItchFileError>) {
     let mut f = ItchFile::from_reader(Path::new("mem.itch"), bytes);
     let mut norm = ItchNormalizer::new(0, 16);
-    let mut n = 0u32;
+    let mut n = 0u64;
     loop {
         match f.next_message() {
             Ok(Some((_, m))) => {
@@ -193,4 +193,72 @@ fn an_empty_message_is_refused_at_its_offset_by_the_stock_directory_pass() {
         source.to_string(),
         "ITCH message at byte 20407, type 0x00 (unknown), field length: 0 bytes, a message has at least its type byte"
     );
+}
+
+/// A NOII (`I`, spec 4.6, 50 bytes) of locate 1 whose cross type is `cross_type`.
+fn noii(cross_type: u8) -> Vec<u8> {
+    let mut m = vec![b'I', 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+    m.extend(100u64.to_be_bytes()); // paired shares
+    m.extend(20u64.to_be_bytes()); // imbalance shares
+    m.push(b'B');
+    m.extend(b"AAPL    ");
+    for _ in 0..3 {
+        m.extend(2_900_000u32.to_be_bytes()); // far, near, current reference price
+    }
+    m.extend([cross_type, b' ']);
+    assert_eq!(m.len(), 50);
+    m
+}
+
+/// A LULD Auction Collar (`J`, spec 4.2.10, 35 bytes) of locate 1.
+fn luld_collar() -> Vec<u8> {
+    let mut m = vec![b'J', 0, 1, 0, 0, 0, 0, 0, 0, 0, 2];
+    m.extend(b"AAPL    ");
+    for p in [2_900_000u32, 3_000_000, 2_800_000, 1] {
+        m.extend(p.to_be_bytes());
+    }
+    assert_eq!(m.len(), 35);
+    m
+}
+
+fn framed(m: &[u8]) -> Vec<u8> {
+    let mut f = (m.len() as u16).to_be_bytes().to_vec();
+    f.extend(m);
+    f
+}
+
+#[test]
+fn skipped_messages_are_counted_by_type_with_the_first_ones_byte_offset() {
+    let real = std::fs::read(snippet()).unwrap();
+    let first_len = 2 + usize::from(u16::from_be_bytes([real[0], real[1]]));
+    // After the snippet's first message: a NOII of an unknown cross type `Z`, a `J`, an unknown type `z`.
+    let inserted = [noii(b'Z'), luld_collar(), vec![b'z', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3, 9, 9]];
+    let mut file = real[..first_len].to_vec();
+    let mut at = Vec::new();
+    for m in &inserted {
+        at.push(file.len() as u64);
+        file.extend(framed(m));
+    }
+    file.extend(&real[first_len..]);
+    let skipped_of = |bytes: &[u8]| {
+        let mut f = ItchFile::from_reader(Path::new("mem.itch"), bytes);
+        let mut norm = ItchNormalizer::new(0, 1 << 12);
+        let mut out = mdfan_feed::itch::Records::default();
+        let mut n = 0;
+        while let Some((offset, m)) = f.next_message().unwrap() {
+            n += 1;
+            norm.normalize_at(&m, n, 0, offset, &mut out);
+        }
+        norm.stats().skipped.clone()
+    };
+    let (plain, got) = (skipped_of(&real), skipped_of(&file));
+    let plain_count = |t: u8| plain.get(t).map_or(0, |(n, _)| n);
+    assert_eq!(got.get(b'I'), Some((plain_count(b'I') + 1, at[0])), "NOII: every one, the inserted one first");
+    assert_eq!(got.get(b'J'), Some((plain_count(b'J') + 1, at[1])));
+    assert_eq!(got.get(b'z'), Some((1, at[2])), "an unknown type, skipped by its length");
+    assert_eq!(got.total(), plain.total() + 3);
+    assert_eq!((at[0], at[1], at[2]), (first_len as u64, first_len as u64 + 52, first_len as u64 + 89));
+    let line = got.to_string();
+    assert!(line.contains(&format!("I:{}@{}", plain_count(b'I') + 1, at[0])), "{line}");
+    assert!(line.contains(&format!(",z:1@{}", at[2])), "{line}");
 }

@@ -54,7 +54,7 @@ fn lobster_amzn_the_rebuilt_level_1_book_equals_the_orderbook_row_after_every_me
         assert!(!recs.is_empty());
         for (i, r) in recs.iter().enumerate() {
             assert_eq!(r.is_last(), i + 1 == recs.len(), "message {}: F_LAST on the last record only", n + 1);
-            assert_eq!((r.venue_seq, r.instrument_id), (n as u32 + 1, INSTRUMENT_ID));
+            assert_eq!((r.venue_seq(), r.venue_index(), r.instrument_id), (n as u64 + 1, i as u16, INSTRUMENT_ID));
             assert_eq!(r.ts_event_ns, midnight + m.time_ns);
             match r.kind() {
                 Some(Kind::Trade) => trades += 1,
@@ -95,6 +95,7 @@ fn lobster_amzn_the_rebuilt_level_1_book_equals_the_orderbook_row_after_every_me
             time_ns: 34_200_017_459_617,
             event: EventType::HiddenExecution,
             order_id: 0,
+            cross: 0,
             size: 1,
             price: 2_238_200,
             side: Side::Ask
@@ -108,6 +109,7 @@ fn lobster_amzn_the_rebuilt_level_1_book_equals_the_orderbook_row_after_every_me
             time_ns: 57_599_959_359_650,
             event: EventType::Delete,
             order_id: 287_174_077,
+            cross: 0,
             size: 100,
             price: 2_206_300,
             side: Side::Ask
@@ -345,4 +347,108 @@ fn a_level_larger_than_a_record_carries_is_an_error_naming_the_field() {
     );
     let e = feed.next_message().unwrap_err().to_string();
     assert_eq!(e, "b.csv: line 1: field ask_size_1: \"5000000000\": more shares than a record carries (2^32-1)");
+}
+
+/// The bundled files' first `n` message rows and order-book rows, with `extra` (message row, order-book row)
+/// pairs inserted after message `after`.
+fn bundled_with(n: usize, after: usize, extra: &[(&str, &str)]) -> (String, String) {
+    let read = |name: &str| std::fs::read_to_string(data(name)).unwrap();
+    let messages = read(MESSAGES);
+    let rows = read("AMZN_2012-06-21_34200000_57600000_orderbook_1.csv");
+    let (mut m, mut b) = (String::new(), String::new());
+    for (i, (ml, bl)) in messages.lines().zip(rows.lines()).take(n).enumerate() {
+        m += &format!("{ml}\n");
+        b += &format!("{bl}\n");
+        if i + 1 == after {
+            for (em, eb) in extra {
+                m += &format!("{em}\n");
+                b += &format!("{}\n", if eb.is_empty() { bl } else { eb });
+            }
+        }
+    }
+    (m, b)
+}
+
+fn replay(messages: &str, rows: &str) -> Vec<(Message, Vec<mdfan_wire::BookUpdate>)> {
+    let mut feed = LobsterFeed::new(
+        MessageReader::new(messages.as_bytes(), Path::new("m.csv")),
+        BookReader::new(rows.as_bytes(), Path::new("b.csv"), 1),
+        eastern_midnight_ns(2012, 6, 21).unwrap(),
+    );
+    let mut out = Vec::new();
+    while let Some((m, r)) = feed.next_message().unwrap_or_else(|e| panic!("{e}")) {
+        out.push((m, r.as_slice().to_vec()));
+    }
+    out
+}
+
+#[test]
+fn a_cross_trade_naming_its_cross_is_a_trade_with_the_book_unchanged_and_the_replay_goes_on() {
+    // The bundled first 4 messages, with cross trades of order id -1 (opening cross) and -4 after message 2,
+    // each with the order-book row repeated (a cross does not change the book).
+    let crosses = [("34200.189700000,6,-1,5000,2238000,1", ""), ("34200.189800000,6,-4,300,2238100,-1", "")];
+    let (m, b) = bundled_with(4, 2, &crosses);
+    let (plain_m, plain_b) = bundled_with(4, 0, &[]);
+    let got = replay(&m, &b);
+    let plain = replay(&plain_m, &plain_b);
+    assert_eq!(got.len(), 6, "every message read");
+    for (i, (cross, price_e9, size, side)) in
+        [(-1, 223_800_000_000, 5_000, Side::Ask), (-4, 223_810_000_000, 300, Side::Bid)].into_iter().enumerate()
+    {
+        let (msg, recs) = &got[2 + i];
+        assert_eq!((msg.event, msg.order_id, msg.cross), (EventType::CrossTrade, 0, cross));
+        assert_eq!(recs.len(), 1, "a trade and nothing else: the book did not change");
+        let r = recs[0];
+        assert_eq!(r.kind(), Some(Kind::Trade));
+        assert_eq!((r.price_e9, r.size, r.order_id, r.side()), (price_e9, size, 0, Some(side)));
+        assert_eq!(r.flags, flags::BAD_TS_RECV | flags::LAST);
+        assert_eq!(r.venue_seq(), 3 + i as u64);
+    }
+    // The messages after the crosses give what they give without them (but their line numbers).
+    for (g, p) in got[4..].iter().zip(&plain[2..]) {
+        let strip = |v: &[mdfan_wire::BookUpdate]| {
+            v.iter().map(|r| (r.kind, r.side, r.price_e9, r.size, r.level)).collect::<Vec<_>>()
+        };
+        assert_eq!(strip(&g.1), strip(&p.1));
+    }
+    let mut mbp = MbpBooks::with_capacity(1);
+    for r in got.iter().flat_map(|(_, r)| r) {
+        mbp.apply(r).unwrap();
+    }
+    let book = mbp.get(INSTRUMENT_ID).unwrap();
+    // Order-book row 4: 2239500,100,2237500,74.
+    assert_eq!(
+        (lv(book.level(Side::Ask, 1)), lv(book.level(Side::Bid, 1))),
+        (Some((2_239_500, 100)), Some((2_237_500, 74)))
+    );
+    // An order id of -5, or a negative one on another type, is still refused.
+    for row in ["34200.2,6,-5,1,2238000,1", "34200.2,4,-1,1,2238000,1"] {
+        let e = message_err(row);
+        assert!(e.contains("field order_id: \"-"), "{row}: {e}");
+    }
+}
+
+#[test]
+fn a_halt_sets_the_trading_state_as_itch_h_does() {
+    let halts =
+        [("34200.190000000,7,0,0,-1,-1", ""), ("34200.190100000,7,0,0,0,-1", ""), ("34200.190200000,7,0,0,1,-1", "")];
+    let (m, b) = bundled_with(4, 2, &halts);
+    let got = replay(&m, &b);
+    assert_eq!(got.len(), 7);
+    let mut states = mdfan_wire::TradingStates::new();
+    let mut seen = Vec::new();
+    for (msg, recs) in &got[2..5] {
+        assert_eq!(msg.event, EventType::Halt);
+        assert_eq!(recs.len(), 1, "the row repeats: no level record");
+        let r = recs[0];
+        assert_eq!(r.kind(), Some(Kind::TradingStatus));
+        assert_eq!((r.instrument_id, r.flags), (INSTRUMENT_ID, flags::BAD_TS_RECV | flags::LAST));
+        let st = r.status().unwrap();
+        assert_eq!((st.kind, st.reason), (mdfan_wire::StatusKind::Trading, *b"    "));
+        assert!(states.apply(&r));
+        seen.push((st.state, states.get(INSTRUMENT_ID).unwrap().is_halted()));
+    }
+    assert_eq!(seen, [(b'H', true), (b'Q', false), (b'T', false)], "halted, quotation only (not a halt), trading");
+    let kinds: Vec<_> = got[5].1.iter().map(|r| r.kind()).collect();
+    assert_eq!(kinds, [Some(Kind::Trade), Some(Kind::LevelChange)], "the replay goes on: message 3, an execution");
 }

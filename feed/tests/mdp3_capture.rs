@@ -182,7 +182,11 @@ fn records_carry_the_documented_fields() {
     }
     let (info, e, r, ts) = first.unwrap();
     assert_eq!(r.instrument_id as i32, e.security_id);
-    assert_eq!(r.venue_seq, info.msg_seq_num);
+    assert_eq!(
+        (r.venue_seq(), r.venue_index()),
+        (u64::from(info.msg_seq_num), 0),
+        "the packet; the channel numbers records"
+    );
     assert_eq!(r.ts_recv_ns, ts);
     assert_eq!(r.ts_event_ns, info.transact_time_ns);
     assert_eq!(r.level, e.price_level);

@@ -256,9 +256,12 @@ fn the_channel_applies_a_snapshot_that_covers_the_loss_and_ignores_older_ones() 
             (Kind::LevelNew, last)
         ]
     );
-    assert!(records.iter().all(|r| (r.instrument_id, r.venue_seq, r.ts_recv_ns) == (9, 12, 500)));
+    assert!(records.iter().all(|r| (r.instrument_id, r.venue_seq(), r.ts_recv_ns) == (9, 12, 500)));
     assert_eq!(records[0].order_id, 3, "the Clear carries the snapshot's RptSeq");
-    assert!(!ch.needs_recovery() && !ch.is_stale(SECURITY));
+    // Good again; the loop names 2 reports (TotNumReports) and covered 1: the channel's hole stays open for a
+    // security not seen yet, and the snapshot feed is still needed.
+    assert!(!ch.is_stale(SECURITY) && ch.needs_recovery());
+    assert_eq!(ch.channel_hole(), Some((11, 12)));
     let b = books.get(9).unwrap();
     let l = |tenths: i64, size: u32, orders: u32| Some(MbpLevel { price_e9: tenths * 100_000_000, size, orders });
     assert!(!b.is_stale());
@@ -313,4 +316,38 @@ fn a_recovery_that_outlasts_the_timeout_is_reported_once_and_stays_stale() {
     let p = snapshot_packet(2, &[(root(SECURITY, 11, 3), entries())]);
     assert_eq!(ch.on_snapshot_packet(&p, 6_000, &mut |_| {}), 5);
     assert_eq!(ch.recovery_status(9_000), RecoveryStatus::Idle);
+}
+
+#[test]
+fn a_msg_seq_num_reset_makes_every_book_stale_until_a_snapshot_of_the_new_sequence_covers_it() {
+    let mut ch = Mdp3Channel::with_capacity(4);
+    let mut books = MbpBooks::with_capacity(4);
+    let feed = |ch: &mut Mdp3Channel, books: &mut MbpBooks, p: &[u8]| {
+        let mut out = |r: &BookUpdate| books.apply(r).unwrap();
+        let n =
+            if p[16..18] == [38, 0] { ch.on_snapshot_packet(p, 500, &mut out) } else { ch.on_packet(p, 500, &mut out) };
+        (n, books.get(9).map(|b| b.is_stale()))
+    };
+    assert_eq!(feed(&mut ch, &mut books, &book_packet(500, 40, 0, b'0', 1, 75_700, 1)), (1, Some(false)));
+    // Without a reset, MsgSeqNum 1 after 500 is a stale packet to the decoder: dropped.
+    assert_eq!(feed(&mut ch, &mut books, &book_packet(1, 1, 0, b'1', 1, 75_710, 2)), (0, Some(false)));
+    assert_eq!(ch.decoder().stats().stale_packets, 1);
+    // The arbiter re-based the lines at 1: every book stale, the decoder takes the new sequence.
+    let mut marks = Vec::new();
+    assert_eq!(ch.on_seq_reset(1, 600, &mut |r| marks.push(*r)), 1);
+    books.apply(&marks[0]).unwrap();
+    assert_eq!(
+        (marks[0].kind(), marks[0].order_id, marks[0].flags),
+        (Some(Kind::InstrumentStale), 1, flags::MAYBE_BAD_BOOK)
+    );
+    assert!(ch.is_stale(SECURITY) && ch.needs_recovery() && books.get(9).unwrap().is_stale());
+    assert_eq!(feed(&mut ch, &mut books, &book_packet(1, 1, 0, b'1', 1, 75_710, 2)), (1, Some(true)));
+    // A snapshot that has not processed the new sequence's first packet does not cover it; one that has does.
+    let snap = |seq: u32, last: u32, rpt: u32| snapshot_packet(seq, &[(root(SECURITY, last, rpt), entries())]);
+    assert_eq!(feed(&mut ch, &mut books, &snap(1, 0, 1)), (0, Some(true)));
+    assert_eq!(feed(&mut ch, &mut books, &snap(2, 1, 1)), (5, Some(false)));
+    let c = ch.counters();
+    assert_eq!((c.seq_resets, c.recovered, c.stale_now, c.snapshots_applied), (1, 1, 0, 1));
+    // The loop names 2 reports and covered one: the hole at 1 stays open for a security not seen yet.
+    assert_eq!(ch.channel_hole(), Some((1, 1)));
 }

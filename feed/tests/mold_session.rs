@@ -37,6 +37,8 @@ enum Out {
     /// seq, count, attempt
     Req(u64, u16, u32),
     Hole(u64, u64),
+    /// the lowest seq whose copies differed
+    Mismatch(u64),
     End(u64),
 }
 
@@ -81,6 +83,7 @@ fn conv(e: SessionEvent<'_>) -> Out {
             Out::Req(seq, count, attempt)
         }
         SessionEvent::Hole { first, last } => Out::Hole(first, last),
+        SessionEvent::CopyMismatch { seq } => Out::Mismatch(seq),
         SessionEvent::EndOfSession { next_seq } => Out::End(next_seq),
     }
 }
@@ -118,7 +121,8 @@ fn a_gap_is_filled_by_the_answer_to_its_request() {
 
 #[test]
 fn answers_out_of_order_and_in_parts_are_merged_in_order() {
-    let mut rx = Rx::new(SessionConfig::default()); // starts at the first packet seen
+    // Starts at the first packet seen (N = 1: its word is taken; the start rule has its own test).
+    let mut rx = Rx::new(SessionConfig { confirm_packets: 1, ..SessionConfig::default() });
     rx.push(&packet(100, 1), Origin::LineA).unwrap();
     rx.push(&packet(110, 1), Origin::LineA).unwrap(); // 101..=109 lost
     rx.tick(0);
@@ -175,7 +179,8 @@ fn a_request_that_times_out_is_retried_then_the_exact_hole_is_given_up() {
 
 #[test]
 fn without_a_request_server_a_hole_waits_one_timeout_for_the_other_line() {
-    let cfg = SessionConfig { requests: false, request_timeout_ns: 10 * MS, ..SessionConfig::default() };
+    let cfg =
+        SessionConfig { requests: false, request_timeout_ns: 10 * MS, confirm_packets: 1, ..SessionConfig::default() };
     let mut rx = Rx::new(cfg);
     rx.push(&packet(1, 1), Origin::LineA).unwrap();
     rx.push(&packet(3, 1), Origin::LineA).unwrap();
@@ -224,9 +229,35 @@ fn a_foreign_session_and_a_count_that_disagrees_with_the_bytes_are_counted_and_d
     assert_eq!((c.foreign_session, c.bad_packets, c.messages, c.packets), (1, 2, 2, [2, 3, 0]));
 }
 
+/// Line B's copy of 50..=52 carries other bytes in 51 and 52 (a line that carries what the venue did not send):
+/// reported once, after the packet, at the lowest (51), and counted per message; an identical copy (the
+/// re-request server's) is a plain duplicate; a copy that differs in 50 alone is reported at 50. Nothing is
+/// delivered twice.
+#[test]
+fn copies_of_a_message_already_handed_out_that_differ_are_reported() {
+    let mut rx = Rx::new(SessionConfig { confirm_packets: 1, ..SessionConfig::default() });
+    rx.push(&packet(50, 3), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), msgs(50..=52, false));
+    let mut forged = packet(50, 3);
+    let n = forged.len();
+    forged[n - 1] ^= 1; // 52's last byte
+    forged[n - 11] ^= 1; // 51's last byte (2 length bytes + 8 message bytes further back)
+    rx.push(&forged, Origin::LineB).unwrap();
+    assert_eq!(rx.take(), [Out::Mismatch(51)]);
+    rx.push(&packet(50, 3), Origin::Retransmission).unwrap();
+    assert_eq!(rx.take(), []);
+    let mut forged = packet(50, 1);
+    let n = forged.len();
+    forged[n - 1] ^= 0x80;
+    rx.push(&forged, Origin::Retransmission).unwrap();
+    assert_eq!(rx.take(), [Out::Mismatch(50)]);
+    let c = *rx.rx.counters();
+    assert_eq!((c.messages, c.duplicates, c.copy_mismatches), (3, 7, 3));
+}
+
 #[test]
 fn duplicates_from_both_lines_and_double_answers_are_dropped() {
-    let mut rx = Rx::new(SessionConfig::default());
+    let mut rx = Rx::new(SessionConfig { confirm_packets: 1, ..SessionConfig::default() });
     rx.push(&packet(50, 3), Origin::LineA).unwrap();
     rx.push(&packet(50, 3), Origin::LineB).unwrap();
     rx.push(&packet(55, 1), Origin::LineB).unwrap();
@@ -244,7 +275,7 @@ fn duplicates_from_both_lines_and_double_answers_are_dropped() {
 
 #[test]
 fn heartbeats_reveal_a_gap_at_the_tail_and_end_of_session_ends_after_it() {
-    let cfg = SessionConfig { retries: 0, request_timeout_ns: MS, ..SessionConfig::default() };
+    let cfg = SessionConfig { retries: 0, request_timeout_ns: MS, confirm_packets: 1, ..SessionConfig::default() };
     let mut rx = Rx::new(cfg);
     rx.push(&packet(10, 2), Origin::LineA).unwrap();
     rx.push(&packet(12, 0), Origin::LineA).unwrap(); // heartbeat: next is 12, nothing missing
@@ -360,9 +391,11 @@ fn a_stray_packet_far_ahead_is_held_and_the_stream_goes_on() {
 }
 
 #[test]
-fn a_real_jump_is_taken_when_a_second_packet_confirms_it() {
+fn a_real_jump_is_taken_when_a_second_packet_continuing_it_confirms_it() {
+    // N = 2 (the default 3 has its own test below): the hole handling after a confirmed jump.
     let cfg = SessionConfig {
         start: Start::One,
+        confirm_packets: 2,
         window_messages: 16,
         retries: 0,
         request_timeout_ns: MS,
@@ -397,27 +430,6 @@ fn a_real_jump_is_taken_when_a_second_packet_confirms_it() {
 }
 
 #[test]
-fn a_confirming_packet_before_the_held_one_is_processed_first() {
-    let cfg = SessionConfig { start: Start::One, window_messages: 16, ..SessionConfig::default() };
-    let mut rx = Rx::new(cfg);
-    rx.push(&packet(1, 1), Origin::LineA).unwrap();
-    rx.push(&packet(105, 2), Origin::LineA).unwrap(); // held
-    rx.push(&packet(100, 5), Origin::LineB).unwrap(); // confirms it, and comes first
-                                                      // 100..=106 are taken in order: each gives up as few of the oldest missing as make room (2..=90).
-    let mut want = vec![Out::Msg(1, false), Out::Hole(2, 84)];
-    want.extend((85..=90).map(|s| Out::Hole(s, s)));
-    assert_eq!(rx.take(), want);
-    rx.tick(0);
-    assert_eq!(rx.take(), [Out::Req(91, 16, 1)]);
-    rx.push(&packet(91, 9), Origin::Retransmission).unwrap();
-    let mut want = msgs(91..=99, true);
-    want.extend(msgs(100..=106, false));
-    assert_eq!(rx.take(), want);
-    let c = *rx.rx.counters();
-    assert_eq!((c.jumps_held, c.jumps_taken, c.given_up_messages, c.messages), (1, 1, 89, 17));
-}
-
-#[test]
 fn a_second_stray_that_does_not_confirm_the_first_replaces_it() {
     let cfg = SessionConfig { start: Start::One, window_messages: 16, ..SessionConfig::default() };
     let mut rx = Rx::new(cfg);
@@ -434,10 +446,37 @@ fn a_second_stray_that_does_not_confirm_the_first_replaces_it() {
     assert!(!rx.rx.has_hole());
     let c = *rx.rx.counters();
     assert_eq!((c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.requests), (4, 0, 3, 0, 0));
-    // The last one held is still confirmable: 512 confirms 510.
-    rx.push(&packet(512, 1), Origin::LineA).unwrap();
-    let want = vec![Out::Hole(6, 494), Out::Hole(495, 496)];
+    // The last one held is still confirmable: 511 and 512 continue 510 (N = 3).
+    rx.push(&packet(511, 1), Origin::LineA).unwrap();
+    rx.push(&packet(512, 1), Origin::LineB).unwrap();
+    let want = vec![Out::Hole(6, 494), Out::Hole(495, 495), Out::Hole(496, 496)];
     assert_eq!(rx.take(), want);
     let c = *rx.rx.counters();
-    assert_eq!((c.jumps_taken, c.overflow_holes), (1, 2));
+    assert_eq!((c.jumps_held, c.jumps_taken, c.overflow_holes), (5, 1, 3));
+}
+
+#[test]
+fn a_stray_before_the_feed_or_on_both_lines_confirms_nothing() {
+    // The attacks on `start = "first_seen"` (default N = 3): one packet with sequence number STRAY
+    // before the feed, sent to both lines, sets no start; the feed's first three packets do.
+    let mut rx = Rx::new(SessionConfig { window_messages: 16, ..SessionConfig::default() });
+    rx.push(&packet(STRAY, 1), Origin::LineA).unwrap();
+    rx.push(&packet(STRAY, 1), Origin::LineB).unwrap();
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    rx.push(&packet(1, 2), Origin::LineB).unwrap();
+    rx.push(&packet(3, 1), Origin::LineB).unwrap();
+    assert_eq!(rx.take(), []);
+    rx.push(&packet(4, 2), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), msgs(1..=5, false));
+    // Mid-stream: the same stray on both lines is one copy, held and never taken; the stream goes on.
+    for origin in [Origin::LineA, Origin::LineB] {
+        rx.push(&packet(STRAY + 7, 1), origin).unwrap();
+    }
+    rx.push(&packet(6, 2), Origin::LineB).unwrap();
+    rx.tick(0);
+    assert_eq!(rx.take(), msgs(6..=7, false));
+    let c = *rx.rx.counters();
+    // Duplicates: the second copy of each stray, and line B's copy of packet 1 (one copy: it was held).
+    assert_eq!((c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.requests), (1, 0, 1, 0, 0));
+    assert_eq!((c.messages, c.duplicates), (7, 3));
 }

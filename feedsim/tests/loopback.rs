@@ -82,6 +82,8 @@ fn run_loopback(a: SocketAddrV4, b: SocketAddrV4, tweak: impl FnOnce(&mut SimCon
                     }
                 }
                 Event::Gap { first, last } => gaps.push((first, last)),
+                Event::CopyMismatch { seq } => panic!("the copies of {seq} differ"),
+                Event::SeqReset { first } => panic!("a reset to {first}"),
             })
             .expect("poll");
             if let Some(h) = sim.take_if(|h| h.is_finished()) {

@@ -1,8 +1,13 @@
-//! A/B arbitration: a sans-IO state machine fed by the caller's clock.
+//! A/B arbitration of MDP 3.0-style lines (one packet per datagram, its seq in the datagram): the crate
+//! `mdfan-arbiter`'s sans-IO [`mdfan_arbiter::Arbiter`] with a datagram as the copy and the packet seq as the
+//! position, fed by the caller's clock.
 //!
-//! Rules:
-//! - The first datagram seen sets the next expected seq (a feed handler recovers anything before it from the
-//!   feed's snapshot channel).
+//! Rules (the arbiter crate's, with these settings):
+//! - The first of `confirm_packets` (N, default 3) datagrams at consecutive seqs sets the next expected seq
+//!   (either line; the same seq on both lines counts once), unless [`Arbiter::start_at`] set it; a feed
+//!   handler recovers anything before it from the feed's snapshot channel. The datagrams before it are held,
+//!   not lost; one stray datagram (a `MsgSeqNum` of 0xFFFFFF00 before the feed) is replaced by the real ones
+//!   and sets nothing.
 //! - The expected seq is delivered at once, from whichever line brought it first; the packets already waiting
 //!   behind it follow, in seq order.
 //! - A packet ahead of the expected seq waits in a slot of a fixed window (`window` slots, pre-allocated), so a
@@ -12,52 +17,27 @@
 //! - The expected seq is declared missing (a gap) when each line has moved past it by more than
 //!   `line_tolerance` seqs (both lines lost it), when packets have waited ahead of it while it did not move for
 //!   `gap_timeout_ns` (a line is silent or dead; applied by [`Arbiter::tick`] only, which the caller runs once
-//!   both sockets are drained), or when an arriving seq would not fit in the window (a jump, once confirmed: below). Consecutive missing seqs
-//!   come out as one [`Event::Gap`], emitted right before the datagram that ends the run.
-//! - A datagram whose seq lies a window or more past the expected one is a suspect jump: one stray datagram (a
-//!   bogus sender on the group, a corrupt `MsgSeqNum`) must not declare billions of seqs missing and make every
-//!   real packet after it a duplicate. It is held (one pre-allocated slot) and taken only when another datagram,
-//!   on either line, also lies past the window and within a window of it (the stream really moved there, as after
-//!   an outage): the seqs below the window are then declared missing as for an overflow, and both are delivered
-//!   or wait in seq order. A datagram inside the window leaves the held one alone; a new suspect that does not
-//!   confirm it replaces it (`jumps_dropped`). A stray datagram is therefore held and never acted on.
+//!   both sockets are drained), or when an arriving seq would not fit in the window (a jump, once confirmed:
+//!   below). Consecutive missing seqs come out as one [`Event::Gap`], emitted right before the datagram that
+//!   ends the run.
+//! - A datagram whose seq lies a window or more past the highest seq known is a suspect jump: one stray
+//!   datagram (a bogus sender on the group, a corrupt `MsgSeqNum`) must not declare billions of seqs missing and
+//!   make every real packet after it a duplicate. It is held (N - 1 pre-allocated slots) and taken only when N
+//!   datagrams at consecutive seqs from it on came (either line, the same seq on both counting once: the stream
+//!   really moved there, as after an outage): they are then placed in seq order, the seqs below the window
+//!   declared missing as for an overflow. A datagram inside the window leaves the held ones alone; a new
+//!   suspect that does not continue them replaces them (`jumps_dropped`); once the stream comes within a window
+//!   of the held datagrams they are ordinary ones. One stray datagram, two (0xFFFFFFF0 and 0xFFFFFFF1), or the
+//!   same one on both lines, is therefore held and never acted on.
 //!
 //! Decisions depend only on the arrival order and the `now_ns` values passed in, so the machine can be tested and
 //! fuzzed without sockets.
 
+use std::net::Ipv4Addr;
+
 use crate::socket::StampKind;
 
-/// One of the two redundant lines of a feed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Line {
-    /// Line A.
-    A = 0,
-    /// Line B.
-    B = 1,
-}
-
-impl Line {
-    /// The index of this line in per-line arrays (A = 0, B = 1).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The other line.
-    pub fn other(self) -> Line {
-        match self {
-            Line::A => Line::B,
-            Line::B => Line::A,
-        }
-    }
-
-    /// "A" or "B".
-    pub fn name(self) -> &'static str {
-        match self {
-            Line::A => "A",
-            Line::B => "B",
-        }
-    }
-}
+pub use mdfan_arbiter::{ArbiterCounters, Line, DEFAULT_CONFIRM_COPIES};
 
 /// Sizes and thresholds of the arbiter.
 #[derive(Debug, Clone)]
@@ -72,6 +52,9 @@ pub struct ArbiterConfig {
     /// A missing seq is a gap once packets have waited ahead of it while the expected seq did not move for this
     /// long, ns of the caller's clock.
     pub gap_timeout_ns: u64,
+    /// N: datagrams at consecutive seqs (either line; the same seq on both lines counts once) that set the first
+    /// expected seq or confirm a jump (module docs). Default [`mdfan_arbiter::DEFAULT_CONFIRM_COPIES`] (3).
+    pub confirm_packets: usize,
 }
 
 impl Default for ArbiterConfig {
@@ -82,6 +65,7 @@ impl Default for ArbiterConfig {
             max_payload_bytes: 1472,
             line_tolerance: 8,
             gap_timeout_ns: 100_000_000,
+            confirm_packets: mdfan_arbiter::DEFAULT_CONFIRM_COPIES,
         }
     }
 }
@@ -97,6 +81,8 @@ pub struct Datagram<'a> {
     pub ts_recv_ns: u64,
     /// Where the timestamp came from.
     pub stamp: StampKind,
+    /// The datagram's source address (checked against the line's `sources`).
+    pub src: Ipv4Addr,
     /// The UDP payload, borrowed for the callback's duration.
     pub payload: &'a [u8],
 }
@@ -104,6 +90,21 @@ pub struct Datagram<'a> {
 /// What the arbiter hands to its caller, in seq order.
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
+    /// Both lines delivered `seq` and the copies differ: one line carries something the venue did not send, so
+    /// what was delivered may be wrong. Handle it as a loss of `seq` (the feed handler marks the channel stale
+    /// and recovers it). Counted in [`CopyCheckCounters::copy_mismatches`]; comes after the seq's `Data`.
+    CopyMismatch {
+        /// The seq whose copies differ.
+        seq: u64,
+    },
+    /// Both lines went back a window or more and `confirm_packets` datagrams at consecutive seqs confirmed it
+    /// (a venue's `MsgSeqNum` reset, e.g. CME's weekly start): the stream is re-based at `first` (what waited
+    /// of the old one went out before). The feed handler resets its sequence state, marks the channel stale and
+    /// recovers it from the snapshot feed.
+    SeqReset {
+        /// The first seq of the new stream.
+        first: u64,
+    },
     /// The next datagram.
     Data(Datagram<'a>),
     /// Seqs `first..=last` came on neither line; the next `Data` (if any) has seq `last + 1`.
@@ -115,374 +116,237 @@ pub enum Event<'a> {
     },
 }
 
-/// The arbiter's counters. Every datagram offered is counted exactly once in `delivered`, `duplicates`, `late`,
-/// `oversize` or `jumps_dropped`, or is still `waiting` or held as a suspect jump (at most one).
+/// A datagram's receive stamp and source: the metadata a copy carries through the window.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    /// Receive timestamp, ns since the UNIX epoch.
+    pub ts_recv_ns: u64,
+    /// Where the timestamp came from.
+    pub stamp: StampKind,
+    /// The datagram's source address.
+    pub src: Ipv4Addr,
+}
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Stamp { ts_recv_ns: 0, stamp: StampKind::None, src: Ipv4Addr::UNSPECIFIED }
+    }
+}
+
+/// Most source addresses one line may list (`LineConfig::sources`), and most foreign sources counted apart.
+pub const MAX_SOURCES: usize = 8;
+
+/// Datagrams dropped because their source is not one the line lists: per foreign source (the first
+/// [`MAX_SOURCES`] seen), and the rest together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceCounts {
+    /// `(source, datagrams)`, in the order first seen; unused entries are `(0.0.0.0, 0)`.
+    pub by_source: [(Ipv4Addr, u64); MAX_SOURCES],
+    /// Datagrams from foreign sources past the first [`MAX_SOURCES`].
+    pub others: u64,
+}
+
+impl Default for SourceCounts {
+    fn default() -> Self {
+        SourceCounts { by_source: [(Ipv4Addr::UNSPECIFIED, 0); MAX_SOURCES], others: 0 }
+    }
+}
+
+impl SourceCounts {
+    fn count(&mut self, src: Ipv4Addr) {
+        for e in self.by_source.iter_mut() {
+            if e.1 == 0 || e.0 == src {
+                *e = (src, e.1 + 1);
+                return;
+            }
+        }
+        self.others += 1;
+    }
+
+    /// All datagrams dropped for their source.
+    pub fn total(&self) -> u64 {
+        self.by_source.iter().map(|e| e.1).sum::<u64>() + self.others
+    }
+}
+
+/// What the per-copy checks counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ArbiterCounters {
-    /// Datagrams offered per line (A, B).
-    pub received: [u64; 2],
-    /// Datagrams delivered, by the line whose copy won (A, B).
-    pub delivered: [u64; 2],
-    /// Copies of a seq already delivered or already waiting: dropped.
-    pub duplicates: u64,
-    /// Copies of a seq already declared a gap: dropped.
-    pub late: u64,
-    /// Payloads longer than `max_payload_bytes` that would have had to wait: dropped.
-    pub oversize: u64,
-    /// Seqs declared missing.
-    pub gap_seqs: u64,
-    /// `Event::Gap` events emitted (runs of missing seqs; a run is reported when the datagram after it is
-    /// delivered, or by [`Arbiter::flush`]).
-    pub gap_events: u64,
-    /// Gap decisions made by the timeout.
-    pub gap_timeouts: u64,
-    /// Gap decisions forced because an arriving seq did not fit in the window.
-    pub gap_overflows: u64,
-    /// Datagrams held as a suspect jump (a window or more past the expected seq; module docs).
-    pub jumps_held: u64,
-    /// Suspect jumps taken: another datagram confirmed the stream moved there.
-    pub jumps_taken: u64,
-    /// Suspect jumps dropped: replaced by a later suspect that did not confirm them.
-    pub jumps_dropped: u64,
+pub struct CopyCheckCounters {
+    /// Per line (A, B): datagrams from a source the line does not list, dropped before arbitration.
+    pub foreign: [SourceCounts; 2],
+    /// Seqs whose copies on lines A and B differ ([`Event::CopyMismatch`]).
+    pub copy_mismatches: u64,
 }
 
-/// What made a gap.
-#[derive(Clone, Copy)]
-enum GapCause {
-    BothLinesPast,
-    Timeout,
-    Overflow,
+/// The per-copy checks of these lines (`mdfan_arbiter::CopyChecks`): the source of every datagram against its
+/// line's list, and the two copies of a seq compared (a word-wise FNV-style hash of the delivered copy, kept per
+/// seq in a window of the arbiter's size, against each duplicate's). Allocated at construction; nothing after.
+pub struct LineChecks {
+    sources: [[Ipv4Addr; MAX_SOURCES]; 2],
+    listed: [usize; 2],
+    /// The delivered copies' hashes, per seq.
+    hashes: mdfan_arbiter::CopyHashes,
+    counters: CopyCheckCounters,
 }
 
-#[derive(Clone, Copy)]
-struct Slot {
-    seq: u64,
-    occupied: bool,
-    len: usize,
-    line: Line,
-    ts_recv_ns: u64,
-    stamp: StampKind,
-}
-
-impl Slot {
-    /// An occupied slot describing `d` (its bytes are copied by the caller).
-    fn holding(d: &Datagram<'_>) -> Slot {
-        Slot {
-            seq: d.seq,
-            occupied: true,
-            len: d.payload.len(),
-            line: d.line,
-            ts_recv_ns: d.ts_recv_ns,
-            stamp: d.stamp,
+impl LineChecks {
+    fn new(window: usize, sources: [&[Ipv4Addr]; 2]) -> Self {
+        let mut own = [[Ipv4Addr::UNSPECIFIED; MAX_SOURCES]; 2];
+        let mut listed = [0; 2];
+        for (l, list) in sources.iter().enumerate() {
+            for (i, a) in list.iter().take(MAX_SOURCES).enumerate() {
+                own[l][i] = *a;
+            }
+            listed[l] = list.len().min(MAX_SOURCES);
+        }
+        Self {
+            sources: own,
+            listed,
+            hashes: mdfan_arbiter::CopyHashes::new(window),
+            counters: CopyCheckCounters::default(),
         }
     }
 }
 
-const EMPTY_SLOT: Slot = Slot { seq: 0, occupied: false, len: 0, line: Line::A, ts_recv_ns: 0, stamp: StampKind::None };
+impl mdfan_arbiter::CopyChecks<u64, Stamp> for LineChecks {
+    fn admit(&mut self, c: &mdfan_arbiter::LineCopy<'_, u64, Stamp>) -> bool {
+        let l = c.line.index().min(1);
+        let n = self.listed[l];
+        if n == 0 || self.sources[l][..n].contains(&c.meta.src) {
+            return true;
+        }
+        self.counters.foreign[l].count(c.meta.src);
+        false
+    }
 
-/// A datagram held as a suspect jump: its slot (`occupied` = held) and bytes in `Arbiter::suspect_store`.
-type Suspect = Slot;
+    fn delivered(&mut self, c: &mdfan_arbiter::LineCopy<'_, u64, Stamp>) {
+        self.hashes.delivered(c.pos, c.bytes);
+    }
 
-/// History of the last `window` seqs below the expected one: delivered, or declared a gap.
-const HISTORY_NONE: u64 = u64::MAX;
+    fn duplicate(&mut self, c: &mdfan_arbiter::LineCopy<'_, u64, Stamp>) {
+        if self.hashes.duplicate(c.pos, c.bytes) {
+            self.counters.copy_mismatches += 1;
+        }
+    }
+}
+
+/// The arbitration engine these lines use: positions are seqs, copies are datagrams.
+type Engine = mdfan_arbiter::Arbiter<u64, Stamp, LineChecks>;
+
+fn datagram(c: mdfan_arbiter::LineCopy<'_, u64, Stamp>) -> Datagram<'_> {
+    Datagram {
+        seq: c.pos,
+        line: c.line,
+        ts_recv_ns: c.meta.ts_recv_ns,
+        stamp: c.meta.stamp,
+        src: c.meta.src,
+        payload: c.bytes,
+    }
+}
+
+/// The engine's events as this module's.
+fn relay<'o>(out: &'o mut impl FnMut(Event<'_>)) -> impl FnMut(mdfan_arbiter::Event<'_, u64, Stamp>) + 'o {
+    move |e| match e {
+        mdfan_arbiter::Event::Data(c) => out(Event::Data(datagram(c))),
+        mdfan_arbiter::Event::Gap { first, last } => out(Event::Gap { first, last }),
+        mdfan_arbiter::Event::Reset { first } => out(Event::SeqReset { first }),
+    }
+}
+
+/// Places a datagram (one unit per copy).
+fn place_one<O: FnMut(mdfan_arbiter::Event<'_, u64, Stamp>)>(
+    e: &mut Engine,
+    c: mdfan_arbiter::LineCopy<'_, u64, Stamp>,
+    _held: bool,
+    out: &mut O,
+) {
+    e.place(c, out);
+}
 
 /// The A/B arbiter. See the [module docs](self) for the rules.
 pub struct Arbiter {
-    cfg: ArbiterConfig,
-    mask: u64,
-    next: Option<u64>,
-    max_seen: [Option<u64>; 2],
-    slots: Vec<Slot>,
-    store: Vec<u8>,
-    waiting: usize,
-    /// Since when the expected seq has not moved while packets wait ahead of it (the caller's clock).
-    stalled_since_ns: Option<u64>,
-    /// The caller's clock at the current `offer` or `tick`.
-    now_ns: u64,
-    /// Missing seqs declared but not yet reported: one `Event::Gap` per run, emitted when the run closes.
-    open_gap: Option<(u64, u64)>,
-    /// `history[s & mask]` = `s << 1 | was_gap` for recent seqs `s` below `next`.
-    history: Vec<u64>,
-    /// The datagram held as a suspect jump (`occupied`), and its bytes.
-    suspect: Suspect,
-    suspect_store: Vec<u8>,
-    counters: ArbiterCounters,
+    engine: Engine,
 }
 
 impl Arbiter {
-    /// An arbiter with every buffer allocated now (`window * max_payload_bytes` bytes of payload store).
+    /// An arbiter with every buffer allocated now (`window * max_payload_bytes` bytes of payload store), taking
+    /// datagrams from any source.
     pub fn new(cfg: ArbiterConfig) -> Self {
-        let window = cfg.window.max(1).next_power_of_two();
-        Self {
-            mask: window as u64 - 1,
-            next: None,
-            max_seen: [None; 2],
-            slots: vec![EMPTY_SLOT; window],
-            store: vec![0; window * cfg.max_payload_bytes],
-            waiting: 0,
-            stalled_since_ns: None,
-            now_ns: 0,
-            open_gap: None,
-            history: vec![HISTORY_NONE; window],
-            suspect: EMPTY_SLOT,
-            suspect_store: vec![0; cfg.max_payload_bytes],
-            counters: ArbiterCounters::default(),
-            cfg: ArbiterConfig { window, ..cfg },
-        }
+        Self::with_sources(cfg, [&[], &[]])
+    }
+
+    /// As [`Arbiter::new`], taking on line A only datagrams from `sources[0]` and on line B from `sources[1]`
+    /// (an empty list: any source; at most [`MAX_SOURCES`] each).
+    pub fn with_sources(cfg: ArbiterConfig, sources: [&[Ipv4Addr]; 2]) -> Self {
+        let checks = LineChecks::new(cfg.window, sources);
+        let engine = Engine::with_checks(
+            mdfan_arbiter::ArbiterConfig {
+                window: cfg.window,
+                slot_bytes: cfg.max_payload_bytes,
+                held_bytes: cfg.max_payload_bytes,
+                gap_reports: mdfan_arbiter::GapReports::Coalesced,
+                line_tolerance: Some(cfg.line_tolerance),
+                gap_timeout_ns: Some(cfg.gap_timeout_ns),
+                held_joins_when_reached: true,
+                confirm_copies: cfg.confirm_packets,
+                resets: true,
+            },
+            checks,
+        );
+        Self { engine }
     }
 
     /// The counters so far.
     pub fn counters(&self) -> &ArbiterCounters {
-        &self.counters
+        self.engine.counters()
     }
 
     /// The next seq the arbiter will deliver (`None` before the first datagram).
     pub fn next_seq(&self) -> Option<u64> {
-        self.next
+        self.engine.next()
+    }
+
+    /// What the per-copy checks counted: foreign sources per line, copy mismatches.
+    pub fn check_counters(&self) -> &CopyCheckCounters {
+        &self.engine.checks().counters
+    }
+
+    /// Sets the first expected seq, if none is set yet (the snapshot feed said where the stream stands); without
+    /// it the first `confirm_packets` datagrams at consecutive seqs set it.
+    pub fn start_at(&mut self, seq: u64) {
+        self.engine.start_at(seq);
     }
 
     /// Datagrams waiting behind a missing seq.
     pub fn waiting(&self) -> usize {
-        self.waiting
+        self.engine.waiting()
     }
 
     /// Offers one datagram received on `line`; delivers through `out` whatever became deliverable.
     pub fn offer(&mut self, d: Datagram<'_>, now_ns: u64, out: &mut impl FnMut(Event<'_>)) {
-        self.now_ns = now_ns;
-        let li = d.line.index();
-        self.counters.received[li] += 1;
-        let next = *self.next.get_or_insert(d.seq);
-        if d.seq > next + self.mask && !self.confirms_jump(&d, out) {
-            return;
+        let meta = Stamp { ts_recv_ns: d.ts_recv_ns, stamp: d.stamp, src: d.src };
+        let copy = mdfan_arbiter::LineCopy { pos: d.seq, line: d.line, meta, bytes: d.payload };
+        {
+            let out = &mut relay(out);
+            self.engine.offer(copy, now_ns, out, place_one);
+            self.engine.settle(out);
+            self.engine.release_reached(out, place_one);
         }
-        self.place(d, out);
-        self.resolve_progress(out);
-        if self.suspect.occupied && self.next.is_some_and(|next| self.suspect.seq < next + self.mask + 1) {
-            // The stream came within a window of the held datagram: it is an ordinary one now.
-            self.release_suspect(out);
+        if let Some(seq) = self.engine.checks_mut().hashes.take_mismatch() {
+            out(Event::CopyMismatch { seq });
         }
-    }
-
-    /// `d` lies a window or more past the expected seq (module docs): if it confirms the held suspect, takes the
-    /// jump (the seqs below the window of both declared missing, the held one delivered or waiting) and returns
-    /// true, so `d` goes on as any datagram inside the window; otherwise holds it (a same-seq copy of the held one
-    /// is a duplicate) and returns false.
-    fn confirms_jump(&mut self, d: &Datagram<'_>, out: &mut impl FnMut(Event<'_>)) -> bool {
-        let window = self.mask + 1;
-        let held = self.suspect;
-        if held.occupied && held.seq == d.seq {
-            self.counters.duplicates += 1;
-            return false;
-        }
-        if held.occupied && held.seq.abs_diff(d.seq) < window {
-            self.counters.jumps_taken += 1;
-            self.advance_to(held.seq.max(d.seq) - window + 1, GapCause::Overflow, out);
-            self.release_suspect(out);
-            return true;
-        }
-        if d.payload.len() > self.cfg.max_payload_bytes {
-            self.counters.oversize += 1;
-            return false;
-        }
-        if held.occupied {
-            self.counters.jumps_dropped += 1;
-        }
-        self.counters.jumps_held += 1;
-        self.suspect_store[..d.payload.len()].copy_from_slice(d.payload);
-        self.suspect = Slot::holding(d);
-        false
     }
 
     /// Applies the gap timeout with the caller's clock. Call it only when both lines have nothing more to read
     /// (their sockets are drained): a packet still queued on the slower line must not lose to the clock.
     pub fn tick(&mut self, now_ns: u64, out: &mut impl FnMut(Event<'_>)) {
-        self.now_ns = now_ns;
-        self.resolve_progress(out);
-        self.resolve_timeout(now_ns, out);
-    }
-
-    /// Takes the held suspect as a datagram inside the window (the jump was confirmed, or the expected seq came
-    /// within a window of it): delivered if it is the expected seq, else waiting in its slot; one the stream
-    /// already moved past is a duplicate (or `late`, its seq declared missing).
-    fn release_suspect(&mut self, out: &mut impl FnMut(Event<'_>)) {
-        let held = self.suspect;
-        self.suspect.occupied = false;
-        // Moved out for the call and back (no allocation): the datagram borrows it while `place` needs `self`.
-        let store = std::mem::take(&mut self.suspect_store);
-        let (seq, line, ts_recv_ns, stamp) = (held.seq, held.line, held.ts_recv_ns, held.stamp);
-        self.place(Datagram { seq, line, ts_recv_ns, stamp, payload: &store[..held.len] }, out);
-        self.suspect_store = store;
-    }
-
-    /// Places a datagram inside the window: below the expected seq a duplicate (or `late`, its seq declared
-    /// missing); the expected seq delivered, with what waits behind it; ahead of it, waiting in its slot.
-    fn place(&mut self, d: Datagram<'_>, out: &mut impl FnMut(Event<'_>)) {
-        let li = d.line.index();
-        self.max_seen[li] = Some(self.max_seen[li].map_or(d.seq, |m| m.max(d.seq)));
-        let next = self.next.unwrap_or(d.seq);
-        if d.seq < next {
-            let h = self.history[(d.seq & self.mask) as usize];
-            if h != HISTORY_NONE && h >> 1 == d.seq && h & 1 == 1 {
-                self.counters.late += 1;
-            } else {
-                self.counters.duplicates += 1;
-            }
-        } else if d.seq == next {
-            self.counters.delivered[li] += 1;
-            self.remember(d.seq, false);
-            self.next = Some(next + 1);
-            self.flush_gap(out);
-            out(Event::Data(d));
-            self.drain(out);
-        } else {
-            self.park(d, self.now_ns);
-        }
-    }
-
-    fn park(&mut self, d: Datagram<'_>, now_ns: u64) {
-        let idx = (d.seq & self.mask) as usize;
-        let slot = &mut self.slots[idx];
-        if slot.occupied {
-            // Same seq (the window guarantees no other seq maps here while this one waits).
-            self.counters.duplicates += 1;
-            return;
-        }
-        if d.payload.len() > self.cfg.max_payload_bytes {
-            self.counters.oversize += 1;
-            return;
-        }
-        let at = idx * self.cfg.max_payload_bytes;
-        self.store[at..at + d.payload.len()].copy_from_slice(d.payload);
-        *slot = Slot::holding(&d);
-        self.waiting += 1;
-        self.stalled_since_ns.get_or_insert(now_ns);
-    }
-
-    fn remember(&mut self, seq: u64, gap: bool) {
-        self.history[(seq & self.mask) as usize] = seq << 1 | u64::from(gap);
-    }
-
-    /// Delivers the waiting packets from the expected seq on, up to the first hole. Called after every move
-    /// of the expected seq: restarts the stall clock while packets still wait.
-    fn drain(&mut self, out: &mut impl FnMut(Event<'_>)) {
-        while self.waiting > 0 {
-            let Some(next) = self.next else { break };
-            let idx = (next & self.mask) as usize;
-            let slot = self.slots[idx];
-            if !(slot.occupied && slot.seq == next) {
-                break;
-            }
-            self.slots[idx].occupied = false;
-            self.waiting -= 1;
-            self.counters.delivered[slot.line.index()] += 1;
-            self.remember(next, false);
-            self.next = Some(next + 1);
-            let at = idx * self.cfg.max_payload_bytes;
-            self.flush_gap(out);
-            out(Event::Data(Datagram {
-                seq: slot.seq,
-                line: slot.line,
-                ts_recv_ns: slot.ts_recv_ns,
-                stamp: slot.stamp,
-                payload: &self.store[at..at + slot.len],
-            }));
-        }
-        self.stalled_since_ns = if self.waiting == 0 { None } else { Some(self.now_ns) };
-    }
-
-    /// Declares the missing seqs below `target` (delivering the waiting ones between) as gaps.
-    fn advance_to(&mut self, target: u64, cause: GapCause, out: &mut impl FnMut(Event<'_>)) {
-        while let Some(next) = self.next {
-            if next >= target {
-                return;
-            }
-            let idx = (next & self.mask) as usize;
-            if self.slots[idx].occupied && self.slots[idx].seq == next {
-                self.drain(out);
-                continue;
-            }
-            // A run of missing seqs: up to the next waiting one or the target.
-            let mut last = next;
-            while last + 1 < target {
-                let i = ((last + 1) & self.mask) as usize;
-                if self.slots[i].occupied && self.slots[i].seq == last + 1 {
-                    break;
-                }
-                last += 1;
-            }
-            self.declare_gap(next, last, cause, out);
-        }
-    }
-
-    fn declare_gap(&mut self, first: u64, last: u64, cause: GapCause, out: &mut impl FnMut(Event<'_>)) {
-        for s in first..=last {
-            self.remember(s, true);
-        }
-        self.counters.gap_seqs += last - first + 1;
-        self.open_gap = match self.open_gap {
-            Some((f, l)) if l + 1 == first => Some((f, last)),
-            Some(run) => {
-                self.emit_gap(run, out);
-                Some((first, last))
-            }
-            None => Some((first, last)),
-        };
-        match cause {
-            GapCause::BothLinesPast => {}
-            GapCause::Timeout => self.counters.gap_timeouts += 1,
-            GapCause::Overflow => self.counters.gap_overflows += 1,
-        }
-        self.next = Some(last + 1);
-        self.drain(out);
-    }
-
-    fn emit_gap(&mut self, (first, last): (u64, u64), out: &mut impl FnMut(Event<'_>)) {
-        self.counters.gap_events += 1;
-        out(Event::Gap { first, last });
-    }
-
-    /// Reports the open run of missing seqs (before the datagram that closes it).
-    fn flush_gap(&mut self, out: &mut impl FnMut(Event<'_>)) {
-        if let Some(run) = self.open_gap.take() {
-            self.emit_gap(run, out);
-        }
+        self.engine.tick(now_ns, &mut relay(out));
     }
 
     /// Reports the run of missing seqs declared so far without waiting for the datagram that closes it (at the
     /// end of a stream). A run that grows afterwards is reported again from its next seq.
     pub fn flush(&mut self, out: &mut impl FnMut(Event<'_>)) {
-        self.flush_gap(out);
-    }
-
-    /// Declares the gaps that the lines' progress decides.
-    fn resolve_progress(&mut self, out: &mut impl FnMut(Event<'_>)) {
-        // Both lines past the missing seq by more than the tolerance: neither will bring it.
-        if let (Some(a), Some(b)) = (self.max_seen[0], self.max_seen[1]) {
-            let both_past = a.min(b).saturating_sub(self.cfg.line_tolerance);
-            if self.waiting > 0 {
-                self.advance_to(both_past, GapCause::BothLinesPast, out);
-            }
-        }
-    }
-
-    /// Declares the gap that the timeout decides.
-    fn resolve_timeout(&mut self, now_ns: u64, out: &mut impl FnMut(Event<'_>)) {
-        if self.waiting > 0 {
-            if let Some(since) = self.stalled_since_ns {
-                if now_ns.saturating_sub(since) >= self.cfg.gap_timeout_ns {
-                    // Up to the first waiting packet.
-                    if let Some(next) = self.next {
-                        let first_waiting = (next..next + self.mask + 1).find(|s| {
-                            let sl = &self.slots[(s & self.mask) as usize];
-                            sl.occupied && sl.seq == *s
-                        });
-                        if let Some(fw) = first_waiting {
-                            self.advance_to(fw, GapCause::Timeout, out);
-                        }
-                    }
-                }
-            }
-        }
+        self.engine.flush(&mut relay(out));
     }
 }
 
@@ -501,7 +365,14 @@ mod tests {
         for &(line, seq) in input {
             let (bytes, line, seq) = dg(line, seq);
             a.offer(
-                Datagram { seq, line, ts_recv_ns: 7, stamp: StampKind::Software, payload: &bytes },
+                Datagram {
+                    seq,
+                    line,
+                    ts_recv_ns: 7,
+                    stamp: StampKind::Software,
+                    src: Ipv4Addr::LOCALHOST,
+                    payload: &bytes,
+                },
                 now_ns,
                 &mut |e| match e {
                     Event::Data(d) => {
@@ -509,6 +380,8 @@ mod tests {
                         got.push(Ok(d.seq))
                     }
                     Event::Gap { first, last } => got.push(Err((first, last))),
+                    Event::CopyMismatch { seq } => panic!("copies of {seq} differ"),
+                    Event::SeqReset { first } => got.push(Err((first, 0))),
                 },
             );
         }
@@ -516,7 +389,14 @@ mod tests {
     }
 
     fn cfg(tolerance: u64) -> ArbiterConfig {
-        ArbiterConfig { window: 8, max_payload_bytes: 16, line_tolerance: tolerance, gap_timeout_ns: 1_000 }
+        // The first datagram sets the start (the start rule has its own tests below).
+        ArbiterConfig {
+            window: 8,
+            max_payload_bytes: 16,
+            line_tolerance: tolerance,
+            gap_timeout_ns: 1_000,
+            confirm_packets: 1,
+        }
     }
 
     use Line::{A, B};
@@ -590,39 +470,93 @@ mod tests {
         assert_eq!(c.received[0] + c.received[1], out + a.waiting() as u64 + held, "{c:?}");
     }
 
+    /// The default start and jump rule (3 datagrams at consecutive seqs), started at 1.
+    fn guarded() -> Arbiter {
+        let mut a = Arbiter::new(ArbiterConfig { confirm_packets: 3, ..cfg(0) });
+        a.start_at(1);
+        a
+    }
+
     #[test]
-    fn a_jump_beyond_the_window_is_taken_once_a_second_datagram_confirms_it() {
-        let mut a = Arbiter::new(cfg(0));
-        // Window 8: 20 lies past it (next 2): held, nothing decided.
-        assert_eq!(run(&mut a, &[(A, 1), (A, 3), (A, 20)], 0), vec![Ok(1)]);
-        assert_eq!((a.waiting(), a.counters().jumps_held, a.counters().gap_seqs), (1, 1, 0));
-        // 13 lies past it too and within a window of 20: the stream moved. 20 needs next >= 13: 2 and 4..=12 are
-        // declared missing, 3 delivered between, 13 delivered, 20 waits.
-        assert_eq!(run(&mut a, &[(A, 13)], 0), vec![Err((2, 2)), Ok(3), Err((4, 12)), Ok(13)]);
+    fn a_jump_beyond_the_window_is_taken_once_three_consecutive_datagrams_show_it() {
+        let mut a = guarded();
+        // Window 8: 20 lies past it (next 2): held, nothing decided; 13 does not continue it and replaces it.
+        assert_eq!(run(&mut a, &[(A, 1), (A, 3), (A, 20), (A, 13)], 0), vec![Ok(1)]);
         let c = *a.counters();
-        assert_eq!((c.jumps_taken, c.gap_overflows, c.gap_seqs, a.waiting()), (1, 2, 10, 1));
-        let got = run(&mut a, &[(B, 14), (B, 15), (B, 16), (B, 17), (B, 18), (B, 19)], 0);
-        assert_eq!(got, (14..=20).map(Ok).collect::<Vec<_>>());
+        assert_eq!((a.waiting(), c.jumps_held, c.jumps_dropped, c.gap_seqs), (1, 2, 1, 0));
+        // 14 on B and 15 on A continue 13 (B's 13 is a copy of a held one): the stream moved. 13 needs next >= 6:
+        // 2 and 4..=5 are declared missing, 3 delivered between; with both lines at 14 or more (tolerance 0) the
+        // rest up to 12 is missing too.
+        let got = run(&mut a, &[(B, 14), (B, 13), (A, 15)], 0);
+        assert_eq!(got, vec![Err((2, 2)), Ok(3), Err((4, 12)), Ok(13), Ok(14), Ok(15)]);
+        let c = *a.counters();
+        assert_eq!((c.jumps_held, c.jumps_taken, c.gap_seqs, c.duplicates, a.waiting()), (3, 1, 10, 1, 0));
+        assert_eq!(run(&mut a, &[(B, 16), (A, 16)], 0), vec![Ok(16)]);
         assert_accounted(&a, 0);
     }
 
     #[test]
     fn a_stray_datagram_far_ahead_is_held_and_the_stream_goes_on() {
-        let mut a = Arbiter::new(cfg(0));
+        let mut a = guarded();
         let got = run(&mut a, &[(A, 1), (B, 1), (A, 2), (A, 0xFFFF_FFFF), (B, 2), (A, 3), (B, 3), (B, 4), (A, 4)], 0);
         assert_eq!(got, vec![Ok(1), Ok(2), Ok(3), Ok(4)]);
         let c = *a.counters();
         assert_eq!((c.jumps_held, c.jumps_taken, c.gap_seqs, c.duplicates, a.next_seq()), (1, 0, 0, 4, Some(5)));
         assert_accounted(&a, 1);
-        // A second stray that does not confirm the first replaces it.
+        // A second stray that does not continue the first replaces it.
         assert_eq!(run(&mut a, &[(B, 1 << 40), (A, 5)], 0), vec![Ok(5)]);
         assert_eq!((a.counters().jumps_held, a.counters().jumps_dropped), (2, 1));
         assert_accounted(&a, 1);
     }
 
     #[test]
+    fn foreign_sources_are_dropped_and_counted_by_source_and_differing_copies_are_reported() {
+        let (feed, forger) = (Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2));
+        let mut a = Arbiter::with_sources(cfg(0), [&[feed], &[feed]]);
+        let mut got = Vec::new();
+        let mut offer = |a: &mut Arbiter, line, seq: u64, src, byte: u8| {
+            let payload = [byte; 4];
+            let d = Datagram { seq, line, ts_recv_ns: 0, stamp: StampKind::Software, src, payload: &payload };
+            a.offer(d, 0, &mut |e| {
+                got.push(match e {
+                    Event::Data(d) => format!("data {} {}", d.seq, d.payload[0]),
+                    Event::Gap { first, last } => format!("gap {first}..={last}"),
+                    Event::CopyMismatch { seq } => format!("mismatch {seq}"),
+                    Event::SeqReset { first } => format!("reset {first}"),
+                })
+            });
+        };
+        // Forged copies of 1 and 2 from 127.0.0.2 ahead of the stream: dropped before arbitration, the real ones
+        // win. Then line B's copy of 3 differs from line A's: reported after it.
+        offer(&mut a, A, 1, forger, 9);
+        offer(&mut a, B, 2, forger, 9);
+        offer(&mut a, A, 1, feed, 1);
+        offer(&mut a, B, 1, feed, 1);
+        offer(&mut a, A, 2, feed, 2);
+        offer(&mut a, A, 3, feed, 3);
+        offer(&mut a, B, 3, feed, 7);
+        assert_eq!(got, ["data 1 1", "data 2 2", "data 3 3", "mismatch 3"]);
+        let c = *a.check_counters();
+        assert_eq!((c.foreign[0].by_source[0], c.foreign[1].by_source[0]), ((forger, 1), (forger, 1)));
+        assert_eq!((c.foreign[0].total(), c.copy_mismatches, a.counters().refused), (1, 1, 2));
+    }
+
+    #[test]
+    fn a_stray_msg_seq_num_before_the_feed_does_not_silence_it() {
+        // The attack: one 12-byte datagram with MsgSeqNum 0xFFFFFF00 on line A before the first real
+        // packet. It used to set the expected seq, every real packet then a duplicate.
+        let mut a = Arbiter::new(ArbiterConfig { confirm_packets: 3, ..cfg(0) });
+        let mut input = vec![(A, 0xFFFF_FF00)];
+        input.extend((1..=20).flat_map(|s| [(A, s), (B, s)]));
+        assert_eq!(run(&mut a, &input, 0), (1..=20).map(Ok).collect::<Vec<_>>());
+        let c = *a.counters();
+        assert_eq!((c.start_held, c.jumps_dropped, c.duplicates, c.delivered), (3, 1, 20, [20, 0]));
+        assert_accounted(&a, 0);
+    }
+
+    #[test]
     fn a_held_datagram_the_stream_comes_within_a_window_of_is_an_ordinary_one() {
-        let mut a = Arbiter::new(cfg(0));
+        let mut a = guarded();
         // 12 is a window past next 2 when it comes; once next is 5 it is within the window: it waits, and goes
         // out in order.
         assert_eq!(run(&mut a, &[(A, 1), (B, 12), (A, 2), (A, 3), (A, 4)], 0), vec![Ok(1), Ok(2), Ok(3), Ok(4)]);

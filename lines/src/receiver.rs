@@ -55,15 +55,19 @@ impl<S: SeqExtractor> LineReceiver<S> {
         Ok(Self {
             lines: [LineSocket::open(&cfg.a)?, LineSocket::open(&cfg.b)?],
             seq,
-            arbiter: Arbiter::new(cfg.arbiter.clone()),
+            arbiter: Arbiter::with_sources(cfg.arbiter.clone(), [&cfg.a.sources, &cfg.b.sources]),
             buf: vec![0; cfg.recv_buf_bytes],
             counters: LineCounters::default(),
         })
     }
 
-    /// The socket of `line` (its bound address, its receive buffer).
+    /// The socket of `line` (its bound address, its receive buffer). This receiver reads lines A and B only:
+    /// [`Line::Recovery`] names line B's socket.
     pub fn socket(&self, line: Line) -> &LineSocket {
-        &self.lines[line.index()]
+        match line {
+            Line::A => &self.lines[0],
+            Line::B | Line::Recovery => &self.lines[1],
+        }
     }
 
     /// Counters before arbitration.
@@ -122,7 +126,7 @@ impl<S: SeqExtractor> LineReceiver<S> {
                     continue;
                 };
                 self.arbiter.offer(
-                    Datagram { seq, line, ts_recv_ns: r.ts_recv_ns, stamp: r.stamp, payload },
+                    Datagram { seq, line, ts_recv_ns: r.ts_recv_ns, stamp: r.stamp, src: r.src, payload },
                     now_ns,
                     out,
                 );

@@ -318,9 +318,9 @@ impl FanoutAgent {
     /// record carries one stamp, read once before the first (the TSC read costs about as much as a post), and
     /// goes from one copy of the record on the stack (each post sets only its seq). Returns whether a session
     /// was marked dead. `t_read`: the TSC when the record was read from the journal, for one record in
-    /// [`DECODE_TO_POST_SAMPLE`] (`None` for the others).
+    /// [`DECODE_TO_POST_SAMPLE`] (`None` for the others); `now`: the cycle's TSC read, the record's send stamp.
     #[inline]
-    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64, t_read: Option<u64>) -> bool {
+    fn fan_out_live(&mut self, record: &BookUpdate, pos: u64, t_read: Option<u64>, now: u64) -> bool {
         let n = self.sessions.len();
         if n == 0 {
             return false;
@@ -328,10 +328,9 @@ impl FanoutAgent {
         self.rotate = if self.rotate + 1 >= n { 0 } else { self.rotate + 1 };
         let stall = self.timing.stall_ticks;
         let mut k = self.rotate;
-        let now = self.clock.raw();
         let mut sent = false;
         let mut died = false;
-        let r = &mut BookUpdate { ts_send_ticks: now, ..*record };
+        let r = &mut BookUpdate { ts_send_ticks: now as u32, ..*record };
         for _ in 0..n {
             let s = &mut self.sessions[k];
             k = if k + 1 == n { 0 } else { k + 1 };
@@ -647,8 +646,11 @@ impl FanoutAgent {
             self.cycle_start = self.clock.raw();
         }
         let t_read = (pos & (DECODE_TO_POST_SAMPLE - 1) == 0).then(|| self.clock.raw());
+        // The cycle's one TSC read: the record's send stamp, and the end of this duty cycle (cycles are timed
+        // stamp to stamp) and the heartbeat look's clock below.
+        let now = self.clock.raw();
         let died = match record {
-            Some(record) => self.fan_out_live(&record, pos, t_read),
+            Some(record) => self.fan_out_live(&record, pos, t_read, now),
             None => {
                 bump(&self.counters.feed_errors);
                 false
@@ -661,7 +663,6 @@ impl FanoutAgent {
         self.pos = pos + 1;
         self.counters.records.store(pos + 1, Ordering::Relaxed);
         self.journal.hot_done((pos + 1).min(self.catchup_floor));
-        let now = self.clock.raw();
         if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
             // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.
             self.heartbeat_if_due(pos + 1);

@@ -1,80 +1,62 @@
 //! The conductor: the publisher's control plane, an [`Agent`] run on the thread that calls
 //! [`crate::Publisher::run`] under a backoff idle strategy ([`CONDUCTOR_IDLE`]). One duty cycle
-//! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, follow the journal,
-//! take a live ITCH feed's Stock Directory definitions into the symbology (`Conductor::take_definitions`),
-//! accept new control connections, finish handshakes (attach rings), hand connected sessions to the hot loop,
-//! read control connections (snapshot requests, departures), handle what the hot loop reports (retirements,
-//! snapshot buffers, the end of the replay) and print the counters when asked; while a session's send completions
-//! carry NIC timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a
-//! second (`Conductor::refresh_send_clock`). It logs what the hot loop cannot and frees retired
-//! sessions' memory. Everything here may block briefly, allocate and log; nothing here runs on the hot loop's
-//! thread. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
+//! ([`Conductor::do_work`]) is one pass: move waiting commands into the hot loop's queue, follow the journal
+//! (the [`BookKeeper`]'s books at the hot loop's position), take a live ITCH feed's Stock Directory definitions
+//! into the symbology (`Conductor::take_definitions`), accept new control connections (TCP and the Unix-domain
+//! socket), read handshakes and answer them (attach rings), hand connected sessions to the hot loop, read and
+//! write every session's control connection (snapshot requests, departures, byes), handle what the hot loop
+//! reports (retirements, snapshot buffers, the end of the replay), print the counters when asked and rewrite the
+//! counters file by walking the registered [`CounterSet`]s; while a session's send completions carry NIC
+//! timestamps, it maps the NIC clock and the TSC onto `CLOCK_REALTIME` for the hot loop about once a second
+//! (`Conductor::refresh_send_clock`). It logs what the hot loop cannot and frees retired sessions' memory.
+//!
+//! **Nothing a client does can stall it.** Every socket is non-blocking and every connection has bounded
+//! buffers and a write deadline ([`crate::conn`]): a pass never waits for a peer, so SIGTERM and SIGUSR1 are
+//! served within a pass (a millisecond idle, the work of the pass otherwise) whatever the clients do. Accepts
+//! and frames per pass are bounded, handshakes in progress too ([`MAX_HANDSHAKES`]), and nothing a client sends
+//! makes the publisher build a frame larger than [`control::MAX_FRAME_BYTES`] ([`crate::access::check_subscribe`]
+//! de-duplicates and caps the lists; [`fit_in_a_frame`] the definitions).
+//!
+//! **One entry per session** ([`SessionEntry`]): its control connection, report, holds, snapshot state and rate,
+//! and where it is in its life ([`Stage`]: connecting, live, leaving); an ended session leaves only its
+//! report. It is done once the hot loop's [`Event::Finished`] has been handled: the run report is then in
 //! [`Conductor::take_report`].
 
-use std::io::{ErrorKind, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError};
+use mdfan_fabric::{AnyRemoteRing, AnySender, CloseReason, FabricError, Peer};
 use mdfan_wire::control::{self, Accept, AcceptFabric, Bye, ControlError, ControlMsg, Reject, Subscribe};
-use mdfan_wire::{Books, InstrumentDef, Symbology};
+use mdfan_wire::{InstrumentDef, Symbology};
 
+use mdfan_tuning::counters::CountersWriter;
 use mdfan_tuning::{Agent, IdleStrategy};
 
+use crate::access::{self, shown, shown_name, AuthThrottle, FailureLog, PeerKey, TokenBucket};
 use crate::agent::{AgentCounters, AgentReport, Command, Event};
-use crate::config::Config;
+use crate::book_keeper::BookKeeper;
+use crate::config::{Config, FeedFormat};
+use crate::conn::{ControlConn, Overflow, Received, Stream, SESSION_FRAME_BYTES, SUBSCRIBE_FRAME_BYTES};
+use crate::counter_sets::{ControlCounters, CounterSet, RunCounters};
 use crate::journal::{FeedState, Journal};
+use crate::peer::PeerInfo;
 use crate::queue;
 use crate::report::{RunReport, SessionReport};
 use crate::send_clock::{SendClockMap, TscRealtime, SEND_CLOCK_REALIGN};
 use crate::session::{Session, SessionCounters};
 use crate::HANDSHAKE_TIMEOUT;
 
-/// Checks `sub` against the publisher's `[access]` list: a known name with its token (compared in constant
-/// time), asking for no more than its entitlement. The reason names the field and says what is allowed.
-pub(crate) fn check_access(access: &crate::config::AccessSection, sub: &Subscribe) -> Result<(), String> {
-    let entry = check_token(access, sub)?;
-    let Some(allowed) = &entry.instruments else { return Ok(()) };
-    let may = || allowed.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    match &sub.instruments {
-        None => Err(format!("field instruments: every instrument asked; {:?} may have only {}", sub.name, may())),
-        Some(ids) => {
-            let refused: Vec<String> = ids.iter().filter(|id| !allowed.contains(id)).map(u32::to_string).collect();
-            if refused.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("field instruments: {} not entitled; {:?} may have {}", refused.join(","), sub.name, may()))
-            }
-        }
-    }
-}
-
-/// The `[access]` entry of `sub`'s name if its token matches (compared in constant time); the reason for a
-/// `Reject` otherwise. An unknown name and a wrong token read the same, so a refusal does not tell which names
-/// exist.
-pub(crate) fn check_token<'a>(
-    access: &'a crate::config::AccessSection,
-    sub: &Subscribe,
-) -> Result<&'a crate::config::AccessEntry, String> {
-    use subtle::ConstantTimeEq as _;
-    let Some(token) = &sub.token else {
-        return Err(format!(
-            "field token: missing: this publisher authenticates its subscribers ({:?} sent none)",
-            sub.name
-        ));
-    };
-    let entry = access.subscribers.iter().find(|e| e.name == sub.name);
-    match entry {
-        Some(e) if bool::from(e.token.as_bytes().ct_eq(token.as_bytes())) => Ok(e),
-        _ => Err(format!("field token: not accepted for subscriber {:?}", sub.name)),
-    }
-}
-
 /// The `tracing` target of the audit log: connects (`event = "accept"`), refusals (`refuse`, with the reason),
-/// departures (`leave`), drops (`drop`, with the reason) and access reloads (`reload`). Select it with
-/// `RUST_LOG=mdfan_audit=info` or read it from the JSON log (`--log-json`).
+/// failed authentications summed up per peer (`auth_summary`), departures (`leave`), drops (`drop`, with the
+/// reason) and access reloads (`reload`). Every name and detail a peer chose is escaped and bounded
+/// ([`crate::access::shown`]). Read it with the other logs (`RUST_LOG=info`, the default) or from the JSON log
+/// (`--log-json`).
 pub const AUDIT: &str = "mdfan_audit";
 
 /// How often the conductor rewrites the counters file.
@@ -91,102 +73,46 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const FRAMES_PER_PASS: usize = 8;
 /// How long a retiring ring may take to complete what was posted to it.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// Ids for a message: at most 20, then how many more.
-fn id_list(ids: &[u32]) -> String {
-    const SHOWN: usize = 20;
-    let mut text = ids.iter().take(SHOWN).map(u32::to_string).collect::<Vec<_>>().join(", ");
-    if ids.len() > SHOWN {
-        text.push_str(&format!(" and {} more", ids.len() - SHOWN));
-    }
-    text
-}
-
-/// Strings for a message: at most 20, then how many more.
-fn text_list(items: &[&str]) -> String {
-    const SHOWN: usize = 20;
-    let mut text = items.iter().take(SHOWN).copied().collect::<Vec<_>>().join(", ");
-    if items.len() > SHOWN {
-        text.push_str(&format!(" and {} more", items.len() - SHOWN));
-    }
-    text
-}
+/// Connections accepted per pass (per listener): a connect flood cannot hold a pass.
+pub const ACCEPTS_PER_PASS: usize = 64;
+/// Handshakes (connections that have not subscribed yet) in progress at once; past it a new connection is closed
+/// at once (counted: `mdfan_control_closed_total{cause="handshake_limit"}`).
+pub const MAX_HANDSHAKES: usize = 512;
+/// How long the end of the run waits, in all, for its last byes to be written.
+pub const BYE_FLUSH: Duration = Duration::from_millis(100);
+/// Snapshot requests refused for a session's rate, times `publisher.snapshot_requests_per_s`, after which the
+/// session is ended (`Bye` `protocol_error`): a flood, not a subscriber resyncing.
+pub const SNAPSHOT_FLOOD_SECONDS: u64 = 4;
 
 /// An accept whose definitions would make it larger than a control frame may be keeps the first ones that fit
-/// (halving; logged): the subscriber still gets its records, some without a symbol.
+/// (logged): the subscriber still gets its records, some without a symbol. Each definition is sized once (its
+/// JSON and a comma), so fitting costs one encoding of the definitions, not one per try.
 fn fit_in_a_frame(mut msg: ControlMsg) -> ControlMsg {
     let ControlMsg::Accept(accept) = &mut msg else { return msg };
-    let all = accept.definitions.len();
     let limit = 4 + control::MAX_FRAME_BYTES as usize;
-    while !accept.definitions.is_empty() && control::encode(&ControlMsg::Accept(accept.clone())).len() > limit {
-        accept.definitions.truncate(accept.definitions.len() / 2);
+    let definitions = std::mem::take(&mut accept.definitions);
+    let all = definitions.len();
+    // the frame without its definitions, plus `,"definitions":[]`
+    let mut used = control::encode(&ControlMsg::Accept(accept.clone())).len() + ",\"definitions\":[]".len();
+    let mut keep = 0;
+    for d in &definitions {
+        let bytes = serde_json::to_vec(d).map_or(usize::MAX / 2, |v| v.len()) + 1;
+        if used + bytes > limit {
+            break;
+        }
+        used += bytes;
+        keep += 1;
     }
-    if accept.definitions.len() < all {
+    accept.definitions = definitions;
+    accept.definitions.truncate(keep);
+    if keep < all {
         tracing::warn!(
-            sent = accept.definitions.len(),
+            sent = keep,
             known = all,
             "too many instrument definitions for one accept frame: only the first ones are sent"
         );
     }
     msg
-}
-
-/// Turns the symbols `sub` names into instrument_ids added to its `instruments` (which then filter: a
-/// subscriber naming only symbols gets only those), and leaves `symbols` empty. Every instrument_id of a
-/// symbol counts (more than one when the symbol named several instruments over the feed's dates).
-///
-/// # Errors
-/// The reason for a `Reject`: a symbol this publisher does not know (named, with how many it knows), an
-/// empty or too long list.
-pub(crate) fn resolve_symbols(symbology: &Symbology, sub: &mut Subscribe) -> Result<(), String> {
-    let Some(symbols) = sub.symbols.take() else { return Ok(()) };
-    if symbols.is_empty() {
-        return Err("field symbols: empty (leave it out to get every instrument)".into());
-    }
-    if symbols.len() > 1 << 16 {
-        return Err(format!("field symbols: {} symbols, at most 65536", symbols.len()));
-    }
-    let mut ids = sub.instruments.take().unwrap_or_default();
-    let mut unknown = Vec::new();
-    for symbol in &symbols {
-        match symbology.ids_of(symbol) {
-            found if found.is_empty() => unknown.push(symbol.as_str()),
-            found => ids.extend(found),
-        }
-    }
-    if !unknown.is_empty() {
-        let known: Vec<&str> = symbology.iter().map(|d| d.symbol.as_str()).collect();
-        let have = match known.len() {
-            0 => "it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set".to_owned(),
-            1 => format!("it knows 1 symbol: {}", known[0]),
-            n => format!("it knows {n} symbols: {}", text_list(&known)),
-        };
-        return Err(format!("field symbols: {} not known to this publisher ({have})", text_list(&unknown)));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    sub.instruments = Some(ids);
-    Ok(())
-}
-
-/// A subscriber's control connection, read without blocking.
-pub(crate) struct Conn {
-    session_id: u64,
-    stream: TcpStream,
-    name: String,
-    filter: Option<Vec<u32>>,
-    /// Bytes read but not yet a whole frame.
-    buf: Vec<u8>,
-    /// A snapshot for this session is on its way to the hot loop or being sent.
-    snapshot_pending: bool,
-    /// The gap seq of the last request served.
-    served_gap: u64,
-    /// A request for a later gap that came while a snapshot was pending: served when that one is done. Any
-    /// number of requests in between collapse into this one, so a flood costs one snapshot per delivery.
-    rerequest: Option<u64>,
-    /// Commands sent to the hot loop for this session: its `Add`, then each `Snapshot`.
-    commands: u64,
-    counters: Arc<SessionCounters>,
 }
 
 /// A journal position the conductor holds for a session (a file feed) until the hot loop has taken the command
@@ -201,48 +127,138 @@ pub(crate) struct Hold {
     counters: Arc<SessionCounters>,
 }
 
-/// A live session's counters, for dumps.
-pub(crate) struct Live {
-    id: u64,
-    counters: Arc<SessionCounters>,
+/// Where a session is in its life.
+enum Stage {
+    /// Accepted, its subscriber's side not connected yet (verbs: its QP to RTS, the first credit); handed to the
+    /// hot loop once it is, dropped (`fabric_error`) past the deadline.
+    Connecting { session: Box<Session>, deadline: Instant },
+    /// In the hot loop.
+    Live,
+    /// Its control connection ended: the hot loop was told to remove it; its retirement is awaited.
+    Leaving,
 }
 
-type Handshake = (TcpStream, SocketAddr, Result<ControlMsg, ControlError>);
+/// One snapshot at a time per session, and a rate: see [`Conductor::on_snapshot_request`].
+struct SnapshotState {
+    /// A snapshot for this session is on its way to the hot loop or being sent.
+    pending: bool,
+    /// The gap seq of the last request served.
+    served_gap: u64,
+    /// A request for a later gap that came while a snapshot was pending: served when that one is done. Any
+    /// number of requests in between collapse into this one.
+    rerequest: Option<u64>,
+    /// Commands sent to the hot loop for this session: its `Add`, then each `Snapshot`.
+    commands: u64,
+    /// Requests the subscriber may still make (`publisher.snapshot_requests_per_s`).
+    bucket: TokenBucket,
+    /// Requests refused for the rate.
+    refused: u64,
+}
+
+/// The conductor's entry for one subscriber session (see the module docs).
+struct SessionEntry {
+    id: u64,
+    name: String,
+    /// The control connection; `None` once it is closed or closing.
+    conn: Option<ControlConn>,
+    filter: Option<Vec<u32>>,
+    counters: Arc<SessionCounters>,
+    report: SessionReport,
+    stage: Stage,
+    snapshot: SnapshotState,
+    /// Journal positions held for it until the hot loop holds them ([`Hold`]).
+    holds: Vec<Hold>,
+}
+
+/// A connection that has not subscribed yet.
+struct Handshake {
+    conn: ControlConn,
+    /// When it must have sent its subscribe message.
+    deadline: Instant,
+    /// Authenticated, resolved and filtered to its entitlement, waiting for the feed to show the instruments it
+    /// names ([`Conductor::instruments_unsettled`]), with the ring's descriptor if one came.
+    waiting: Option<(Subscribe, Option<OwnedFd>)>,
+}
+
+/// What [`crate::Publisher::into_agents`] hands the conductor: the one place it is built from
+/// ([`Conductor::new`]).
+pub(crate) struct Parts {
+    pub(crate) cfg: Config,
+    /// The TCP control endpoint (`publisher.listen`), non-blocking.
+    pub(crate) listener: TcpListener,
+    /// The Unix-domain control endpoint (`publisher.listen_unix`), non-blocking.
+    pub(crate) unix_listener: Option<UnixListener>,
+    /// From the hot loop.
+    pub(crate) events: rtrb::Consumer<Event>,
+    /// To the hot loop.
+    pub(crate) cmd_tx: queue::Outbox<Command>,
+    /// Set (e.g. by SIGUSR1) to have the next pass print every counter.
+    pub(crate) dump: Arc<AtomicBool>,
+    /// Set (e.g. by SIGHUP) to have the next pass re-read `[access]` from the config file.
+    pub(crate) reload: Arc<AtomicBool>,
+    /// Normalised feed records, filled by the feed handler.
+    pub(crate) journal: Arc<Journal>,
+    /// The hot loop's counters.
+    pub(crate) counters: Arc<AgentCounters>,
+    /// The instruments the publisher can name.
+    pub(crate) symbology: Symbology,
+    /// A live ITCH 5.0 feed's Stock Directory messages, from the feed thread.
+    pub(crate) directory: Option<crate::live_itch::DirectoryReceiver>,
+    /// The fabric provider, opened once.
+    pub(crate) sender: AnySender,
+    /// Which clock stamped `ts_recv_ns`.
+    pub(crate) ts_recv_clock: crate::TsRecvClockCell,
+    /// The counters file `mdfan-stat` reads.
+    pub(crate) counters_file: Option<CountersWriter>,
+    /// A live MDP 3.0 feed's counters.
+    pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
+    /// A live ITCH 5.0 feed's MoldUDP64 counters.
+    pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
+    /// A LOBSTER replay's check counters (for the report).
+    pub(crate) lobster_feed: Option<Arc<crate::journal::LobsterCounters>>,
+    pub(crate) clock: quanta::Clock,
+}
 
 /// The control plane's state. See the module docs.
 pub struct Conductor {
     pub(crate) cfg: Config,
-    /// The control endpoint, non-blocking.
-    pub(crate) listener: TcpListener,
-    /// From the hot loop.
-    pub(crate) events: rtrb::Consumer<Event>,
-    /// Set (e.g. by SIGUSR1) to have the next pass print every counter.
-    pub(crate) dump: Arc<AtomicBool>,
-    /// The counters file `mdfan-stat` reads (`publisher.counters_dir`), rewritten every [`COUNTERS_PERIOD`].
-    pub(crate) counters_file: Option<mdfan_tuning::counters::CountersWriter>,
-    /// When the counters file was last rewritten.
-    pub(crate) counters_written: std::time::Instant,
-    /// A live feed's counters.
-    pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
+    listener: TcpListener,
+    unix_listener: Option<UnixListener>,
+    events: rtrb::Consumer<Event>,
+    dump: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
+    /// The counters file (`publisher.counters_dir`), rewritten every [`COUNTERS_PERIOD`].
+    counters_file: Option<CountersWriter>,
+    counters_written: Instant,
+    /// A failed write of the counters file was logged.
+    counters_failure_logged: bool,
+    /// What the counters file shows besides the control plane's and the sessions' rows.
+    counter_sets: Vec<Box<dyn CounterSet>>,
+    /// A live feed's counters (for the dump and the report).
+    live_feed: Option<Arc<crate::live::LiveCounters>>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters.
     pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
-    /// Set (e.g. by SIGHUP) to have the next pass re-read `[access]` from the config file.
-    pub(crate) reload: Arc<AtomicBool>,
+    /// A LOBSTER replay's check counters.
+    lobster_feed: Option<Arc<crate::journal::LobsterCounters>>,
     /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
-    pub(crate) report: Option<RunReport>,
+    report: Option<RunReport>,
     /// The hot loop's end has been handled: nothing more to do.
-    pub(crate) finished: bool,
+    finished: bool,
     /// To the hot loop; what does not fit waits, in order, for the next pass.
-    pub(crate) cmd_tx: queue::Outbox<Command>,
-    pub(crate) next_id: u64,
-    pub(crate) conns: Vec<Conn>,
-    pub(crate) reports: Vec<SessionReport>,
-    pub(crate) live: Vec<Live>,
-    pub(crate) handshakes: (mpsc::Sender<Handshake>, mpsc::Receiver<Handshake>),
+    cmd_tx: queue::Outbox<Command>,
+    next_id: u64,
+    /// The sessions not ended, by id.
+    sessions: BTreeMap<u64, SessionEntry>,
+    /// The reports of the sessions that ended, in the order they ended.
+    ended: Vec<SessionReport>,
+    /// Connections that have not subscribed yet.
+    handshakes: Vec<Handshake>,
+    /// Connections writing their last frame (a `Reject`, a `Bye`) before they close.
+    closing: Vec<ControlConn>,
     /// Normalised feed records, filled by the feed handler.
-    pub(crate) journal: Arc<Journal>,
+    journal: Arc<Journal>,
     /// The instrument_ids seen in the journal so far.
-    pub(crate) instruments: std::collections::BTreeSet<u32>,
+    instruments: std::collections::BTreeSet<u32>,
     /// The instruments the publisher can name: subscribers' `symbols` resolve against it, and each `Accept`
     /// carries the definitions of the subscriber's instruments.
     pub(crate) symbology: Symbology,
@@ -252,122 +268,321 @@ pub struct Conductor {
     /// Stock Directory messages the feed thread dropped (queue full) that were already logged.
     pub(crate) definitions_dropped_logged: u64,
     /// Journal positions scanned for instruments.
-    pub(crate) seen: u64,
-    /// Handshakes waiting for the feed to show the instruments they name ([`Conductor::instruments_unsettled`]).
-    pub(crate) deferred: Vec<Handshake>,
-    pub(crate) counters: Arc<AgentCounters>,
+    seen: u64,
+    counters: Arc<AgentCounters>,
     /// The publisher's books, kept at the hot loop's position from the journal (every pass).
-    pub(crate) books: Books,
-    /// The publisher's price-level books, kept as `books`, for a feed that carries price levels (a live MDP 3.0
-    /// channel, a LOBSTER file); `None` for an order-level feed (DBN, ITCH), whose records (an ITCH
-    /// `InstrumentStale`, say) must not make price-level books.
-    pub(crate) mbp: Option<mdfan_wire::MbpBooks>,
-    /// Each instrument's last trading status record of each status kind (ITCH `H`, `Y`, `h`), kept as `books`
-    /// and keyed by (instrument_id, [`mdfan_wire::StatusKind`] byte), so a snapshot carries them: a late joiner
-    /// or a resync knows a halt that began before its snapshot. Grows by one entry per instrument and kind seen.
-    pub(crate) statuses: std::collections::BTreeMap<(u32, u8), mdfan_wire::BookUpdate>,
-    /// Feed records applied to `books`.
-    pub(crate) applied: u64,
-    pub(crate) clock: quanta::Clock,
-    /// Accepted sessions whose subscriber side is not connected yet, with their deadline.
-    pub(crate) pending: Vec<(Session, std::time::Instant)>,
-    /// Journal positions held for sessions until the hot loop holds them ([`Hold`]).
-    pub(crate) holds: Vec<Hold>,
+    keeper: BookKeeper,
+    clock: quanta::Clock,
     /// The fabric provider, opened once; attaches each subscriber's ring.
-    pub(crate) sender: AnySender,
+    sender: AnySender,
     /// Which clock stamped `ts_recv_ns`, as each accept says it (`Publisher::set_ts_recv_clock`).
-    pub(crate) ts_recv_clock: crate::TsRecvClockCell,
+    ts_recv_clock: crate::TsRecvClockCell,
     /// A session whose send completions carry NIC timestamps was admitted: the clocks are mapped onto
     /// `CLOCK_REALTIME` for the hot loop from then on ([`Conductor::refresh_send_clock`]).
-    pub(crate) sends_stamped: bool,
+    sends_stamped: bool,
     /// When the clocks were last mapped for the hot loop (`None`: never).
-    pub(crate) send_clock_at: Option<std::time::Instant>,
+    send_clock_at: Option<Instant>,
+    /// The control plane's own counts.
+    control: ControlCounters,
+    /// Failed authentications per peer.
+    throttle: AuthThrottle,
+    /// When the auth throttle's windows were last summed up.
+    throttle_checked: Instant,
+    /// When a handshake-limit refusal was last logged (one line a second at most).
+    handshake_limit_logged: Option<Instant>,
+}
+
+/// Why a session's control connection ended, as the conductor closes it.
+struct Leaving {
+    reason: CloseReason,
+    detail: String,
 }
 
 impl Conductor {
-    /// Accepts new control connections; each reads its subscribe message on a short-lived thread with a
-    /// timeout, so a silent or slow peer never holds up the conductor. Returns the connections accepted.
+    /// Builds the conductor from what the publisher bound and opened, with its invariants: no session, no
+    /// connection, the books empty at position 0 (price-level books only for a feed that carries price levels),
+    /// the counter sets registered (the run's, then the live feed's).
+    pub(crate) fn new(parts: Parts) -> Conductor {
+        let Parts {
+            cfg,
+            listener,
+            unix_listener,
+            events,
+            cmd_tx,
+            dump,
+            reload,
+            journal,
+            counters,
+            symbology,
+            directory,
+            sender,
+            ts_recv_clock,
+            counters_file,
+            live_feed,
+            itch_feed,
+            lobster_feed,
+            clock,
+        } = parts;
+        // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one; none for
+        // the order-level feeds.
+        let price_levels = match (cfg.feed.format, &cfg.lines) {
+            (FeedFormat::Mdp3, Some(l)) => Some(l.instruments),
+            (FeedFormat::Lobster, _) => Some(1),
+            _ => None,
+        };
+        let mut counter_sets: Vec<Box<dyn CounterSet>> = vec![Box::new(RunCounters {
+            counters: Arc::clone(&counters),
+            journal: Arc::clone(&journal),
+            clock: clock.clone(),
+        })];
+        if let Some(live) = &live_feed {
+            counter_sets.push(Box::new(Arc::clone(live)));
+        }
+        if let Some(mold) = &itch_feed {
+            counter_sets.push(Box::new(Arc::clone(mold)));
+        }
+        let now = Instant::now();
+        Conductor {
+            cfg,
+            listener,
+            unix_listener,
+            events,
+            dump,
+            reload,
+            counters_file,
+            counters_written: now,
+            counters_failure_logged: false,
+            counter_sets,
+            live_feed,
+            itch_feed,
+            lobster_feed,
+            report: None,
+            finished: false,
+            cmd_tx,
+            next_id: 1,
+            sessions: BTreeMap::new(),
+            ended: Vec::new(),
+            handshakes: Vec::new(),
+            closing: Vec::new(),
+            journal,
+            instruments: std::collections::BTreeSet::new(),
+            symbology,
+            directory,
+            definitions_dropped_logged: 0,
+            seen: 0,
+            counters,
+            keeper: BookKeeper::new(price_levels),
+            clock,
+            sender,
+            ts_recv_clock,
+            sends_stamped: false,
+            send_clock_at: None,
+            control: ControlCounters::default(),
+            throttle: AuthThrottle::default(),
+            throttle_checked: now,
+            handshake_limit_logged: None,
+        }
+    }
+
+    /// The control plane's own counts so far.
+    pub fn control_counters(&self) -> ControlCounters {
+        self.control
+    }
+
+    /// Accepts new control connections, at most [`ACCEPTS_PER_PASS`] per listener: each becomes a handshake,
+    /// read without blocking until its subscribe message is whole or [`HANDSHAKE_TIMEOUT`] has passed. Returns
+    /// the connections accepted.
     pub(crate) fn accept(&mut self) -> usize {
         let mut n = 0;
-        loop {
+        for _ in 0..ACCEPTS_PER_PASS {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     n += 1;
-                    let tx = self.handshakes.0.clone();
-                    let spawned = std::thread::Builder::new().name("mdfan-handshake".into()).spawn(move || {
-                        let mut stream = stream;
-                        let _ = stream.set_nonblocking(false);
-                        let msg = control::read_msg_within(&mut stream, HANDSHAKE_TIMEOUT);
-                        let _ = tx.send((stream, peer, msg));
-                    });
-                    if let Err(e) = spawned {
-                        tracing::warn!(%peer, cause = %e, "cannot start a handshake thread; connection closed");
-                    }
+                    let local = stream.local_addr().unwrap_or_else(|_| self.local_addr());
+                    self.take_connection(Stream::Tcp(stream), PeerInfo::tcp(local, peer));
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::warn!(cause = %e, "accept failed");
-                    return n;
+                    break;
                 }
             }
         }
-    }
-
-    pub(crate) fn reject(stream: &mut TcpStream, peer: SocketAddr, reason: String) {
-        tracing::warn!(target: AUDIT, %peer, %reason, event = "refuse", "subscriber refused");
-        let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
-        let _ = control::write_msg(stream, &msg);
-    }
-
-    /// Answers every subscribe message read so far (attach and accept, or reject). Returns how many.
-    pub(crate) fn finish_handshakes(&mut self) -> usize {
-        let mut n = 0;
-        let mut deferred = std::mem::take(&mut self.deferred).into_iter();
-        while let Some((mut stream, peer, mut msg)) = deferred.next().or_else(|| self.handshakes.1.try_recv().ok()) {
-            if let Ok(ControlMsg::Subscribe(sub)) = &mut msg {
-                // Who it is first: an unauthenticated peer learns nothing, not even which symbols exist.
-                let token = self.cfg.access.as_ref().map_or(Ok(()), |a| check_token(a, sub).map(|_| ()));
-                if let Err(reason) = token.and_then(|()| resolve_symbols(&self.symbology, sub)) {
+        for _ in 0..ACCEPTS_PER_PASS {
+            let Some(listener) = &self.unix_listener else { break };
+            match listener.accept() {
+                Ok((stream, _)) => {
                     n += 1;
-                    Self::reject(&mut stream, peer, reason);
-                    continue;
+                    let peer = PeerInfo::unix(&stream);
+                    self.take_connection(Stream::Unix(stream), peer);
                 }
-            }
-            if !matches!(&msg, Ok(ControlMsg::Subscribe(sub)) if self.instruments_unsettled(sub)) {
-                n += 1;
-            } else {
-                // Names an instrument not seen yet while the feed is still being read: asked again next pass.
-                self.deferred.push((stream, peer, msg));
-                continue;
-            }
-            let sub = match msg {
-                Ok(ControlMsg::Subscribe(sub)) => sub,
-                Ok(other) => {
-                    Self::reject(&mut stream, peer, format!("expected a subscribe message, got {}", other.kind()));
-                    continue;
-                }
-                Err(ControlError::Version { got }) => {
-                    Self::reject(
-                        &mut stream,
-                        peer,
-                        format!(
-                            "control protocol version {got} is not supported; this publisher speaks version {}",
-                            control::PROTOCOL_VERSION
-                        ),
-                    );
-                    continue;
-                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
-                    Self::reject(&mut stream, peer, format!("bad subscribe message: {e}"));
-                    continue;
+                    tracing::warn!(cause = %e, "accept failed on the Unix-domain socket");
+                    break;
                 }
-            };
-            match self.attach(&sub) {
-                Ok((ring, fabric)) => self.admit(stream, peer, sub, ring, fabric),
-                Err(reason) => Self::reject(&mut stream, peer, reason),
             }
         }
         n
+    }
+
+    fn local_addr(&self) -> std::net::SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    fn take_connection(&mut self, stream: Stream, peer: PeerInfo) {
+        self.control.connections += 1;
+        if self.handshakes.len() >= MAX_HANDSHAKES {
+            self.control.handshakes_over_limit += 1;
+            if self.handshake_limit_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                self.handshake_limit_logged = Some(Instant::now());
+                tracing::warn!(target: AUDIT, event = "refuse", peer = %peer.addr, max = MAX_HANDSHAKES,
+                    closed_total = self.control.handshakes_over_limit,
+                    "too many connections have not subscribed yet: new ones are closed at once");
+            }
+            return; // dropped: closed
+        }
+        match ControlConn::new(stream, peer) {
+            Ok(conn) => {
+                self.handshakes.push(Handshake { conn, deadline: Instant::now() + HANDSHAKE_TIMEOUT, waiting: None })
+            }
+            Err(e) => tracing::warn!(cause = %e, "cannot make a control connection non-blocking; closed"),
+        }
+    }
+
+    /// Sends `reason` as a `Reject` on `conn` (written as the peer reads it; the connection closes after it or
+    /// at its write deadline) and logs it in the audit log, unless `quiet` (a throttled peer's refusals are
+    /// summed up instead).
+    fn refuse(&mut self, mut conn: ControlConn, reason: String, quiet: bool) {
+        self.control.rejects += 1;
+        if !quiet {
+            tracing::warn!(target: AUDIT, peer = %conn.peer.addr, uid = %conn.peer.uid_text(),
+                reason = %shown(&reason, 2 * access::MAX_SHOWN_BYTES), event = "refuse", "subscriber refused");
+        }
+        let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
+        if conn.queue(&msg).is_ok() && !conn.drained() {
+            self.closing.push(conn);
+        }
+    }
+
+    /// Reads every handshake and answers those whose subscribe message is whole (attach and accept, or reject);
+    /// refuses those past their deadline. Returns how many it answered or dropped.
+    pub(crate) fn finish_handshakes(&mut self) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        let now = Instant::now();
+        while k < self.handshakes.len() {
+            let unsettled = self.handshakes[k].waiting.as_ref().map(|(sub, _)| self.instruments_unsettled(sub));
+            if let Some(unsettled) = unsettled {
+                if unsettled {
+                    k += 1;
+                    continue;
+                }
+                let h = self.handshakes.swap_remove(k);
+                let (sub, fd) = h.waiting.expect("checked above");
+                self.attach_and_admit(h.conn, sub, fd);
+                n += 1;
+                continue;
+            }
+            let h = &mut self.handshakes[k];
+            let received = h.conn.receive();
+            let frame = h.conn.take_frame(SUBSCRIBE_FRAME_BYTES, "subscribe");
+            let msg = match (frame, received) {
+                (Some(msg), _) => msg,
+                (None, Received::Closed | Received::Failed(_)) => {
+                    // gone before its subscribe message was whole: nobody to answer
+                    self.handshakes.swap_remove(k);
+                    n += 1;
+                    continue;
+                }
+                (None, _) if now > h.deadline => Err(ControlError::Timeout(HANDSHAKE_TIMEOUT)),
+                (None, _) => {
+                    k += 1;
+                    continue;
+                }
+            };
+            let h = self.handshakes.swap_remove(k);
+            n += 1;
+            let mut conn = h.conn;
+            let sub = match msg {
+                Ok(ControlMsg::Subscribe(sub)) => sub,
+                Ok(other) => {
+                    self.refuse(conn, format!("expected a subscribe message, got {}", other.kind()), false);
+                    continue;
+                }
+                Err(ControlError::Version { got }) => {
+                    let reason = format!(
+                        "control protocol version {got} is not supported; this publisher speaks version {}",
+                        control::PROTOCOL_VERSION
+                    );
+                    self.refuse(conn, reason, false);
+                    continue;
+                }
+                Err(e) => {
+                    conn.discard_input();
+                    self.refuse(conn, format!("bad subscribe message: {e}"), false);
+                    continue;
+                }
+            };
+            self.consider(conn, sub);
+        }
+        n
+    }
+
+    /// A whole subscribe message: its shape, who sent it (throttled, authenticated), its symbols and
+    /// entitlement; then it is attached, or waits for the feed to show its instruments.
+    fn consider(&mut self, mut conn: ControlConn, mut sub: Subscribe) {
+        let mut fds = conn.take_fds();
+        if fds.len() > 1 {
+            let reason =
+                format!("bad subscribe message: {} file descriptors came with it, at most 1 (the ring)", fds.len());
+            return self.refuse(conn, reason, false);
+        }
+        let fd = fds.pop();
+        if let Err(reason) = access::check_subscribe(&mut sub) {
+            return self.refuse(conn, reason, false);
+        }
+        // Who it is first: an unauthenticated peer learns nothing, not even which symbols exist.
+        let mut entry = None;
+        if let Some(access) = &self.cfg.access {
+            let key = PeerKey { ip: conn.peer.ip, uid: conn.peer.uid };
+            let now = Instant::now();
+            if let Err(reason) = self.throttle.check(key, now) {
+                self.control.auth_throttled += 1;
+                return self.refuse(conn, reason, true);
+            }
+            match access::authenticate(access, &sub, conn.peer.uid) {
+                Ok(e) => entry = Some(e.clone()),
+                Err(reason) => {
+                    self.control.auth_failures += 1;
+                    let quiet = self.throttle.failed(key, now) == FailureLog::Quiet;
+                    return self.refuse(conn, reason, quiet);
+                }
+            }
+        }
+        if let Err(reason) = access::resolve_symbols(&self.symbology, &mut sub) {
+            return self.refuse(conn, reason, false);
+        }
+        if let Some(entry) = &entry {
+            match access::entitled_filter(entry, &sub) {
+                Ok(filter) => sub.instruments = filter,
+                Err(reason) => return self.refuse(conn, reason, false),
+            }
+        }
+        if self.instruments_unsettled(&sub) {
+            // Names an instrument not seen yet while the feed is still being read: asked again each pass.
+            let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+            self.handshakes.push(Handshake { conn, deadline, waiting: Some((sub, fd)) });
+            return;
+        }
+        self.attach_and_admit(conn, sub, fd);
+    }
+
+    fn attach_and_admit(&mut self, conn: ControlConn, sub: Subscribe, fd: Option<OwnedFd>) {
+        match self.attach(&sub, &conn.peer, fd) {
+            Ok((ring, fabric)) => self.admit(conn, sub, ring, fabric),
+            Err(reason) => self.refuse(conn, reason, false),
+        }
     }
 
     /// The definitions a subscriber filtered to `filter` (`None`: every instrument) gets in its `Accept`: those
@@ -396,12 +611,27 @@ impl Conductor {
         ids.iter().any(|id| !self.instruments.contains(id)) && (more_to_learn || unscanned)
     }
 
-    pub(crate) fn attach(&self, sub: &Subscribe) -> Result<(AnyRemoteRing, AcceptFabric), String> {
-        if sub.name.len() > 64 {
-            return Err(format!("field name: {} bytes, at most 64", sub.name.len()));
-        }
-        if self.live.len() >= self.cfg.publisher.max_subscribers {
+    /// Checks what the publisher itself limits (room, policy, ring size, a second session of a live name, the
+    /// instruments the feed carries) and attaches the ring for `peer` (an shm ring only for its owner).
+    pub(crate) fn attach(
+        &mut self,
+        sub: &Subscribe,
+        peer: &PeerInfo,
+        ring_fd: Option<OwnedFd>,
+    ) -> Result<(AnyRemoteRing, AcceptFabric), String> {
+        if self.sessions.len() >= self.cfg.publisher.max_subscribers {
             return Err(format!("publisher is full: {} subscribers", self.cfg.publisher.max_subscribers));
+        }
+        if !self.cfg.publisher.allow_duplicate_names {
+            if let Some(e) = self.sessions.values().find(|e| e.name == sub.name) {
+                self.control.duplicate_names += 1;
+                return Err(format!(
+                    "field name: a subscriber named \"{}\" is attached already (session {}); this publisher \
+                     refuses a second one (publisher.allow_duplicate_names)",
+                    shown_name(&sub.name),
+                    e.id
+                ));
+            }
         }
         if !self.cfg.publisher.policies.contains(&sub.policy) {
             let allowed: Vec<&str> = self.cfg.publisher.policies.iter().map(|p| p.as_str()).collect();
@@ -416,13 +646,7 @@ impl Conductor {
         if !slots.is_power_of_two() || slots < lo || slots > hi {
             return Err(format!("field ring.slot_count: {slots} is not a power of two in {lo}..={hi}"));
         }
-        if let Some(access) = &self.cfg.access {
-            check_access(access, sub)?;
-        }
         if let Some(ids) = &sub.instruments {
-            if ids.len() > 1 << 16 {
-                return Err(format!("field instruments: {} ids, at most 65536", ids.len()));
-            }
             // Once the whole feed has been read (a file no longer than the journal is read before the replay
             // starts) the publisher knows every instrument it carries: an id it does not have is a mistake.
             // While the feed is still being read, an id not seen yet may still come: accepted.
@@ -438,13 +662,13 @@ impl Conductor {
                 let known: Vec<u32> = self.instruments.iter().copied().collect();
                 return Err(format!(
                     "field instruments: {} not in this feed, no record of it (it has {})",
-                    text_list(&named),
-                    id_list(&known)
+                    access::text_list(&named),
+                    access::id_list(&known)
                 ));
             }
         }
-        self.sender.attach(&sub.ring).map_err(|e| match e {
-            FabricError::Mismatch { .. } => format!("field ring: {e}"),
+        self.sender.attach(&sub.ring, Peer { uid: peer.uid, ring_fd }).map_err(|e| match e {
+            FabricError::Mismatch { .. } | FabricError::NotOwner { .. } => format!("field ring: {e}"),
             e => e.to_string(),
         })
     }
@@ -467,32 +691,20 @@ impl Conductor {
             work += 1;
         }
         let position = self.counters.records.load(Ordering::Relaxed);
-        while self.applied < position {
-            match self.journal.read(self.applied) {
-                Some(r) => {
-                    if let Err(e) = self.books.apply(&r) {
-                        tracing::warn!(record = self.applied + 1, cause = %e, "publisher book refused a feed record");
-                    }
-                    if let Some(Err(e)) = self.mbp.as_mut().map(|mbp| mbp.apply(&r)) {
-                        tracing::warn!(record = self.applied + 1, cause = %e, "publisher price-level book refused a feed record");
-                    }
-                    if let Some(status) = r.status() {
-                        self.statuses.insert((r.instrument_id, status.kind as u8), r);
-                    }
-                }
-                // The journal keeps every position until this conductor is done with it: never expected.
-                None => {
-                    tracing::error!(record = self.applied + 1, "journal record gone before the conductor applied it")
-                }
-            }
-            self.applied += 1;
+        while self.keeper.applied() < position {
+            // The journal keeps every position until this conductor is done with it: `None` is never expected.
+            let r = self.journal.read(self.keeper.applied());
+            self.keeper.apply(r.as_ref());
             work += 1;
         }
         // Holds the hot loop has taken over are let go (Acquire: pairs with its Release of `adopted`, after its
         // `hot_done`); the others keep the journal at their positions.
-        self.holds.retain(|h| h.counters.adopted.load(Ordering::Acquire) < h.command);
-        let held = self.holds.iter().map(|h| h.position).min().unwrap_or(u64::MAX);
-        self.journal.conductor_done(self.applied.min(held));
+        let mut held = u64::MAX;
+        for e in self.sessions.values_mut() {
+            e.holds.retain(|h| h.counters.adopted.load(Ordering::Acquire) < h.command);
+            held = e.holds.iter().map(|h| h.position).fold(held, u64::min);
+        }
+        self.journal.conductor_done(self.keeper.applied().min(held));
         work
     }
 
@@ -516,61 +728,43 @@ impl Conductor {
         n
     }
 
-    /// Holds the journal at `position` for session `k`'s command just sent (its `commands`), unless the feed is
+    /// Holds the journal at `position` for session `id`'s command just sent (its `commands`), unless the feed is
     /// live: a live feed cannot wait (a late joiner whose position is overwritten gets a fresh snapshot).
-    fn hold(&mut self, k: usize, position: u64) {
+    fn hold(&mut self, id: u64, position: u64) {
         if self.live_feed.is_some() || self.itch_feed.is_some() {
             return;
         }
-        let c = &self.conns[k];
-        let hold = Hold { session_id: c.session_id, position, command: c.commands, counters: Arc::clone(&c.counters) };
-        self.holds.push(hold);
+        let Some(e) = self.sessions.get_mut(&id) else { return };
+        let hold = Hold { session_id: id, position, command: e.snapshot.commands, counters: Arc::clone(&e.counters) };
+        debug_assert_eq!(hold.session_id, e.id);
+        e.holds.push(hold);
     }
 
-    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`:
-    /// `SnapshotBegin`, the order books, the price-level books, each instrument's last trading status records
-    /// (flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the markers' `size` counts the books.
-    /// Returns the records and the position (feed records included).
+    /// Brings the publisher's books up to the hot loop's position and snapshots the instruments in `filter`
+    /// ([`BookKeeper::snapshot`]). Returns the records and the position (feed records included).
     pub(crate) fn snapshot(&mut self, filter: Option<&[u32]>) -> (Vec<mdfan_wire::BookUpdate>, u64) {
         self.follow_journal();
-        let position = self.applied;
-        let mut records = self.books.snapshot(filter, position);
-        let end = records.pop().expect("a snapshot ends with SnapshotEnd");
-        if let Some(mbp) = self.mbp.as_ref().filter(|mbp| !mbp.is_empty()) {
-            let books = mbp.snapshot_into(filter, &mut records) as u32;
-            records[0].size += books;
-        }
-        let wanted = |id: &u32| filter.is_none_or(|f| f.contains(id));
-        records.extend(
-            self.statuses
-                .iter()
-                .filter(|((id, _), _)| wanted(id))
-                .map(|(_, r)| mdfan_wire::BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
-        );
-        records.push(mdfan_wire::BookUpdate { size: records[0].size, ..end });
-        (records, position)
+        (self.keeper.snapshot(filter), self.keeper.applied())
     }
 
-    pub(crate) fn admit(
-        &mut self,
-        mut stream: TcpStream,
-        peer: SocketAddr,
-        sub: Subscribe,
-        ring: AnyRemoteRing,
-        fabric: AcceptFabric,
-    ) {
+    /// Answers an attached ring with `Accept` (queued on its connection) and makes its entry: a mid-stream
+    /// joiner starts from a snapshot at the hot loop's position; the hot loop gets the session once the
+    /// subscriber's side is connected ([`Conductor::admit_ready`]).
+    fn admit(&mut self, mut conn: ControlConn, sub: Subscribe, ring: AnyRemoteRing, fabric: AcceptFabric) {
         let id = self.next_id;
+        let filter = sub.instruments.clone();
         let accept = fit_in_a_frame(ControlMsg::Accept(Accept {
             session_id: id,
             first_seq: 1,
             fabric,
             policy: sub.policy,
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
-            definitions: self.definitions_for(sub.instruments.as_deref()),
+            definitions: self.definitions_for(filter.as_deref()),
             ts_recv_clock: self.ts_recv_clock.get(),
         }));
-        if let Err(e) = control::write_msg(&mut stream, &accept) {
-            tracing::warn!(%peer, cause = %e, "subscriber went away during the handshake");
+        if let Err(Overflow { waiting, frame }) = conn.queue(&accept) {
+            // never with a fresh connection (the buffer holds the largest frame): a bug if seen
+            tracing::error!(peer = %conn.peer.addr, waiting, frame, "accept does not fit the out buffer; dropped");
             return;
         }
         self.next_id += 1;
@@ -579,49 +773,52 @@ impl Conductor {
         // position is 0 and the snapshot empty.
         let started = self.counters.records.load(Ordering::Relaxed) > 0;
         let (snapshot, position) = if started && sub.snapshot {
-            let (records, position) = self.snapshot(sub.instruments.as_deref());
+            let (records, position) = self.snapshot(filter.as_deref());
             (Some(records), position)
         } else {
             (None, self.counters.records.load(Ordering::Relaxed))
         };
         let snapshot_records = snapshot.as_ref().map_or(0, Vec::len);
-        let session = Session::new(id, sub.name.clone(), ring, sub.policy, sub.instruments.clone(), position, snapshot);
+        let session = Session::new(id, sub.name.clone(), ring, sub.policy, filter.clone(), position, snapshot);
         let send_stamped = session.send_completions_stamped();
         if send_stamped && !self.sends_stamped {
             self.sends_stamped = true;
             self.refresh_send_clock(); // before its first post: the hot loop gets the mapping ahead of the session
         }
-        let counters = Arc::clone(&session.counters);
-        // The hot loop gets the session once the subscriber's side is connected (at once on shm).
-        self.pending.push((session, std::time::Instant::now() + CONNECT_TIMEOUT));
         tracing::info!(
             target: AUDIT,
             event = "accept",
-            %peer,
+            peer = %conn.peer.addr,
+            uid = %conn.peer.uid_text(),
             session = id,
-            name = %sub.name,
+            name = %shown_name(&sub.name),
             slots = sub.ring.slot_count(),
             policy = sub.policy.as_str(),
             from_record = position,
             snapshot_records,
             "subscriber attached"
         );
-        let _ = stream.set_nonblocking(true);
-        self.conns.push(Conn {
-            session_id: id,
-            stream,
+        let counters = Arc::clone(&session.counters);
+        let entry = SessionEntry {
+            id,
             name: sub.name.clone(),
-            filter: sub.instruments.clone(),
-            buf: Vec::new(),
-            snapshot_pending: false,
-            served_gap: 0,
-            rerequest: None,
-            commands: 1, // the Add, sent once the subscriber's side is connected
-            counters: Arc::clone(&counters),
-        });
-        self.hold(self.conns.len() - 1, position);
-        self.reports.push(SessionReport::new(id, sub.name, sub.policy, send_stamped));
-        self.live.push(Live { id, counters });
+            conn: Some(conn),
+            filter,
+            counters,
+            report: SessionReport::new(id, sub.name, sub.policy, send_stamped),
+            stage: Stage::Connecting { session: Box::new(session), deadline: Instant::now() + CONNECT_TIMEOUT },
+            snapshot: SnapshotState {
+                pending: false,
+                served_gap: 0,
+                rerequest: None,
+                commands: 1, // the Add, sent once the subscriber's side is connected
+                bucket: TokenBucket::new(self.cfg.publisher.snapshot_requests_per_s, Instant::now()),
+                refused: 0,
+            },
+            holds: Vec::new(),
+        };
+        self.sessions.insert(id, entry);
+        self.hold(id, position);
     }
 
     /// Once a session's send completions carry NIC timestamps, every [`SEND_CLOCK_REALIGN`]: maps the device's
@@ -634,7 +831,7 @@ impl Conductor {
         if !self.sends_stamped || self.send_clock_at.is_some_and(|t| t.elapsed() < SEND_CLOCK_REALIGN) {
             return 0;
         }
-        self.send_clock_at = Some(std::time::Instant::now());
+        self.send_clock_at = Some(Instant::now());
         let Some(nic) = self.sender.nic_realtime() else { return 0 };
         let tsc = TscRealtime::sample(&self.clock);
         self.send(Command::SendClock(SendClockMap { nic, tsc }));
@@ -655,248 +852,289 @@ impl Conductor {
         waiting as usize
     }
 
-    /// Builds a snapshot for the session of connection `k` (asked for after the gap at `gap_from_seq`) and sends
-    /// it to the hot loop.
-    pub(crate) fn serve_snapshot(&mut self, k: usize, gap_from_seq: u64) {
-        self.conns[k].snapshot_pending = true;
-        self.conns[k].served_gap = gap_from_seq;
-        self.conns[k].commands += 1;
-        let id = self.conns[k].session_id;
-        let filter = self.conns[k].filter.clone();
+    /// Builds a snapshot for session `id` (asked for after the gap at `gap_from_seq`) and sends it to the hot
+    /// loop.
+    pub(crate) fn serve_snapshot(&mut self, id: u64, gap_from_seq: u64) {
+        let Some(e) = self.sessions.get_mut(&id) else { return };
+        e.snapshot.pending = true;
+        e.snapshot.served_gap = gap_from_seq;
+        e.snapshot.commands += 1;
+        let filter = e.filter.clone();
         let (records, position) = self.snapshot(filter.as_deref());
-        self.hold(k, position);
-        tracing::info!(
-            session = id,
-            name = %self.conns[k].name,
-            gap_from_seq,
-            records = records.len(),
-            position,
-            "snapshot requested"
-        );
+        self.hold(id, position);
+        let name = self.sessions.get(&id).map_or_else(String::new, |e| shown_name(&e.name));
+        tracing::info!(session = id, name = %name, gap_from_seq, records = records.len(), position, "snapshot requested");
         self.send(Command::Snapshot { id, records, position });
+    }
+
+    /// A subscriber's snapshot request: one snapshot at a time per session (a request for a later gap that
+    /// arrives while one is pending is kept and served when that one is done, so any number of requests in
+    /// between cost one snapshot), and at most `publisher.snapshot_requests_per_s` requests a second, each
+    /// request taking a token whether it is served or collapsed; a request without one is refused (counted),
+    /// and a session with [`SNAPSHOT_FLOOD_SECONDS`] seconds' worth refused is ended. Returns why it must end.
+    fn on_snapshot_request(&mut self, id: u64, gap_from_seq: u64) -> Option<Leaving> {
+        let rate = u64::from(self.cfg.publisher.snapshot_requests_per_s.max(1));
+        let e = self.sessions.get_mut(&id)?;
+        if !e.snapshot.bucket.take(Instant::now()) {
+            e.snapshot.refused += 1;
+            e.report.snapshot_requests_refused = e.snapshot.refused;
+            self.control.snapshot_requests_refused += 1;
+            if e.snapshot.refused >= SNAPSHOT_FLOOD_SECONDS * rate {
+                self.control.snapshot_floods += 1;
+                return Some(Leaving {
+                    reason: CloseReason::ProtocolError,
+                    detail: format!(
+                        "snapshot request flood: {} refused past the limit of {rate} a second \
+                         (publisher.snapshot_requests_per_s)",
+                        e.snapshot.refused
+                    ),
+                });
+            }
+            return None;
+        }
+        e.report.snapshot_requests += 1;
+        if !e.snapshot.pending {
+            self.serve_snapshot(id, gap_from_seq);
+        } else if gap_from_seq > e.snapshot.served_gap {
+            e.snapshot.rerequest = Some(e.snapshot.rerequest.unwrap_or(0).max(gap_from_seq));
+        }
+        None
     }
 
     /// Hands connected sessions to the hot loop; drops those whose subscriber never connected. Returns how many
     /// it handed over or dropped.
     pub(crate) fn admit_ready(&mut self) -> usize {
-        let mut n = 0;
-        let mut k = 0;
-        while k < self.pending.len() {
-            let (session, deadline) = &mut self.pending[k];
-            if session.ring_mut().ready() {
-                let (session, _) = self.pending.swap_remove(k);
-                n += 1;
-                let id = session.id;
-                tracing::debug!(session = id, "subscriber connected; handed to the hot loop");
-                self.send(Command::Add(session));
-            } else if std::time::Instant::now() > *deadline {
-                let (mut session, _) = self.pending.swap_remove(k);
-                n += 1;
-                tracing::warn!(session = session.id, name = %session.name, "subscriber's side never connected; dropped");
-                session.close(CloseReason::FabricError);
-                self.record_end(&session, CloseReason::FabricError);
-                if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
-                    let mut conn = self.conns.swap_remove(i);
-                    let _ = conn.stream.set_nonblocking(false);
-                    let bye = ControlMsg::Bye(Bye {
-                        reason: CloseReason::FabricError,
-                        detail: "the subscriber's QP never connected".into(),
-                    });
-                    let _ = control::write_msg(&mut conn.stream, &bye);
+        let now = Instant::now();
+        let mut ready = Vec::new();
+        let mut late = Vec::new();
+        for (id, e) in self.sessions.iter_mut() {
+            if let Stage::Connecting { session, deadline } = &mut e.stage {
+                if session.ring_mut().ready() {
+                    ready.push(*id);
+                } else if now > *deadline {
+                    late.push(*id);
                 }
-            } else {
-                k += 1;
             }
         }
-        n
+        for id in &ready {
+            let e = self.sessions.get_mut(id).expect("listed above");
+            let Stage::Connecting { session, .. } = std::mem::replace(&mut e.stage, Stage::Live) else { continue };
+            tracing::debug!(session = id, "subscriber connected; handed to the hot loop");
+            self.send(Command::Add(*session));
+        }
+        for id in &late {
+            let mut e = self.sessions.remove(id).expect("listed above");
+            let Stage::Connecting { mut session, .. } = std::mem::replace(&mut e.stage, Stage::Leaving) else {
+                continue;
+            };
+            tracing::warn!(session = id, name = %shown_name(&e.name), "subscriber's side never connected; dropped");
+            session.close(CloseReason::FabricError);
+            let bye = Bye { reason: CloseReason::FabricError, detail: "the subscriber's QP never connected".into() };
+            self.end_session(e, CloseReason::FabricError, Some(bye));
+            drop(session);
+        }
+        ready.len() + late.len()
     }
 
-    /// Reads every control connection: snapshot requests are served; a closed connection means a dead
-    /// subscriber, whose session is removed from the hot loop; garbage closes the connection with a reason.
-    /// Returns the reads that brought bytes plus the connections closed.
+    /// Reads and writes every session's control connection: snapshot requests are served; a closed connection
+    /// (or a bye, garbage, a connection that does not read what it is sent) means a departed subscriber, whose
+    /// session is removed from the hot loop. Also writes the closing connections. Returns the reads that brought
+    /// bytes plus the connections closed.
     pub(crate) fn watch_connections(&mut self) -> usize {
         let mut n = 0;
-        let mut buf = [0u8; 4096];
-        let mut k = 0;
-        while k < self.conns.len() {
-            let mut closed = None;
-            loop {
-                match self.conns[k].stream.read(&mut buf) {
-                    Ok(0) => {
-                        closed = Some((CloseReason::PeerGone, "control connection closed".to_owned()));
-                        break;
-                    }
-                    Ok(got) => {
-                        n += 1;
-                        self.conns[k].buf.extend_from_slice(&buf[..got]);
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        closed = Some((CloseReason::PeerGone, format!("control connection failed: {e}")));
-                        break;
-                    }
+        let now = Instant::now();
+        let ids: Vec<u64> = self.sessions.keys().copied().collect();
+        for id in ids {
+            let Some(e) = self.sessions.get_mut(&id) else { continue };
+            let Some(conn) = e.conn.as_mut() else { continue };
+            let mut leaving = match conn.receive() {
+                Received::Bytes(0) => None,
+                Received::Bytes(_) => {
+                    n += 1;
+                    None
                 }
-            }
-            // At most a few frames per connection per pass, so one chatty peer cannot hold up the others.
+                Received::Closed => {
+                    Some(Leaving { reason: CloseReason::PeerGone, detail: "control connection closed".into() })
+                }
+                Received::Failed(err) => {
+                    Some(Leaving { reason: CloseReason::PeerGone, detail: format!("control connection failed: {err}") })
+                }
+            };
+            // At most a few frames per connection per pass, so one chatty peer cannot hold up the others. Frames
+            // already read count even when the peer closed after them.
             for _ in 0..FRAMES_PER_PASS {
-                match control::take_frame(&mut self.conns[k].buf) {
+                let Some(conn) = self.sessions.get_mut(&id).and_then(|e| e.conn.as_mut()) else { break };
+                match conn.take_frame(SESSION_FRAME_BYTES, "snapshot_request or bye") {
                     None => break,
-                    Some(Err(e)) => {
-                        closed = Some((CloseReason::ProtocolError, format!("bad control message: {e}")));
-                        self.conns[k].buf.clear();
+                    Some(Err(err)) => {
+                        conn.discard_input();
+                        leaving = Some(Leaving {
+                            reason: CloseReason::ProtocolError,
+                            detail: format!("bad control message: {err}"),
+                        });
                         break;
                     }
                     Some(Ok(ControlMsg::SnapshotRequest(req))) => {
-                        let c = &mut self.conns[k];
-                        if !c.snapshot_pending {
-                            self.serve_snapshot(k, req.gap_from_seq);
-                        } else if req.gap_from_seq > c.served_gap {
-                            // one snapshot at a time per session; a later gap is served when this one is done
-                            c.rerequest = Some(c.rerequest.unwrap_or(0).max(req.gap_from_seq));
+                        if let Some(l) = self.on_snapshot_request(id, req.gap_from_seq) {
+                            leaving = Some(l);
+                            break;
                         }
                     }
                     Some(Ok(ControlMsg::Bye(bye))) => {
-                        let said = format!("subscriber said bye: {} {}", bye.reason.as_str(), bye.detail);
-                        closed = Some((CloseReason::PeerGone, said.trim_end().to_owned()));
+                        let said = format!(
+                            "subscriber said bye: {} {}",
+                            bye.reason.as_str(),
+                            shown(&bye.detail, access::MAX_SHOWN_BYTES)
+                        );
+                        leaving = Some(Leaving { reason: CloseReason::PeerGone, detail: said.trim_end().to_owned() });
                         break;
                     }
                     Some(Ok(other)) => {
-                        closed =
-                            Some((CloseReason::ProtocolError, format!("unexpected control message {}", other.kind())));
+                        leaving = Some(Leaving {
+                            reason: CloseReason::ProtocolError,
+                            detail: format!("unexpected control message {}", other.kind()),
+                        });
                         break;
                     }
                 }
             }
-            if let Some((reason, detail)) = closed {
-                let mut conn = self.conns.swap_remove(k);
-                tracing::info!(target: AUDIT, event = "leave", session = conn.session_id, name = %conn.name,
-                    reason = reason.as_str(), %detail, "subscriber leaving");
-                let _ = conn.stream.set_nonblocking(false);
-                let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye { reason, detail }));
-                conn.counters.left.store(reason as u32, Ordering::Relaxed);
-                self.send(Command::Remove { id: conn.session_id, reason });
+            if leaving.is_none() {
+                if let Some(conn) = self.sessions.get_mut(&id).and_then(|e| e.conn.as_mut()) {
+                    if let Err(err) = conn.flush() {
+                        leaving = Some(Leaving {
+                            reason: CloseReason::PeerGone,
+                            detail: format!("control connection failed: {err}"),
+                        });
+                    } else if conn.overdue(now) {
+                        self.control.write_deadline += 1;
+                        leaving = Some(Leaving {
+                            reason: CloseReason::PeerGone,
+                            detail: format!(
+                                "closed by the publisher: {} bytes unread past the {} ms write deadline (the \
+                                 subscriber does not read its control connection)",
+                                conn.waiting(),
+                                crate::conn::WRITE_DEADLINE.as_millis()
+                            ),
+                        });
+                    }
+                }
+            }
+            if let Some(l) = leaving {
+                self.leave(id, l);
                 n += 1;
-            } else {
-                k += 1;
             }
         }
-        n
+        n + self.flush_closing(now)
     }
 
-    pub(crate) fn record_end(&mut self, s: &Session, end: CloseReason) {
-        if let Some(r) = self.reports.iter_mut().find(|r| r.id == s.id) {
-            r.update(&s.counters, &self.clock);
-            r.end = Some(end);
+    /// Writes the closing connections; drops those done, failed or past their write deadline. Returns how many
+    /// went.
+    fn flush_closing(&mut self, now: Instant) -> usize {
+        let before = self.closing.len();
+        self.closing.retain_mut(|c| c.flush().is_ok() && !c.drained() && !c.overdue(now));
+        before - self.closing.len()
+    }
+
+    /// A subscriber's control connection ended (`l` says why): logged, a bye queued (the connection closes after
+    /// it), and the session taken out of the hot loop (a live one: `Command::Remove`, with the reason stored
+    /// where a hot loop waiting on its ring sees it) or ended here (one still connecting).
+    fn leave(&mut self, id: u64, l: Leaving) {
+        let Some(e) = self.sessions.get_mut(&id) else { return };
+        tracing::info!(target: AUDIT, event = "leave", session = id, name = %shown_name(&e.name),
+            reason = l.reason.as_str(), detail = %l.detail, "subscriber leaving");
+        let bye = Bye { reason: l.reason, detail: l.detail };
+        if let Some(mut conn) = e.conn.take() {
+            if conn.queue(&ControlMsg::Bye(bye)).is_ok() && !conn.drained() && !conn.overdue(Instant::now()) {
+                self.closing.push(conn);
+            }
         }
-        self.live.retain(|l| l.id != s.id);
-        self.holds.retain(|h| h.session_id != s.id);
+        e.counters.left.store(l.reason as u32, Ordering::Relaxed);
+        match std::mem::replace(&mut e.stage, Stage::Leaving) {
+            Stage::Live => self.send(Command::Remove { id, reason: l.reason }),
+            Stage::Connecting { mut session, .. } => {
+                session.close(l.reason);
+                let e = self.sessions.remove(&id).expect("present");
+                self.end_session(e, l.reason, None);
+                drop(session); // unmaps the ring, here, off the hot path
+            }
+            Stage::Leaving => {}
+        }
+    }
+
+    /// Ends a session's entry: its report takes the final counters and `end`, a last `bye` goes on its
+    /// connection if it still has one, and the report joins the ended ones.
+    fn end_session(&mut self, mut e: SessionEntry, end: CloseReason, bye: Option<Bye>) {
+        e.report.update(&e.counters, &self.clock);
+        e.report.end = Some(end);
+        if let Some(mut conn) = e.conn.take() {
+            let bye = bye.unwrap_or_else(|| Bye::new(end));
+            if conn.queue(&ControlMsg::Bye(bye)).is_ok() && !conn.drained() {
+                self.closing.push(conn);
+            }
+        }
+        self.ended.push(e.report);
+    }
+
+    /// Every session's report, live ones updated now, in id order.
+    fn reports(&mut self) -> Vec<&SessionReport> {
+        for e in self.sessions.values_mut() {
+            e.report.update(&e.counters, &self.clock);
+        }
+        let mut all: Vec<&SessionReport> = self.ended.iter().chain(self.sessions.values().map(|e| &e.report)).collect();
+        all.sort_by_key(|r| r.id);
+        all
     }
 
     pub(crate) fn dump(&mut self) {
-        for l in &self.live {
-            if let Some(r) = self.reports.iter_mut().find(|r| r.id == l.id) {
-                r.update(&l.counters, &self.clock);
-            }
-        }
         // Marked `counters` (the final report's lines are not), with the final report's names. A stdout that
         // cannot take them (a closed pipe) loses the dump, nothing else.
         use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        for r in &self.reports {
-            let _ = writeln!(out, "counters {}", r.line());
+        let mut lines = Vec::new();
+        for r in self.reports() {
+            lines.push(format!("counters {}", r.line()));
             if let Some(line) = r.send_completion_line() {
-                let _ = writeln!(out, "counters {line}");
+                lines.push(format!("counters {line}"));
             }
         }
         let c = &self.counters.cycles;
         let to_ns = |t| self.clock.delta_as_nanos(0, t);
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "counters replay records={} cycle_p50_ns={} cycle_p999_ns={} cycle_max_ns={} end=running",
             self.counters.records.load(Ordering::Relaxed),
             to_ns(c.quantile(0.5)),
             to_ns(c.quantile(0.999)),
             to_ns(c.max())
-        );
+        ));
         if let Some(live) = &self.live_feed {
-            let _ = writeln!(out, "counters {}", live.report().line());
+            lines.push(format!("counters {}", live.report().line()));
         }
         if let Some(mold) = &self.itch_feed {
-            let _ = writeln!(out, "counters {}", mold.report().line());
+            lines.push(format!("counters {}", mold.report().line()));
         }
+        let mut out = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
     }
 
-    /// Rewrites the counters file (see [`mdfan_tuning::counters`]): the run's, the live feed's and every
-    /// session's counters, live sessions first, then ended ones newest first (rows past the file's capacity are
-    /// left out). Names and labels are Prometheus style; `mdfan-stat` prints them.
+    /// Rewrites the counters file (see [`mdfan_tuning::counters`]): every registered counter set, the control
+    /// plane's counts, then every session's counters, live sessions first, then ended ones newest first (rows
+    /// past the file's capacity are left out).
     pub(crate) fn write_counters(&mut self) {
         use mdfan_tuning::counters::MetricKind::{Counter, Gauge};
         let Some(mut file) = self.counters_file.take() else { return };
-        for l in &self.live {
-            if let Some(r) = self.reports.iter_mut().find(|r| r.id == l.id) {
-                r.update(&l.counters, &self.clock);
-            }
+        for e in self.sessions.values_mut() {
+            e.report.update(&e.counters, &self.clock);
         }
         file.begin();
-        let c = &self.counters;
-        let to_ns = |t| self.clock.delta_as_nanos(0, t);
-        file.set("mdfan_records_total", "", Counter, c.records.load(Ordering::Relaxed));
-        file.set("mdfan_feed_read_total", "", Counter, self.journal.published());
-        file.set("mdfan_feed_done", "", Gauge, u64::from(self.journal.state() != FeedState::Running));
-        file.set("mdfan_hot_cycle_ns", "quantile=\"0.5\"", Gauge, to_ns(c.cycles.quantile(0.5)));
-        file.set("mdfan_hot_cycle_ns", "quantile=\"0.999\"", Gauge, to_ns(c.cycles.quantile(0.999)));
-        file.set("mdfan_hot_cycle_ns", "quantile=\"1\"", Gauge, to_ns(c.cycles.max()));
-        file.set("mdfan_subscribers", "", Gauge, self.live.len() as u64);
-        if let Some(live) = &self.live_feed {
-            let f = live.report();
-            for (i, line) in ["a", "b"].into_iter().enumerate() {
-                let l = format!("line=\"{line}\"");
-                file.set("mdfan_line_datagrams_total", &l, Counter, f.datagrams[i]);
-                file.set("mdfan_line_refused_total", &l, Counter, f.refused[i]);
-                file.set("mdfan_line_delivered_total", &l, Counter, f.delivered[i]);
-            }
-            file.set("mdfan_feed_duplicates_total", "", Counter, f.duplicates);
-            file.set("mdfan_feed_late_total", "", Counter, f.late);
-            file.set("mdfan_feed_jumps_held_total", "", Counter, f.jumps[0]);
-            file.set("mdfan_feed_jumps_taken_total", "", Counter, f.jumps[1]);
-            file.set("mdfan_feed_lost_seqs_total", "", Counter, f.gap_seqs);
-            file.set("mdfan_feed_lost_runs_total", "", Counter, f.gap_runs);
-            file.set("mdfan_feed_bad_packets_total", "", Counter, f.bad_packets);
-            file.set("mdfan_feed_level_records_total", "", Counter, f.level_records);
-            file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
-            file.set("mdfan_feed_snapshot_packets_total", "", Counter, f.snapshot_packets);
-            file.set("mdfan_feed_recovered_total", "", Counter, f.recovered);
-            file.set("mdfan_feed_stale_instruments", "", Gauge, f.stale_now);
-            file.set("mdfan_feed_recovery_timeouts_total", "", Counter, f.recovery_timeouts);
+        for set in &self.counter_sets {
+            set.publish(&mut file);
         }
-        if let Some(mold) = &self.itch_feed {
-            let f = mold.report();
-            for (i, origin) in ["a", "b", "retransmit"].into_iter().enumerate() {
-                file.set("mdfan_mold_packets_total", &format!("origin=\"{origin}\""), Counter, f.packets[i]);
-            }
-            file.set("mdfan_mold_heartbeats_total", "", Counter, f.heartbeats);
-            file.set("mdfan_mold_messages_total", "", Counter, f.messages);
-            file.set("mdfan_mold_retransmitted_messages_total", "", Counter, f.retransmitted);
-            file.set("mdfan_mold_duplicates_total", "", Counter, f.duplicates);
-            file.set("mdfan_mold_gaps_total", "", Counter, f.gaps);
-            file.set("mdfan_mold_requests_total", "", Counter, f.requests);
-            file.set("mdfan_mold_retries_total", "", Counter, f.retries);
-            file.set("mdfan_mold_given_up_holes_total", "", Counter, f.given_up_holes);
-            file.set("mdfan_mold_given_up_messages_total", "", Counter, f.given_up_messages);
-            file.set("mdfan_mold_foreign_session_total", "", Counter, f.foreign_session);
-            file.set("mdfan_mold_bad_packets_total", "", Counter, f.bad_packets);
-            file.set("mdfan_mold_definitions_dropped_total", "", Counter, f.definitions_dropped);
-            file.set("mdfan_mold_jumps_held_total", "", Counter, f.jumps_held);
-            file.set("mdfan_mold_jumps_taken_total", "", Counter, f.jumps_taken);
-            file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
-        }
-        let order = self
-            .reports
-            .iter()
-            .filter(|r| r.end.is_none())
-            .chain(self.reports.iter().rev().filter(|r| r.end.is_some()));
+        self.control.publish(&mut file, self.sessions.len() as u64);
+        let order = self.sessions.values().map(|e| &e.report).chain(self.ended.iter().rev());
         for r in order {
-            let name: String = r.name.chars().filter(|ch| !matches!(ch, '"' | '\\' | '\n')).collect();
+            let name: String = r.name.chars().filter(|ch| !matches!(ch, '"' | '\\') && !ch.is_control()).collect();
             let l = format!("session=\"{}\",subscriber=\"{name}\"", r.id);
             for (metric, v) in [
                 ("mdfan_session_sent_total", r.sent),
@@ -907,6 +1145,8 @@ impl Conductor {
                 ("mdfan_session_heartbeats_total", r.heartbeats),
                 ("mdfan_session_ring_full_total", r.ring_full),
                 ("mdfan_session_blocked_ns_total", r.blocked_ns),
+                ("mdfan_session_snapshot_requests_total", r.snapshot_requests),
+                ("mdfan_session_snapshot_requests_refused_total", r.snapshot_requests_refused),
             ] {
                 file.set(metric, &l, Counter, v);
             }
@@ -928,7 +1168,11 @@ impl Conductor {
             file.set("mdfan_session_end", &format!("{l},reason=\"{end}\""), Gauge, 1);
         }
         file.commit(mdfan_lines::realtime_ns());
-        self.counters_written = std::time::Instant::now();
+        if let (Some(e), false) = (file.failure(), self.counters_failure_logged) {
+            self.counters_failure_logged = true; // once: the file is an aid, the run goes on
+            tracing::warn!(file = %file.path().display(), cause = %e, "counters file: a write failed; mdfan-stat may show old values");
+        }
+        self.counters_written = Instant::now();
         self.counters_file = Some(file);
     }
 
@@ -959,6 +1203,20 @@ impl Conductor {
         }
     }
 
+    /// One summary line per peer whose failed authentications went past what was logged one by one, once its
+    /// window ends (every second at most).
+    fn summarise_auth_failures(&mut self) {
+        if self.throttle_checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.throttle_checked = Instant::now();
+        for (peer, failures, refused) in self.throttle.summaries(Instant::now()) {
+            tracing::warn!(target: AUDIT, event = "auth_summary", %peer, failures, refused_unchecked = refused,
+                window_s = access::AUTH_WINDOW.as_secs(),
+                "failed authentications from one peer in one window (the first ones were logged one by one)");
+        }
+    }
+
     pub(crate) fn on_event(&mut self, event: Event) {
         match event {
             Event::Started { sessions } => tracing::info!(sessions, "fan-out started"),
@@ -974,31 +1232,30 @@ impl Conductor {
             ),
             Event::CatchupLost { id } => {
                 tracing::info!(session = id, "catch-up needs records the journal no longer holds: a fresh snapshot");
-                if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
-                    if self.conns[k].snapshot_pending {
-                        self.conns[k].rerequest = Some(self.conns[k].rerequest.unwrap_or(0));
+                if let Some(e) = self.sessions.get_mut(&id) {
+                    if e.snapshot.pending {
+                        e.snapshot.rerequest = Some(e.snapshot.rerequest.unwrap_or(0));
                     } else {
-                        self.serve_snapshot(k, 0);
+                        self.serve_snapshot(id, 0);
                     }
                 }
             }
             Event::SnapshotDone { id, delivered, records } => {
                 tracing::info!(session = id, delivered, records = records.len(), "snapshot done");
-                if let Some(k) = self.conns.iter().position(|c| c.session_id == id) {
-                    self.conns[k].snapshot_pending = false;
-                    if let Some(gap) = self.conns[k].rerequest.take() {
-                        self.serve_snapshot(k, gap);
+                if let Some(e) = self.sessions.get_mut(&id) {
+                    e.snapshot.pending = false;
+                    if let Some(gap) = e.snapshot.rerequest.take() {
+                        self.serve_snapshot(id, gap);
                     }
                 }
                 drop(records); // freed here, off the hot path
             }
             Event::Retired { mut session, reason } => {
                 session.ring_mut().drain(DRAIN_TIMEOUT);
-                self.record_end(&session, reason);
                 let failure = session.ring_mut().failure();
                 if reason != CloseReason::EndOfStream {
                     let sent = session.counters.sent.load(Ordering::Relaxed);
-                    let (id, name) = (session.id, &session.name);
+                    let (id, name) = (session.id, shown_name(&session.name));
                     match failure {
                         Some(detail) => tracing::warn!(target: AUDIT, event = "drop", session = id, %name,
                             reason = reason.as_str(), %detail, sent, "subscriber dropped"),
@@ -1006,36 +1263,43 @@ impl Conductor {
                             reason = reason.as_str(), sent, "subscriber dropped"),
                     }
                 }
-                if let Some(i) = self.conns.iter().position(|c| c.session_id == session.id) {
-                    let mut conn = self.conns.swap_remove(i);
-                    let _ = conn.stream.set_nonblocking(false);
-                    let bye = ControlMsg::Bye(Bye { reason, detail: failure.unwrap_or_default().to_owned() });
-                    let _ = control::write_msg(&mut conn.stream, &bye);
+                if let Some(e) = self.sessions.remove(&session.id) {
+                    let bye = Bye { reason, detail: failure.unwrap_or_default().to_owned() };
+                    self.end_session(e, reason, Some(bye));
                 }
                 drop(session); // unmaps the ring, here, off the hot path
             }
         }
     }
 
-    pub(crate) fn say_bye(&mut self, end: CloseReason) {
-        for conn in &mut self.conns {
-            let _ = conn.stream.set_nonblocking(false);
-            let _ = control::write_msg(&mut conn.stream, &ControlMsg::Bye(Bye::new(end)));
-        }
-    }
-
     /// The end of the run, after the hot loop's last event: waits (bounded) for each remaining session's last
-    /// writes to complete, records how it ended, frees it, says bye on every control connection and writes the
-    /// run report.
+    /// writes to complete, records how it ended, frees it, says bye on every control connection (written for
+    /// [`BYE_FLUSH`] at most in all, whatever the peers read) and writes the run report.
     fn wrap_up(&mut self, agent: AgentReport) {
         self.finished = true;
         let mut sessions = agent.sessions;
         for s in sessions.iter_mut() {
             s.ring_mut().drain(DRAIN_TIMEOUT);
-            self.record_end(s, agent.end);
+        }
+        for (_, mut e) in std::mem::take(&mut self.sessions) {
+            if let Stage::Connecting { session, .. } = &mut e.stage {
+                session.close(agent.end);
+            }
+            self.end_session(e, agent.end, None);
         }
         drop(sessions); // unmapped here, off the hot path
-        self.say_bye(agent.end);
+        self.handshakes.clear();
+        let deadline = Instant::now() + BYE_FLUSH;
+        while !self.closing.is_empty() && Instant::now() < deadline {
+            self.flush_closing(Instant::now());
+            if !self.closing.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.closing.clear();
+        if let Some(path) = &self.cfg.publisher.listen_unix {
+            let _ = std::fs::remove_file(path);
+        }
         // The final values, then the file is marked ended (it stays for a post-mortem read).
         self.write_counters();
         if let Some(mut file) = self.counters_file.take() {
@@ -1047,10 +1311,12 @@ impl Conductor {
         let clock = &self.clock;
         let to_ns = |t: u64| clock.delta_as_nanos(0, t);
         let cycles = &self.counters.cycles;
+        let mut reports = std::mem::take(&mut self.ended);
+        reports.sort_by_key(|r| r.id);
         self.report = Some(RunReport {
             records: agent.records,
             replay_ns: to_ns(agent.replay_ticks),
-            sessions: std::mem::take(&mut self.reports),
+            sessions: reports,
             cycle_p50_ns: to_ns(cycles.quantile(0.5)),
             cycle_p999_ns: to_ns(cycles.quantile(0.999)),
             cycle_max_ns: to_ns(cycles.max()),
@@ -1066,6 +1332,7 @@ impl Conductor {
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
             live: self.live_feed.as_ref().map(|c| c.report()),
             moldudp64: self.itch_feed.as_ref().map(|c| c.report()),
+            lobster: self.lobster_feed.as_ref().map(|c| c.report()),
         });
     }
 
@@ -1083,7 +1350,7 @@ impl Agent for Conductor {
     /// One pass (see the module docs). Returns the work it found: commands moved, connections accepted,
     /// handshakes answered, sessions handed over or dropped, control reads and departures, hot-loop events,
     /// a counter dump. After the hot loop's [`Event::Finished`] nothing more is read: the pass that handled it
-    /// is the last.
+    /// is the last. No step waits for a peer.
     fn do_work(&mut self) -> usize {
         if self.finished {
             return 0;
@@ -1109,6 +1376,7 @@ impl Agent for Conductor {
             self.reload_access();
             work += 1;
         }
+        self.summarise_auth_failures();
         if self.counters_file.is_some() && self.counters_written.elapsed() >= COUNTERS_PERIOD {
             self.write_counters();
         }
@@ -1123,58 +1391,9 @@ impl Agent for Conductor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mdfan_wire::control::{RingGrant, SlowConsumerPolicy};
-
-    fn symbology() -> Symbology {
-        let six_c = InstrumentDef {
-            display_factor_e9: 100_000,
-            tick_size_e9: 500_000_000,
-            ..InstrumentDef::new(174969, "6CZ6")
-        };
-        [InstrumentDef::new(17077, "ESH4"), six_c].into_iter().collect()
-    }
-
-    fn sub(instruments: Option<Vec<u32>>, symbols: Option<&[&str]>) -> Subscribe {
-        Subscribe {
-            name: "a".into(),
-            instruments,
-            symbols: symbols.map(|s| s.iter().map(|s| s.to_string()).collect()),
-            ring: RingGrant::Shm { path: "/dev/shm/x".into(), slot_count: 64 },
-            policy: SlowConsumerPolicy::Resync,
-            snapshot: true,
-            token: None,
-        }
-    }
-
-    #[test]
-    fn symbols_resolve_into_the_instrument_filter() {
-        let s = symbology();
-        let mut only = sub(None, Some(&["ESH4"]));
-        resolve_symbols(&s, &mut only).unwrap();
-        assert_eq!((only.instruments, only.symbols), (Some(vec![17077]), None));
-        let mut both = sub(Some(vec![174969, 9]), Some(&["ESH4", "6CZ6"]));
-        resolve_symbols(&s, &mut both).unwrap();
-        assert_eq!(both.instruments, Some(vec![9, 17077, 174969]));
-        let mut none = sub(Some(vec![9]), None);
-        resolve_symbols(&s, &mut none).unwrap();
-        assert_eq!(none.instruments, Some(vec![9]));
-    }
-
-    #[test]
-    fn an_unknown_symbol_is_refused_by_name_with_what_is_known() {
-        let e = resolve_symbols(&symbology(), &mut sub(None, Some(&["ESH4", "XYZ", "esh4"]))).unwrap_err();
-        assert_eq!(e, "field symbols: XYZ, esh4 not known to this publisher (it knows 2 symbols: ESH4, 6CZ6)");
-        let one: Symbology = [InstrumentDef::new(17077, "ESH4")].into_iter().collect();
-        let e = resolve_symbols(&one, &mut sub(None, Some(&["XYZ"]))).unwrap_err();
-        assert_eq!(e, "field symbols: XYZ not known to this publisher (it knows 1 symbol: ESH4)");
-        let e = resolve_symbols(&Symbology::new(), &mut sub(None, Some(&["XYZ"]))).unwrap_err();
-        assert!(
-            e.ends_with("(it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set)"),
-            "{e}"
-        );
-        let e = resolve_symbols(&symbology(), &mut sub(None, Some(&[]))).unwrap_err();
-        assert_eq!(e, "field symbols: empty (leave it out to get every instrument)");
-    }
+    use crate::access::resolve_symbols;
+    use crate::access::tests::{sub, symbology};
+    use mdfan_wire::control::SlowConsumerPolicy;
 
     /// A live ITCH publisher's conductor (lines on 127.0.0.1, port 0; no counters file) whose Stock Directory
     /// queue is 2 entries long, its feed end the test's.
@@ -1241,10 +1460,14 @@ mod tests {
         let many: Vec<InstrumentDef> = (0..40_000).map(|i| InstrumentDef::new(i, format!("SYM{i:05}"))).collect();
         assert!(control::encode(&accept(many.clone())).len() > 4 + control::MAX_FRAME_BYTES as usize);
         let ControlMsg::Accept(fitted) = fit_in_a_frame(accept(many.clone())) else { unreachable!() };
-        // 40,000 definitions of about 90 bytes: halved until they fit, 20,000.
-        assert_eq!(fitted.definitions, many[..20_000].to_vec());
+        // 40,000 definitions of about 90 bytes: the first ones, as many as fit, and not one more
+        let kept = fitted.definitions.len();
+        assert!((20_000..40_000).contains(&kept), "{kept}");
+        assert_eq!(fitted.definitions, many[..kept].to_vec());
         let frame = control::encode(&ControlMsg::Accept(fitted));
-        assert!(frame.len() <= 4 + control::MAX_FRAME_BYTES as usize);
+        assert!(frame.len() <= 4 + control::MAX_FRAME_BYTES as usize, "{}", frame.len());
+        let one_more = control::encode(&accept(many[..kept + 1].to_vec()));
+        assert!(one_more.len() > 4 + control::MAX_FRAME_BYTES as usize, "{}", one_more.len());
     }
 
     /// The start-of-day ITCH file (data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch) gives
@@ -1279,7 +1502,7 @@ mod tests {
             .iter()
             .map(|r| {
                 let s = r.status().unwrap();
-                (r.instrument_id, r.venue_seq, s.kind as u8, s.state, r.flags & mdfan_wire::flags::SNAPSHOT != 0)
+                (r.instrument_id, r.venue_seq(), s.kind as u8, s.state, r.flags & mdfan_wire::flags::SNAPSHOT != 0)
             })
             .collect();
         assert_eq!(

@@ -3,6 +3,11 @@
 //! ```toml
 //! [publisher]
 //! listen = "127.0.0.1:7700"    # control endpoint (TCP). Default 127.0.0.1:7700.
+//! listen_unix = "/run/mdfan/a.sock" # a Unix-domain control socket as well (mode 0660), for subscribers on this
+//!                              # host running as other users: the ring travels as a file descriptor. Default: none.
+//! allow_duplicate_names = false # accept a second live subscriber under a name already attached. Default false.
+//! snapshot_requests_per_s = 10 # snapshot requests a subscriber may make a second (burst as many); past 4 s'
+//!                              # worth refused, it is ended (protocol_error). Default 10.
 //! hot_core = 1                 # core the hot loop is pinned to. Default: not pinned.
 //! hot_idle = "spin"            # the live hot loop on an empty cycle: "spin" (PAUSE, burns its core) or "yield"
 //!                              # (sched_yield after 1,000 empty cycles: a host without a core per busy thread).
@@ -39,7 +44,10 @@
 //!                              # the config file's folder. For MDP 3.0, whose feed carries none. Default: none.
 //!
 //! [lines]                      # format "mdp3" only: the channel's incremental feed, lines A and B
-//! a = "224.0.31.11:14320"      # line A: multicast group:port (joined on `interface`) or a unicast ip:port
+//! a = "224.0.31.11:14320"      # line A: multicast group:port (joined on `interface`) or a unicast ip:port; or
+//!                              # { addr = "224.0.31.11:14320", sources = ["10.0.0.5"] }: datagrams from any
+//!                              # other source are dropped and counted (foreign_sources); a multicast line
+//!                              # joins for those sources only (IGMPv3). Default: any source.
 //! b = "224.0.32.11:15320"      # line B
 //! interface = "10.1.2.3"       # address of the NIC that joins the groups. Default 127.0.0.1.
 //! snapshot = "224.0.31.43:..." # market recovery (snapshot) channel; default: none (gaps stay stale)
@@ -47,11 +55,17 @@
 //! rcvbuf_bytes = 33554432      # socket receive buffer per line. Default 32 MiB.
 //! gap_timeout_ms = 10          # a seq missing on both lines this long is a gap. Default 10.
 //! line_tolerance = 8           # ... or once both lines are this many seqs past it. Default 8.
+//! confirm_packets = 3          # datagrams at consecutive seqs that set the first expected seq or confirm a jump
+//!                              # past the window (either line; one seq on both counts once). Default 3, 1 to 64.
 //! instruments = 4096           # securities the channel reserves room for. Default 4096.
 //! end_after_idle_ms = 0        # end the stream after this long with no datagram (tests, demos). Default 0: never.
+//! silent_after_ms = 5000       # no datagram on any line this long: the feed is silent (a FeedStatus record to
+//!                              # every subscriber, and another when datagrams come again; not an end). Set it
+//!                              # above the venue's idle heartbeat interval. Default 5000; 0: never.
+//! hw_timestamps = "if_available" # NIC receive stamps: "off", "if_available" (default), "required" (refuse without)
 //!
 //! # format "itch50" with [lines]: Nasdaq TotalView-ITCH 5.0 live over MoldUDP64 (feed.session_date still needed;
-//! # no feed.path). Keys a, interface, rcvbuf_bytes, end_after_idle_ms as above; b optional (arbitrated by
+//! # no feed.path). Keys a, interface, rcvbuf_bytes, end_after_idle_ms, silent_after_ms as above; b optional (arbitrated by
 //! # MoldUDP64 sequence number), and:
 //! retransmit = "127.0.0.1:9100" # the MoldUDP64 re-request server. Default: none (a hole waits one timeout for
 //!                              # line B, then is given up: every stock locate seen is marked stale)
@@ -75,8 +89,11 @@
 //! [access]                     # without it, any subscriber may connect (one team's host)
 //! [[access.subscribers]]       # with it, only the names listed, each with its token (keep this file 0600)
 //! name = "strategy-a"
-//! token = "9c1e...64 hex"      # at least 16 characters; compared in constant time
-//! instruments = [17077]        # what it may receive; default: everything
+//! token = "9c1e...64 hex"      # at least 32 characters of A-Z a-z 0-9 . _ ~ + / = -, 8 of them distinct
+//!                              # (`openssl rand -hex 32`); compared in constant time
+//! instruments = [17077]        # what it may receive (asking for everything gets this); default: everything
+//! uid = 2002                   # the token is accepted only from this local user (the connection's SO_PEERCRED,
+//!                              # or a loopback TCP socket's owner). Default: any user.
 //!
 //! [fabric.verbs]               # provider "verbs" only; every key: fabric/src/verbs/config.rs
 //! device = "mlx5_0"            # default: the only device
@@ -144,20 +161,31 @@ pub struct AccessEntry {
     pub name: String,
     /// Its token (at least 16 characters).
     pub token: String,
-    /// The instrument_ids it may receive; `None`: all.
+    /// The instrument_ids it may receive; `None`: all. A subscriber asking for everything gets these.
     #[serde(default)]
     pub instruments: Option<Vec<u32>>,
+    /// The local user the token is bound to: accepted only from a connection whose peer is this uid.
+    #[serde(default)]
+    pub uid: Option<u32>,
 }
 
 impl std::fmt::Debug for AccessEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // never the token: configs end up in logs
-        f.debug_struct("AccessEntry").field("name", &self.name).field("instruments", &self.instruments).finish()
+        f.debug_struct("AccessEntry")
+            .field("name", &self.name)
+            .field("instruments", &self.instruments)
+            .field("uid", &self.uid)
+            .finish()
     }
 }
 
 /// Minimum token length, in bytes.
-pub const MIN_TOKEN_BYTES: usize = 16;
+pub const MIN_TOKEN_BYTES: usize = 32;
+/// Fewest distinct characters a token may have (`aaaa...` is no secret).
+pub const MIN_TOKEN_DISTINCT: usize = 8;
+/// The characters a token may hold besides ASCII letters and digits.
+pub const TOKEN_PUNCTUATION: &str = "._~+/=-";
 
 /// `[lines]`: where a live feed comes from (CME MDP 3.0: one channel's incremental feed on lines A and B, and its
 /// market recovery channel). Source: CME Client Systems Wiki, "MDP 3.0 - Market Data Incremental Feed" and
@@ -165,11 +193,12 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinesSection {
-    /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind.
-    pub a: std::net::SocketAddrV4,
+    /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind; or
+    /// a table `{ addr = "...", sources = ["ip", ...] }` listing the addresses the venue sends it from.
+    pub a: LineAddr,
     /// Line B, as line A. Required for `mdp3`; optional for `itch50` (MoldUDP64 arbitrates by sequence number).
     #[serde(default)]
-    pub b: Option<std::net::SocketAddrV4>,
+    pub b: Option<LineAddr>,
     /// Address of the interface that joins the groups. Default 127.0.0.1.
     #[serde(default = "default_interface")]
     pub interface: std::net::Ipv4Addr,
@@ -197,6 +226,12 @@ pub struct LinesSection {
     /// never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
     #[serde(default)]
     pub end_after_idle_ms: u64,
+    /// After this long without a datagram on any line (once one came), in ms, the feed is *silent*: a
+    /// [`mdfan_wire::Kind::FeedStatus`] record goes to every subscriber, and another when datagrams come again
+    /// (the stream goes on; `mdfan_wire::record`, "Feed status records"). Set it above the venue's idle
+    /// heartbeat interval. Default 5,000; 0: never.
+    #[serde(default = "default_silent_after_ms")]
+    pub silent_after_ms: u64,
     /// `itch50` only: the MoldUDP64 re-request server (unicast ip:port) gaps are requested from. `None`: a hole
     /// waits `retransmit_timeout_ms` for the other line, then is given up (its locates marked stale).
     #[serde(default)]
@@ -218,6 +253,105 @@ pub struct LinesSection {
     /// `itch50` only: messages that may wait behind a hole (64-byte slots allocated at start). Default 65,536.
     #[serde(default = "default_window_messages")]
     pub window_messages: usize,
+    /// Packets at consecutive seqs (either line; the same seq on both lines counts once) that set the first
+    /// expected seq (MDP 3.0; `itch50` under `start = "first_seen"`) or confirm a jump past the window
+    /// (`mdfan_arbiter`, "Start" and "Suspect jumps"). Default 3: two stray datagrams confirm nothing. 1 to 64.
+    #[serde(default = "default_confirm_packets")]
+    pub confirm_packets: usize,
+    /// Hardware receive stamps on the lines' device (`mdfan_lines::hwstamp`): `"off"`, `"if_available"`
+    /// (default: on where the device stamps every packet and has a PHC, else software stamps, saying why) or
+    /// `"required"` (the line does not open without them).
+    #[serde(default)]
+    pub hw_timestamps: HwTimestampsKey,
+}
+
+/// `lines.hw_timestamps`, as [`mdfan_lines::HwTimestamps`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HwTimestampsKey {
+    /// Never ask the device.
+    Off,
+    /// Where the device can.
+    #[default]
+    IfAvailable,
+    /// Or refuse to start.
+    Required,
+}
+
+/// `lines.a` / `lines.b`: where a line comes in, and from which sources (`"ip:port"`, or `{ addr = "ip:port",
+/// sources = ["ip", ...] }`). A datagram from a source not listed is dropped before arbitration and counted
+/// (`foreign_sources`); no list: any source. Dereferences to the address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineAddr {
+    /// The group (or unicast address) and port.
+    pub addr: std::net::SocketAddrV4,
+    /// The venue's source addresses for this line (at most [`mdfan_lines::MAX_SOURCES`]); empty: any.
+    pub sources: Vec<std::net::Ipv4Addr>,
+}
+
+impl std::ops::Deref for LineAddr {
+    type Target = std::net::SocketAddrV4;
+    fn deref(&self) -> &std::net::SocketAddrV4 {
+        &self.addr
+    }
+}
+
+impl std::fmt::Display for LineAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+impl<'de> Deserialize<'de> for LineAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            addr: std::net::SocketAddrV4,
+            #[serde(default)]
+            sources: Vec<std::net::Ipv4Addr>,
+        }
+        // A string is the address; a table is read with its own field errors (an untagged enum would hide which
+        // key was wrong).
+        let t = match toml::Value::deserialize(d)? {
+            toml::Value::String(s) => {
+                let addr = s.parse().map_err(|e| de::Error::custom(format!("{s:?}: {e} (expected \"ip:port\")")))?;
+                return Ok(LineAddr { addr, sources: Vec::new() });
+            }
+            v @ toml::Value::Table(_) => Table::deserialize(v).map_err(|e| de::Error::custom(e.message()))?,
+            _ => {
+                return Err(de::Error::custom(
+                    "expected \"ip:port\" or { addr = \"ip:port\", sources = [\"ip\", ...] }",
+                ))
+            }
+        };
+        if t.sources.len() > mdfan_lines::MAX_SOURCES {
+            return Err(de::Error::custom(format!(
+                "sources: {} listed, at most {}",
+                t.sources.len(),
+                mdfan_lines::MAX_SOURCES
+            )));
+        }
+        Ok(LineAddr { addr: t.addr, sources: t.sources })
+    }
+}
+
+impl LinesSection {
+    /// How to open `line`: its address and sources, this section's interface, receive buffer and hardware
+    /// stamps.
+    pub fn line_config(&self, line: &LineAddr) -> mdfan_lines::LineConfig {
+        mdfan_lines::LineConfig {
+            addr: line.addr,
+            sources: line.sources.clone(),
+            interface: self.interface,
+            rcvbuf_bytes: self.rcvbuf_bytes,
+            hw_timestamps: match self.hw_timestamps {
+                HwTimestampsKey::Off => mdfan_lines::HwTimestamps::Off,
+                HwTimestampsKey::IfAvailable => mdfan_lines::HwTimestamps::IfAvailable,
+                HwTimestampsKey::Required => mdfan_lines::HwTimestamps::Required,
+            },
+        }
+    }
 }
 
 /// `lines.start`: where a MoldUDP64 receiver starts.
@@ -231,12 +365,19 @@ pub enum MoldStart {
     One,
 }
 
+fn default_silent_after_ms() -> u64 {
+    5_000
+}
 fn default_retransmit_timeout_ms() -> u64 {
     50
 }
 fn default_retransmit_retries() -> u32 {
     3
 }
+fn default_confirm_packets() -> usize {
+    mdfan_lines::arbiter::DEFAULT_CONFIRM_COPIES
+}
+
 fn default_window_messages() -> usize {
     1 << 16
 }
@@ -315,8 +456,20 @@ pub struct PublisherSection {
     /// conductor, read by `mdfan-stat`); empty: no counters file.
     pub counters_dir: PathBuf,
     /// Leave the counters file, marked ended with the final values, after a clean exit (for a post-mortem
-    /// read). A publisher that dies leaves it whatever this says (`mdfan-stat` shows it as dead).
+    /// read). A publisher that dies leaves it whatever this says (`mdfan-stat` shows it as dead; the next start
+    /// on the same endpoint removes it).
     pub keep_counters: bool,
+    /// A Unix-domain control socket besides the TCP endpoint (mode 0660, in a folder nobody else may replace
+    /// files in): subscribers on this host connect there (`--connect unix:PATH`), their user is known
+    /// (`SO_PEERCRED`) and a shared-memory ring travels as a file descriptor, so a subscriber may run as another
+    /// user than the publisher. `None`: TCP only.
+    pub listen_unix: Option<PathBuf>,
+    /// Accept a second live subscriber under a name already attached (default: refused, naming the session).
+    pub allow_duplicate_names: bool,
+    /// Snapshot requests a subscriber may make per second (as many in a burst); past them a request is refused
+    /// and counted, and a subscriber with [`crate::conductor::SNAPSHOT_FLOOD_SECONDS`] seconds' worth refused is
+    /// ended (`protocol_error`). 1 to 10,000.
+    pub snapshot_requests_per_s: u32,
 }
 
 impl Default for PublisherSection {
@@ -336,6 +489,9 @@ impl Default for PublisherSection {
             policies: vec![SlowConsumerPolicy::Disconnect, SlowConsumerPolicy::Resync],
             counters_dir: PathBuf::from("/dev/shm"),
             keep_counters: false,
+            listen_unix: None,
+            allow_duplicate_names: false,
+            snapshot_requests_per_s: 10,
         }
     }
 }
@@ -624,7 +780,7 @@ impl Config {
                         "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
                     ));
                 }
-                if lines.b == Some(lines.a) && lines.a.port() != 0 {
+                if lines.b.as_ref().is_some_and(|b| b.addr == lines.a.addr) && lines.a.port() != 0 {
                     return Err(bad("lines.b", format!("{}: the same address as line A", lines.a)));
                 }
                 if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
@@ -639,6 +795,9 @@ impl Config {
                     if s.is_empty() || s.len() > 10 || !s.is_ascii() {
                         return Err(bad("lines.session", format!("{s:?}: must be 1 to 10 ASCII characters")));
                     }
+                }
+                if !(1..=64).contains(&lines.confirm_packets) {
+                    return Err(bad("lines.confirm_packets", format!("{}: must be 1 to 64", lines.confirm_packets)));
                 }
                 if !(16..=1 << 24).contains(&lines.window_messages) {
                     let v = lines.window_messages;
@@ -686,10 +845,10 @@ impl Config {
                 if cfg.feed.pace != Pace::Max {
                     return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
                 }
-                let Some(b) = lines.b else {
+                let Some(b) = lines.b.as_ref().map(|b| b.addr) else {
                     return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
                 };
-                if lines.a == b && lines.a.port() != 0 {
+                if lines.a.addr == b && lines.a.port() != 0 {
                     return Err(bad("lines.b", format!("{b}: the same address as line A")));
                 }
                 if lines.retransmit.is_some() || lines.session.is_some() {
@@ -698,6 +857,9 @@ impl Config {
                 if !(1..=3_600_000).contains(&lines.recovery_timeout_ms) {
                     let v = lines.recovery_timeout_ms;
                     return Err(bad("lines.recovery_timeout_ms", format!("{v}: must be 1 to 3600000")));
+                }
+                if !(1..=64).contains(&lines.confirm_packets) {
+                    return Err(bad("lines.confirm_packets", format!("{}: must be 1 to 64", lines.confirm_packets)));
                 }
                 if !(1..=60_000).contains(&lines.gap_timeout_ms) {
                     return Err(bad("lines.gap_timeout_ms", format!("{}: must be 1 to 60000", lines.gap_timeout_ms)));
@@ -788,13 +950,52 @@ impl Config {
                 if !names.insert(e.name.as_str()) {
                     return Err(bad(key, format!("entry {}: name {:?} is listed twice", k + 1, e.name)));
                 }
+                let entry = format!("entry {} ({})", k + 1, e.name);
                 if e.token.len() < MIN_TOKEN_BYTES {
+                    return Err(bad(key, format!("{entry}: token too short: at least {MIN_TOKEN_BYTES} characters")));
+                }
+                if let Some(c) = e.token.chars().find(|c| !c.is_ascii_alphanumeric() && !TOKEN_PUNCTUATION.contains(*c))
+                {
                     return Err(bad(
                         key,
-                        format!("entry {} ({}): token too short: at least {MIN_TOKEN_BYTES} characters", k + 1, e.name),
+                        format!("{entry}: token holds {c:?}: only A-Z a-z 0-9 and {TOKEN_PUNCTUATION} (openssl rand -hex 32)"),
+                    ));
+                }
+                let distinct = e.token.chars().collect::<std::collections::HashSet<_>>().len();
+                if distinct < MIN_TOKEN_DISTINCT {
+                    return Err(bad(
+                        key,
+                        format!("{entry}: token has {distinct} distinct characters, at least {MIN_TOKEN_DISTINCT} (openssl rand -hex 32)"),
+                    ));
+                }
+                if e.instruments.as_ref().is_some_and(Vec::is_empty) {
+                    return Err(bad(
+                        key,
+                        format!("{entry}: instruments = []: entitles it to nothing; leave the key out for everything"),
+                    ));
+                }
+                if e.name.is_empty()
+                    || e.name.len() > crate::access::MAX_NAME_BYTES
+                    || e.name.contains(char::is_control)
+                {
+                    return Err(bad(
+                        key,
+                        format!(
+                            "entry {}: name {:?}: 1 to {} bytes of printable text",
+                            k + 1,
+                            e.name,
+                            crate::access::MAX_NAME_BYTES
+                        ),
                     ));
                 }
             }
+        }
+        if !(1..=10_000).contains(&cfg.publisher.snapshot_requests_per_s) {
+            let v = cfg.publisher.snapshot_requests_per_s;
+            return Err(bad("publisher.snapshot_requests_per_s", format!("{v}: must be 1 to 10000")));
+        }
+        if let Some(p) = cfg.publisher.listen_unix.as_mut().filter(|p| p.is_relative()) {
+            *p = path.parent().unwrap_or(Path::new(".")).join(&*p);
         }
         if cfg.publisher.policies.is_empty() {
             return Err(bad("publisher.policies", "empty: no subscriber could ever be accepted".into()));
@@ -917,16 +1118,74 @@ snapshot = "224.0.31.43:14330"
     }
 
     #[test]
+    fn line_sources_and_confirm_packets_map_onto_the_line_and_arbiter_config() {
+        let with = |a: &str| LIVE.replace("a = \"224.0.31.11:14320\"", a);
+        let l = parse(&with(
+            "a = { addr = \"224.0.31.11:14320\", sources = [\"10.0.0.5\", \"10.0.0.6\"] }\nconfirm_packets = 5",
+        ))
+        .unwrap()
+        .lines
+        .unwrap();
+        let a = l.line_config(&l.a);
+        assert_eq!(
+            (a.addr, a.sources.clone()),
+            ("224.0.31.11:14320".parse().unwrap(), vec![[10, 0, 0, 5].into(), [10, 0, 0, 6].into()])
+        );
+        assert!(l.line_config(l.b.as_ref().unwrap()).sources.is_empty(), "line B takes any source");
+        assert_eq!((l.confirm_packets, parse(LIVE).unwrap().lines.unwrap().confirm_packets), (5, 3));
+        let nine = (1..=9).map(|i| format!("\"10.0.0.{i}\"")).collect::<Vec<_>>().join(", ");
+        let e = parse(&with(&format!("a = {{ addr = \"224.0.31.11:14320\", sources = [{nine}] }}")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key lines.a: ") && e.contains("sources: 9 listed, at most 8"), "{e}");
+        let e = parse(&with("a = { addr = \"224.0.31.11:14320\", source = [] }")).unwrap_err().to_string();
+        assert!(
+            e.contains("key lines.a: ") && e.contains("unknown field `source`, expected `addr` or `sources`"),
+            "{e}"
+        );
+        let e = parse(&with("a = 7")).unwrap_err().to_string();
+        assert!(e.contains("key lines.a: ") && e.contains("sources = ["), "{e}");
+        let e = parse(&with("a = \"224.0.31.11\"")).unwrap_err().to_string();
+        assert!(
+            e.contains("key lines.a: ")
+                && e.contains("\"224.0.31.11\": invalid IPv4 socket address syntax (expected \"ip:port\")"),
+            "{e}"
+        );
+        let e = parse(&format!("{}confirm_packets = 0\n", LIVE)).unwrap_err().to_string();
+        assert!(e.ends_with("key lines.confirm_packets: 0: must be 1 to 64"), "{e}");
+    }
+
+    #[test]
+    fn lines_hw_timestamps_maps_onto_the_line_config() {
+        let l = parse(LIVE).unwrap().lines.unwrap();
+        let a = l.line_config(&l.a);
+        assert_eq!(
+            (a.hw_timestamps, a.rcvbuf_bytes, a.interface),
+            (mdfan_lines::HwTimestamps::IfAvailable, 32 << 20, l.interface)
+        );
+        for (word, want) in [("off", mdfan_lines::HwTimestamps::Off), ("required", mdfan_lines::HwTimestamps::Required)]
+        {
+            let l = parse(&LIVE.replace("[lines]", &format!("[lines]\nhw_timestamps = \"{word}\"")))
+                .unwrap()
+                .lines
+                .unwrap();
+            assert_eq!(l.line_config(&l.a).hw_timestamps, want);
+        }
+        let e = parse(&LIVE.replace("[lines]", "[lines]\nhw_timestamps = \"yes\"")).unwrap_err().to_string();
+        assert!(e.contains("hw_timestamps") && e.contains("if_available"), "{e}");
+    }
+
+    #[test]
     fn a_live_mdp3_config_parses_with_defaults_and_its_mistakes_are_named() {
         let c = parse(LIVE).unwrap();
         assert_eq!(c.feed.format, FeedFormat::Mdp3);
         let l = c.lines.as_ref().unwrap();
-        assert_eq!(l.a, "224.0.31.11:14320".parse().unwrap());
-        assert_eq!(l.b, Some("224.0.32.11:15320".parse().unwrap()));
+        assert_eq!((l.a.addr, l.a.sources.len()), ("224.0.31.11:14320".parse().unwrap(), 0));
+        assert_eq!(l.b.as_ref().map(|b| b.addr), Some("224.0.32.11:15320".parse().unwrap()));
         assert_eq!(l.snapshot, Some("224.0.31.43:14330".parse().unwrap()));
         assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
-        assert_eq!((l.instruments, l.end_after_idle_ms), (4096, 0));
+        assert_eq!((l.instruments, l.end_after_idle_ms, l.silent_after_ms), (4096, 0, 5000));
         let e = parse(&LIVE.replace("[lines]", "[linez]")).unwrap_err().to_string();
         assert!(e.contains("unknown field `linez`"), "{e}");
         let e = parse(&LIVE.replace("224.0.32.11:15320", "224.0.31.11:14320")).unwrap_err().to_string();
@@ -951,7 +1210,7 @@ snapshot = "224.0.31.43:14330"
         let live = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\nretransmit = \"127.0.0.1:9100\"\n";
         let c = parse(live).unwrap();
         let l = c.lines.as_ref().unwrap();
-        assert_eq!((l.b, l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
+        assert_eq!((l.b.clone(), l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
         assert_eq!((l.retransmit_timeout_ms, l.retransmit_retries, l.window_messages), (50, 3, 65_536));
         assert_eq!((l.start, l.session.as_deref()), (MoldStart::FirstSeen, None));
         let c = parse(&format!("{live}start = \"one\"\nsession = \"000010059B\"\n")).unwrap();

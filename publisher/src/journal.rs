@@ -267,6 +267,42 @@ pub(crate) enum Source {
     LiveItch(Box<crate::live_itch::LiveItch>),
 }
 
+/// What a LOBSTER replay (`format = "lobster"`) checked, readable from any thread (Relaxed; stored by the feed
+/// thread after each message).
+#[derive(Debug, Default)]
+pub struct LobsterCounters {
+    /// Messages read (= order-book rows read: the files go together row by row).
+    pub messages: std::sync::atomic::AtomicU64,
+    /// Order-book rows equal to the level-1 book the messages rebuilt (rows 2 on: row 1 is where the rebuild
+    /// starts). A row that differs stops the replay (`feed_error`, naming its line).
+    pub rows_checked: std::sync::atomic::AtomicU64,
+}
+
+/// A copy of [`LobsterCounters`] for the run report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LobsterReport {
+    /// See [`LobsterCounters::messages`].
+    pub messages: u64,
+    /// See [`LobsterCounters::rows_checked`].
+    pub rows_checked: u64,
+}
+
+impl LobsterCounters {
+    /// A copy of both counters.
+    pub fn report(&self) -> LobsterReport {
+        use std::sync::atomic::Ordering::Relaxed;
+        LobsterReport { messages: self.messages.load(Relaxed), rows_checked: self.rows_checked.load(Relaxed) }
+    }
+}
+
+impl LobsterReport {
+    /// `feed format=lobster messages=57515 orderbook_rows_checked=57514`: every order-book row after the first
+    /// was equal to the level-1 book the messages gave (the first is where the rebuild starts).
+    pub fn line(&self) -> String {
+        format!("feed format=lobster messages={} orderbook_rows_checked={}", self.messages, self.rows_checked)
+    }
+}
+
 /// The feed handler: an [`Agent`] that decodes the feed and appends each record to the journal, on thread
 /// `mdfan-feed` (or stepped by a test). For a file, one duty cycle appends up to 256 records and returns 0 while
 /// the journal is full; for a live feed, one duty cycle is one poll of the lines ([`crate::live`]). Done once the
@@ -293,7 +329,7 @@ impl FeedAgent {
 
     /// A feed handler reading a Nasdaq TotalView-ITCH 5.0 file (`format = "itch50"`) into `writer`'s journal:
     /// each message normalised by `normalizer` (order-level records keyed by stock locate; up to three per
-    /// message), `venue_seq` = the message's position in the file. The file has no capture times, so
+    /// message), the venue seq = the message's position in the file. The file has no capture times, so
     /// `ts_recv_ns` is the message's own (absolute) timestamp, flagged `BAD_TS_RECV` (paced replays follow the
     /// exchange's clock; no wire-to-poll is measured).
     pub fn itch<R: std::io::Read + Send + 'static>(
@@ -302,7 +338,7 @@ impl FeedAgent {
         writer: JournalWriter,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> FeedAgent {
-        let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u32);
+        let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u64);
         let mut len = 0usize;
         let mut records = mdfan_feed::itch::Records::default();
         let source = Source::File(Box::new(move || loop {
@@ -310,9 +346,9 @@ impl FeedAgent {
                 next += 1;
                 return Ok(Some(queued[next - 1]));
             }
-            let Some((_, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
+            let Some((at, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
             position = position.wrapping_add(1);
-            normalizer.normalize_into(&m, position, 0, &mut records);
+            normalizer.normalize_at(&m, position, 0, at, &mut records);
             len = records.as_slice().len();
             next = 0;
             for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
@@ -329,6 +365,7 @@ impl FeedAgent {
     /// record of any file does: the two files do not belong together, and a book past that point would be wrong.
     pub fn lobster(
         mut feed: mdfan_feed::lobster::LobsterFeed,
+        counters: Arc<LobsterCounters>,
         writer: JournalWriter,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> FeedAgent {
@@ -342,6 +379,9 @@ impl FeedAgent {
             queued.clear();
             queued.extend_from_slice(records.as_slice());
             next = 0;
+            counters.messages.store(feed.counts().total(), std::sync::atomic::Ordering::Relaxed);
+            let checked = feed.level1().map_or(0, |b| b.consistent);
+            counters.rows_checked.store(checked, std::sync::atomic::Ordering::Relaxed);
         }));
         FeedAgent { source, writer, pending: None, done: false, stop }
     }
@@ -435,7 +475,12 @@ mod tests {
     use mdfan_wire::Kind;
 
     fn rec(i: u64) -> BookUpdate {
-        BookUpdate { order_id: i, price_e9: i as i64 * 7, venue_seq: i as u32, ..BookUpdate::control(Kind::Add) }
+        BookUpdate {
+            order_id: i,
+            price_e9: i as i64 * 7,
+            venue_pos: mdfan_wire::venue_position(i, 0),
+            ..BookUpdate::control(Kind::Add)
+        }
     }
 
     #[test]

@@ -24,14 +24,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod agent;
+pub mod book_keeper;
 pub mod conductor;
 pub mod config;
+pub mod conn;
+mod counter_sets;
 pub mod cycles;
 pub mod journal;
 pub mod live;
 pub mod live_itch;
 mod pacing;
+pub mod peer;
 pub mod preflight;
 pub mod queue;
 mod report;
@@ -46,13 +51,14 @@ use std::time::Duration;
 use mdfan_fabric::AnySender;
 use mdfan_feed::dbn::{FeedError, MboStream};
 use mdfan_wire::control::TsRecvClock;
-use mdfan_wire::{Books, Symbology};
+use mdfan_wire::Symbology;
 
 use mdfan_tuning::{run_agent, run_agent_until, Agent};
 
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
 use crate::config::{Config, FeedFormat};
+pub use crate::counter_sets::ControlCounters;
 use crate::journal::{FeedAgent, Journal, JournalWriter};
 use crate::live::{LiveCounters, LiveMdp3};
 
@@ -87,6 +93,14 @@ pub enum PublisherError {
     /// The symbol file (`feed.symbols`) is unusable.
     #[error(transparent)]
     Symbols(#[from] mdfan_feed::symbols::SymbolFileError),
+    /// The Unix-domain control socket (`publisher.listen_unix`) could not be made.
+    #[error("control socket {path}: {detail}")]
+    ListenUnix {
+        /// The socket's path.
+        path: String,
+        /// What is wrong: its folder, a file in the way, the OS error.
+        detail: String,
+    },
     /// The control endpoint could not be bound.
     #[error("control endpoint {endpoint}: cannot listen: {source}")]
     Listen {
@@ -114,6 +128,7 @@ pub enum PublisherError {
 pub struct Publisher {
     cfg: Config,
     listener: TcpListener,
+    unix_listener: Option<std::os::unix::net::UnixListener>,
     feed: FeedAgent,
     symbology: Symbology,
     journal: Arc<Journal>,
@@ -129,6 +144,8 @@ pub struct Publisher {
     itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
     /// A live ITCH 5.0 feed's Stock Directory queue, the conductor's end.
     directory: Option<crate::live_itch::DirectoryReceiver>,
+    /// A LOBSTER replay's check counters.
+    lobster: Option<Arc<journal::LobsterCounters>>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
     ts_recv_clock: TsRecvClockCell,
@@ -201,6 +218,7 @@ impl Publisher {
         let ts_recv_clock = TsRecvClockCell::default();
         let mut itch = None;
         let mut directory = None;
+        let mut lobster = None;
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Itch50, Some(lines)) => {
                 ts_recv_clock.set(TsRecvClock::Software);
@@ -249,7 +267,9 @@ impl Publisher {
                     mdfan_feed::lobster::LobsterFeed::open(&cfg.feed.path, cfg.feed.orderbook.as_deref(), midnight)?;
                 let mut symbology = Symbology::new();
                 symbology.insert(mdfan_wire::InstrumentDef::new(mdfan_feed::lobster::INSTRUMENT_ID, name.ticker));
-                (FeedAgent::lobster(feed, writer, Arc::clone(&feed_stop)), None, symbology)
+                let counters = Arc::new(journal::LobsterCounters::default());
+                lobster = Some(Arc::clone(&counters));
+                (FeedAgent::lobster(feed, counters, writer, Arc::clone(&feed_stop)), None, symbology)
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;
@@ -265,10 +285,12 @@ impl Publisher {
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
         let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
+        let unix_listener = cfg.publisher.listen_unix.as_deref().map(listen_unix).transpose()?;
         let counters_file = counters_file(&cfg, listener.local_addr().ok());
         Ok(Publisher {
             cfg,
             listener,
+            unix_listener,
             feed,
             symbology,
             journal,
@@ -280,6 +302,7 @@ impl Publisher {
             live,
             itch,
             directory,
+            lobster,
             counters_file,
             ts_recv_clock,
         })
@@ -337,6 +360,11 @@ impl Publisher {
         Progress { counters: Arc::clone(&self.counters), journal: Arc::clone(&self.journal) }
     }
 
+    /// The Unix-domain control socket's path (`publisher.listen_unix`), if it has one.
+    pub fn unix_path(&self) -> Option<&std::path::Path> {
+        self.cfg.publisher.listen_unix.as_deref()
+    }
+
     /// The bound control endpoint.
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("a bound listener has an address")
@@ -378,6 +406,7 @@ impl Publisher {
         let Publisher {
             cfg,
             listener,
+            unix_listener,
             feed,
             symbology,
             journal,
@@ -389,6 +418,7 @@ impl Publisher {
             live,
             itch,
             directory,
+            lobster,
             counters_file,
             ts_recv_clock,
         } = self;
@@ -429,50 +459,26 @@ impl Publisher {
             published_seen: 0,
             send_clock: None,
         };
-        let conductor = Conductor {
+        let conductor = Conductor::new(conductor::Parts {
             cmd_tx: queue::Outbox::new(cmd_tx, max * 4),
             listener,
+            unix_listener,
             events: evt_rx,
             dump,
-            report: None,
-            finished: false,
-            next_id: 1,
-            conns: Vec::new(),
-            reports: Vec::new(),
-            live: Vec::new(),
-            handshakes: mpsc::channel(),
-            instruments: std::collections::BTreeSet::new(),
-            symbology,
-            directory,
-            definitions_dropped_logged: 0,
-            seen: 0,
-            deferred: Vec::new(),
+            reload,
             journal,
             counters,
-            counters_file,
-            counters_written: std::time::Instant::now(),
-            live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
-            itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
-            reload,
-            books: Books::new(),
-            // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one; none
-            // for the order-level feeds.
-            mbp: match (cfg.feed.format, &cfg.lines) {
-                (FeedFormat::Mdp3, Some(l)) => Some(mdfan_wire::MbpBooks::with_capacity(l.instruments)),
-                (FeedFormat::Lobster, _) => Some(mdfan_wire::MbpBooks::with_capacity(1)),
-                _ => None,
-            },
-            statuses: std::collections::BTreeMap::new(),
-            applied: 0,
-            clock,
-            pending: Vec::new(),
-            holds: Vec::new(),
+            symbology,
+            directory,
             sender,
             ts_recv_clock,
-            sends_stamped: false,
-            send_clock_at: None,
+            counters_file,
+            live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
+            itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
+            lobster_feed: lobster,
+            clock,
             cfg,
-        };
+        });
         Agents { feed, fanout, conductor }
     }
 
@@ -573,6 +579,34 @@ impl<H: Agent, F: Agent> Agent for HotThread<H, F> {
     fn is_done(&self) -> bool {
         self.fanout.is_done()
     }
+}
+
+/// Binds the Unix-domain control socket at `path` (non-blocking, mode 0660: the owner and the socket's group,
+/// the publisher's own, may connect; the folder decides who reaches it). The folder must be one nobody else may
+/// replace files in; a socket left there by an earlier run of this user is replaced, anything else is refused.
+fn listen_unix(path: &std::path::Path) -> Result<std::os::unix::net::UnixListener, PublisherError> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+    let err = |detail: String| PublisherError::ListenUnix { path: path.display().to_string(), detail };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    mdfan_fabric::shm::check_dir(dir).map_err(|e| err(e.to_string()))?;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let me = mdfan_fabric::shm::current_euid();
+        if !meta.file_type().is_socket() || meta.uid() != me {
+            return Err(err(format!(
+                "something else is there (a {}, owned by {}): not replaced",
+                if meta.file_type().is_socket() { "socket" } else { "file that is not a socket" },
+                mdfan_fabric::shm::user_label(meta.uid())
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(err("another process listens there (a publisher already running?)".into()));
+        }
+        std::fs::remove_file(path).map_err(|e| err(format!("cannot remove the old socket: {e}")))?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| err(format!("cannot listen: {e}")))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(|e| err(format!("chmod: {e}")))?;
+    listener.set_nonblocking(true).map_err(|e| err(format!("non-blocking: {e}")))?;
+    Ok(listener)
 }
 
 /// The counters file's path for a publisher listening on `addr`: `<counters_dir>/mdfan-publisher-<ip>_<port>.counters`.

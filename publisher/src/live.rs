@@ -12,6 +12,10 @@
 //! channel marks the instruments stale: a loss is never silent. The hot loop does not hold the journal for a
 //! late joiner's catch-up on a live feed (a joiner that falls a whole journal behind gets a fresh snapshot).
 //!
+//! Lines that deliver nothing for `lines.silent_after_ms` make the feed *silent* ([`SilenceWatch`]): a
+//! `FeedStatus` record to every subscriber, another when datagrams come again. Silence is not an end: only
+//! `lines.end_after_idle_ms` (tests, demos) ends a live stream by itself.
+//!
 //! After warm-up nothing here allocates: the pending buffer, the arbiter's window and the receive buffer are
 //! sized at start. Each poll reads `CLOCK_REALTIME` once (vDSO) for the arbiter's gap timeout.
 //!
@@ -25,7 +29,7 @@ use mdfan_feed::mdp3_channel::{Mdp3Channel, RecoveryStatus};
 use mdfan_lines::{
     realtime_ns, ArbiterConfig, Event, LineConfig, LineError, LineReceiver, LineSocket, Mdp3Seq, ReceiverConfig,
 };
-use mdfan_wire::BookUpdate;
+use mdfan_wire::{BookUpdate, FeedState};
 
 use crate::config::LinesSection;
 use crate::journal::JournalWriter;
@@ -55,6 +59,13 @@ pub struct LiveCounters {
     /// Datagrams a window or more ahead of the expected seq, held until another confirmed the jump
     /// (`mdfan_lines::Arbiter`: one stray datagram is never acted on), and jumps taken.
     pub jumps: [AtomicU64; 2],
+    /// Per line (A, B), datagrams from a source the line does not list (`lines.a.sources`): dropped before
+    /// arbitration (by source: the feed thread's warning names them).
+    pub foreign: [AtomicU64; 2],
+    /// Seqs whose copies on lines A and B differed: taken as lost (the channel marked stale and recovered).
+    pub copy_mismatches: AtomicU64,
+    /// `MsgSeqNum` resets taken (both lines went back; the channel re-based, marked stale and recovered).
+    pub seq_resets: AtomicU64,
     /// Seqs lost on both lines.
     pub gap_seqs: AtomicU64,
     /// Runs of seqs lost on both lines.
@@ -63,11 +74,13 @@ pub struct LiveCounters {
     pub bad_packets: AtomicU64,
     /// Price-level records written to the journal.
     pub level_records: AtomicU64,
-    /// `InstrumentStale` records written (lost packets and `RptSeq` jumps).
+    /// `InstrumentStale` records written (lost packets, securities stale on sight after a hole, `RptSeq` jumps).
     pub stale_records: AtomicU64,
-    /// Datagrams whose receive stamp came from the NIC (hardware), the kernel (software), or `CLOCK_REALTIME` at
-    /// read time (user).
-    pub stamps: [AtomicU64; 3],
+    /// Datagrams per line (A, B) whose receive stamp came from the NIC (hardware), the kernel (software), or
+    /// `CLOCK_REALTIME` at read time (user).
+    pub stamps: [[AtomicU64; 3]; 2],
+    /// Each line's hardware stamping and PHC mapping, as opened.
+    pub hw: LineStamps,
     /// Snapshot-feed (market recovery) packets read while something was stale.
     pub snapshot_packets: AtomicU64,
     /// Snapshots applied: a stale instrument rebuilt (`Clear` + its levels).
@@ -76,6 +89,10 @@ pub struct LiveCounters {
     pub stale_now: AtomicU64,
     /// Recoveries that ran past `lines.recovery_timeout_ms` (the instruments stay stale).
     pub recovery_timeouts: AtomicU64,
+    /// Silences: `lines.silent_after_ms` passed with no datagram on any line ([`SilenceWatch`]).
+    pub silences: AtomicU64,
+    /// 1 while the feed is silent (a gauge).
+    pub silent_now: AtomicU64,
 }
 
 /// A copy of [`LiveCounters`] for the run report.
@@ -93,6 +110,12 @@ pub struct LiveReport {
     pub late: u64,
     /// See [`LiveCounters::jumps`]: held, taken.
     pub jumps: [u64; 2],
+    /// See [`LiveCounters::foreign`].
+    pub foreign: [u64; 2],
+    /// See [`LiveCounters::copy_mismatches`].
+    pub copy_mismatches: u64,
+    /// See [`LiveCounters::seq_resets`].
+    pub seq_resets: u64,
     /// See [`LiveCounters::gap_seqs`].
     pub gap_seqs: u64,
     /// See [`LiveCounters::gap_runs`].
@@ -103,8 +126,10 @@ pub struct LiveReport {
     pub level_records: u64,
     /// See [`LiveCounters::stale_records`].
     pub stale_records: u64,
-    /// See [`LiveCounters::stamps`].
-    pub stamps: [u64; 3],
+    /// See [`LiveCounters::stamps`]: `[line][hardware, software, user]`.
+    pub stamps: [[u64; 3]; 2],
+    /// See [`LiveCounters::hw`]: one [`LineStamps::lines`] line per line.
+    pub hw: Vec<String>,
     /// See [`LiveCounters::snapshot_packets`].
     pub snapshot_packets: u64,
     /// See [`LiveCounters::recovered`].
@@ -113,6 +138,10 @@ pub struct LiveReport {
     pub stale_now: u64,
     /// See [`LiveCounters::recovery_timeouts`].
     pub recovery_timeouts: u64,
+    /// See [`LiveCounters::silences`].
+    pub silences: u64,
+    /// See [`LiveCounters::silent_now`].
+    pub silent_now: u64,
 }
 
 impl LiveCounters {
@@ -126,16 +155,22 @@ impl LiveCounters {
             duplicates: ld(&self.duplicates),
             late: ld(&self.late),
             jumps: [ld(&self.jumps[0]), ld(&self.jumps[1])],
+            foreign: [ld(&self.foreign[0]), ld(&self.foreign[1])],
+            copy_mismatches: ld(&self.copy_mismatches),
+            seq_resets: ld(&self.seq_resets),
             gap_seqs: ld(&self.gap_seqs),
             gap_runs: ld(&self.gap_runs),
             bad_packets: ld(&self.bad_packets),
             level_records: ld(&self.level_records),
             stale_records: ld(&self.stale_records),
-            stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+            stamps: self.stamps.each_ref().map(|l| l.each_ref().map(ld)),
+            hw: self.hw.lines(),
             snapshot_packets: ld(&self.snapshot_packets),
             recovered: ld(&self.recovered),
             stale_now: ld(&self.stale_now),
             recovery_timeouts: ld(&self.recovery_timeouts),
+            silences: ld(&self.silences),
+            silent_now: ld(&self.silent_now),
         }
     }
 }
@@ -145,7 +180,7 @@ impl LiveReport {
     pub fn stamp_clock(&self) -> String {
         let names: Vec<&str> = ["hardware", "software", "user"]
             .into_iter()
-            .zip(self.stamps)
+            .zip([0, 1, 2].map(|k| self.stamps[0][k] + self.stamps[1][k]))
             .filter(|(_, n)| *n > 0)
             .map(|(s, _)| s)
             .collect();
@@ -156,10 +191,12 @@ impl LiveReport {
         }
     }
 
-    /// `feed format=mdp3 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=.. lost_seqs=.. ...`.
+    /// `feed format=mdp3 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=.. jumps_held=..
+    /// jumps_taken=.. lost_seqs=.. ...`: `a/b` figures are per line; the others are the arbitrated stream's
+    /// (a jump is held or taken once, whichever line brought it).
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps={}/{} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} ts_recv={}",
+            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} ts_recv={} stamps={}",
             self.datagrams[0],
             self.datagrams[1],
             self.refused[0],
@@ -179,8 +216,72 @@ impl LiveReport {
             self.recovered,
             self.stale_now,
             self.recovery_timeouts,
-            self.stamp_clock()
+            self.foreign[0],
+            self.foreign[1],
+            self.copy_mismatches,
+            self.seq_resets,
+            self.silences,
+            self.silent_now,
+            self.stamp_clock(),
+            stamps_text(&self.stamps)
         )
+    }
+}
+
+/// Per line, `a:H/S/U,b:H/S/U`: datagrams stamped by the NIC (hardware), the kernel (software), this process
+/// (user).
+pub fn stamps_text(stamps: &[[u64; 3]]) -> String {
+    let each = stamps.iter().zip(["a", "b"]).map(|(s, l)| format!("{l}:{}/{}/{}", s[0], s[1], s[2]));
+    each.collect::<Vec<_>>().join(",")
+}
+
+/// What `ts_recv_ns` is, from the stamps of every line (`[line][hardware, software, user]`): hardware only when
+/// every stamp was (a mix is as good as its worst), `None` before any datagram.
+pub fn ts_recv_clock_of(stamps: &[[u64; 3]]) -> mdfan_wire::control::TsRecvClock {
+    use mdfan_wire::control::TsRecvClock;
+    let seen = |k: usize| stamps.iter().any(|s| s[k] > 0);
+    if seen(2) {
+        TsRecvClock::User
+    } else if seen(1) {
+        TsRecvClock::Software
+    } else if seen(0) {
+        TsRecvClock::Hardware
+    } else {
+        TsRecvClock::None
+    }
+}
+
+/// Each line's hardware stamping state and PHC mapping, set once the lines are open; read by the report.
+#[derive(Debug, Default)]
+pub struct LineStamps(std::sync::OnceLock<Vec<LineStamp>>);
+
+/// One line's name (`a`, `b`), hardware stamping state and PHC mapping.
+type LineStamp = (&'static str, mdfan_lines::HwStampState, Option<Arc<mdfan_lines::hwstamp::PhcMap>>);
+
+impl LineStamps {
+    /// Records the lines (`a`, `b`) as opened and logs each.
+    pub(crate) fn set(&self, lines: Vec<(&'static str, &LineSocket)>) {
+        for (n, s) in lines.iter().filter(|(_, s)| s.source_specific_refused()) {
+            tracing::warn!(line = n, group = %s.local_addr(),
+                "IP_ADD_SOURCE_MEMBERSHIP refused: the line joined for any source (every datagram's source is still checked)");
+        }
+        let v: Vec<_> = lines.into_iter().map(|(n, s)| (n, s.hw_state().clone(), s.phc_map().cloned())).collect();
+        let _ = self.0.set(v);
+        for l in self.lines() {
+            tracing::info!("{l}");
+        }
+    }
+
+    /// `line=a hw_timestamps=if_available device=lo hardware=false granted=- phc=- note="..."`, with
+    /// ` mapping=...` (the PHC offset now and its uncertainty) when hardware stamps are on; one per line.
+    pub fn lines(&self) -> Vec<String> {
+        let Some(v) = self.0.get() else { return Vec::new() };
+        v.iter()
+            .map(|(n, hw, phc)| match phc {
+                Some(m) => format!("line={n} {} {}", hw.line(), m.line()),
+                None => format!("line={n} {}", hw.line()),
+            })
+            .collect()
     }
 }
 
@@ -189,9 +290,9 @@ impl LiveReport {
 pub(crate) fn in_config(e: LineError, lines: &LinesSection) -> LineError {
     match e {
         LineError::Open { addr, what, source } => {
-            let key = if addr == lines.a {
+            let key = if addr == lines.a.addr {
                 "lines.a"
-            } else if Some(addr) == lines.b {
+            } else if lines.b.as_ref().is_some_and(|b| b.addr == addr) {
                 "lines.b"
             } else if Some(addr) == lines.retransmit {
                 "lines.retransmit"
@@ -210,6 +311,93 @@ pub(crate) fn in_config(e: LineError, lines: &LinesSection) -> LineError {
             }
         }
         other => other,
+    }
+}
+
+/// Feed silence (`lines.silent_after_ms`), for both live feeds: after `after_ns` with no datagram on any line
+/// (once one came) one [`FeedState::Silent`] record, and one [`FeedState::Live`] record ahead of the records of
+/// the first datagram after it (layout: `mdfan_wire::record`, "Feed status records"). The stream goes on.
+#[derive(Debug)]
+pub(crate) struct SilenceWatch {
+    after_ns: u64,
+    silent: bool,
+    /// `CLOCK_REALTIME` of the last datagram before the silence.
+    since_ns: u64,
+    silences: u32,
+    /// The last venue position the feed handed out (what the records carry).
+    last_venue_pos: u64,
+}
+
+impl SilenceWatch {
+    pub(crate) fn new(after_ms: u64) -> SilenceWatch {
+        SilenceWatch {
+            after_ns: after_ms.saturating_mul(1_000_000),
+            silent: false,
+            since_ns: 0,
+            silences: 0,
+            last_venue_pos: 0,
+        }
+    }
+
+    /// After one poll of the lines: `read` datagrams came at `now_ns` (the last before it at `last_datagram_ns`,
+    /// 0 before any), whose records are `pending[first_new..]`. Writes the feed status record due, if any, into
+    /// `pending` (a `Live` one before `first_new`).
+    pub(crate) fn after_poll(
+        &mut self,
+        now_ns: u64,
+        read: usize,
+        last_datagram_ns: u64,
+        pending: &mut Vec<BookUpdate>,
+        first_new: usize,
+    ) {
+        if read > 0 {
+            if self.silent {
+                self.silent = false;
+                let silence_ns = now_ns.saturating_sub(self.since_ns);
+                let r = BookUpdate {
+                    ts_recv_ns: now_ns,
+                    venue_pos: self.last_venue_pos,
+                    ..BookUpdate::feed_status(FeedState::Live, now_ns, silence_ns, self.silences)
+                };
+                pending.insert(first_new.min(pending.len()), r);
+                tracing::info!(
+                    silence_ms = silence_ns / 1_000_000,
+                    silences = self.silences,
+                    "feed live again: datagrams on the lines"
+                );
+            }
+            if let Some(r) = pending.last() {
+                self.last_venue_pos = r.venue_pos;
+            }
+        } else if !self.silent
+            && self.after_ns > 0
+            && last_datagram_ns > 0
+            && now_ns.saturating_sub(last_datagram_ns) > self.after_ns
+        {
+            self.silent = true;
+            self.since_ns = last_datagram_ns;
+            self.silences = self.silences.saturating_add(1);
+            pending.push(BookUpdate {
+                ts_recv_ns: now_ns,
+                venue_pos: self.last_venue_pos,
+                ..BookUpdate::feed_status(FeedState::Silent, last_datagram_ns, self.after_ns, self.silences)
+            });
+            tracing::warn!(
+                silent_after_ms = self.after_ns / 1_000_000,
+                silences = self.silences,
+                "feed silent: no datagram on any line (a FeedStatus record to every subscriber; the stream goes on)"
+            );
+        }
+    }
+
+    /// Whether the feed is silent now.
+    pub(crate) fn is_silent(&self) -> bool {
+        self.silent
+    }
+
+    /// Silences so far.
+    pub(crate) fn silences(&self) -> u32 {
+        self.silences
     }
 }
 
@@ -235,12 +423,15 @@ pub struct LiveMdp3 {
     end_after_idle_ns: u64,
     /// `CLOCK_REALTIME` of the last datagram read, 0 before the first.
     last_datagram_ns: u64,
+    silence: SilenceWatch,
     /// The decoder error last logged, so each new one is logged once (off the hot loop: this is the feed thread).
     errors_logged: u64,
     /// Recovery timeouts already logged.
     timeouts_logged: u64,
     /// Gap runs and recoveries already logged.
     logged: (u64, u64),
+    /// Datagrams from foreign sources when last logged.
+    logged_foreign: u64,
     /// What the accepts say stamped `ts_recv_ns`.
     ts_recv_clock: crate::TsRecvClockCell,
 }
@@ -253,12 +444,13 @@ impl LiveMdp3 {
     /// # Errors
     /// [`LineError`] naming the line's address and the socket call that failed.
     pub fn open(lines: &LinesSection, ts_recv_clock: crate::TsRecvClockCell) -> Result<LiveMdp3, LineError> {
-        let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
+        let line = |l| lines.line_config(l);
         // The config requires line B for mdp3 (checked there); without it, line A twice would fail to bind.
-        let mut cfg = ReceiverConfig::new(line(lines.a), line(lines.b.unwrap_or(lines.a)));
+        let mut cfg = ReceiverConfig::new(line(&lines.a), line(lines.b.as_ref().unwrap_or(&lines.a)));
         cfg.arbiter = ArbiterConfig {
             gap_timeout_ns: lines.gap_timeout_ms * 1_000_000,
             line_tolerance: lines.line_tolerance,
+            confirm_packets: lines.confirm_packets,
             ..ArbiterConfig::default()
         };
         let rx = LineReceiver::open(&cfg, Mdp3Seq).map_err(|e| in_config(e, lines))?;
@@ -277,11 +469,14 @@ impl LiveMdp3 {
         let snapshot = match lines.snapshot {
             // A small buffer: while nothing is stale the feed is not read, and what queued meanwhile is old.
             Some(addr) => {
-                let cfg = LineConfig { addr, interface: lines.interface, rcvbuf_bytes: 4 << 20 };
+                let snapshot = crate::config::LineAddr { addr, sources: Vec::new() };
+                let cfg = LineConfig { rcvbuf_bytes: 4 << 20, ..lines.line_config(&snapshot) };
                 Some(LineSocket::open(&cfg).map_err(|e| in_config(e, lines))?)
             }
             None => None,
         };
+        let counters = Arc::new(LiveCounters::default());
+        counters.hw.set(vec![("a", rx.socket(mdfan_lines::Line::A)), ("b", rx.socket(mdfan_lines::Line::B))]);
         let mut channel = Mdp3Channel::with_capacity(lines.instruments);
         channel.set_recovery_timeout_ns(lines.recovery_timeout_ms * 1_000_000);
         Ok(LiveMdp3 {
@@ -291,12 +486,14 @@ impl LiveMdp3 {
             channel,
             pending: Vec::with_capacity(PENDING_RECORDS),
             head: 0,
-            counters: Arc::new(LiveCounters::default()),
+            counters,
             end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
             last_datagram_ns: 0,
+            silence: SilenceWatch::new(lines.silent_after_ms),
             errors_logged: 0,
             timeouts_logged: 0,
             logged: (0, 0),
+            logged_foreign: 0,
             ts_recv_clock,
         })
     }
@@ -357,6 +554,7 @@ impl LiveMdp3 {
         if self.head < self.pending.len() {
             return Ok(Step::Work(written));
         }
+        let first_new = self.pending.len();
         let (channel, pending) = (&mut self.channel, &mut self.pending);
         let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
             Event::Data(d) => {
@@ -365,8 +563,18 @@ impl LiveMdp3 {
             Event::Gap { first, last } => {
                 channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
             }
+            // The copy delivered may be what the venue did not send: as a loss (stale, recovered).
+            Event::CopyMismatch { seq } => {
+                channel.on_lost_packets(seq, seq, now_ns, &mut |r| pending.push(*r));
+            }
+            // The venue restarted its MsgSeqNum: stale until the snapshot feed of the new sequence covers it.
+            Event::SeqReset { first } => {
+                channel.on_seq_reset(first, now_ns, &mut |r| pending.push(*r));
+            }
         })?;
-        if read > 0 || snapshot_read > 0 {
+        let silent = self.silence.is_silent();
+        self.silence.after_poll(now_ns, read, self.last_datagram_ns, &mut self.pending, first_new);
+        if read > 0 || snapshot_read > 0 || silent != self.silence.is_silent() {
             if read > 0 {
                 self.last_datagram_ns = now_ns;
             }
@@ -410,20 +618,13 @@ impl LiveMdp3 {
             st(&c.refused[i], lines.truncated[i] + lines.refused[i]);
             st(&c.delivered[i], arb.delivered[i]);
         }
-        for k in 0..3 {
-            st(&c.stamps[k], lines.stamps[0][k] + lines.stamps[1][k]);
+        for (line, kinds) in c.stamps.iter().enumerate() {
+            for (k, a) in kinds.iter().enumerate() {
+                st(a, lines.stamps[line][k]);
+            }
         }
         use mdfan_wire::control::TsRecvClock;
-        let seen = |k: usize| lines.stamps[0][k] + lines.stamps[1][k] > 0;
-        let clock = if seen(0) {
-            TsRecvClock::Hardware
-        } else if seen(1) {
-            TsRecvClock::Software
-        } else if seen(2) {
-            TsRecvClock::User
-        } else {
-            TsRecvClock::None
-        };
+        let clock = ts_recv_clock_of(&lines.stamps);
         if clock != self.ts_recv_clock.get() && clock != TsRecvClock::None {
             self.ts_recv_clock.set(clock);
         }
@@ -431,15 +632,37 @@ impl LiveMdp3 {
         st(&c.late, arb.late);
         st(&c.jumps[0], arb.jumps_held);
         st(&c.jumps[1], arb.jumps_taken);
+        let checks = self.rx.arbiter().check_counters();
+        st(&c.foreign[0], checks.foreign[0].total());
+        st(&c.foreign[1], checks.foreign[1].total());
+        st(&c.copy_mismatches, checks.copy_mismatches);
+        st(&c.seq_resets, ch.seq_resets);
+        let foreign = checks.foreign[0].total() + checks.foreign[1].total();
+        if foreign > self.logged_foreign.saturating_mul(2) {
+            // Named by source (the first few), at the first and each time the total doubles (this is the feed
+            // thread: a forger's flood must not become a log flood): an operator tells a misconfigured list from
+            // a forger.
+            let by: Vec<String> = (checks.foreign.iter().zip(["A", "B"]))
+                .flat_map(|(f, l)| f.by_source.iter().filter(|e| e.1 > 0).map(move |e| format!("{l}:{}={}", e.0, e.1)))
+                .collect();
+            tracing::warn!(
+                dropped_total = foreign,
+                by_source = by.join(","),
+                "datagrams from sources the lines do not list (lines.a.sources, lines.b.sources): dropped"
+            );
+            self.logged_foreign = foreign;
+        }
         st(&c.gap_seqs, arb.gap_seqs);
         st(&c.gap_runs, arb.gap_events);
         st(&c.bad_packets, ch.bad_packets);
         st(&c.level_records, ch.level_records);
-        st(&c.stale_records, ch.rpt_seq_stale_records + ch.lost_stale_records);
+        st(&c.stale_records, ch.rpt_seq_stale_records + ch.lost_stale_records + ch.stale_on_sight);
         st(&c.snapshot_packets, ch.snapshot_packets);
         st(&c.recovered, ch.recovered);
         st(&c.stale_now, ch.stale_now);
         st(&c.recovery_timeouts, ch.recovery_timeouts);
+        st(&c.silences, u64::from(self.silence.silences()));
+        st(&c.silent_now, u64::from(self.silence.is_silent()));
         // What an operator must hear of at once (this is the feed thread, not the hot loop): a loss on both lines,
         // and each recovery from the snapshot feed.
         if arb.gap_events > self.logged.0 {
@@ -480,4 +703,19 @@ pub(crate) fn drain_pending(pending: &mut Vec<BookUpdate>, head: &mut usize, wri
         *head = 0;
     }
     written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::control::TsRecvClock;
+
+    #[test]
+    fn ts_recv_is_hardware_only_when_every_stamp_was() {
+        assert_eq!(ts_recv_clock_of(&[[0; 3]; 2]), TsRecvClock::None);
+        assert_eq!(ts_recv_clock_of(&[[10, 0, 0], [7, 0, 0]]), TsRecvClock::Hardware);
+        assert_eq!(ts_recv_clock_of(&[[10, 0, 0], [6, 1, 0]]), TsRecvClock::Software, "one software stamp on B");
+        assert_eq!(ts_recv_clock_of(&[[10, 3, 1], [0; 3]]), TsRecvClock::User);
+        assert_eq!(stamps_text(&[[10, 0, 0], [6, 1, 0]]), "a:10/0/0,b:6/1/0");
+    }
 }

@@ -41,9 +41,9 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Symbol, PRICE4_TICK_E9};
+use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Records, Symbol, PRICE4_TICK_E9};
 use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
-use mdfan_lines::{realtime_ns, LineConfig, LineError, LineSocket, StampKind};
+use mdfan_lines::{realtime_ns, LineError, LineSocket, StampKind};
 use mdfan_wire::{BookUpdate, InstrumentDef, Symbology};
 
 use crate::config::{LinesSection, MoldStart};
@@ -153,6 +153,9 @@ pub struct MoldCounters {
     pub given_up_messages: AtomicU64,
     /// Packets of another MoldUDP64 session: dropped.
     pub foreign_session: AtomicU64,
+    /// Datagrams on line A, line B from a source address the line does not list (`lines.a.sources`,
+    /// `lines.b.sources`): dropped before the session receiver, so a forged copy never beats the real one.
+    pub foreign_sources: [AtomicU64; 2],
     /// Packets whose message count disagrees with their bytes, and ITCH messages that did not decode: dropped.
     pub bad_packets: AtomicU64,
     /// Order-level records written to the journal (stale marks included).
@@ -161,8 +164,10 @@ pub struct MoldCounters {
     pub stale_records: AtomicU64,
     /// Requests whose `send` failed.
     pub send_errors: AtomicU64,
-    /// Datagrams by where their receive stamp came from: hardware, software, user.
-    pub stamps: [AtomicU64; 3],
+    /// Datagrams per line (A, B) by where their receive stamp came from: hardware, software, user.
+    pub stamps: [[AtomicU64; 3]; 2],
+    /// Each line's hardware stamping and PHC mapping, as opened.
+    pub hw: crate::live::LineStamps,
     /// Stock Directory messages not handed to the conductor because its queue was full (their symbols are
     /// unknown to subscribers attaching later).
     pub definitions_dropped: AtomicU64,
@@ -171,6 +176,34 @@ pub struct MoldCounters {
     pub jumps_held: AtomicU64,
     /// Suspect jumps confirmed by a second packet and taken (the hole before them handled as any other).
     pub jumps_taken: AtomicU64,
+    /// ITCH messages skipped (no record, nothing kept: NOII, LULD collars, types ITCH 5.0 does not define, ...).
+    pub skipped: SkippedCounters,
+    /// Messages whose later copy (the other line, a re-request answer) carried other bytes: each taken as a loss
+    /// of unknown content (every locate seen marked stale, later ones stale on sight, until the next day).
+    pub copy_mismatches: AtomicU64,
+    /// Silences: `lines.silent_after_ms` passed with no datagram on any line (`crate::live::SilenceWatch`).
+    pub silences: AtomicU64,
+    /// 1 while the feed is silent (a gauge).
+    pub silent_now: AtomicU64,
+}
+
+/// ITCH messages skipped by type byte, and the MoldUDP64 sequence number of the first of each type (0 while
+/// none): [`MoldCounters::skipped`].
+#[derive(Debug)]
+pub struct SkippedCounters {
+    /// Messages skipped, by type byte.
+    pub count: [AtomicU64; 256],
+    /// The MoldUDP64 sequence number of the first skipped message of each type.
+    pub first_seq: [AtomicU64; 256],
+}
+
+impl Default for SkippedCounters {
+    fn default() -> Self {
+        SkippedCounters {
+            count: std::array::from_fn(|_| AtomicU64::new(0)),
+            first_seq: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 /// A copy of [`MoldCounters`] for the run report.
@@ -198,6 +231,8 @@ pub struct MoldReport {
     pub given_up_messages: u64,
     /// See [`MoldCounters::foreign_session`].
     pub foreign_session: u64,
+    /// See [`MoldCounters::foreign_sources`]: line A, line B.
+    pub foreign_sources: [u64; 2],
     /// See [`MoldCounters::bad_packets`].
     pub bad_packets: u64,
     /// See [`MoldCounters::records`].
@@ -206,14 +241,24 @@ pub struct MoldReport {
     pub stale_records: u64,
     /// See [`MoldCounters::send_errors`].
     pub send_errors: u64,
-    /// See [`MoldCounters::stamps`].
-    pub stamps: [u64; 3],
+    /// See [`MoldCounters::stamps`]: `[line][hardware, software, user]`.
+    pub stamps: [[u64; 3]; 2],
+    /// See [`MoldCounters::hw`].
+    pub hw: Vec<String>,
     /// See [`MoldCounters::definitions_dropped`].
     pub definitions_dropped: u64,
     /// See [`MoldCounters::jumps_held`].
     pub jumps_held: u64,
     /// See [`MoldCounters::jumps_taken`].
     pub jumps_taken: u64,
+    /// See [`MoldCounters::skipped`]: each type skipped, with its count and the sequence number of the first.
+    pub skipped: Vec<(u8, u64, u64)>,
+    /// See [`MoldCounters::copy_mismatches`].
+    pub copy_mismatches: u64,
+    /// See [`MoldCounters::silences`].
+    pub silences: u64,
+    /// See [`MoldCounters::silent_now`].
+    pub silent_now: u64,
 }
 
 impl MoldCounters {
@@ -232,23 +277,49 @@ impl MoldCounters {
             given_up_holes: ld(&self.given_up_holes),
             given_up_messages: ld(&self.given_up_messages),
             foreign_session: ld(&self.foreign_session),
+            foreign_sources: self.foreign_sources.each_ref().map(ld),
             bad_packets: ld(&self.bad_packets),
             records: ld(&self.records),
             stale_records: ld(&self.stale_records),
             send_errors: ld(&self.send_errors),
-            stamps: [ld(&self.stamps[0]), ld(&self.stamps[1]), ld(&self.stamps[2])],
+            stamps: self.stamps.each_ref().map(|l| l.each_ref().map(ld)),
+            hw: self.hw.lines(),
             definitions_dropped: ld(&self.definitions_dropped),
             jumps_held: ld(&self.jumps_held),
             jumps_taken: ld(&self.jumps_taken),
+            skipped: (0..=255u8)
+                .filter_map(|t| {
+                    let n = ld(&self.skipped.count[usize::from(t)]);
+                    (n > 0).then(|| (t, n, ld(&self.skipped.first_seq[usize::from(t)])))
+                })
+                .collect(),
+            copy_mismatches: ld(&self.copy_mismatches),
+            silences: ld(&self.silences),
+            silent_now: ld(&self.silent_now),
+        }
+    }
+
+    /// Stores the normaliser's skipped counts (the feed thread, when their total moved).
+    fn store_skipped(&self, skipped: &mdfan_feed::itch::Skipped) {
+        for (t, n, first) in skipped.iter() {
+            self.skipped.first_seq[usize::from(t)].store(first, Ordering::Relaxed);
+            self.skipped.count[usize::from(t)].store(n, Ordering::Relaxed);
         }
     }
 }
 
 impl MoldReport {
-    /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ...`.
+    /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ... skipped=I:2@17,J:1@40`
+    /// (`skipped`: type, count, the MoldUDP64 sequence number of the first; `none` when nothing was skipped).
     pub fn line(&self) -> String {
+        let skipped = if self.skipped.is_empty() {
+            "none".to_owned()
+        } else {
+            let each = self.skipped.iter().map(|&(t, n, at)| format!("{}:{n}@{at}", mdfan_feed::itch::type_label(t)));
+            each.collect::<Vec<_>>().join(",")
+        };
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} bad_packets={} records={} stale_records={} send_errors={} definitions_dropped={} jumps_held={} jumps_taken={}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} stamps={} skipped={skipped}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -256,19 +327,25 @@ impl MoldReport {
             self.messages,
             self.retransmitted,
             self.duplicates,
+            self.copy_mismatches,
             self.gaps,
             self.requests,
             self.retries,
             self.given_up_holes,
             self.given_up_messages,
             self.foreign_session,
+            self.foreign_sources[0],
+            self.foreign_sources[1],
             self.bad_packets,
             self.records,
             self.stale_records,
             self.send_errors,
+            self.silences,
+            self.silent_now,
             self.definitions_dropped,
             self.jumps_held,
-            self.jumps_taken
+            self.jumps_taken,
+            crate::live::stamps_text(&self.stamps)
         )
     }
 }
@@ -292,7 +369,8 @@ impl Sink<'_> {
                     if let Body::StockDirectory(d) = &m.body {
                         self.directory.send(DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 });
                     }
-                    let records = self.normalizer.normalize(&m, seq as u32, ts_recv_ns);
+                    let mut records = Records::default();
+                    self.normalizer.normalize_at(&m, seq, ts_recv_ns, seq, &mut records);
                     for r in records.as_slice() {
                         if r.kind() == Some(mdfan_wire::Kind::InstrumentStale) {
                             *self.stale_records += 1;
@@ -305,7 +383,7 @@ impl Sink<'_> {
                     *self.decode_errors += 1;
                     let pending = &mut *self.pending;
                     *self.stale_records +=
-                        self.normalizer.mark_undecodable(message, seq as u32, ts_recv_ns, &mut |r| pending.push(r));
+                        self.normalizer.mark_undecodable(message, seq, ts_recv_ns, &mut |r| pending.push(r));
                 }
             },
             SessionEvent::Request { packet, .. } => {
@@ -315,10 +393,11 @@ impl Sink<'_> {
                     }
                 }
             }
-            SessionEvent::Hole { first, .. } => {
+            // A message whose copies differ went out as one of them: of unknown content, as a hole's (every
+            // locate seen stale, a locate first seen later stale on sight, until the next day).
+            SessionEvent::Hole { first: seq, .. } | SessionEvent::CopyMismatch { seq } => {
                 let pending = &mut *self.pending;
-                *self.stale_records +=
-                    self.normalizer.mark_all_stale(first as u32, realtime_ns(), &mut |r| pending.push(r));
+                *self.stale_records += self.normalizer.mark_all_stale(seq, realtime_ns(), &mut |r| pending.push(r));
             }
             SessionEvent::EndOfSession { .. } => {}
         }
@@ -328,6 +407,10 @@ impl Sink<'_> {
 /// The live ITCH 5.0 over MoldUDP64 feed handler. See the [module docs](self).
 pub struct LiveItch {
     lines: Vec<LineSocket>,
+    /// Per line, the source addresses it takes datagrams from (`lines.a.sources`; empty: any).
+    sources: [Vec<std::net::Ipv4Addr>; 2],
+    /// Per line, datagrams dropped for their source.
+    foreign_sources: [u64; 2],
     request: Option<UdpSocket>,
     buf: Vec<u8>,
     session: SessionReceiver,
@@ -339,11 +422,15 @@ pub struct LiveItch {
     counters: Arc<MoldCounters>,
     end_after_idle_ns: u64,
     last_datagram_ns: u64,
-    stamps: [u64; 3],
+    silence: crate::live::SilenceWatch,
+    /// `[line][hardware, software, user]`.
+    stamps: [[u64; 3]; 2],
     send_errors: u64,
     decode_errors: u64,
     stale_records: u64,
     records: u64,
+    /// The skipped total last stored into the counters.
+    skipped_stored: u64,
     /// Errors and holes already logged.
     logged: (u64, u64),
     /// The dropped-packets warning, rate-limited ([`DropLog`]).
@@ -366,9 +453,9 @@ impl LiveItch {
         ts_recv_clock: crate::TsRecvClockCell,
         directory: DirectorySender,
     ) -> Result<LiveItch, LineError> {
-        let line = |addr| LineConfig { addr, interface: lines.interface, rcvbuf_bytes: lines.rcvbuf_bytes };
-        let mut socks = vec![LineSocket::open(&line(lines.a)).map_err(|e| crate::live::in_config(e, lines))?];
-        if let Some(b) = lines.b {
+        let line = |l| lines.line_config(l);
+        let mut socks = vec![LineSocket::open(&line(&lines.a)).map_err(|e| crate::live::in_config(e, lines))?];
+        if let Some(b) = &lines.b {
             socks.push(LineSocket::open(&line(b)).map_err(|e| crate::live::in_config(e, lines))?);
         }
         for s in &socks {
@@ -410,9 +497,14 @@ impl LiveItch {
             request_timeout_ns: lines.retransmit_timeout_ms * 1_000_000,
             retries: lines.retransmit_retries,
             max_request_messages: 1_000,
+            confirm_packets: lines.confirm_packets,
         };
+        let counters = Arc::new(MoldCounters::default());
+        counters.hw.set(socks.iter().zip(["a", "b"]).map(|(s, n)| (n, s)).collect());
         Ok(LiveItch {
             lines: socks,
+            sources: [lines.a.sources.clone(), lines.b.as_ref().map_or_else(Vec::new, |b| b.sources.clone())],
+            foreign_sources: [0; 2],
             request,
             buf: vec![0; 65_536],
             session: SessionReceiver::new(cfg),
@@ -420,14 +512,16 @@ impl LiveItch {
             pending: Vec::with_capacity(POLL_RECORDS + (1 << 16)),
             directory,
             head: 0,
-            counters: Arc::new(MoldCounters::default()),
+            counters,
             end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
+            silence: crate::live::SilenceWatch::new(lines.silent_after_ms),
             last_datagram_ns: 0,
-            stamps: [0; 3],
+            stamps: [[0; 3]; 2],
             send_errors: 0,
             decode_errors: 0,
             stale_records: 0,
             records: 0,
+            skipped_stored: 0,
             logged: (0, 0),
             drops: DropLog::default(),
             last_error: None,
@@ -460,8 +554,11 @@ impl LiveItch {
         let mut read = 0;
         let mut idle = [false; 3];
         let mut last_error = None;
+        let first_new = self.pending.len();
         let LiveItch {
             lines,
+            sources,
+            foreign_sources,
             request,
             buf,
             session,
@@ -497,12 +594,17 @@ impl LiveItch {
                         *is_idle = true;
                         continue;
                     };
-                    stamps[match r.stamp {
+                    stamps[src][match r.stamp {
                         StampKind::Hardware => 0,
                         StampKind::Software => 1,
                         StampKind::User | StampKind::None => 2,
                     }] += 1;
                     if r.truncated {
+                        read += 1;
+                        continue;
+                    }
+                    if !sources[src].is_empty() && !sources[src].contains(&r.src) {
+                        foreign_sources[src] += 1;
                         read += 1;
                         continue;
                     }
@@ -533,6 +635,7 @@ impl LiveItch {
             self.last_error = last_error;
         }
         let ended = session.is_ended();
+        self.silence.after_poll(now_ns, read, self.last_datagram_ns, &mut self.pending, first_new);
         if read > 0 {
             self.last_datagram_ns = now_ns;
         }
@@ -564,18 +667,23 @@ impl LiveItch {
         let s = *self.session.counters();
         for i in 0..3 {
             st(&c.packets[i], s.packets[i]);
-            st(&c.stamps[i], self.stamps[i]);
+            for line in 0..2 {
+                st(&c.stamps[line][i], self.stamps[line][i]);
+            }
         }
         st(&c.heartbeats, s.heartbeats);
         st(&c.messages, s.messages);
         st(&c.retransmitted, s.retransmitted_messages);
         st(&c.duplicates, s.duplicates);
+        st(&c.copy_mismatches, s.copy_mismatches);
         st(&c.gaps, s.gaps);
         st(&c.requests, s.requests);
         st(&c.retries, s.retries);
         st(&c.given_up_holes, s.given_up_holes);
         st(&c.given_up_messages, s.given_up_messages);
         st(&c.foreign_session, s.foreign_session);
+        st(&c.foreign_sources[0], self.foreign_sources[0]);
+        st(&c.foreign_sources[1], self.foreign_sources[1]);
         st(&c.bad_packets, s.bad_packets + self.decode_errors);
         st(&c.records, self.records);
         st(&c.stale_records, self.stale_records);
@@ -583,16 +691,15 @@ impl LiveItch {
         st(&c.definitions_dropped, self.directory.dropped());
         st(&c.jumps_held, s.jumps_held);
         st(&c.jumps_taken, s.jumps_taken);
+        st(&c.silences, u64::from(self.silence.silences()));
+        st(&c.silent_now, u64::from(self.silence.is_silent()));
+        let skipped = &self.normalizer.stats().skipped;
+        if skipped.total() != self.skipped_stored {
+            self.skipped_stored = skipped.total();
+            c.store_skipped(skipped);
+        }
         use mdfan_wire::control::TsRecvClock;
-        let clock = if self.stamps[0] > 0 {
-            TsRecvClock::Hardware
-        } else if self.stamps[1] > 0 {
-            TsRecvClock::Software
-        } else if self.stamps[2] > 0 {
-            TsRecvClock::User
-        } else {
-            TsRecvClock::None
-        };
+        let clock = crate::live::ts_recv_clock_of(&self.stamps);
         if clock != self.ts_recv_clock.get() && clock != TsRecvClock::None {
             self.ts_recv_clock.set(clock);
         }
@@ -664,6 +771,45 @@ mod tests {
         m.push(b'N'); // inverse
         assert_eq!(m.len(), 39);
         m
+    }
+
+    #[test]
+    fn skipped_messages_reach_the_report_line_by_type_with_the_first_ones_sequence_number() {
+        let (mut directory, _rx) = directory_queue(4);
+        let (mut normalizer, mut pending) = (ItchNormalizer::new(0, 16), Vec::new());
+        let (mut send_errors, mut decode_errors, mut stale_records) = (0, 0, 0);
+        let mut sink = Sink {
+            normalizer: &mut normalizer,
+            pending: &mut pending,
+            directory: &mut directory,
+            request: None,
+            send_errors: &mut send_errors,
+            decode_errors: &mut decode_errors,
+            stale_records: &mut stale_records,
+        };
+        let header = |t: u8, len: usize| {
+            let mut m = vec![t, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+            m.resize(len, b' ');
+            m
+        };
+        // A NOII (50 bytes) whose cross type (byte 48) is `Z`, an unknown one; a LULD collar `J` (35 bytes, prices
+        // zero); an unknown type `z`; a second NOII.
+        let mut noii = header(b'I', 50);
+        noii[11..28].fill(0);
+        noii[36..48].fill(0);
+        noii[48] = b'Z';
+        let mut collar = header(b'J', 35);
+        collar[19..35].fill(0);
+        for (seq, m) in [(5, &noii), (6, &collar), (7, &header(b'z', 13)), (9, &noii)] {
+            sink.on(SessionEvent::Message { seq, ts_recv_ns: 1, retransmitted: false, message: m });
+        }
+        assert_eq!((decode_errors, pending.len()), (0, 0), "decoded, no record");
+        let counters = MoldCounters::default();
+        counters.store_skipped(&normalizer.stats().skipped);
+        let report = counters.report();
+        assert_eq!(report.skipped, vec![(b'I', 2, 5), (b'J', 1, 6), (b'z', 1, 7)]);
+        assert!(report.line().ends_with(" skipped=I:2@5,J:1@6,z:1@7"), "{}", report.line());
+        assert!(MoldReport::default().line().ends_with(" skipped=none"));
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct SessionReport {
     /// Post-to-send-completion on the NIC clock; `None` when the ring's send completions carry no NIC
     /// timestamps (shm, Soft-RoCE, a device without `hca_core_clock`).
     pub send_completion: Option<SendCompletionReport>,
+    /// Snapshot requests taken (served, or collapsed into a pending one).
+    pub snapshot_requests: u64,
+    /// Snapshot requests refused past `publisher.snapshot_requests_per_s`.
+    pub snapshot_requests_refused: u64,
 }
 
 impl SessionReport {
@@ -99,6 +103,8 @@ impl SessionReport {
             lag: 0,
             end: None,
             send_completion: send_stamped.then(SendCompletionReport::default),
+            snapshot_requests: 0,
+            snapshot_requests_refused: 0,
         }
     }
 
@@ -195,6 +201,8 @@ pub struct RunReport {
     pub live: Option<crate::live::LiveReport>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters at the end (packets, gaps, requests, holes); `None` otherwise.
     pub moldudp64: Option<crate::live_itch::MoldReport>,
+    /// A LOBSTER replay's check (messages, order-book rows checked); `None` otherwise.
+    pub lobster: Option<crate::journal::LobsterReport>,
 }
 
 impl RunReport {
@@ -243,6 +251,7 @@ mod tests {
             feed_error: None,
             live: None,
             moldudp64: None,
+            lobster: None,
         }
     }
 

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mdfan_fabric::nic_clock::NicRealtime;
+use mdfan_fabric::send_stamps::extend_tsc;
 use mdfan_fabric::SendStamp;
 
 use crate::cycles::CycleHistogram;
@@ -103,13 +104,16 @@ pub struct SendCompletionCounters {
 }
 
 impl SendCompletionCounters {
-    /// Records `stamps` with `map`, or counts them as unaligned without one.
+    /// Records `stamps` with `map`, or counts them as unaligned without one. `last_post_tsc` is the TSC of the
+    /// session's latest post, at or after every stamp's (a stamp holds the low 32 bits of its post's TSC:
+    /// [`mdfan_fabric::send_stamps::extend_tsc`]).
     #[inline]
-    pub fn record(&self, stamps: &[SendStamp], map: Option<&SendClockMap>) {
+    pub fn record(&self, stamps: &[SendStamp], map: Option<&SendClockMap>, last_post_tsc: u64) {
         match map {
             Some(map) => {
                 for &stamp in stamps {
-                    self.ns.record(map.post_to_completion_ns(stamp));
+                    let post_tsc = extend_tsc(stamp.post_tsc as u32, last_post_tsc);
+                    self.ns.record(map.post_to_completion_ns(SendStamp { post_tsc, ..stamp }));
                 }
             }
             None => {
@@ -164,10 +168,12 @@ mod tests {
     fn recorded_send_completions_land_in_the_histogram_exactly() {
         let nic = NicClock::new(156_250, MASK48).unwrap(); // ConnectX-5: 6.4 ns per tick
         let mut log = SendStampLog::new(nic, 256);
-        // the hot loop posts signalled WRs 31 and 63 (signal_every 32) at these TSCs (2.5 GHz)
-        let (post_31, post_63) = (10_000_000, 10_080_000); // the second 32 µs after the first
-        log.posted(31, 31, post_31);
-        log.posted(63, 63, post_63);
+        // the hot loop posts signalled WRs 31 and 63 (signal_every 32) at these TSCs (2.5 GHz), on both sides of
+        // a wrap of the TSC's low 32 bits, which is all the record (and so the ring's log) keeps
+        const K: u64 = (1 << 32) - 10_040_000;
+        let (post_31, post_63) = (10_000_000 + K, 10_080_000 + K); // the second 32 µs after the first
+        log.posted(31, 31, u64::from(post_31 as u32));
+        log.posted(63, 63, u64::from(post_63 as u32));
         // the NIC completes them just before and just after its 48-bit counter wraps
         log.completed(31, MASK48 - 99); // 100 ticks before the wrap
         log.completed(63, 5_250); // 5,350 ticks (34,240 ns) later
@@ -175,7 +181,7 @@ mod tests {
         assert_eq!(stamps[1].nic_ticks, MASK48 + 5_251, "extended across the wrap");
 
         let counters = SendCompletionCounters::default();
-        counters.record(&stamps[..1], None); // before any mapping: counted, not recorded
+        counters.record(&stamps[..1], None, post_63); // before any mapping: counted, not recorded
         assert_eq!((counters.unaligned.load(Ordering::Relaxed), counters.ns.count()), (1, 0));
 
         // the conductor's mappings: the NIC pair at the 200th tick before the wrap, realtime BASE_NS; the TSC
@@ -183,15 +189,17 @@ mod tests {
         // (so post 31 is at BASE_NS - 600, before the base, and post 63 at BASE_NS + 31,400, after it)
         let map = SendClockMap {
             nic: NicRealtime::from_pair(nic, RtPair { nic_ticks: MASK48 - 199, realtime_ns: BASE_NS }),
-            tsc: TscRealtime::new(10_040_000, BASE_NS + 15_400, TSC_0_4_NS_Q32),
+            tsc: TscRealtime::new(10_040_000 + K, BASE_NS + 15_400, TSC_0_4_NS_Q32),
         };
         assert_eq!(map.tsc.realtime_ns(post_31), BASE_NS - 600);
         assert_eq!(map.tsc.realtime_ns(post_63), BASE_NS + 31_400);
         // WR 31: completed 100 ticks (640 ns) after the pair: 640 + 600 = 1,240 ns after its post
-        assert_eq!(map.post_to_completion_ns(stamps[0]), 1_240);
+        let whole = |s: SendStamp| SendStamp { post_tsc: extend_tsc(s.post_tsc as u32, post_63), ..s };
+        assert_eq!((whole(stamps[0]).post_tsc, whole(stamps[1]).post_tsc), (post_31, post_63));
+        assert_eq!(map.post_to_completion_ns(whole(stamps[0])), 1_240);
         // WR 63: posted 32,000 ns after WR 31, completed 5,450 ticks (34,880 ns) after the pair: 3,480 ns
-        assert_eq!(map.post_to_completion_ns(stamps[1]), 3_480);
-        counters.record(&stamps, Some(&map));
+        assert_eq!(map.post_to_completion_ns(whole(stamps[1])), 3_480);
+        counters.record(&stamps, Some(&map), post_63);
         assert_eq!(counters.ns.count(), 2);
         assert_eq!(counters.ns.max(), 3_480);
         // 1,240 is in [1,216, 1,279], 3,480 in [3,456, 3,583] (16 buckets per power of two)

@@ -94,7 +94,7 @@ pub struct Session {
     last_written: u64,
     /// Records written (what `counters.sent` shows once published: [`Session::publish_counters`]).
     sent: u64,
-    /// Sorted instrument_ids wanted; `None` = all.
+    /// Sorted instrument_ids wanted, with [`mdfan_wire::CHANNEL_INSTRUMENT_ID`]; `None` = all.
     filter: Option<Box<[u32]>>,
     /// Counters the conductor reads.
     pub counters: Arc<SessionCounters>,
@@ -137,7 +137,9 @@ impl Session {
     ) -> Session {
         let slot_count = ring.slot_count();
         let send_stamped = ring.send_nic_clock().is_some();
+        // Records about the whole channel (a feed status) go to every subscriber, filtered or not.
         let filter = filter.map(|mut f| {
+            f.push(mdfan_wire::CHANNEL_INSTRUMENT_ID);
             f.sort_unstable();
             f.dedup();
             f.into_boxed_slice()
@@ -228,9 +230,11 @@ impl Session {
         }
         let seq = self.next_seq;
         record.seq = seq;
-        // a fan-out posts one record to every session with one stamp: stored once, not once per session
-        if record.ts_send_ticks != ts_send_ticks {
-            record.ts_send_ticks = ts_send_ticks;
+        // a fan-out posts one record to every session with one stamp: stored once, not once per session (the
+        // record keeps the low 32 bits: `wire::record`)
+        let stamp = ts_send_ticks as u32;
+        if record.ts_send_ticks != stamp {
+            record.ts_send_ticks = stamp;
         }
         match self.ring.write_with_imm(slot_index(seq, self.slot_count), record, imm_from_seq(seq)) {
             Ok(()) => {
@@ -284,7 +288,7 @@ impl Session {
         }
         let stamps = self.ring.take_send_stamps();
         if !stamps.is_empty() {
-            self.counters.send_completion.record(stamps, map);
+            self.counters.send_completion.record(stamps, map, self.last_post_ticks);
         }
     }
 

@@ -15,9 +15,9 @@ use mdfan_subscriber::{Event, Health, SubscribeError, Subscriber, SubscriberConf
 /// The bundled capture (data/README.md): 68,792 MBO records of ESH4, instrument_id 17077.
 const RECORDS: u64 = 68_792;
 const ESH4: u32 = 17_077;
-const TOKEN_A: &str = "a-token-0123456789abcdef";
-const TOKEN_B: &str = "b-token-0123456789abcdef";
-const TOKEN_C: &str = "c-token-0123456789abcdef";
+const TOKEN_A: &str = "a-token-0123456789abcdef-0123456789";
+const TOKEN_B: &str = "b-token-0123456789abcdef-0123456789";
+const TOKEN_C: &str = "c-token-0123456789abcdef-0123456789";
 
 fn config(entries: &str) -> String {
     let feed = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -90,17 +90,19 @@ fn only_listed_subscribers_with_their_token_get_what_they_are_entitled_to_and_si
         refused(&sub_cfg(&endpoint, "z", Some(TOKEN_A), None)),
         "field token: not accepted for subscriber \"z\""
     );
+    // a second live session under a name already attached is refused, naming the first
     assert_eq!(
         refused(&sub_cfg(&endpoint, "a", Some(TOKEN_A), None)),
-        "field instruments: every instrument asked; \"a\" may have only 17077"
+        "field name: a subscriber named \"a\" is attached already (session 1); this publisher refuses a second one \
+         (publisher.allow_duplicate_names)"
     );
     assert_eq!(
-        refused(&sub_cfg(&endpoint, "a", Some(TOKEN_A), Some(vec![ESH4, 42]))),
-        "field instruments: 42 not entitled; \"a\" may have 17077"
+        refused(&sub_cfg(&endpoint, "a2", Some(TOKEN_A), None)),
+        "field token: not accepted for subscriber \"a2\""
     );
 
-    // SIGHUP: b is gone from the list, c is new.
-    std::fs::write(&path, config(&(entry("a", TOKEN_A, Some(&[ESH4])) + &entry("c", TOKEN_C, None)))).unwrap();
+    // SIGHUP: b is gone from the list, c is new, entitled to ESH4 only: asking for everything, it gets that.
+    std::fs::write(&path, config(&(entry("a", TOKEN_A, Some(&[ESH4])) + &entry("c", TOKEN_C, Some(&[ESH4]))))).unwrap();
     reload.store(true, Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(10);
     while reload.load(Ordering::Relaxed) {
@@ -111,7 +113,12 @@ fn only_listed_subscribers_with_their_token_get_what_they_are_entitled_to_and_si
         refused(&sub_cfg(&endpoint, "b", Some(TOKEN_B), None)),
         "field token: not accepted for subscriber \"b\""
     );
+    assert_eq!(
+        refused(&sub_cfg(&endpoint, "c", Some(TOKEN_C), Some(vec![ESH4, 42]))),
+        "field instruments: 42 not entitled; \"c\" may have 17077"
+    );
     let c = Subscriber::connect(&sub_cfg(&endpoint, "c", Some(TOKEN_C), None)).expect("c is listed after the reload");
+    assert_eq!(c.symbol(ESH4), Some("ESH4"), "its entitlement's definitions came in its accept");
     // a and c are the two the replay waited for; every refusal above left them unaffected.
     let c_records = drain(c);
     let a_records = a.join().unwrap();
@@ -126,13 +133,26 @@ fn only_listed_subscribers_with_their_token_get_what_they_are_entitled_to_and_si
 }
 
 #[test]
-fn access_lists_with_short_or_repeated_entries_are_refused_at_load_and_tokens_stay_out_of_debug_output() {
+fn access_lists_with_weak_tokens_empty_entitlements_or_repeated_entries_are_refused_at_load_and_tokens_stay_out_of_debug_output(
+) {
     let parse = |entries: &str| Config::parse(&config(entries), std::path::Path::new("access.toml"));
-    let e = parse(&entry("a", "short", None)).unwrap_err().to_string();
-    assert!(e.ends_with("key access.subscribers: entry 1 (a): token too short: at least 16 characters"), "{e}");
+    let e = parse(&entry("a", "0123456789abcdef", None)).unwrap_err().to_string();
+    assert!(e.ends_with("key access.subscribers: entry 1 (a): token too short: at least 32 characters"), "{e}");
+    let e = parse(&entry("a", &"ab".repeat(20), None)).unwrap_err().to_string();
+    assert!(e.ends_with("entry 1 (a): token has 2 distinct characters, at least 8 (openssl rand -hex 32)"), "{e}");
+    let e = parse(&entry("a", &format!("{TOKEN_A} x"), None)).unwrap_err().to_string();
+    assert!(e.ends_with("entry 1 (a): token holds ' ': only A-Z a-z 0-9 and ._~+/=- (openssl rand -hex 32)"), "{e}");
+    let e = parse(&entry("a", TOKEN_A, Some(&[]))).unwrap_err().to_string();
+    assert!(
+        e.ends_with("entry 1 (a): instruments = []: entitles it to nothing; leave the key out for everything"),
+        "{e}"
+    );
     let e = parse(&(entry("a", TOKEN_A, None) + &entry("a", TOKEN_B, None))).unwrap_err().to_string();
     assert!(e.ends_with("key access.subscribers: entry 2: name \"a\" is listed twice"), "{e}");
     let cfg = parse(&entry("a", TOKEN_A, Some(&[ESH4]))).unwrap();
     let shown = format!("{cfg:?}");
-    assert!(shown.contains("AccessEntry { name: \"a\", instruments: Some([17077]) }") && !shown.contains(TOKEN_A));
+    assert!(
+        shown.contains("AccessEntry { name: \"a\", instruments: Some([17077]), uid: None }")
+            && !shown.contains(TOKEN_A)
+    );
 }

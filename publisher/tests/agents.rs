@@ -139,7 +139,7 @@ struct Sub {
     books: Books,
     book_records: u64,
     heartbeats: u64,
-    last_venue_seq: u32,
+    last_venue_seq: u64,
     snapshots: u64,
     end: Option<u32>,
     /// Stopped: the ring is not polled (a strategy stuck elsewhere); the control connection still is.
@@ -209,7 +209,7 @@ impl Sub {
                     Some(Kind::SnapshotEnd) => {}
                     _ => {
                         *book_records += 1;
-                        *last_venue_seq = r.venue_seq;
+                        *last_venue_seq = r.venue_seq();
                     }
                 }
                 books.apply(r).expect("every record applies");

@@ -56,7 +56,7 @@ fn the_itch_snippet_replays_through_the_publisher_to_the_readme_books() {
     // The same file normalised here: the records and books the publisher must have fanned out.
     let mut file = ItchFile::open(&data(SNIPPET)).unwrap();
     let mut norm = ItchNormalizer::new(eastern_midnight_ns(2019, 12, 30).unwrap(), 1024);
-    let (mut want, mut records, mut want_errors, mut pos) = (Books::new(), 0u64, 0u64, 0u32);
+    let (mut want, mut records, mut want_errors, mut pos) = (Books::new(), 0u64, 0u64, 0u64);
     while let Some((_, m)) = file.next_message().unwrap() {
         pos += 1;
         for r in norm.normalize(&m, pos, 0).as_slice() {
@@ -170,7 +170,7 @@ fn the_start_of_day_file_gives_symbols_and_trading_states_to_a_subscriber() {
     // the README's H 3, Y 3 are for locates 1, 2, 3. A subscriber for A and AAAU gets those two's 4 records.
     let (records, sub) = replay_to(&data("12302019_first1000.itch"), "status", &["A", "AAAU"]);
     let got: Vec<_> =
-        records.iter().map(|r| (r.venue_seq, r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
+        records.iter().map(|r| (r.venue_seq(), r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
     let (h, y) = (Some((StatusKind::Trading, b'T')), Some((StatusKind::RegSho, b'0')));
     assert_eq!(got, [(82, 1, h), (83, 1, y), (583, 3, h), (584, 3, y)]);
     let mut states = TradingStates::new();
@@ -238,7 +238,7 @@ fn a_cut_start_of_day_file_replays_the_records_and_definitions_before_the_cut_th
     let _ = std::fs::remove_file(&path);
     assert_eq!(end, "feed_error");
     let got: Vec<_> =
-        records.iter().map(|r| (r.venue_seq, r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
+        records.iter().map(|r| (r.venue_seq(), r.instrument_id, r.status().map(|s| (s.kind, s.state)))).collect();
     let (h, y) = (Some((StatusKind::Trading, b'T')), Some((StatusKind::RegSho, b'0')));
     assert_eq!(got, [(82, 1, h), (83, 1, y), (265, 2, h), (266, 2, y)]);
     assert_eq!(report.records, 4);

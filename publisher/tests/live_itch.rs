@@ -77,10 +77,15 @@ fn downstream(first: u64, count: u16, messages: &[Vec<u8>]) -> Vec<u8> {
 }
 
 fn publisher(retransmit: Option<SocketAddrV4>, b: bool, extra: &str) -> Publisher {
+    publisher_on("\"127.0.0.1:0\"", retransmit, b, extra)
+}
+
+/// As [`publisher`], with line A given as `a` (a TOML string or table).
+fn publisher_on(a: &str, retransmit: Option<SocketAddrV4>, b: bool, extra: &str) -> Publisher {
     let retransmit = retransmit.map_or(String::new(), |a| format!("retransmit = \"{a}\"\n"));
     let b = if b { "b = \"127.0.0.1:0\"\n" } else { "" };
     let text = format!(
-        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"127.0.0.1:0\"\n{b}{retransmit}rcvbuf_bytes = 1048576\nend_after_idle_ms = 2000\n{extra}\n[fabric]\nprovider = \"shm\"\n"
+        "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = {a}\n{b}{retransmit}rcvbuf_bytes = 1048576\nend_after_idle_ms = 2000\n{extra}\n[fabric]\nprovider = \"shm\"\n"
     );
     let cfg = Config::parse(&text, Path::new("live-itch-test.toml")).expect("test config parses");
     Publisher::bind(cfg).expect("publisher binds its lines and endpoint")
@@ -97,6 +102,25 @@ fn the_feed_name_says_line_b_none_without_a_line_b() {
     let [a, b] = p.line_addrs().unwrap();
     assert_ne!(a, b);
     assert_eq!(p.feed_name(), format!("itch50 moldudp64 line_a={a} line_b={b}"));
+}
+
+/// The META packet's 38 messages, without their sequence numbers.
+fn meta_bodies() -> Vec<Vec<u8>> {
+    meta_messages().into_iter().map(|(_, m)| m).collect()
+}
+
+/// Ends the session after the META packet (an end-of-session packet from `tx` to line `a`) and waits for the
+/// publisher's run and the subscriber: the run's MoldUDP64 counters and every feed record the subscriber got.
+fn end_session(
+    tx: &UdpSocket,
+    a: SocketAddrV4,
+    h: Running,
+    sub: JoinHandle<Vec<BookUpdate>>,
+) -> (mdfan_publisher::live_itch::MoldReport, Vec<BookUpdate>) {
+    tx.send_to(&downstream(META_FIRST + 38, END_OF_SESSION, &[]), a).unwrap();
+    let report = h.join().unwrap().expect("publisher run");
+    let got = sub.join().unwrap();
+    (report.moldudp64.expect("the MoldUDP64 counters are in the run report"), got)
 }
 
 /// Every record a subscriber got (feed records only).
@@ -189,8 +213,11 @@ const META_REFERENCE: [(u64, u64, i64, i64); 2] =
 
 #[test]
 fn the_bundled_nasdaq_packets_on_lines_a_and_b_reach_a_subscriber_with_every_hole_reported() {
-    // No re-request server: a hole waits retransmit_timeout_ms (for the other line), then is given up.
-    let (h, counters, [a, b], endpoint) = run(publisher(None, true, "retransmit_timeout_ms = 5\n"));
+    // No re-request server: a hole waits retransmit_timeout_ms (for the other line), then is given up. The
+    // capture's excerpts are sparse (no two packets consecutive): with confirm_packets = 1 each packet's word is
+    // taken, for the start and for the jumps (the default 3 holds them: publisher/tests, the stray tests).
+    let extra = "retransmit_timeout_ms = 5\nconfirm_packets = 1\n";
+    let (h, counters, [a, b], endpoint) = run(publisher(None, true, extra));
     let sub = subscribe(&endpoint);
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let (mut messages, mut lost) = (0u64, 0u64);
@@ -226,25 +253,26 @@ fn the_bundled_nasdaq_packets_on_lines_a_and_b_reach_a_subscriber_with_every_hol
     assert!(mold.given_up_holes >= 7, "{mold:?}");
     assert_eq!((mold.requests, mold.retransmitted, mold.foreign_session, mold.bad_packets), (0, 0, 1, 1));
     // Three of the seven holes between the capture's packets are 65,536 messages or more (the window): the packet
-    // after each is a suspect jump on the line it comes first on, confirmed by its copy on the other.
-    assert_eq!((mold.jumps_held, mold.jumps_taken), (3, 3), "{}", mold.line());
+    // after each is a jump, taken on its own word (N = 1), never held.
+    assert_eq!((mold.jumps_held, mold.jumps_taken), (0, 3), "{}", mold.line());
     // A 37 + F 2 = 39 adds: IVOO (locate 5528, ref 23508286, B 1600 @ 87.39) and the 38 of META.
     let adds = of_kind(&got, Kind::Add);
     assert_eq!(adds.len(), 39);
     let ivoo = adds.iter().find(|r| r.instrument_id == 5528).expect("the IVOO add");
     assert_eq!(
-        (ivoo.order_id, ivoo.side, ivoo.size, ivoo.price_e9, ivoo.venue_seq),
+        (ivoo.order_id, ivoo.side, ivoo.size, ivoo.price_e9, ivoo.venue_seq()),
         (23_508_286, Side::Bid as u8, 1600, 8_739 * E7, 14_757_721)
     );
-    let meta_seqs: Vec<u32> = adds.iter().filter(|r| r.instrument_id == META).map(|r| r.venue_seq).collect();
-    assert_eq!(meta_seqs, (META_FIRST as u32..META_FIRST as u32 + 38).collect::<Vec<_>>());
+    let meta_seqs: Vec<u64> = adds.iter().filter(|r| r.instrument_id == META).map(|r| r.venue_seq()).collect();
+    assert_eq!(meta_seqs, (META_FIRST..META_FIRST + 38).collect::<Vec<_>>());
     assert_eq!(meta_sides(&got), META_REFERENCE);
     // Every locate seen before the last hole is marked stale exactly once (unknown references of U, D, E, and
-    // the holes); AMC (locate 464, H) comes after the last hole and is not.
+    // the holes); AMC (locate 464, H) is first seen after the last hole: stale on sight (its first messages may
+    // have been in a hole).
     let mut stale: Vec<u32> = of_kind(&got, Kind::InstrumentStale).iter().map(|r| r.instrument_id).collect();
     stale.sort_unstable();
-    assert_eq!(stale, [2345, 2737, 3517, 3731, 5528, 6462, 6514, 7603]);
-    assert_eq!(mold.stale_records, 8);
+    assert_eq!(stale, [464, 2345, 2737, 3517, 3731, 5528, 6462, 6514, 7603]);
+    assert_eq!(mold.stale_records, 9);
 }
 
 /// A re-request server on 127.0.0.1: answers each request with the messages it asks for, from `messages`, in
@@ -345,8 +373,8 @@ fn seeded_loss_is_filled_from_the_retransmission_server_and_nothing_is_missing()
     for l in &lost {
         assert!(asked.iter().any(|&(seq, n)| (seq..seq + u64::from(n)).contains(l)), "{l} never asked: {asked:?}");
     }
-    let seqs: Vec<u32> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq).collect();
-    assert_eq!(seqs, (META_FIRST as u32..META_FIRST as u32 + 38).collect::<Vec<_>>(), "every message, in order");
+    let seqs: Vec<u64> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq()).collect();
+    assert_eq!(seqs, (META_FIRST..META_FIRST + 38).collect::<Vec<_>>(), "every message, in order");
     assert_eq!(meta_sides(&got), META_REFERENCE);
     assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
 }
@@ -379,7 +407,7 @@ fn a_server_that_never_answers_ends_in_holes_reported_downstream_and_counted() {
     // The hole reaches the subscriber: META (the only locate seen) is marked stale, once.
     let stale = of_kind(&got, Kind::InstrumentStale);
     assert_eq!(stale.len(), 1);
-    assert_eq!((stale[0].instrument_id, stale[0].venue_seq), (META, lost[0] as u32));
+    assert_eq!((stale[0].instrument_id, stale[0].venue_seq()), (META, lost[0]));
     // An order-level stale mark (wire::record, "Stale marks"): flag LAST, not MBP; order_id 0 for messages lost.
     // mdfan-subscribe prints it `cause=lost_messages first_lost=..` and counts it against META's order book.
     assert_eq!((stale[0].flags, stale[0].order_id, stale[0].size), (mdfan_subscriber::flags::LAST, 0, 0));
@@ -400,7 +428,8 @@ fn refused(endpoint: &str, symbols: &[&str]) -> String {
 
 #[test]
 fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbol_with_the_definition() {
-    let (h, counters, [a, _], endpoint) = run(publisher(None, false, ""));
+    // Two packets make the session here: each packet's word sets the start (confirm_packets = 1).
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, "confirm_packets = 1\n"));
     // Before any R message the publisher knows no symbol; a subscriber attached now gets no definitions.
     let reason = refused(&endpoint, &["META"]);
     assert_eq!(
@@ -458,22 +487,45 @@ fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbo
 /// the other 37 adds arrive.
 #[test]
 fn a_message_that_does_not_decode_marks_its_instrument_stale() {
-    let (h, counters, [a, _], endpoint) = run(publisher(None, false, ""));
+    // One packet makes the session here: its word sets the start (confirm_packets = 1).
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, "confirm_packets = 1\n"));
     let sub = subscribe(&endpoint);
-    let mut messages: Vec<Vec<u8>> = meta_messages().into_iter().map(|(_, m)| m).collect();
+    let mut messages = meta_bodies();
     assert_eq!((messages[9][0], messages[9].len()), (b'A', 36));
     messages[9].truncate(20);
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.send_to(&downstream(META_FIRST, 38, &messages), a).unwrap();
     wait_for(&counters, "every message handed out", |r| r.messages == 38);
-    tx.send_to(&downstream(META_FIRST + 38, END_OF_SESSION, &[]), a).unwrap();
-    let report = h.join().unwrap().expect("publisher run");
-    let got = sub.join().unwrap();
-    let mold = report.moldudp64.expect("the MoldUDP64 counters are in the run report");
+    let (mold, got) = end_session(&tx, a, h, sub);
     assert_eq!((mold.messages, mold.bad_packets, mold.stale_records), (38, 1, 1), "{}", mold.line());
     assert_eq!(of_kind(&got, Kind::Add).len(), 37);
-    let stale: Vec<_> = of_kind(&got, Kind::InstrumentStale).iter().map(|r| (r.instrument_id, r.venue_seq)).collect();
-    assert_eq!(stale, [(META, (META_FIRST + 9) as u32)]);
+    let stale: Vec<_> = of_kind(&got, Kind::InstrumentStale).iter().map(|r| (r.instrument_id, r.venue_seq())).collect();
+    assert_eq!(stale, [(META, META_FIRST + 9)]);
+}
+
+/// Line A lists its source (127.0.0.1). A forged copy of the META packet, its 10th message cut short, sent first
+/// from 127.0.0.2: without the source check it wins arbitration (one bad message, META marked stale, 37 adds);
+/// with it, it is dropped and counted, and the real packet that follows gives every add.
+#[test]
+fn a_forged_copy_from_a_source_the_line_does_not_list_is_dropped_and_counted() {
+    let line_a = "{ addr = \"127.0.0.1:0\", sources = [\"127.0.0.1\"] }";
+    let (h, counters, [a, _], endpoint) = run(publisher_on(line_a, None, false, "confirm_packets = 1\n"));
+    let sub = subscribe(&endpoint);
+    let messages = meta_bodies();
+    let mut forged = messages.clone();
+    forged[9].truncate(20);
+    let foreign = UdpSocket::bind("127.0.0.2:0").expect("127.0.0.2 is a loopback address");
+    foreign.send_to(&downstream(META_FIRST, 38, &forged), a).unwrap();
+    wait_for(&counters, "the forged packet dropped", |r| r.foreign_sources == [1, 0]);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST, 38, &messages), a).unwrap();
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    let (mold, got) = end_session(&tx, a, h, sub);
+    assert_eq!((mold.messages, mold.bad_packets, mold.stale_records, mold.foreign_sources), (38, 0, 0, [1, 0]));
+    assert!(mold.line().contains(" foreign_session=0 foreign_sources=1/0 bad_packets=0 "), "{}", mold.line());
+    assert_eq!(of_kind(&got, Kind::Add).len(), 38);
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+    assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
 }
 
 /// One stray packet of the right session at sequence number 10^12, mid-stream on line A (an adversarial tester's
@@ -507,9 +559,133 @@ fn a_stray_packet_far_ahead_mid_stream_is_held_and_the_run_ends() {
         mold.line()
     );
     assert_eq!((mold.jumps_held, mold.jumps_taken, asked.len()), (1, 0, 0));
-    assert!(mold.line().ends_with(" jumps_held=1 jumps_taken=0"), "{}", mold.line());
-    let seqs: Vec<u32> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq).collect();
-    assert_eq!(seqs, (META_FIRST as u32..META_FIRST as u32 + 38).collect::<Vec<_>>(), "every message, in order");
+    assert!(
+        mold.line().ends_with(" jumps_held=1 jumps_taken=0 stamps=a:0/39/0,b:0/0/0 skipped=none"),
+        "{}",
+        mold.line()
+    );
+    let seqs: Vec<u64> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq()).collect();
+    assert_eq!(seqs, (META_FIRST..META_FIRST + 38).collect::<Vec<_>>(), "every message, in order");
     assert_eq!(meta_sides(&got), META_REFERENCE);
     assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
+}
+
+/// Connects a subscriber to instrument META only and returns, once its first heartbeat came (its snapshot, if any,
+/// is before it), every record it got so far but heartbeats, and a thread that collects the rest to the end.
+fn subscribe_meta_only(endpoint: &str) -> (Vec<BookUpdate>, JoinHandle<Vec<BookUpdate>>) {
+    let mut cfg = SubscriberConfig::new(endpoint, "meta-only");
+    cfg.ring_slots = 4096;
+    cfg.instruments = Some(vec![META]);
+    let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    let (deadline, mut first, mut live) = (Instant::now() + WATCHDOG, Vec::new(), false);
+    while !live {
+        assert!(Instant::now() < deadline, "watchdog: no heartbeat");
+        sub.poll(16, |e| match e {
+            Event::Record(r) if r.kind() == Some(Kind::Heartbeat) => live = true,
+            Event::Record(r) => first.push(*r),
+            _ => {}
+        });
+        let _ = sub.maintain_if_due();
+        std::thread::yield_now();
+    }
+    let h = std::thread::spawn(move || {
+        let (mut got, deadline) = (Vec::new(), Instant::now() + WATCHDOG);
+        loop {
+            assert!(Instant::now() < deadline, "watchdog: subscriber not ended");
+            sub.poll(256, |e| {
+                if let Event::Record(r) = e {
+                    if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) {
+                        got.push(*r);
+                    }
+                }
+            });
+            if let Some(Health::Ended(_)) = sub.maintain_if_due() {
+                return got;
+            }
+            std::thread::yield_now();
+        }
+    });
+    (first, h)
+}
+
+/// The lines go quiet after the META packet's first 19 messages for longer than `lines.silent_after_ms` (500 ms),
+/// then the other 19 come. Subscribers get one `FeedStatus` silent record after the 19th add and one live record
+/// before the 20th (the stream does not end); a subscriber that joins during the silence, filtered to META alone,
+/// learns the silent state before its first heartbeat, then gets the live record; the counters say one silence, over.
+#[test]
+fn a_feed_that_goes_quiet_is_reported_silent_then_live_and_a_joiner_during_the_silence_learns_it() {
+    use mdfan_subscriber::{flags, FeedHealth, FeedState, CHANNEL_INSTRUMENT_ID};
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, "silent_after_ms = 500\nconfirm_packets = 1\n"));
+    let sub = subscribe(&endpoint);
+    let messages = meta_bodies();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST, 19, &messages[..19]), a).unwrap();
+    wait_for(&counters, "the first 19 messages handed out", |r| r.messages == 19);
+    wait_for(&counters, "the feed silent", |r| r.silent_now == 1);
+    let (snapshot, joiner) = subscribe_meta_only(&endpoint);
+    tx.send_to(&downstream(META_FIRST + 19, 19, &messages[19..]), a).unwrap();
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    let ((mold, got), joined) = (end_session(&tx, a, h, sub), joiner.join().unwrap());
+    assert_eq!((mold.messages, mold.silences, mold.silent_now), (38, 1, 0));
+    assert!(mold.line().contains(" send_errors=0 silences=1 silent_now=0 "), "{}", mold.line());
+
+    // The early subscriber: 19 adds, silent, live, 19 adds.
+    let kinds: Vec<Kind> = got.iter().filter_map(|r| r.kind()).collect();
+    let at = |k: Kind, state| got.iter().position(|r| r.kind() == Some(k) && r.feed_state() == Some(state));
+    let (silent, live) =
+        (at(Kind::FeedStatus, FeedState::Silent).unwrap(), at(Kind::FeedStatus, FeedState::Live).unwrap());
+    assert_eq!(kinds.iter().filter(|k| **k == Kind::FeedStatus).count(), 2);
+    assert_eq!((silent, live), (19, 20), "{kinds:?}");
+    assert!(kinds[..19].iter().chain(&kinds[21..]).all(|k| *k == Kind::Add) && kinds.len() == 40, "{kinds:?}");
+    let (s, l) = (got[silent], got[live]);
+    assert_eq!(
+        (s.instrument_id, s.order_id, s.size, s.flags),
+        (CHANNEL_INSTRUMENT_ID, 500_000_000, 1, flags::LAST | flags::BAD_TS_RECV)
+    );
+    assert_eq!(s.venue_seq(), META_FIRST + 18, "the last message before the silence");
+    assert_eq!((l.instrument_id, l.size, l.venue_seq()), (CHANNEL_INSTRUMENT_ID, 1, META_FIRST + 18));
+    assert!(l.order_id > 500_000_000 && l.ts_event_ns > s.ts_event_ns, "the silence outlasted its bound: {l:?}");
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+
+    // The joiner, filtered to META: before its first heartbeat, the 19 resting orders and the silent state. The
+    // state comes in the snapshot, or, when the snapshot was cut before the publisher's books had applied the
+    // silent record, right after it from the journal (both seen on this host; `BookKeeper`'s unit test pins the
+    // snapshot's copy). Then live, and the other 19 adds.
+    let mut health = FeedHealth::default();
+    let snap_status: Vec<&BookUpdate> = snapshot.iter().filter(|r| r.kind() == Some(Kind::FeedStatus)).collect();
+    assert_eq!(snap_status.len(), 1, "{snapshot:?}");
+    assert!(health.apply(snap_status[0]) && health.silent, "{:?}", snap_status[0]);
+    assert_eq!((snap_status[0].size, snap_status[0].order_id), (1, 500_000_000));
+    assert_eq!(snapshot.iter().filter(|r| r.kind() == Some(Kind::Add)).count(), 19);
+    assert_eq!(joined.iter().filter(|r| r.kind() == Some(Kind::Add)).count(), 19);
+    assert_eq!(joined[0].feed_state(), Some(FeedState::Live), "{:?}", joined[0]);
+    assert!(health.apply(&joined[0]) && !health.silent && health.silences == 1 && health.last_silence_ns == l.order_id);
+}
+
+/// Lines A and B. The META packet on line A; then line B's copy of it with message 10's price changed (a line
+/// that carries what the venue did not send). The copies are compared: the mismatch is counted and taken as a
+/// loss of unknown content at that sequence number, so META (the one locate seen) is marked stale there; the 38
+/// adds delivered are line A's, exact.
+#[test]
+fn a_copy_on_line_b_that_differs_from_the_message_handed_out_marks_the_channel_stale() {
+    let (h, counters, [a, b], endpoint) = run(publisher(None, true, "confirm_packets = 1\n"));
+    let sub = subscribe(&endpoint);
+    let messages = meta_bodies();
+    let mut other = messages.clone();
+    assert_eq!(other[9][0], b'A', "an Add Order");
+    *other[9].last_mut().unwrap() ^= 1; // the price's last byte
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST, 38, &messages), a).unwrap();
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    tx.send_to(&downstream(META_FIRST, 38, &other), b).unwrap();
+    wait_for(&counters, "the copies compared", |r| r.duplicates == 38);
+    let (mold, got) = end_session(&tx, a, h, sub);
+    assert_eq!((mold.messages, mold.duplicates, mold.copy_mismatches, mold.stale_records), (38, 38, 1, 1));
+    assert!(mold.line().contains(" duplicates=38 copy_mismatches=1 gaps=0 "), "{}", mold.line());
+    assert_eq!(meta_sides(&got), META_REFERENCE, "line A's adds");
+    let stale = of_kind(&got, Kind::InstrumentStale);
+    assert_eq!(stale.len(), 1);
+    assert_eq!((stale[0].instrument_id, stale[0].order_id, stale[0].venue_seq()), (META, 0, META_FIRST + 9));
+    let last_add = got.iter().rposition(|r| r.kind() == Some(Kind::Add)).unwrap();
+    assert!(got.iter().position(|r| r.kind() == Some(Kind::InstrumentStale)).unwrap() > last_add);
 }

@@ -30,7 +30,7 @@ fn the_amzn_sample_replays_through_the_publisher_to_the_readme_level_1_book() {
     assert_eq!(sub.symbol(1), Some("AMZN"));
     let mut books = MbpBooks::with_capacity(1);
     let (mut errors, mut gaps, mut trades, mut levels, mut last, mut other) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut first_ts_event_ns, mut last_venue_seq) = (None, 0u32);
+    let (mut first_ts_event_ns, mut last_venue_seq) = (None, 0u64);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         assert!(Instant::now() < deadline, "watchdog");
@@ -47,7 +47,7 @@ fn the_amzn_sample_replays_through_the_publisher_to_the_readme_level_1_book() {
                     last += 1;
                 }
                 first_ts_event_ns.get_or_insert(r.ts_event_ns);
-                last_venue_seq = r.venue_seq;
+                last_venue_seq = r.venue_seq();
                 if books.apply(r).is_err() {
                     errors += 1;
                 }
@@ -62,6 +62,9 @@ fn the_amzn_sample_replays_through_the_publisher_to_the_readme_level_1_book() {
     }
     let report = run.join().unwrap().unwrap();
     assert_eq!(report.records, 66_491, "11,419 trades + 55,072 level-1 records (data/README.md, LOBSTER)");
+    let checked = report.lobster.expect("a LOBSTER replay reports its check");
+    assert_eq!((checked.messages, checked.rows_checked), (57_515, 57_514), "every row after the first, checked");
+    assert_eq!(checked.line(), "feed format=lobster messages=57515 orderbook_rows_checked=57514");
     assert_eq!((trades, levels, other, errors, gaps), (11_419, 55_072, 0, 0, 0));
     assert_eq!((last, last_venue_seq), (57_515, 57_515), "one F_LAST per message, venue_seq = its line");
     // 2012-06-21 00:00 US Eastern (EDT, UTC-4) = 04:00 UTC, plus 34200.017459617 s.

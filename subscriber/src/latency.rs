@@ -84,17 +84,20 @@ impl Latency {
         }
     }
 
-    /// Records now minus `ts_send_ticks`. A stamp from the future (another clock) records 0 ns... as 1 ns.
+    /// Records now minus `ts_send_ticks` (the low 32 bits of the publisher's TSC at post: the interval is taken
+    /// modulo 2^32 ticks, exact below about 1.4 s at 3 GHz; `wire::record`). A stamp from the future (another
+    /// clock; an interval of 2^31 ticks or more) records 1 ns.
     #[inline]
-    pub fn record(&mut self, ts_send_ticks: u64) {
+    pub fn record(&mut self, ts_send_ticks: u32) {
         self.record_at(ts_send_ticks, self.clock.raw());
     }
 
     /// [`Latency::record`] with the TSC already read (`now_ticks`, raw quanta counter), so one read serves
     /// post-to-poll and wire-to-poll.
     #[inline]
-    pub fn record_at(&mut self, ts_send_ticks: u64, now_ticks: u64) {
-        let ns = if now_ticks > ts_send_ticks { self.clock.delta_as_nanos(ts_send_ticks, now_ticks) } else { 1 };
+    pub fn record_at(&mut self, ts_send_ticks: u32, now_ticks: u64) {
+        let ticks = (now_ticks as u32).wrapping_sub(ts_send_ticks);
+        let ns = if ticks < 1 << 31 { self.clock.delta_as_nanos(0, u64::from(ticks)) } else { 1 };
         self.hist.saturating_record(ns.clamp(1, MAX_TRACKABLE_NS));
     }
 
@@ -299,6 +302,20 @@ impl NicLatency {
 mod tests {
     use super::*;
     use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn post_to_poll_reads_the_32_bit_stamp_across_its_wrap() {
+        let mut l = Latency::new();
+        // Posted 100,000 ticks before a poll that comes after the low 32 bits wrapped.
+        let now = (7 << 32) + 40_000;
+        l.record_at((now - 100_000) as u32, now);
+        let want = l.clock.delta_as_nanos(0, 100_000);
+        assert!(l.hist.equivalent(l.hist.max(), want), "{} ns recorded, {want} ns wanted", l.hist.max());
+        // A stamp from the future (another clock) is 1 ns, not 2^32 ticks.
+        l.hist.reset();
+        l.record_at((now as u32).wrapping_add(10), now);
+        assert_eq!((l.hist.len(), l.hist.max()), (1, 1));
+    }
 
     #[test]
     fn the_anchored_clock_reads_realtime() {

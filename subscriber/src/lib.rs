@@ -44,9 +44,13 @@
 //! `LevelDelete`, [`MbpBook`] docs) that only [`MbpBooks`] applies: with `Books` alone such a feed leaves every
 //! book empty. A strategy that may face either feeds every record to both (each ignores the other's kinds), as
 //! `mdfan-subscribe` does. `InstrumentStale` records (a loss on both lines, an `RptSeq` jump, an unknown ITCH
-//! order reference) mark a book stale until a snapshot or market recovery rebuilds it ([`MbpBook::is_stale`];
+//! order reference; [`BookUpdate::stale_book`] says whether the order book or the price-level book) mark a book
+//! stale until a snapshot or market recovery rebuilds it ([`MbpBook::is_stale`];
 //! for order books the record is delivered for the strategy to act on), and `TradingStatus` records (ITCH halts)
-//! go to a [`TradingStates`].
+//! go to a [`TradingStates`]. A live feed whose lines went quiet for the publisher's `lines.silent_after_ms` sends
+//! one `FeedStatus` record (to every subscriber, whatever its filter; a snapshot carries the last one), and another
+//! when datagrams come again: a [`FeedHealth`] keeps the state. Silent is not ended: the books stand as the last
+//! datagram left them and the stream goes on; trade on them only if the venue is known to be quiet.
 //!
 //! [`Subscriber::poll`] busy-polls the ring's CQ once per call and hands each record to the callback, borrowed
 //! from ring memory (no copy); the slot is released to the publisher after the callback returns. Every jump in
@@ -130,6 +134,7 @@ mod stat;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use mdfan_fabric::PreparedLocalRing;
@@ -144,15 +149,17 @@ pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
 pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
-    Book, BookCapacity, BookError, BookUpdate, Books, HotBook, HotBooks, InstrumentDef, InstrumentStatus, Kind, Level,
-    LevelIter, MbpBook, MbpBooks, MbpError, MbpLevel, RestingOrder, Side, Status, StatusKind, Symbology, TradingStates,
-    MBP_DEPTH,
+    Book, BookCapacity, BookError, BookUpdate, Books, FeedHealth, FeedState, HotBook, HotBooks, InstrumentDef,
+    InstrumentStatus, Kind, Level, LevelIter, MbpBook, MbpBooks, MbpError, MbpLevel, RestingOrder, Side, StaleBook,
+    Status, StatusKind, Symbology, TradingStates, CHANNEL_INSTRUMENT_ID, MBP_DEPTH,
 };
 
 /// How to reach the publisher and what ring to offer it.
 #[derive(Debug, Clone)]
 pub struct SubscriberConfig {
-    /// Publisher control endpoint, `host:port`.
+    /// Publisher control endpoint: `host:port` (TCP), or `unix:PATH` for the publisher's Unix-domain socket on
+    /// this host (`publisher.listen_unix`), over which a shared-memory ring is passed as a file descriptor (no
+    /// ring file at all), so this process may run as another user than the publisher.
     pub endpoint: String,
     /// Name shown in the publisher's logs and counters (at most 64 bytes).
     pub name: String,
@@ -412,10 +419,55 @@ enum Phase {
 /// would otherwise move the figure 50 µs per second).
 pub const NIC_REALIGN: Duration = Duration::from_secs(1);
 
+/// The control connection: TCP, or the publisher's Unix-domain socket.
+enum ControlStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl ControlStream {
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            ControlStream::Tcp(s) => s.set_nonblocking(on),
+            ControlStream::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+}
+
+impl Read for ControlStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ControlStream::Tcp(s) => s.read(buf),
+            ControlStream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for ControlStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            ControlStream::Tcp(s) => s.write(buf),
+            ControlStream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl control::TimedStream for ControlStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            ControlStream::Tcp(s) => s.set_read_timeout(timeout),
+            ControlStream::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+}
+
 /// What a successful handshake gives.
 struct Opened {
     ring: AnyLocalRing,
-    control: TcpStream,
+    control: ControlStream,
     session_id: u64,
     policy: SlowConsumerPolicy,
     symbology: Symbology,
@@ -432,7 +484,7 @@ pub struct Subscriber {
     control_buf: Vec<u8>,
     /// Frames queued for the publisher (snapshot requests), written without blocking by `maintain`.
     control_out: Vec<u8>,
-    control: TcpStream,
+    control: ControlStream,
     endpoint: String,
     session_id: u64,
     policy: SlowConsumerPolicy,
@@ -547,19 +599,30 @@ impl Subscriber {
     fn open(cfg: &SubscriberConfig) -> Result<Opened, SubscribeError> {
         let endpoint = cfg.endpoint.clone();
         let connect_err = |source| SubscribeError::Connect { endpoint: endpoint.clone(), source };
-        let addr = cfg
-            .endpoint
-            .to_socket_addrs()
-            .map_err(connect_err)?
-            .next()
-            .ok_or_else(|| connect_err(std::io::Error::new(ErrorKind::NotFound, "no address")))?;
+        let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
         // The ring first (registering it and posting its receive queue can take a while on verbs), so the
         // handshake that follows is only a Subscribe and its answer, well within the publisher's timeout.
-        let ring_err = |source| SubscribeError::Ring { endpoint: endpoint.clone(), source };
-        let (mut ring, grant) = PreparedLocalRing::create(&cfg.fabric, cfg.ring_slots).map_err(ring_err)?;
-        let mut stream = TcpStream::connect_timeout(&addr, cfg.timeout).map_err(connect_err)?;
-        stream.set_nodelay(true).map_err(connect_err)?;
-        stream.set_read_timeout(Some(cfg.timeout)).map_err(connect_err)?;
+        let (mut ring, grant, ring_fd, mut stream) = match cfg.endpoint.strip_prefix("unix:") {
+            Some(path) => {
+                let (ring, grant, fd) =
+                    PreparedLocalRing::create_to_pass(&cfg.fabric, cfg.ring_slots).map_err(ring_err)?;
+                let stream = UnixStream::connect(path).map_err(connect_err)?;
+                (ring, grant, fd, ControlStream::Unix(stream))
+            }
+            None => {
+                let addr = cfg
+                    .endpoint
+                    .to_socket_addrs()
+                    .map_err(connect_err)?
+                    .next()
+                    .ok_or_else(|| connect_err(std::io::Error::new(ErrorKind::NotFound, "no address")))?;
+                let (ring, grant) = PreparedLocalRing::create(&cfg.fabric, cfg.ring_slots).map_err(ring_err)?;
+                let stream = TcpStream::connect_timeout(&addr, cfg.timeout).map_err(connect_err)?;
+                stream.set_nodelay(true).map_err(connect_err)?;
+                (ring, grant, None, ControlStream::Tcp(stream))
+            }
+        };
+        control::TimedStream::set_read_timeout(&stream, Some(cfg.timeout)).map_err(connect_err)?;
         let sub = ControlMsg::Subscribe(Subscribe {
             name: cfg.name.clone(),
             instruments: cfg.instruments.clone(),
@@ -570,7 +633,14 @@ impl Subscriber {
             token: cfg.token.clone(),
         });
         let ctl_err = |source| SubscribeError::Control { endpoint: endpoint.clone(), source };
-        control::write_msg(&mut stream, &sub).map_err(|e| ctl_err(e.into()))?;
+        let sent = match (&stream, &ring_fd) {
+            (ControlStream::Unix(s), Some(fd)) => {
+                mdfan_fabric::fdpass::send_with_fd(s, &control::encode(&sub), std::os::fd::AsFd::as_fd(fd))
+            }
+            _ => control::write_msg(&mut stream, &sub),
+        };
+        sent.map_err(|e| ctl_err(e.into()))?;
+        drop(ring_fd); // the publisher holds its own descriptor now; the mapping stays
         let answer = control::read_msg_within(&mut stream, cfg.timeout).map_err(ctl_err)?;
         ring.unlink();
         let accept = match answer {

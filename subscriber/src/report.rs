@@ -55,7 +55,7 @@ pub fn level_lines(symbology: &Symbology, instrument_id: u32, book: &Book, n: us
 }
 
 /// One level line of [`level_lines`] and [`mbp_level_lines`]: `level` is 1-based; `l` is (price_e9, size,
-/// orders), `None` for an empty MBP slot (`price=- size=0 orders=0`).
+/// orders), `None` for an empty MBP position (`price=- size=0 orders=0`).
 fn level_line(
     symbology: &Symbology,
     instrument_id: u32,
@@ -102,12 +102,19 @@ pub fn mbp_summary_line(symbology: &Symbology, book: &MbpBook, gaps: u64) -> Str
 }
 
 /// Positions 1 to `n` of each side of a price-level book, one line each, as [`level_lines`]:
-/// `instrument=174969 side=bid level=1 price=7580.50 size=8 orders=5` (`price=-` for a position not known).
+/// `instrument=174969 side=bid level=1 price=7580.50 size=8 orders=5`, down to the deepest position the feed
+/// filled ([`MbpBook::filled_depth`]: a level-1 feed prints level 1 only). An empty position prints `price=-
+/// size=0 orders=0`; one the feed never filled (the book started without a snapshot) prints `price=? size=?
+/// orders=?`: unknown, not empty.
 pub fn mbp_level_lines(symbology: &Symbology, book: &MbpBook, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     let id = book.instrument_id();
     for (side, name) in [(Side::Bid, "bid"), (Side::Ask, "ask")] {
-        for (i, l) in book.top(side, n).iter().enumerate() {
+        for (i, l) in book.top(side, n.min(book.filled_depth(side))).iter().enumerate() {
+            if l.is_none() && !book.ever_filled(side, i + 1) {
+                out.push(format!("instrument={id} side={name} level={} price=? size=? orders=?", i + 1));
+                continue;
+            }
             out.push(level_line(symbology, id, name, i + 1, l.map(|l| (l.price_e9, u64::from(l.size), l.orders))));
         }
     }

@@ -1,7 +1,9 @@
 //! The subscriber's counters file: what `mdfan-stat` shows for a subscriber process
 //! (`<counters_dir>/mdfan-subscriber-<name>-<pid>.counters`, layout in `mdfan_tuning::counters`), rewritten by
 //! [`Subscriber::maintain`](crate::Subscriber::maintain) at most every 100 ms, off the poll path. Opt-in:
-//! [`SubscriberConfig::counters_dir`](crate::SubscriberConfig::counters_dir). Removed when the subscriber is dropped.
+//! [`SubscriberConfig::counters_dir`](crate::SubscriberConfig::counters_dir). Removed when the subscriber is dropped;
+//! the files of killed processes of the same name are removed when the next one starts. Created exclusively
+//! (`O_EXCL | O_NOFOLLOW`), mode 0640, group `mdfan` where it exists (`mdfan_tuning::counters`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,7 +28,10 @@ impl StatFile {
     pub(crate) fn create(dir: &Path, name: &str, endpoint: &str) -> Option<StatFile> {
         let safe: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
-        let path: PathBuf = dir.join(format!("mdfan-subscriber-{safe}-{}.counters", std::process::id()));
+        let prefix = format!("mdfan-subscriber-{safe}-");
+        // the files earlier processes of this name left when they were killed (FC-43)
+        mdfan_tuning::counters::prune_dead(dir, &prefix);
+        let path: PathBuf = dir.join(format!("{prefix}{}.counters", std::process::id()));
         match CountersWriter::create(&path, "subscriber", &format!("{name}@{endpoint}"), 32) {
             Ok(writer) => Some(StatFile { writer, written: Instant::now() - PERIOD }),
             Err(e) => {

@@ -51,33 +51,33 @@ fn bad_control_messages_are_refused_with_a_reason_and_the_publisher_goes_on() {
     let addr = publisher.addr;
 
     let r = rejected(send_raw(addr, &frame(br#"{"v":0,"msg":{"type":"bye","reason":"old"}}"#)));
-    assert!(r.contains("version 0 is not supported") && r.contains("speaks version 3"), "{r}");
+    assert!(r.contains("version 0 is not supported") && r.contains("speaks version 4"), "{r}");
     let r = rejected(send_raw(addr, &frame(b"\x00\x01garbage\xff")));
     assert!(r.contains("malformed"), "{r}");
     let r = rejected(send_raw(addr, &u32::MAX.to_le_bytes()));
     assert!(r.contains("exceeds"), "{r}");
-    let r = rejected(send_raw(addr, &frame(br#"{"v":3,"msg":{"type":"bye","reason":"peer_gone"}}"#)));
+    let r = rejected(send_raw(addr, &frame(br#"{"v":4,"msg":{"type":"bye","reason":"peer_gone"}}"#)));
     assert_eq!(r, "expected a subscribe message, got bye");
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":3,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/etc/passwd","slot_count":64}}}"#),
+        &frame(br#"{"v":4,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/etc/passwd","slot_count":64}}}"#),
     ));
     assert!(r.contains("/etc/passwd") && r.contains("path must be"), "{r}");
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":3,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/dev/shm/mdfan-ring-x","slot_count":1000}}}"#),
+        &frame(br#"{"v":4,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/dev/shm/mdfan-ring-x","slot_count":1000}}}"#),
     ));
     assert!(r.contains("ring.slot_count") && r.contains("1000"), "{r}");
     // a ring on another fabric than the one this publisher serves
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":3,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"verbs","endpoint":{"qpn":1,"psn":2,"gid":"00000000000000000000ffff7f000001","lid":0},"ring_addr":4096,"ring_rkey":7,"slot_count":1024}}}"#),
+        &frame(br#"{"v":4,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"verbs","endpoint":{"qpn":1,"psn":2,"gid":"00000000000000000000ffff7f000001","lid":0},"ring_addr":4096,"ring_rkey":7,"slot_count":1024}}}"#),
     ));
     assert_eq!(r, "field ring: a verbs ring was offered to an end that serves fabric shm");
     // truncated: a length that promises more than is sent, then the peer goes away
     {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&frame(br#"{"v":3,"msg""#)[..10]).unwrap();
+        s.write_all(&frame(br#"{"v":4,"msg""#)[..10]).unwrap();
     }
 
     // the publisher still serves a real subscriber to the end
@@ -121,11 +121,15 @@ fn a_peer_that_drips_bytes_cannot_hold_the_handshake() {
     dripper.join().unwrap();
 }
 
+/// A client that floods snapshot requests (5,000 in one write): past its rate
+/// (`publisher.snapshot_requests_per_s`, 10) each request is refused and counted, and at 4 s' worth refused the
+/// session is ended (`protocol_error`, naming the flood); the snapshots it got are what its rate allows, not one
+/// per delivery. The other subscriber gets the whole replay, exact.
 #[test]
-fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
+fn a_snapshot_request_flood_is_rate_limited_counted_and_ended_and_others_are_served() {
     use mdfan_fabric::shm::{ShmLocalRing, DEFAULT_DIR};
     use mdfan_wire::control::{SlowConsumerPolicy, SnapshotRequest, Subscribe};
-    let publisher = start_publisher(&esh4::snapshot_file(), 2, "");
+    let publisher = start_publisher(&esh4::main_file(), 2, "");
     let addr = publisher.addr;
     // a client with a real ring of its own, that floods snapshot requests
     let (local, grant) = ShmLocalRing::create(std::path::Path::new(DEFAULT_DIR), 64).unwrap();
@@ -141,16 +145,38 @@ fn a_snapshot_request_flood_is_coalesced_and_others_are_served() {
     });
     control::write_msg(&mut s, &sub).unwrap();
     assert!(matches!(control::read_msg(&mut s), Ok(ControlMsg::Accept(_))));
+    // the second subscriber starts the replay; the flood comes once it is attached
+    let mut good = Watched::new(spawn_subscriber(addr, "good", &[]));
+    good.wait_for_line("subscribed ");
     let req = control::encode(&ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq: 1 }));
     let flood: Vec<u8> = req.iter().copied().cycle().take(req.len() * 5000).collect();
     s.write_all(&flood).unwrap();
-    // the second subscriber starts the replay and must still get everything
-    assert_serves_the_snapshot_book(addr);
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let bye = loop {
+        match control::read_msg(&mut s) {
+            Ok(ControlMsg::Bye(bye)) => break bye,
+            Ok(_) => {}
+            Err(e) => panic!("the flooding client gets a bye: {e}"),
+        }
+    };
+    assert_eq!(bye.reason, mdfan_fabric::CloseReason::ProtocolError, "{bye:?}");
+    assert_eq!(
+        bye.detail,
+        "snapshot request flood: 40 refused past the limit of 10 a second (publisher.snapshot_requests_per_s)"
+    );
+    let (code, lines, err) = good.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_clean(&lines, "good");
     drop(s);
     drop(local);
     let report = publisher.handle.join().unwrap().unwrap();
     let flood = report.session("flood").unwrap();
-    assert!(flood.end.is_some(), "the flooding session has an end in the report: {}", flood.line());
+    assert_eq!(flood.end, Some(mdfan_fabric::CloseReason::ProtocolError), "{}", flood.line());
+    assert_eq!(flood.snapshot_requests_refused, 40, "{}", flood.line());
+    // a burst of 10 taken, 10 more a second while the flood was read (served, or collapsed into a pending
+    // one), the others refused: nowhere near one per request
+    assert!((10..100).contains(&flood.snapshot_requests), "{}", flood.snapshot_requests);
+    assert!(flood.snapshots <= flood.snapshot_requests, "{} snapshots", flood.snapshots);
 }
 
 /// Runs one `mdfan-subscribe` against `addr` (replaying the snapshot file) and checks it ends with the

@@ -58,7 +58,7 @@ impl LocalRing for StampedRing {
 fn ring_with(clock: Option<NicClock>, lead_ns: u64) -> (StampedRing, ShmRemoteRing) {
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
-    let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let ring = StampedRing { inner: local, clock, stamps: RECORDED.to_vec().into_iter(), lead_ns, mappings: 0 };
     (ring, remote)
 }

@@ -38,7 +38,7 @@ enum Seen {
 fn run(ops: &[Op], slots: u32) -> (BTreeMap<u64, u64>, u64, Vec<Seen>) {
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
-    let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let mut session =
         Session::new(1, "model".into(), AnyRemoteRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
     let mut rx = Receiver::new(local);

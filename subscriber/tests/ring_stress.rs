@@ -59,7 +59,7 @@ fn payload(f: u64, kind: Kind) -> BookUpdate {
         order_id: f,
         instrument_id: (f as u32) ^ 0x5A5A_5A5A,
         size: (f >> 2) as u32 ^ 0xFFFF,
-        venue_seq: (f as u32).rotate_left(13),
+        venue_pos: f.rotate_left(13),
         ..BookUpdate::control(kind)
     }
 }
@@ -68,7 +68,7 @@ fn payload(f: u64, kind: Kind) -> BookUpdate {
 fn intact(r: &BookUpdate) -> bool {
     let f = r.order_id;
     let kind = if r.kind == Kind::EndOfStream as u8 { Kind::EndOfStream } else { Kind::Add };
-    let want = BookUpdate { seq: r.seq, ts_send_ticks: f, ..payload(f, kind) };
+    let want = BookUpdate { seq: r.seq, ts_send_ticks: f as u32, ..payload(f, kind) };
     *r == want
 }
 
@@ -304,7 +304,7 @@ struct Outcome {
 fn run_once(seed: u64, slots: u32, items: u64) -> Result<Outcome, String> {
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
-    let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let session =
         Session::new(1, "stress".into(), AnyRemoteRing::Shm(remote), SlowConsumerPolicy::Resync, None, 0, None);
     let rx = Receiver::new(local);
@@ -405,12 +405,12 @@ fn only_a_thorough_poll_proves_the_ring_empty_after_a_gap() {
     // the publisher's silence). A thorough poll reads the CQ and finds it.
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
-    let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let mut remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let mut rx = Receiver::new(local);
     use mdfan_fabric::RemoteRing;
     use mdfan_wire::ring::{imm_from_seq, slot_index};
     for seq in [1, 3] {
-        let r = BookUpdate { seq, ts_send_ticks: seq, ..payload(seq, Kind::Add) };
+        let r = BookUpdate { seq, ts_send_ticks: seq as u32, ..payload(seq, Kind::Add) };
         remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
     }
     let mut seen = Vec::new();
@@ -430,12 +430,12 @@ fn closed_comes_after_a_record_that_follows_a_gap() {
     // The publisher under resync: 1 written, 2 skipped (the ring was full at the time), end of stream as 3, close.
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
-    let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let mut remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let mut rx = Receiver::new(local);
     use mdfan_fabric::RemoteRing;
     use mdfan_wire::ring::{imm_from_seq, slot_index};
     let write = |remote: &mut ShmRemoteRing, seq: u64, kind: Kind| {
-        let r = BookUpdate { seq, ts_send_ticks: seq, ..payload(seq, kind) };
+        let r = BookUpdate { seq, ts_send_ticks: seq as u32, ..payload(seq, kind) };
         remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
     };
     write(&mut remote, 1, Kind::Add);
@@ -469,7 +469,7 @@ impl mdfan_fabric::LocalRing for WriterBetweenPollAndClose {
                 use mdfan_fabric::RemoteRing;
                 let r = BookUpdate {
                     seq: expected_seq,
-                    ts_send_ticks: expected_seq,
+                    ts_send_ticks: expected_seq as u32,
                     ..payload(expected_seq, Kind::EndOfStream)
                 };
                 remote.write_with_imm(mdfan_wire::ring::slot_index(expected_seq, 64), &r, expected_seq as u32).unwrap();
@@ -490,7 +490,7 @@ impl mdfan_fabric::LocalRing for WriterBetweenPollAndClose {
 fn closed_comes_after_a_record_written_between_an_empty_poll_and_the_close() {
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
-    let remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let mut rx = Receiver::new(WriterBetweenPollAndClose { local, remote: Some(remote) });
     let mut seen = Vec::new();
     for _ in 0..2 * CQ_POLL_INTERVAL {
@@ -505,12 +505,12 @@ fn a_snapshot_repairs_every_gap_before_it_not_only_the_one_it_was_asked_for() {
     // snapshot starts, then SnapshotBegin: the snapshot rebuilds the books past both, so nothing is left unrepaired.
     let dir = Path::new(DEFAULT_DIR);
     let (local, grant) = ShmLocalRing::create(dir, 64).unwrap();
-    let mut remote = ShmRemoteRing::attach(&grant, dir).unwrap();
+    let mut remote = ShmRemoteRing::attach(&grant, dir, Some(mdfan_fabric::shm::current_euid())).unwrap();
     let mut rx = Receiver::new(local);
     use mdfan_fabric::RemoteRing;
     use mdfan_wire::ring::{imm_from_seq, slot_index};
     let write = |remote: &mut ShmRemoteRing, seq: u64, kind: Kind| {
-        let r = BookUpdate { seq, ts_send_ticks: seq, ..payload(seq, kind) };
+        let r = BookUpdate { seq, ts_send_ticks: seq as u32, ..payload(seq, kind) };
         remote.write_with_imm(slot_index(seq, 64), &r, imm_from_seq(seq)).unwrap();
     };
     let mut seen = Vec::new();

@@ -27,7 +27,8 @@ fn realtime_ns() -> u64 {
 fn publisher(listener: TcpListener, clock: TsRecvClock) {
     let (mut s, _) = listener.accept().unwrap();
     let ControlMsg::Subscribe(sub) = control::read_msg(&mut s).unwrap() else { panic!("expected a subscribe") };
-    let mut ring = ShmRemoteRing::attach(&sub.ring, Path::new(DEFAULT_DIR)).unwrap();
+    let mut ring =
+        ShmRemoteRing::attach(&sub.ring, Path::new(DEFAULT_DIR), Some(mdfan_fabric::shm::current_euid())).unwrap();
     let accept = Accept {
         session_id: 1,
         first_seq: 1,

@@ -1,8 +1,8 @@
-//! A counters file: a process's counters in a small shared-memory file that another process (`mdfan-stat`)
+//! A counters file: a process's counters in a small file (in a tmpfs folder) that another process (`mdfan-stat`)
 //! reads live, after Aeron's CnC counters. The writer is a control thread that copies its counters in
 //! periodically (the hot loop keeps bumping its own atomics and never touches this file).
 //!
-//! Layout (little-endian, one file, `HEADER_BYTES + slots x SLOT_BYTES` bytes):
+//! Layout (little-endian, one file, exactly `HEADER_BYTES + slots x SLOT_BYTES` bytes):
 //!
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
@@ -20,15 +20,25 @@
 //! Each slot (`SLOT_BYTES` = 192): value u64 @0, kind u32 @8 (1 counter: only grows; 2 gauge), metric name @16
 //! (48 bytes, Prometheus style, e.g. `mdfan_session_sent_total`), labels @64 (128 bytes, `key="value",...`).
 //!
-//! A reader copies the table between two loads of `generation` and retries while it is odd or changed (the
-//! writer bumps it to odd, writes, bumps it to even, with the fences a seqlock needs). The file stays after the
-//! writer exits, marked ended, so the last values of a process that died are still there to read.
+//! **No mapping on either side.** The writer rewrites with `pwrite(2)` and a reader copies with `pread(2)`: a
+//! file someone truncates, or a full tmpfs, is an error of that call, never a SIGBUS in the publisher or in
+//! `mdfan-stat` (a shared mapping of a file another user can change is one). The seqlock is kept in the file: the
+//! writer stores an odd generation, the rows, `used`/`updated_ns`, then the next even generation; a reader copies
+//! the header, the rows and the header again and retries while the generation is odd or changed.
+//!
+//! **Who may write it.** [`CountersWriter::create`] makes the file with `O_CREAT | O_EXCL | O_NOFOLLOW` (a name
+//! someone planted, a symlink to somewhere else, is never opened), mode 0640 and, where the group exists, group
+//! [`GROUP`] (`mdfan`: operators in it read every file, nobody else does), its pages reserved
+//! (`posix_fallocate`), in a folder nobody else may replace files in. A file already there under the same name is
+//! removed only when it is this user's, a counters file, and its writer is gone ("dead": the same endpoint started
+//! again); anything else is left alone and the writer runs without a file. [`read`] opens with `O_NOFOLLOW`,
+//! checks magic, version, sizes and every row, and [`Snapshot::standing`] says whether to trust it: a file whose
+//! owner is not its writer's user, or whose owner is neither root, the reader, nor in group `mdfan`, is
+//! [`Standing::Suspect`] and is not exported.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-
-use memmap2::MmapMut;
 
 /// File format version.
 pub const VERSION: u32 = 1;
@@ -36,9 +46,14 @@ pub const VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 128;
 /// Slot size, bytes.
 pub const SLOT_BYTES: usize = 192;
+/// The group counters files are given (where it exists): who may read them besides their owner.
+pub const GROUP: &str = "mdfan";
+/// The file mode of a counters file: owner writes, group [`GROUP`] reads, nobody else.
+pub const MODE: u32 = 0o640;
 const MAGIC: &[u8; 8] = b"MDFANCTR";
 const METRIC_BYTES: usize = 48;
 const LABEL_BYTES: usize = 128;
+const GENERATION_AT: u64 = 16;
 
 /// What a slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,12 +92,46 @@ pub struct Snapshot {
     pub updated_ns: u64,
     /// The counters, in the writer's order.
     pub metrics: Vec<Metric>,
+    /// The file's owner (uid), group (gid) and permission bits, as `fstat` gave them.
+    pub owner: u32,
+    /// See [`Snapshot::owner`].
+    pub group: u32,
+    /// See [`Snapshot::owner`].
+    pub mode: u32,
+}
+
+/// What a reader makes of a counters file ([`Snapshot::standing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Its writer is alive.
+    Running,
+    /// Its writer closed it: the values are final.
+    Ended,
+    /// Its writer is gone without closing it (killed): the values are its last, `age_ns` old.
+    Dead {
+        /// Since the last rewrite, ns.
+        age_ns: u64,
+    },
+    /// Not to be trusted (it may be forged): why. Never exported.
+    Suspect(String),
+}
+
+impl Standing {
+    /// `running`, `ended`, `dead` or `suspect`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Standing::Running => "running",
+            Standing::Ended => "ended",
+            Standing::Dead { .. } => "dead",
+            Standing::Suspect(_) => "suspect",
+        }
+    }
 }
 
 /// Why a counters file could not be created or read.
 #[derive(Debug, thiserror::Error)]
 pub enum CountersError {
-    /// Opening, sizing or mapping the file failed.
+    /// Opening, sizing or writing the file failed.
     #[error("counters file {path}: {what}: {source}")]
     Io {
         /// The file.
@@ -100,6 +149,14 @@ pub enum CountersError {
         /// What is wrong, naming the field.
         detail: String,
     },
+    /// A file or folder that must not be used (another user's, a symlink, a folder others may write to).
+    #[error("counters file {path}: {detail}")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// Why, naming the owner or mode.
+        detail: String,
+    },
     /// The writer kept rewriting while the reader tried to copy it.
     #[error("counters file {path}: still being rewritten after {tries} tries")]
     Busy {
@@ -112,27 +169,15 @@ pub enum CountersError {
 
 /// The writer's end of a counters file. Not on any hot path: one control thread owns it.
 pub struct CountersWriter {
-    map: MmapMut,
+    file: File,
     path: PathBuf,
     slots: usize,
-    /// Rows staged by [`CountersWriter::set`] since [`CountersWriter::begin`].
+    /// The rows staged by [`CountersWriter::set`] since [`CountersWriter::begin`], `used * SLOT_BYTES` bytes.
+    rows: Vec<u8>,
     used: usize,
-}
-
-fn word64(map: &MmapMut, offset: usize) -> &AtomicU64 {
-    let bytes = &map[offset..offset + 8];
-    assert_eq!(bytes.as_ptr() as usize % 8, 0, "8-aligned");
-    // SAFETY: the range is in bounds and 8-aligned (asserted; the map is page-aligned and every offset used is a
-    // multiple of 8); AtomicU64 has the size and alignment of u64, and every access to these bytes, in this
-    // process and in readers mapping the same file, is atomic.
-    unsafe { &*(bytes.as_ptr() as *const AtomicU64) }
-}
-
-fn word32(map: &MmapMut, offset: usize) -> &AtomicU32 {
-    let bytes = &map[offset..offset + 4];
-    assert_eq!(bytes.as_ptr() as usize % 4, 0, "4-aligned");
-    // SAFETY: as `word64`, for a 4-aligned u32.
-    unsafe { &*(bytes.as_ptr() as *const AtomicU32) }
+    generation: u64,
+    /// The last write error, kept once (the writer goes on: the file is an aid, not the run).
+    failed: Option<std::io::Error>,
 }
 
 fn put_str(dst: &mut [u8], s: &str) {
@@ -148,48 +193,171 @@ fn get_str(src: &[u8]) -> String {
     String::from_utf8_lossy(&src[..end]).into_owned()
 }
 
-/// Writes `s` (cut to `len` bytes, NUL-padded) at `offset` as atomic 8-byte words, so a reader copying it
-/// meanwhile races on nothing (it retries on the generation instead).
-fn store_str(map: &MmapMut, offset: usize, len: usize, s: &str) {
-    let mut buf = [0u8; LABEL_BYTES];
-    put_str(&mut buf[..len], s);
-    for (k, chunk) in buf[..len].chunks_exact(8).enumerate() {
-        word64(map, offset + 8 * k).store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Relaxed);
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// This process's effective uid.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The gid of group `name` in /etc/group, if it is there.
+pub fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
+/// The user a live process runs as (the owner of its /proc entry: its effective uid), `None` when it is gone.
+fn process_uid(pid: u32) -> Option<u32> {
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// Checks the folder a counters file goes in: owned by root or this user, and nobody else may replace a file in
+/// it (not group- or world-writable unless it has the sticky bit, as `/dev/shm` does).
+fn check_folder(path: &Path) -> Result<(), CountersError> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let refused = |detail: String| CountersError::Refused { path: path.to_owned(), detail };
+    let meta = std::fs::metadata(dir).map_err(|source| CountersError::Io {
+        path: path.to_owned(),
+        what: "stat its folder",
+        source,
+    })?;
+    let (owner, mode) = (meta.uid(), meta.permissions().mode());
+    if owner != 0 && owner != effective_uid() {
+        return Err(refused(format!("folder {} is owned by uid {owner}, not by root or this user", dir.display())));
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(refused(format!(
+            "folder {} has mode {:04o}: others may replace files in it (no sticky bit)",
+            dir.display(),
+            mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Creates `path` exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode [`MODE`]).
+fn create_exclusive(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Whether the file at `path` may be removed to make room for a new writer: this user's own regular file with
+/// one link, a counters file, whose writer closed it or is gone. The reason otherwise.
+fn removable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("stat: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("a {} is there, not a counters file", kind_of(&meta)));
+    }
+    if meta.uid() != effective_uid() {
+        return Err(format!("it is owned by uid {}, not by this user (uid {})", meta.uid(), effective_uid()));
+    }
+    if meta.nlink() != 1 {
+        return Err(format!("it has {} links", meta.nlink()));
+    }
+    let s = read(path).map_err(|e| format!("not a readable counters file ({e})"))?;
+    if !s.ended && process_uid(s.pid) == Some(meta.uid()) {
+        return Err(format!("its writer, pid {}, is still running", s.pid));
+    }
+    Ok(())
+}
+
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_symlink() {
+        "symlink"
+    } else if t.is_dir() {
+        "directory"
+    } else {
+        "special file"
     }
 }
 
-/// Reads a string written by [`store_str`].
-fn load_str(map: &MmapMut, offset: usize, len: usize) -> String {
-    let mut buf = [0u8; LABEL_BYTES];
-    for k in 0..len / 8 {
-        buf[8 * k..8 * k + 8].copy_from_slice(&word64(map, offset + 8 * k).load(Ordering::Relaxed).to_le_bytes());
-    }
-    get_str(&buf[..len])
+/// Removes this user's counters files in `dir` named `<prefix>*.counters` whose writers are gone (the files a
+/// killed process left, FC-43), so the next run of the same writer starts clean. Returns how many went.
+pub fn prune_dead(dir: &Path, prefix: &str) -> usize {
+    let Ok(files) = list(dir) else { return 0 };
+    let mine =
+        files.into_iter().filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)));
+    mine.filter(|p| removable(p).is_ok() && std::fs::remove_file(p).is_ok()).count()
 }
 
 impl CountersWriter {
-    /// Creates (or replaces) the file at `path` with room for `slots` counters, marked running.
+    /// Creates the file at `path` with room for `slots` counters, marked running: exclusively, mode [`MODE`],
+    /// group [`GROUP`] where it exists and this process may give it, its bytes reserved, in a folder nobody else
+    /// may replace files in. A file already there is replaced only if it is a dead writer's counters file of this
+    /// user (see the module docs).
     ///
     /// # Errors
-    /// [`CountersError::Io`] naming the file and the step.
+    /// [`CountersError::Refused`] for a folder others may write to or a name taken by anything but a dead
+    /// counters file of this user's (named: a symlink, another user's file, a live writer's); [`CountersError::Io`]
+    /// naming the step (`ENOSPC` at `reserve` for a full tmpfs).
     pub fn create(path: &Path, role: &str, name: &str, slots: usize) -> Result<CountersWriter, CountersError> {
         let io = |what| move |source| CountersError::Io { path: path.to_owned(), what, source };
-        let bytes = HEADER_BYTES + slots * SLOT_BYTES;
-        let file =
-            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(io("open"))?;
-        file.set_len(bytes as u64).map_err(io("set_len"))?;
-        // SAFETY: the file was just created and sized by this process; other processes only read it, through
-        // atomics for the words that change, and the file's length never changes while mapped.
-        let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(io("mmap"))?;
-        map[..8].copy_from_slice(MAGIC);
-        map[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        map[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
-        map[24..28].copy_from_slice(&std::process::id().to_le_bytes());
-        put_str(&mut map[44..64], role);
-        put_str(&mut map[64..128], name);
-        let w = CountersWriter { map, path: path.to_owned(), slots, used: 0 };
-        word32(&w.map, 28).store(1, Ordering::Release);
-        Ok(w)
+        check_folder(path)?;
+        let file = match create_exclusive(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                removable(path).map_err(|why| CountersError::Refused {
+                    path: path.to_owned(),
+                    detail: format!("the name is taken and was left alone: {why}"),
+                })?;
+                std::fs::remove_file(path).map_err(io("remove the dead writer's file"))?;
+                create_exclusive(path).map_err(io("create"))?
+            }
+            other => other.map_err(io("create"))?,
+        };
+        let made = (|| {
+            // the umask may have taken bits off; and the group that may read it
+            file.set_permissions(std::fs::Permissions::from_mode(MODE)).map_err(io("chmod"))?;
+            if let Some(gid) = group_id(GROUP) {
+                let _ = std::os::unix::fs::fchown(&file, None, Some(gid)); // EPERM: not a member; the file stays 0640
+            }
+            let bytes = HEADER_BYTES + slots * SLOT_BYTES;
+            use std::os::fd::AsRawFd as _;
+            // SAFETY: `file` is an open, writable descriptor owned for the whole call; posix_fallocate reads no
+            // memory of ours.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+            if rc != 0 {
+                return Err(io("reserve")(std::io::Error::from_raw_os_error(rc)));
+            }
+            let mut header = [0u8; HEADER_BYTES];
+            header[..8].copy_from_slice(MAGIC);
+            header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            header[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
+            header[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+            header[28..32].copy_from_slice(&1u32.to_le_bytes());
+            put_str(&mut header[44..64], role);
+            put_str(&mut header[64..128], name);
+            file.write_all_at(&header, 0).map_err(io("write"))
+        })();
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+        Ok(CountersWriter {
+            file,
+            path: path.to_owned(),
+            slots,
+            rows: Vec::with_capacity(slots * SLOT_BYTES),
+            used: 0,
+            generation: 0,
+            failed: None,
+        })
     }
 
     /// The file.
@@ -197,46 +365,62 @@ impl CountersWriter {
         &self.path
     }
 
-    /// Starts a rewrite of the table: the generation goes odd (readers wait), rows are then set in order with
-    /// [`CountersWriter::set`], and [`CountersWriter::commit`] ends it.
+    /// The first write error since the file was created, if any (the writer goes on after one).
+    pub fn failure(&self) -> Option<&std::io::Error> {
+        self.failed.as_ref()
+    }
+
+    fn write_at(&mut self, bytes: &[u8], at: u64) {
+        if let Err(e) = self.file.write_all_at(bytes, at) {
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    /// Starts a rewrite of the table: the generation goes odd (readers wait), rows are then staged in order with
+    /// [`CountersWriter::set`], and [`CountersWriter::commit`] writes them.
     pub fn begin(&mut self) {
-        let g = word64(&self.map, 16);
-        g.store(g.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
-        // Release fence: a reader that sees any row written below also sees the odd generation on its re-check.
-        fence(Ordering::Release);
+        self.generation |= 1;
+        let g = self.generation.to_le_bytes();
+        self.write_at(&g, GENERATION_AT);
+        self.rows.clear();
         self.used = 0;
     }
 
-    /// Sets the next row; rows past the capacity are dropped (the reader sees the first `slots`).
+    /// Stages the next row; rows past the capacity are dropped (the reader sees the first `slots`).
     pub fn set(&mut self, name: &str, labels: &str, kind: MetricKind, value: u64) {
         if self.used == self.slots {
             return;
         }
-        let at = HEADER_BYTES + self.used * SLOT_BYTES;
-        word64(&self.map, at).store(value, Ordering::Relaxed);
-        let k = match kind {
-            MetricKind::Counter => 1u32,
+        let mut row = [0u8; SLOT_BYTES];
+        row[..8].copy_from_slice(&value.to_le_bytes());
+        let k: u32 = match kind {
+            MetricKind::Counter => 1,
             MetricKind::Gauge => 2,
         };
-        word32(&self.map, at + 8).store(k, Ordering::Relaxed);
-        // The name and labels change only while the generation is odd; a reader that copied them torn retries.
-        store_str(&self.map, at + 16, METRIC_BYTES, name);
-        store_str(&self.map, at + 64, LABEL_BYTES, labels);
+        row[8..12].copy_from_slice(&k.to_le_bytes());
+        put_str(&mut row[16..16 + METRIC_BYTES], name);
+        put_str(&mut row[64..64 + LABEL_BYTES], labels);
+        self.rows.extend_from_slice(&row);
         self.used += 1;
     }
 
-    /// Ends a rewrite: stores `used` and `updated_ns`, then an even generation (Release).
+    /// Ends a rewrite: writes the rows, `used` and `updated_ns`, then the next even generation.
     pub fn commit(&mut self, updated_ns: u64) {
-        word32(&self.map, 40).store(self.used as u32, Ordering::Relaxed);
-        word64(&self.map, 32).store(updated_ns, Ordering::Relaxed);
-        let g = word64(&self.map, 16);
-        g.store((g.load(Ordering::Relaxed) | 1) + 1, Ordering::Release);
+        let rows = std::mem::take(&mut self.rows);
+        self.write_at(&rows, HEADER_BYTES as u64);
+        self.rows = rows;
+        let mut mid = [0u8; 12];
+        mid[..8].copy_from_slice(&updated_ns.to_le_bytes());
+        mid[8..].copy_from_slice(&(self.used as u32).to_le_bytes());
+        self.write_at(&mid, 32);
+        self.generation = (self.generation | 1) + 1;
+        let g = self.generation.to_le_bytes();
+        self.write_at(&g, GENERATION_AT);
     }
 
     /// Marks the file ended (the values are final). Also done on drop.
     pub fn close(&mut self) {
-        word32(&self.map, 28).store(2, Ordering::Release);
-        let _ = self.map.flush();
+        self.write_at(&2u32.to_le_bytes(), 28);
     }
 }
 
@@ -246,35 +430,90 @@ impl Drop for CountersWriter {
     }
 }
 
-/// Reads a counters file whole, consistent (seqlock: retried while the writer rewrites it).
+/// Whether `name` is a Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+fn metric_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Whether `labels` is `key="value",...` with label names and values a Prometheus parser takes as they are
+/// (values without `"`, `\` or control characters: the writers strip those).
+fn labels_ok(labels: &str) -> bool {
+    let mut rest = labels;
+    while !rest.is_empty() {
+        let Some((key, after)) = rest.split_once("=\"") else { return false };
+        let Some((value, after)) = after.split_once('"') else { return false };
+        if !metric_name_ok(key) || key.contains(':') || value.chars().any(|c| c == '\\' || c.is_control()) {
+            return false;
+        }
+        rest = match after.strip_prefix(',') {
+            Some(next) if !next.is_empty() => next,
+            None if after.is_empty() => after,
+            _ => return false,
+        };
+    }
+    true
+}
+
+/// Reads a counters file whole and consistent (seqlock: retried while the writer rewrites it), with copies
+/// (`pread`): a file truncated meanwhile is an error, never a SIGBUS. Checks the file is a regular file with one
+/// link (`O_NOFOLLOW`), its magic, version and size, and every row's kind, name and labels.
 ///
 /// # Errors
 /// [`CountersError::Io`] when it cannot be opened; [`CountersError::Format`] naming the field when it is not a
-/// counters file of this version; [`CountersError::Busy`] when the writer kept rewriting for about 2 s.
+/// counters file of this version (or cut short); [`CountersError::Busy`] when the writer kept rewriting for
+/// about 2 s.
 pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
     let io = |what| move |source| CountersError::Io { path: path.to_owned(), what, source };
     let bad = |detail: String| CountersError::Format { path: path.to_owned(), detail };
-    let file = OpenOptions::new().read(true).write(true).open(path).map_err(io("open"))?;
-    let len = file.metadata().map_err(io("stat"))?.len() as usize;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io("open"))?;
+    let meta = file.metadata().map_err(io("stat"))?;
+    if !meta.file_type().is_file() {
+        return Err(bad(format!("not a regular file (a {})", kind_of(&meta))));
+    }
+    if meta.nlink() != 1 {
+        return Err(bad(format!("has {} links, expected 1", meta.nlink())));
+    }
+    let copy = |buf: &mut [u8], at: u64| -> Result<(), CountersError> {
+        let mut got = 0;
+        while got < buf.len() {
+            match file.read_at(&mut buf[got..], at + got as u64) {
+                Ok(0) => {
+                    return Err(bad(format!(
+                        "cut short: {} bytes where {} were expected at offset {at}",
+                        at as usize + got,
+                        at as usize + buf.len()
+                    )))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io("read")(e)),
+            }
+        }
+        Ok(())
+    };
+    let len = meta.len() as usize;
+    let mut header = [0u8; HEADER_BYTES];
     if len < HEADER_BYTES {
         return Err(bad(format!("{len} bytes, shorter than the {HEADER_BYTES}-byte header")));
     }
-    // SAFETY: mapped read-write only so the words can be read as atomics (the writer's stores are atomic); this
-    // side never writes. A file cut shorter meanwhile would fault: the writer never shrinks it.
-    let map = unsafe { MmapMut::map_mut(&file) }.map_err(io("mmap"))?;
-    if &map[..8] != MAGIC {
+    copy(&mut header, 0)?;
+    if &header[..8] != MAGIC {
         return Err(bad("field magic: not MDFANCTR".into()));
     }
-    let version = u32::from_le_bytes(map[8..12].try_into().expect("4 bytes"));
+    let version = u32_at(&header, 8);
     if version != VERSION {
         return Err(bad(format!("field version: {version}, this reader knows {VERSION}")));
     }
-    let slots = u32::from_le_bytes(map[12..16].try_into().expect("4 bytes")) as usize;
-    if HEADER_BYTES + slots * SLOT_BYTES > len {
-        return Err(bad(format!(
-            "field slots: {slots} slots need {} bytes, the file has {len}",
-            HEADER_BYTES + slots * SLOT_BYTES
-        )));
+    let slots = u32_at(&header, 12) as usize;
+    let want = HEADER_BYTES as u64 + slots as u64 * SLOT_BYTES as u64;
+    if want != len as u64 {
+        return Err(bad(format!("field slots: {slots} slots need {want} bytes, the file has {len}")));
     }
     // The writer rewrites in microseconds, but it can be descheduled in the middle: yield a while, then sleep
     // 1 ms between tries, for up to about 2 s.
@@ -286,50 +525,100 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
             std::thread::sleep(std::time::Duration::from_millis(1))
         }
     };
+    let mut rows = Vec::new();
     for k in 0..TRIES {
-        let g1 = word64(&map, 16).load(Ordering::Acquire);
+        copy(&mut header, 0)?;
+        let g1 = u64_at(&header, GENERATION_AT as usize);
         if g1 & 1 == 1 {
             wait(k);
             continue;
         }
-        let used = (word32(&map, 40).load(Ordering::Relaxed) as usize).min(slots);
-        let mut metrics = Vec::with_capacity(used);
-        for i in 0..used {
-            let at = HEADER_BYTES + i * SLOT_BYTES;
-            let kind = match word32(&map, at + 8).load(Ordering::Relaxed) {
-                1 => MetricKind::Counter,
-                _ => MetricKind::Gauge,
-            };
-            metrics.push(Metric {
-                value: word64(&map, at).load(Ordering::Relaxed),
-                kind,
-                name: load_str(&map, at + 16, METRIC_BYTES),
-                labels: load_str(&map, at + 64, LABEL_BYTES),
-            });
-        }
-        let updated_ns = word64(&map, 32).load(Ordering::Relaxed);
-        let state = word32(&map, 28).load(Ordering::Acquire);
-        fence(Ordering::Acquire);
-        if word64(&map, 16).load(Ordering::Relaxed) != g1 {
+        let used = (u32_at(&header, 40) as usize).min(slots);
+        rows.resize(used * SLOT_BYTES, 0);
+        copy(&mut rows, HEADER_BYTES as u64)?;
+        let mut again = [0u8; 8];
+        copy(&mut again, GENERATION_AT)?;
+        if u64::from_le_bytes(again) != g1 {
             wait(k);
             continue;
         }
+        let mut metrics = Vec::with_capacity(used);
+        for (i, row) in rows.chunks_exact(SLOT_BYTES).enumerate() {
+            let kind = match u32_at(row, 8) {
+                1 => MetricKind::Counter,
+                2 => MetricKind::Gauge,
+                k => return Err(bad(format!("slot {i}: field kind: {k}, not 1 (counter) or 2 (gauge)"))),
+            };
+            let (name, labels) = (get_str(&row[16..16 + METRIC_BYTES]), get_str(&row[64..64 + LABEL_BYTES]));
+            if !metric_name_ok(&name) {
+                return Err(bad(format!("slot {i}: field name: {name:?} is not a metric name")));
+            }
+            if !labels_ok(&labels) {
+                return Err(bad(format!("slot {i} ({name}): field labels: {labels:?} is not key=\"value\",...")));
+            }
+            metrics.push(Metric { value: u64_at(row, 0), kind, name, labels });
+        }
         return Ok(Snapshot {
-            role: get_str(&map[44..64]),
-            name: get_str(&map[64..128]),
-            pid: u32::from_le_bytes(map[24..28].try_into().expect("4 bytes")),
-            ended: state == 2,
-            updated_ns,
+            role: get_str(&header[44..64]),
+            name: get_str(&header[64..128]),
+            pid: u32_at(&header, 24),
+            ended: u32_at(&header, 28) == 2,
+            updated_ns: u64_at(&header, 32),
             metrics,
+            owner: meta.uid(),
+            group: meta.gid(),
+            mode: meta.permissions().mode() & 0o7777,
         });
     }
     Err(CountersError::Busy { path: path.to_owned(), tries: TRIES })
+}
+
+/// A Prometheus label value with `\`, `"` and newlines escaped (text format 0.0.4), other control characters
+/// dropped.
+pub fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Snapshot {
     /// The value of `name` with exactly `labels`, if present.
     pub fn get(&self, name: &str, labels: &str) -> Option<u64> {
         self.metrics.iter().find(|m| m.name == name && m.labels == labels).map(|m| m.value)
+    }
+
+    /// Whether this file can be trusted, for a reader running as `reader_uid` at `now_ns` (see the module docs):
+    /// [`Standing::Suspect`] when its mode lets others write it, when its writer is alive but runs as another
+    /// user than the file's owner, or when its owner is neither root, the reader, nor in group [`GROUP`] (the
+    /// file's group); otherwise running, ended or dead (writer gone, with the values' age).
+    pub fn standing(&self, reader_uid: u32, now_ns: u64) -> Standing {
+        if self.mode & 0o022 != 0 {
+            return Standing::Suspect(format!("mode {:04o}: others may write it", self.mode));
+        }
+        let trusted_group = group_id(GROUP).is_some_and(|g| g == self.group);
+        if self.owner != 0 && self.owner != reader_uid && !trusted_group {
+            return Standing::Suspect(format!(
+                "owned by uid {} (group {}), which is neither root, you (uid {reader_uid}), nor group {GROUP}",
+                self.owner, self.group
+            ));
+        }
+        match process_uid(self.pid) {
+            Some(uid) if uid != self.owner && !self.ended => Standing::Suspect(format!(
+                "owned by uid {}, but its writer, pid {}, runs as uid {uid}",
+                self.owner, self.pid
+            )),
+            _ if self.ended => Standing::Ended,
+            Some(_) => Standing::Running,
+            None => Standing::Dead { age_ns: now_ns.saturating_sub(self.updated_ns) },
+        }
     }
 
     /// Prometheus text exposition format (version 0.0.4): a `# TYPE` line per metric name, then each sample
@@ -344,11 +633,16 @@ impl Snapshot {
                 let t = if m.kind == MetricKind::Counter { "counter" } else { "gauge" };
                 out.push_str(&format!("# TYPE {} {t}\n", m.name));
             }
-            let instance = format!("role=\"{}\",instance=\"{}\"", self.role, self.name.replace('"', "'"));
+            let instance = self.instance_labels();
             let labels = if m.labels.is_empty() { instance } else { format!("{instance},{}", m.labels) };
             out.push_str(&format!("{}{{{labels}}} {}\n", m.name, m.value));
         }
         out
+    }
+
+    /// `role="...",instance="..."`, escaped.
+    pub fn instance_labels(&self) -> String {
+        format!("role=\"{}\",instance=\"{}\"", escape_label(&self.role), escape_label(&self.name))
     }
 }
 
@@ -371,10 +665,18 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    /// A fresh folder of this user's under the temp dir (mode 0700: nobody else may write there).
+    fn folder(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mdfan-counters-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
     #[test]
     fn a_table_written_reads_back_and_a_closed_file_says_ended() {
-        let dir = std::env::temp_dir().join(format!("mdfan-counters-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = folder("test");
         let path = dir.join("mdfan-publisher-x.counters");
         let mut w = CountersWriter::create(&path, "publisher", "127.0.0.1:7700", 3).unwrap();
         w.begin();
@@ -385,9 +687,10 @@ mod tests {
         w.commit(5);
         let s = read(&path).unwrap();
         assert_eq!(
-            (s.role.as_str(), s.name.as_str(), s.pid, s.ended, s.updated_ns),
-            ("publisher", "127.0.0.1:7700", std::process::id(), false, 5)
+            (s.role.as_str(), s.name.as_str(), s.pid, s.ended, s.updated_ns, s.mode),
+            ("publisher", "127.0.0.1:7700", std::process::id(), false, 5, MODE)
         );
+        assert_eq!(s.standing(effective_uid(), 0), Standing::Running);
         assert_eq!(s.metrics.len(), 3, "the fourth row did not fit");
         assert_eq!(s.get("mdfan_records_total", ""), Some(68_792));
         assert_eq!(s.get("mdfan_session_lag", "session=\"1\",subscriber=\"a\""), Some(117));
@@ -399,7 +702,9 @@ mod tests {
             ]
         );
         drop(w);
-        assert!(read(&path).unwrap().ended);
+        let s = read(&path).unwrap();
+        assert!(s.ended);
+        assert_eq!(s.standing(effective_uid(), 0), Standing::Ended);
         assert_eq!(list(&dir).unwrap(), std::slice::from_ref(&path));
         std::fs::write(&path, [b'x'; 200]).unwrap();
         let e = read(&path).unwrap_err().to_string();
@@ -407,10 +712,90 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A symlink planted at the name is never followed (its target is untouched) and never replaced; a dead
+    /// writer's file of this user is replaced; a folder others may write to is refused.
+    #[test]
+    fn the_name_is_created_exclusively_a_planted_symlink_is_left_alone_and_a_dead_file_is_pruned() {
+        let dir = folder("plant");
+        let path = dir.join("mdfan-publisher-127.0.0.1_7720.counters");
+        let target = dir.join("precious");
+        std::fs::write(&target, b"keep me").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let e = CountersWriter::create(&path, "publisher", "x", 4).err().unwrap().to_string();
+        assert!(e.contains("the name is taken and was left alone: a symlink is there"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me", "the link's target is untouched");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "and the link is not removed");
+        std::fs::remove_file(&path).unwrap();
+        // a file left by a writer that is gone (pid 0x7fffffff does not exist): pruned, the new file takes the name
+        let dead = CountersWriter::create(&path, "publisher", "old", 4).unwrap();
+        dead.file.write_all_at(&0x7fff_fff0u32.to_le_bytes(), 24).unwrap();
+        std::mem::forget(dead); // not closed: as a killed process leaves it
+        let s = read(&path).unwrap();
+        assert!(matches!(
+            s.standing(effective_uid(), s.updated_ns + 7_000_000_000),
+            Standing::Dead { age_ns: 7_000_000_000 }
+        ));
+        let w = CountersWriter::create(&path, "publisher", "new", 4).unwrap();
+        assert_eq!(read(&path).unwrap().name, "new");
+        // this writer is alive: a second one for the same name is refused
+        let e = CountersWriter::create(&path, "publisher", "again", 4).err().unwrap().to_string();
+        assert!(e.contains("is still running") || e.contains("left alone"), "{e}");
+        drop(w);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = CountersWriter::create(&dir.join("mdfan-y.counters"), "publisher", "y", 4).err().unwrap().to_string();
+        assert!(e.contains("others may replace files in it (no sticky bit)"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file cut short under a reader (or before it) is an error naming the size, never a crash; rows that are
+    /// not metric names and labels are refused naming the slot; a file others may write is suspect.
+    #[test]
+    fn truncated_malformed_and_world_writable_files_are_errors_or_suspect_never_a_crash() {
+        let dir = folder("cut");
+        let path = dir.join("mdfan-publisher-cut.counters");
+        let mut w = CountersWriter::create(&path, "publisher", "cut", 8).unwrap();
+        w.begin();
+        w.set("mdfan_records_total", "", MetricKind::Counter, 1);
+        w.commit(1);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(500).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("field slots: 8 slots need 1664 bytes, the file has 500"), "{e}");
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(40).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("40 bytes, shorter than the 128-byte header"), "{e}");
+        // the writer goes on writing (pwrite extends the file again): no signal, an error at most
+        w.begin();
+        w.set("mdfan_records_total", "", MetricKind::Counter, 2);
+        w.commit(2);
+        drop(w);
+        let mut forged = CountersWriter::create(&dir.join("mdfan-forged.counters"), "publisher", "f", 2).unwrap();
+        forged.begin();
+        forged.set("mdfan_session_lag", "session=\"1\"} 999999\nmdfan_x{a=\"b", MetricKind::Gauge, 7);
+        forged.commit(1);
+        let e = read(forged.path()).unwrap_err().to_string();
+        assert!(e.contains("slot 0 (mdfan_session_lag): field labels"), "{e}");
+        forged.begin();
+        forged.set("mdfan_ok", "", MetricKind::Gauge, 7);
+        forged.commit(1);
+        std::fs::set_permissions(forged.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let s = read(forged.path()).unwrap();
+        assert_eq!(s.standing(effective_uid(), 0), Standing::Suspect("mode 0666: others may write it".into()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn labels_are_checked_pair_by_pair() {
+        for good in ["", "a=\"1\"", "session=\"1\",subscriber=\"a b\"", "quantile=\"0.5\",clock=\"nic\""] {
+            assert!(labels_ok(good), "{good}");
+        }
+        for bad in ["a", "a=1", "a=\"1\",", "a=\"1\"b=\"2\"", "1a=\"x\"", "a=\"x\ny\"", "a=\"x\\\"", "a:b=\"x\""] {
+            assert!(!labels_ok(bad), "{bad}");
+        }
+    }
+
     #[test]
     fn a_reader_never_sees_a_half_written_table() {
-        let dir = std::env::temp_dir().join(format!("mdfan-counters-race-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = folder("race");
         let path = dir.join("mdfan-race.counters");
         let mut w = CountersWriter::create(&path, "publisher", "race", 8).unwrap();
         w.begin();
@@ -421,7 +806,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut reads = 0u64;
                 loop {
-                    let last = done.load(Ordering::Relaxed);
+                    let last = done.load(std::sync::atomic::Ordering::Relaxed);
                     let s = match read(&path) {
                         Ok(s) => s,
                         Err(CountersError::Busy { .. }) => continue, // this writer never pauses; a real one does
@@ -448,8 +833,9 @@ mod tests {
             }
             w.commit(v);
         }
-        done.store(true, Ordering::Relaxed);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(reader.join().unwrap() > 0);
+        assert!(w.failure().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

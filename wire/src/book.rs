@@ -54,7 +54,7 @@ pub enum BookError {
         /// The order the record names.
         order_id: u64,
         /// The record's `venue_seq` (the venue's sequence number).
-        venue_seq: u32,
+        venue_seq: u64,
     },
     /// `Cancel` larger than what rests.
     #[error("instrument {instrument_id}: cancel of {cancel} on order_id {order_id} which has only {resting} (venue_seq {venue_seq})")]
@@ -68,7 +68,7 @@ pub enum BookError {
         /// Shares the record cancels.
         cancel: u32,
         /// The record's `venue_seq` (the venue's sequence number).
-        venue_seq: u32,
+        venue_seq: u64,
     },
     /// `Add` of an order_id that is already resting.
     #[error("instrument {instrument_id}: add of order_id {order_id} which is already resting (venue_seq {venue_seq})")]
@@ -78,7 +78,7 @@ pub enum BookError {
         /// The order the record names.
         order_id: u64,
         /// The record's `venue_seq` (the venue's sequence number).
-        venue_seq: u32,
+        venue_seq: u64,
     },
     /// `Add`/`Modify` with side `N` or an unknown side byte.
     #[error("instrument {instrument_id}: order_id {order_id} has side byte {side:#04x}, expected B or A")]
@@ -106,8 +106,10 @@ pub struct Book {
     orders: HashMap<u64, Order>,
     bids: BTreeMap<i64, Agg>,
     asks: BTreeMap<i64, Agg>,
-    /// venue_seq of the last record applied.
-    pub last_venue_seq: u32,
+    /// The venue seq of the last record applied ([`BookUpdate::venue_seq`]).
+    pub last_venue_seq: u64,
+    /// The venue position of the last record applied (`venue_pos`).
+    pub last_venue_pos: u64,
     /// ts_recv_ns of the last record applied.
     pub last_ts_recv_ns: u64,
     /// ts_event_ns of the last record applied.
@@ -170,7 +172,7 @@ impl Book {
                     return Err(BookError::DuplicateOrder {
                         instrument_id: r.instrument_id,
                         order_id: r.order_id,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 }
                 let priority = self.take_priority();
@@ -182,7 +184,7 @@ impl Book {
                     return Err(BookError::UnknownOrder {
                         instrument_id: r.instrument_id,
                         order_id: r.order_id,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 };
                 if r.size > order.size {
@@ -191,7 +193,7 @@ impl Book {
                         order_id: r.order_id,
                         resting: order.size,
                         cancel: r.size,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 }
                 let left = order.size - r.size;
@@ -225,9 +227,11 @@ impl Book {
             | Kind::LevelDeleteThru
             | Kind::LevelDeleteFrom
             | Kind::InstrumentStale
-            | Kind::TradingStatus => return Ok(()),
+            | Kind::TradingStatus
+            | Kind::FeedStatus => return Ok(()),
         }
-        self.last_venue_seq = r.venue_seq;
+        self.last_venue_seq = r.venue_seq();
+        self.last_venue_pos = r.venue_pos;
         self.last_ts_recv_ns = r.ts_recv_ns;
         self.last_ts_event_ns = r.ts_event_ns;
         self.records += 1;
@@ -241,11 +245,11 @@ impl Book {
 
     /// Appends this book as snapshot records: a `Clear`, then one `Add` per resting order (bids then asks,
     /// best price first, queue priority within a level), every one flagged `SNAPSHOT`, the last one also
-    /// `LAST`. Each carries the book's last venue_seq, ts_recv_ns and ts_event_ns.
+    /// `LAST`. Each carries the book's last venue position, ts_recv_ns and ts_event_ns.
     pub fn snapshot_into(&self, instrument_id: u32, out: &mut Vec<BookUpdate>) {
         let base = BookUpdate {
             instrument_id,
-            venue_seq: self.last_venue_seq,
+            venue_pos: self.last_venue_pos,
             ts_recv_ns: self.last_ts_recv_ns,
             ts_event_ns: self.last_ts_event_ns,
             flags: crate::flags::SNAPSHOT,
@@ -331,7 +335,11 @@ impl Books {
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
             // Price-level records (for `crate::mbp::MbpBooks`) are ignored here, without making a book.
-            Some(k) if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus => Ok(()),
+            Some(k)
+                if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus || k == Kind::FeedStatus =>
+            {
+                Ok(())
+            }
             _ => match self.books.get_mut(&r.instrument_id) {
                 Some(book) => book.apply(r),
                 None => {

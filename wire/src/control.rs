@@ -1,6 +1,7 @@
 //! The control plane: a versioned handshake between subscriber and publisher.
 //!
-//! Transport: a stream socket (TCP). Framing: a 4-byte little-endian length, then that many bytes of JSON,
+//! Transport: a stream socket (TCP, or the publisher's Unix-domain socket on its own host, over which a shared-memory
+//! ring travels as a file descriptor: [`RingGrant::ShmFd`]). Framing: a 4-byte little-endian length, then that many bytes of JSON,
 //! at most [`MAX_FRAME_BYTES`]. Each frame is an envelope `{"v": <protocol version>, "msg": {...}}`; the version
 //! is read before the message, so a peer speaking another version gets a clear [`Reject`] naming both
 //! versions instead of a parse error.
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// [`Accept`] the instruments' `definitions` and the `ts_recv_clock` (a version-2 subscriber would refuse such an
 /// accept as malformed, so the version says it first). 2: [`Bye`] carries a typed [`CloseReason`] and a separate
 /// detail (1 had one free-text reason).
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest control frame accepted, in bytes (the length prefix excluded): 2 MiB, room for an `Accept` carrying a
 /// whole Nasdaq day's Stock Directory (some 9,000 definitions of about 90 bytes).
 pub const MAX_FRAME_BYTES: u32 = 2 * 1024 * 1024;
@@ -29,6 +30,13 @@ pub enum RingGrant {
     Shm {
         /// Absolute path of the ring file; the publisher maps it read-write.
         path: String,
+        /// Slots in the ring (power of two).
+        slot_count: u32,
+    },
+    /// Shared memory on the publisher's host, the ring itself passed as a file descriptor (`SCM_RIGHTS`, unix(7))
+    /// in the same `sendmsg` as this frame, over the publisher's Unix-domain control socket: no file name, so
+    /// nothing another local user could name or open (a sealed `memfd_create(2)` file on Linux).
+    ShmFd {
         /// Slots in the ring (power of two).
         slot_count: u32,
     },
@@ -49,7 +57,9 @@ impl RingGrant {
     /// Slots in the granted ring.
     pub fn slot_count(&self) -> u32 {
         match self {
-            RingGrant::Shm { slot_count, .. } | RingGrant::Verbs { slot_count, .. } => *slot_count,
+            RingGrant::Shm { slot_count, .. }
+            | RingGrant::ShmFd { slot_count }
+            | RingGrant::Verbs { slot_count, .. } => *slot_count,
         }
     }
 }
@@ -348,6 +358,16 @@ pub enum ControlError {
     /// The length prefix is over [`MAX_FRAME_BYTES`].
     #[error("control frame length {0} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")]
     TooLarge(u32),
+    /// The length prefix is over the limit the reader set for this kind of frame ([`take_frame_limited`]).
+    #[error("control frame length {len} bytes exceeds the {limit}-byte limit for a {what} frame")]
+    OverLimit {
+        /// The length the prefix announced.
+        len: u32,
+        /// The reader's limit.
+        limit: u32,
+        /// What the reader expected there (`subscribe`, `snapshot_request or bye`).
+        what: &'static str,
+    },
     /// The frame is not a JSON envelope `{"v": N, "msg": ...}`.
     #[error("control frame is malformed: {0}")]
     Malformed(String),
@@ -402,10 +422,30 @@ pub fn decode_body(body: &[u8]) -> Result<ControlMsg, ControlError> {
 /// that cannot be used ([`ControlError::TooLarge`]: `buf` is left as it is, the stream cannot be resynchronised;
 /// otherwise the frame is consumed).
 pub fn take_frame(buf: &mut Vec<u8>) -> Option<Result<ControlMsg, ControlError>> {
-    let prefix: [u8; 4] = buf.get(..4)?.try_into().expect("4 bytes");
-    let len = u32::from_le_bytes(prefix);
+    take_frame_limited(buf, MAX_FRAME_BYTES, "control")
+}
+
+/// The length a frame's 4-byte prefix announces, once 4 bytes are there.
+pub fn frame_length(buf: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(buf.get(..4)?.try_into().expect("4 bytes")))
+}
+
+/// [`take_frame`] with a smaller limit than [`MAX_FRAME_BYTES`] for what the reader expects there (`what`, named
+/// in the error): a publisher reads a subscriber's frames with limits sized to a `Subscribe` and to a
+/// `SnapshotRequest`, so a peer cannot make it buffer megabytes per connection. A length over it is
+/// [`ControlError::OverLimit`] (`buf` left as it is: the stream cannot be resynchronised), known from the
+/// 4-byte prefix alone, before the body is read.
+pub fn take_frame_limited(
+    buf: &mut Vec<u8>,
+    limit: u32,
+    what: &'static str,
+) -> Option<Result<ControlMsg, ControlError>> {
+    let len = frame_length(buf)?;
     if len > MAX_FRAME_BYTES {
         return Some(Err(ControlError::TooLarge(len)));
+    }
+    if len > limit {
+        return Some(Err(ControlError::OverLimit { len, limit, what }));
     }
     let end = 4 + len as usize;
     if buf.len() < end {
@@ -430,15 +470,15 @@ pub fn write_msg(w: &mut impl Write, msg: &ControlMsg) -> io::Result<()> {
 ///
 /// # Errors
 /// [`ControlError::Timeout`] when the frame is not complete in time, and as [`read_msg`].
-pub fn read_msg_within(
-    stream: &mut std::net::TcpStream,
+pub fn read_msg_within<S: TimedStream>(
+    stream: &mut S,
     timeout: std::time::Duration,
 ) -> Result<ControlMsg, ControlError> {
-    struct Deadline<'a> {
-        stream: &'a mut std::net::TcpStream,
+    struct Deadline<'a, S> {
+        stream: &'a mut S,
         deadline: std::time::Instant,
     }
-    impl Read for Deadline<'_> {
+    impl<S: TimedStream> Read for Deadline<'_, S> {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             let left = self.deadline.saturating_duration_since(std::time::Instant::now());
             // past the deadline: only what is already there (the smallest SO_RCVTIMEO, 1 µs)
@@ -458,6 +498,27 @@ pub fn read_msg_within(
             Err(ControlError::Timeout(timeout))
         }
         other => other,
+    }
+}
+
+/// A stream socket a control frame can be read from under a deadline ([`read_msg_within`]): TCP or Unix-domain.
+pub trait TimedStream: Read {
+    /// `SO_RCVTIMEO`, as the std sockets set it.
+    ///
+    /// # Errors
+    /// As the socket's own `set_read_timeout`.
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()>;
+}
+
+impl TimedStream for std::net::TcpStream {
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        std::net::TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+impl TimedStream for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, timeout)
     }
 }
 
@@ -524,7 +585,7 @@ mod tests {
         let body = std::str::from_utf8(&encode(&accept(vec![]))[4..]).unwrap().to_owned();
         assert_eq!(
             body,
-            r#"{"v":3,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
+            r#"{"v":4,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
         );
         assert_eq!(decode_body(body.as_bytes()).unwrap(), accept(vec![]));
         // Present.
@@ -546,9 +607,9 @@ mod tests {
         ));
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
         // A definition with only id and symbol takes the defaults (display factor 1, tick unknown).
-        let short = br#"{"v":3,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
+        let short = br#"{"v":4,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
         assert_eq!(decode_body(short).unwrap(), accept(vec![InstrumentDef::new(17077, "ESH4")]));
-        let bad = br#"{"v":3,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
+        let bad = br#"{"v":4,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
         let e = decode_body(bad).unwrap_err().to_string();
         assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
     }
@@ -591,14 +652,14 @@ mod tests {
         let frame = encode(&bye);
         assert_eq!(
             std::str::from_utf8(&frame[4..]).unwrap(),
-            r#"{"v":3,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
+            r#"{"v":4,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
         );
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), bye);
-        let shutdown = decode_body(br#"{"v":3,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
+        let shutdown = decode_body(br#"{"v":4,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
         assert_eq!(shutdown, ControlMsg::Bye(Bye::new(CloseReason::Shutdown)));
         assert_eq!(shutdown.kind(), "bye");
         // a free-text reason (protocol 1) is not a reason any more
-        let e = decode_body(br#"{"v":3,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
+        let e = decode_body(br#"{"v":4,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
         for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
@@ -639,7 +700,7 @@ mod tests {
 
     #[test]
     fn an_accept_says_which_clock_stamped_ts_recv_and_a_replay_reads_as_before() {
-        let before = r#"{"v":3,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
+        let before = r#"{"v":4,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
         // a replay's accept is byte for byte what a publisher without the field sent, and that one parses as a replay
         let replay = encode(&accept_clocked(TsRecvClock::None));
         assert_eq!(std::str::from_utf8(&replay[4..]).unwrap(), before);
@@ -677,7 +738,7 @@ mod tests {
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
         assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
         assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
-        assert!(matches!(decode_body(br#"{"v":3,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":4,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
         assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
     }
 }

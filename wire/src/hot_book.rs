@@ -448,8 +448,8 @@ pub struct HotBook {
     orders: IdMap<RestingOrder>,
     bids: Ladder,
     asks: Ladder,
-    /// venue_seq of the last record applied.
-    pub last_venue_seq: u32,
+    /// The venue seq of the last record applied ([`BookUpdate::venue_seq`]).
+    pub last_venue_seq: u64,
     /// ts_recv_ns of the last record applied.
     pub last_ts_recv_ns: u64,
     /// ts_event_ns of the last record applied.
@@ -545,7 +545,7 @@ impl HotBook {
                     return Err(BookError::DuplicateOrder {
                         instrument_id: r.instrument_id,
                         order_id: r.order_id,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 }
                 self.orders.insert_vacant(p, r.order_id, RestingOrder { price_e9: r.price_e9, size: r.size, side });
@@ -557,7 +557,7 @@ impl HotBook {
                     return Err(BookError::UnknownOrder {
                         instrument_id: r.instrument_id,
                         order_id: r.order_id,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 }
                 let order = *self.orders.at_mut(p.index);
@@ -567,7 +567,7 @@ impl HotBook {
                         order_id: r.order_id,
                         resting: order.size,
                         cancel: r.size,
-                        venue_seq: r.venue_seq,
+                        venue_seq: r.venue_seq(),
                     });
                 }
                 let left = order.size - r.size;
@@ -610,9 +610,10 @@ impl HotBook {
             | Kind::LevelDeleteThru
             | Kind::LevelDeleteFrom
             | Kind::InstrumentStale
-            | Kind::TradingStatus => return Ok(()),
+            | Kind::TradingStatus
+            | Kind::FeedStatus => return Ok(()),
         }
-        self.last_venue_seq = r.venue_seq;
+        self.last_venue_seq = r.venue_seq();
         self.last_ts_recv_ns = r.ts_recv_ns;
         self.last_ts_event_ns = r.ts_event_ns;
         self.records += 1;
@@ -795,7 +796,11 @@ impl HotBooks {
             }
             Some(Kind::SnapshotEnd | Kind::Heartbeat | Kind::EndOfStream) => Ok(()),
             // Price-level records (for `crate::mbp::MbpBooks`) are ignored, without taking a book, as in `Books`.
-            Some(k) if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus => Ok(()),
+            Some(k)
+                if k.is_level() || k == Kind::InstrumentStale || k == Kind::TradingStatus || k == Kind::FeedStatus =>
+            {
+                Ok(())
+            }
             _ => {
                 let p = self.index.probe(r.instrument_id as u64);
                 if p.found {
@@ -1049,7 +1054,7 @@ mod tests {
         reference.apply(&BookUpdate::control(Kind::SnapshotBegin)).unwrap();
         assert!(books.is_empty() && books.get(7).is_none() && reference.get(7).is_none());
         assert_eq!(books.spare.len(), 3);
-        let r = BookUpdate { venue_seq: 5, ..rec(Kind::Add, Side::Ask, 1, 101, 2) };
+        let r = BookUpdate { venue_pos: crate::venue_position(5, 0), ..rec(Kind::Add, Side::Ask, 1, 101, 2) };
         books.apply(&r).unwrap();
         reference.apply(&r).unwrap();
         same(books.get(7).unwrap(), reference.get(7).unwrap());

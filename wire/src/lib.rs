@@ -10,7 +10,8 @@
 //!   [`Book`]/[`Books`] after every record.
 //! - [`mbp`]: price-level (MBP-10) books fed the level kinds, with CME MDP 3.0's rules.
 //! - [`symbology`]: instrument_id → symbol and price display ([`Symbology`], [`InstrumentDef`]), control plane only.
-//! - [`status`]: per-instrument trading status from [`Kind::TradingStatus`] records ([`TradingStates`]).
+//! - [`status`]: per-instrument trading status from [`Kind::TradingStatus`] records ([`TradingStates`]), the
+//!   live feed's silences from [`Kind::FeedStatus`] records ([`FeedHealth`]).
 //!
 //! No sockets, clocks, threads or feed decoders live here (those are in `mdfan-feed`): the book takes records.
 #![forbid(unsafe_code)]
@@ -28,6 +29,9 @@ pub mod symbology;
 pub use book::{Book, BookError, Books, Level};
 pub use hot_book::{BookCapacity, HotBook, HotBooks, LevelIter, RestingOrder};
 pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
-pub use record::{flags, BookUpdate, Kind, Side, Status, StatusKind};
-pub use status::{InstrumentStatus, TradingStates};
+pub use record::{
+    flags, venue_position, BookUpdate, FeedState, Kind, Side, StaleBook, Status, StatusKind, VenueRun,
+    CHANNEL_INSTRUMENT_ID, VENUE_SEQ_MAX,
+};
+pub use status::{FeedHealth, InstrumentStatus, TradingStates};
 pub use symbology::{InstrumentDef, Symbology};

@@ -14,7 +14,7 @@
 //! | [`Kind::LevelDeleteThru`] | 3 DeleteThru | empty the whole side |
 //! | [`Kind::LevelDeleteFrom`] | 4 DeleteFrom | remove positions 1..=N; the rest move up N |
 //! | [`Kind::Clear`] | book reset (`MDEntryType` `J`), snapshot start | empty both sides, both books; not stale |
-//! | [`Kind::InstrumentStale`] | (a `RptSeq` gap) | mark the book stale until the next `Clear` |
+//! | [`Kind::InstrumentStale`] with [`StaleBook::PriceLevel`] | (a `RptSeq` gap) | mark the book stale until the next `Clear` (an order book's stale mark is ignored) |
 //!
 //! A book that started without a snapshot cannot know the levels it never saw: a New or Change at a position
 //! deeper than what was filled leaves the positions above it empty (the "padding" of the data README), and the
@@ -24,7 +24,7 @@
 //! Nothing allocates after construction: a book is a fixed array, [`MbpBooks`] reserves room for its
 //! instruments up front and refuses one more than that.
 
-use crate::record::{flags, BookUpdate, Kind, Side};
+use crate::record::{flags, BookUpdate, Kind, Side, StaleBook};
 
 /// Price levels kept per side (CME's MBP depth for most futures, tag 264 `MarketDepth` = 10).
 pub const MBP_DEPTH: usize = 10;
@@ -53,7 +53,7 @@ pub enum MbpError {
         /// The record's kind.
         kind: Kind,
         /// The record's `venue_seq`.
-        venue_seq: u32,
+        venue_seq: u64,
     },
     /// A level kind whose side byte is not `B` or `A`.
     #[error(
@@ -67,7 +67,7 @@ pub enum MbpError {
         /// The side byte found.
         side: u8,
         /// The record's `venue_seq`.
-        venue_seq: u32,
+        venue_seq: u64,
     },
     /// A new instrument while [`MbpBooks`] already holds as many as it reserved room for.
     #[error("instrument {instrument_id}: no room for another price-level book (capacity {capacity} instruments)")]
@@ -87,10 +87,13 @@ pub struct MbpBook {
     instrument_id: u32,
     /// Outright bids, asks, implied bids, implied asks (index: [`MbpBook::slot`]).
     sides: [Positions; 4],
+    /// Per side (as `sides`), bit N-1: position N held a level at some point since the book was made or last
+    /// cleared (what the feed filled; a position never filled is unknown, not known empty).
+    filled: [u16; 4],
     stale: bool,
     records: u64,
     beyond_depth: u64,
-    last_venue_seq: u32,
+    last_venue_pos: u64,
 }
 
 impl MbpBook {
@@ -99,10 +102,11 @@ impl MbpBook {
         MbpBook {
             instrument_id,
             sides: [[None; MBP_DEPTH]; 4],
+            filled: [0; 4],
             stale: false,
             records: 0,
             beyond_depth: 0,
-            last_venue_seq: 0,
+            last_venue_pos: 0,
         }
     }
 
@@ -130,23 +134,28 @@ impl MbpBook {
         self.beyond_depth
     }
 
-    /// `venue_seq` of the last record applied.
-    pub const fn last_venue_seq(&self) -> u32 {
-        self.last_venue_seq
+    /// The venue seq of the last record applied ([`BookUpdate::venue_seq`]).
+    pub const fn last_venue_seq(&self) -> u64 {
+        self.last_venue_pos >> crate::record::VENUE_INDEX_BITS
+    }
+
+    /// The venue position of the last record applied.
+    pub const fn last_venue_pos(&self) -> u64 {
+        self.last_venue_pos
     }
 
     /// Appends the records that rebuild this book from empty, for a snapshot: `Clear`, then one
     /// [`Kind::LevelNew`] per filled position (outright bids, asks, then implied bids, asks; each side best
     /// first, so every insert lands below what is there and moves nothing), then [`Kind::InstrumentStale`] if the
     /// book is stale (its levels are the publisher's best knowledge, not the venue's). Every record carries
-    /// [`flags::SNAPSHOT`] and `venue_seq` = the last one applied; a level record carries its price, size, order
+    /// [`flags::SNAPSHOT`] and `venue_pos` = the last one applied (the stale mark says [`StaleBook::PriceLevel`]); a level record carries its price, size, order
     /// count (in `order_id`) and position (in `level`), as a live one does. Applied in order to an empty
     /// [`MbpBook`] it gives back this book's levels and stale mark. Returns the records appended.
     pub fn snapshot_into(&self, out: &mut Vec<BookUpdate>) -> usize {
         let before = out.len();
         let base = BookUpdate {
             instrument_id: self.instrument_id,
-            venue_seq: self.last_venue_seq,
+            venue_pos: self.last_venue_pos,
             flags: flags::SNAPSHOT | flags::MBP,
             ..BookUpdate::control(Kind::Clear)
         };
@@ -169,7 +178,12 @@ impl MbpBook {
             }
         }
         if self.stale {
-            out.push(BookUpdate { flags: flags::SNAPSHOT, kind: Kind::InstrumentStale as u8, ..base });
+            out.push(BookUpdate {
+                flags: flags::SNAPSHOT,
+                kind: Kind::InstrumentStale as u8,
+                level: StaleBook::PriceLevel as u8,
+                ..base
+            });
         }
         out.len() - before
     }
@@ -177,6 +191,24 @@ impl MbpBook {
     /// Position `level` (1 = best) of the outright `side`; `None` when empty, unknown or past the depth.
     pub fn level(&self, side: Side, level: usize) -> Option<MbpLevel> {
         self.top(side, MBP_DEPTH).get(level.checked_sub(1)?).copied().flatten()
+    }
+
+    /// The deepest position (1 = best) of the outright `side` that held a level since the book was made or last
+    /// cleared: 0 when none did. A level-1 feed's book never goes past 1.
+    pub fn filled_depth(&self, side: Side) -> usize {
+        if side == Side::None {
+            return 0;
+        }
+        16 - self.filled[Self::slot(side, false)].leading_zeros() as usize
+    }
+
+    /// Whether position `level` (1 = best) of the outright `side` held a level since the book was made or last
+    /// cleared. An empty position that never did is unknown (the book started without a snapshot, and the feed
+    /// filled a deeper one first), not known to be empty.
+    pub fn ever_filled(&self, side: Side, level: usize) -> bool {
+        side != Side::None
+            && (1..=MBP_DEPTH).contains(&level)
+            && self.filled[Self::slot(side, false)] & (1 << (level - 1)) != 0
     }
 
     /// Best outright bid and best outright ask (position 1 of each side).
@@ -210,11 +242,16 @@ impl MbpBook {
     pub fn apply(&mut self, r: &BookUpdate) -> Result<(), MbpError> {
         let Some(kind) = r.kind() else { return Ok(()) };
         match kind {
-            Kind::Clear => self.sides = [[None; MBP_DEPTH]; 4],
+            Kind::Clear => {
+                self.sides = [[None; MBP_DEPTH]; 4];
+                self.filled = [0; 4];
+            }
+            // A stale mark about an order book is not this book's.
+            Kind::InstrumentStale if r.stale_book() != Some(StaleBook::PriceLevel) => return Ok(()),
             Kind::InstrumentStale => {
                 self.stale = true;
                 self.records += 1;
-                self.last_venue_seq = r.venue_seq;
+                self.last_venue_pos = r.venue_pos;
                 return Ok(());
             }
             k if k.is_level() => self.apply_level(k, r)?,
@@ -224,12 +261,12 @@ impl MbpBook {
             self.stale = false;
         }
         self.records += 1;
-        self.last_venue_seq = r.venue_seq;
+        self.last_venue_pos = r.venue_pos;
         Ok(())
     }
 
     fn apply_level(&mut self, kind: Kind, r: &BookUpdate) -> Result<(), MbpError> {
-        let (instrument_id, venue_seq) = (r.instrument_id, r.venue_seq);
+        let (instrument_id, venue_seq) = (r.instrument_id, r.venue_seq());
         let side = match r.side() {
             Some(s @ (Side::Bid | Side::Ask)) => s,
             _ => return Err(MbpError::BadSide { instrument_id, kind, side: r.side, venue_seq }),
@@ -238,7 +275,8 @@ impl MbpBook {
             return Err(MbpError::LevelZero { instrument_id, kind, venue_seq });
         }
         let n = usize::from(r.level);
-        let positions = &mut self.sides[Self::slot(side, r.flags & flags::IMPLIED != 0)];
+        let slot = Self::slot(side, r.flags & flags::IMPLIED != 0);
+        let positions = &mut self.sides[slot];
         let entry = Some(MbpLevel {
             price_e9: r.price_e9,
             size: r.size,
@@ -262,6 +300,11 @@ impl MbpBook {
                 positions[MBP_DEPTH - 1] = None;
             }
             _ => {}
+        }
+        for (i, l) in self.sides[slot].iter().enumerate() {
+            if l.is_some() {
+                self.filled[slot] |= 1 << i;
+            }
         }
         Ok(())
     }
@@ -292,13 +335,13 @@ impl MbpBooks {
     pub fn apply(&mut self, r: &BookUpdate) -> Result<(), MbpError> {
         match r.kind() {
             Some(Kind::SnapshotBegin) => {
-                let empty = BookUpdate { venue_seq: r.venue_seq, ..BookUpdate::control(Kind::Clear) };
+                let empty = BookUpdate { venue_pos: r.venue_pos, ..BookUpdate::control(Kind::Clear) };
                 for b in &mut self.books {
                     b.apply(&empty)?;
                 }
                 Ok(())
             }
-            Some(k) if k.is_level() || k == Kind::Clear || k == Kind::InstrumentStale => {
+            Some(k) if k.is_level() || k == Kind::Clear || r.stale_book() == Some(StaleBook::PriceLevel) => {
                 match self.books.binary_search_by_key(&r.instrument_id, |b| b.instrument_id) {
                     Ok(i) => self.books[i].apply(r),
                     Err(i) => {
@@ -381,14 +424,22 @@ mod tests {
         b.apply(&lv(Kind::LevelNew, Side::Ask, 1, 101, 2)).unwrap();
         let implied = BookUpdate { flags: flags::MBP | flags::IMPLIED, ..lv(Kind::LevelNew, Side::Ask, 2, 103, 6) };
         b.apply(&implied).unwrap();
-        b.apply(&BookUpdate { venue_seq: 77, instrument_id: 5, ..BookUpdate::control(Kind::InstrumentStale) }).unwrap();
+        b.apply(&BookUpdate {
+            venue_pos: crate::record::venue_position(77, 0),
+            ..BookUpdate::stale(5, StaleBook::PriceLevel)
+        })
+        .unwrap();
         let mut out = Vec::new();
         assert_eq!(b.snapshot_into(&mut out), 6, "Clear, 4 levels, InstrumentStale");
         let kinds: Vec<_> = out.iter().map(|r| r.kind().unwrap()).collect();
         use Kind::*;
         assert_eq!(kinds, [Clear, LevelNew, LevelNew, LevelNew, LevelNew, InstrumentStale]);
-        assert_eq!(out.iter().map(|r| r.level).collect::<Vec<_>>(), [0, 1, 4, 1, 2, 0]);
-        assert!(out.iter().all(|r| r.flags & flags::SNAPSHOT != 0 && r.instrument_id == 5 && r.venue_seq == 77));
+        assert_eq!(
+            out.iter().map(|r| r.level).collect::<Vec<_>>(),
+            [0, 1, 4, 1, 2, StaleBook::PriceLevel as u8],
+            "the stale mark names its book"
+        );
+        assert!(out.iter().all(|r| r.flags & flags::SNAPSHOT != 0 && r.instrument_id == 5 && r.venue_seq() == 77));
         // applied to a book that held something else, it gives back the same levels and the stale mark
         let mut c = MbpBook::new(5);
         c.apply(&lv(Kind::LevelNew, Side::Bid, 1, 50, 9)).unwrap();
@@ -485,11 +536,19 @@ mod tests {
     fn stale_until_clear_and_bad_records_change_nothing() {
         let mut books = MbpBooks::with_capacity(2);
         books.apply(&lv(Kind::LevelNew, Side::Bid, 1, 100, 1)).unwrap();
-        books.apply(&lv(Kind::InstrumentStale, Side::None, 0, 0, 0)).unwrap();
+        // An order book's stale mark is not a price-level book's: no book is made or marked.
+        books.apply(&BookUpdate::stale(5, StaleBook::Order)).unwrap();
+        books.apply(&BookUpdate::stale(6, StaleBook::Order)).unwrap();
+        assert!(!books.get(5).unwrap().is_stale());
+        assert!(books.get(6).is_none());
+        books.apply(&lv(Kind::InstrumentStale, Side::None, StaleBook::PriceLevel as u8, 0, 0)).unwrap();
         assert!(books.get(5).unwrap().is_stale());
         let before = books.get(5).unwrap().clone();
         assert_eq!(
-            books.apply(&BookUpdate { venue_seq: 9, ..lv(Kind::LevelNew, Side::Bid, 0, 1, 1) }),
+            books.apply(&BookUpdate {
+                venue_pos: crate::record::venue_position(9, 0),
+                ..lv(Kind::LevelNew, Side::Bid, 0, 1, 1)
+            }),
             Err(MbpError::LevelZero { instrument_id: 5, kind: Kind::LevelNew, venue_seq: 9 })
         );
         assert!(matches!(

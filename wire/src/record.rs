@@ -10,18 +10,42 @@
 //! |      0 |    8 | `seq`            | this subscriber stream's sequence, contiguous from 1                |
 //! |      8 |    8 | `ts_event_ns`    | matching-engine time, ns since the UNIX epoch (DBN `ts_event`)      |
 //! |     16 |    8 | `ts_recv_ns`     | capture time, ns since the UNIX epoch (DBN `ts_recv`)               |
-//! |     24 |    8 | `ts_send_ticks`  | publisher TSC at post time (raw `quanta` counter, same-host only)   |
+//! |     24 |    8 | `venue_pos`      | the venue position ("Venue position", below): venue seq << 16 \| index |
 //! |     32 |    8 | `price_e9`       | price in units of 1e-9 (DBN fixed point); `i64::MAX` = undefined    |
 //! |     40 |    8 | `order_id`       | venue order id (DBN `order_id`); level kinds: the level's order count |
 //! |     48 |    4 | `instrument_id`  | venue instrument id (DBN `instrument_id`; MDP 3.0 `SecurityID`)     |
 //! |     52 |    4 | `size`           | quantity (DBN `size`); level kinds: the level's total quantity      |
-//! |     56 |    4 | `venue_seq`      | the feed's own sequence number (DBN `sequence`; MDP 3.0 `MsgSeqNum`)|
+//! |     56 |    4 | `ts_send_ticks`  | publisher TSC at post time, its low 32 bits (raw `quanta` counter, same-host only; read with wrapping subtraction) |
 //! |     60 |    1 | `kind`           | [`Kind`]                                                            |
 //! |     61 |    1 | `side`           | [`Side`] as ASCII: `B`, `A`, `N`                                    |
 //! |     62 |    1 | `flags`          | DBN flags, passed through ([`flags::LAST`], [`flags::SNAPSHOT`] ...)|
 //! |     63 |    1 | `level`          | level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`); `TradingStatus`: the state; else 0 |
 //!
 //! Sources: DBN `MboMsg` field definitions (Databento DBN docs, "MBO" schema; `dbn::MboMsg`).
+//!
+//! Layout history: until control protocol version 4, bytes 24..32 held `ts_send_ticks` (the whole TSC) and bytes
+//! 56..60 `venue_seq` (the venue's sequence, low 32 bits). Version 4 gives those 12 bytes to the venue position (8)
+//! and a 32-bit `ts_send_ticks` (4): a post-to-poll interval is read as `now - ts_send_ticks` modulo 2^32 ticks,
+//! exact below 2^32 ticks (about 1.4 s at 3 GHz), which a record waiting in a ring longer than that folds.
+//!
+//! ## Venue position
+//!
+//! `venue_pos` is a key both publishers of a pair compute identically for the same venue event, totally
+//! ordered within the stream's channel (one feed per publisher): the venue's own sequence number in the high 48
+//! bits ([`BookUpdate::venue_seq`]; its low 48 bits, [`VENUE_SEQ_MAX`]) and the record's index among the records
+//! that sequence number produced in the low 16 ([`BookUpdate::venue_index`]; [`venue_position`] builds it):
+//!
+//! | feed | venue seq (high 48 bits) | index (low 16 bits) |
+//! |---|---|---|
+//! | CME MDP 3.0 (live) | the packet's `MsgSeqNum` | the record's index within the packet (stale marks of a loss: within the first lost `MsgSeqNum`) |
+//! | MoldUDP64 / ITCH 5.0 (live) | the message's MoldUDP64 sequence number (u64) | the record's index within the message (stale marks of a hole: within its first message) |
+//! | ITCH 5.0 file | the message's index in the file | the record's index within the message |
+//! | DBN MBO file | the record's DBN `sequence` | the record's index among the consecutive records of that `sequence` |
+//! | LOBSTER files | the message's line in the message file | the record's index within the message |
+//!
+//! Records the publisher makes (snapshot records, feed status, heartbeats, end of stream) carry the position
+//! their book had reached (snapshots), the last one the feed handed out (feed status) or 0; they are not venue
+//! events.
 //!
 //! ## Price-level (MBP) records
 //!
@@ -37,7 +61,7 @@
 //! | `level`         | `MDPriceLevel` (uInt8)                                | 1 = best                                  |
 //! | `side`          | `MDEntryType` `0`/`E` -> `B`, `1`/`F` -> `A`          | bid or ask                                |
 //! | `flags`         | [`flags::MBP`] always; [`flags::IMPLIED`] for `E`/`F`; [`flags::LAST`] on the last entry of a message with `MatchEventIndicator` bit 7 (EndOfEvent) | |
-//! | `venue_seq`     | the packet's `MsgSeqNum`                              |                                           |
+//! | `venue_pos`     | the packet's `MsgSeqNum`, the record's index in it   | "Venue position"                          |
 //! | `ts_event_ns`   | `TransactTime`                                        | ns since the UNIX epoch                   |
 //! | `ts_recv_ns`    | the capture (or socket) time of the packet            | ns since the UNIX epoch                   |
 //!
@@ -45,32 +69,32 @@
 //! `RptSeq` gap); `venue_seq` is the packet that showed it, `order_id` the `RptSeq` expected and `size` the one
 //! received (saturated to `u32`). Packets lost on both lines mark every security of the channel the same way,
 //! flag [`flags::MAYBE_BAD_BOOK`] (`order_id` = the first lost `MsgSeqNum`, `size` = packets lost). It stays
-//! stale until a `Clear` (a snapshot or book reset) rebuilds it. MDP 3.0's stale marks never carry
-//! [`flags::LAST`] ("Stale marks", below).
+//! stale until a `Clear` (a snapshot or book reset) rebuilds it. MDP 3.0's stale marks say
+//! [`StaleBook::PriceLevel`] ("Stale marks", below).
 //!
 //! ## Nasdaq TotalView-ITCH 5.0 (`mdfan_feed::itch`)
 //!
-//! Order kinds as for DBN MBO: `instrument_id` = stock locate, `order_id` = order reference number, `venue_seq` =
-//! the message's position in its stream (file index, or MoldUDP64 sequence number, low 32 bits), `ts_event_ns` =
+//! Order kinds as for DBN MBO: `instrument_id` = stock locate, `order_id` = order reference number, venue seq =
+//! the message's position in its stream (file index, or MoldUDP64 sequence number), `ts_event_ns` =
 //! US Eastern midnight of the session + the ITCH timestamp. An execution is a `Fill` (at the execution price for
 //! `C`) followed by a `Cancel` of the executed shares. [`Kind::InstrumentStale`] marks a locate whose order
 //! book lost an order (a reference the stream never added, more shares executed than rest, an add of a live
 //! reference); there `order_id` is that order reference number and `size` 0. A MoldUDP64 hole given up marks
 //! every locate seen so far, and a live message that does not decode its locate (or every locate seen):
-//! `order_id` 0, `venue_seq` the first lost (or the undecodable) message's sequence number. All carry
-//! [`flags::LAST`] and never [`flags::MBP`] ("Stale marks", below).
+//! `order_id` 0, venue seq the first lost (or the undecodable) message's sequence number. All say
+//! [`StaleBook::Order`] ("Stale marks", below) and carry [`flags::LAST`], as the last record of their message.
 //! The per-instrument status messages become [`Kind::TradingStatus`] records (below); the market-wide ones
 //! (system event, MWCB decline level and status) and the others (IPO, LULD collar, NOII, RPII, DLCR, market
 //! participant position) give no record: the decoder counts them.
 //!
 //! ## Stale marks: order book or price-level book
 //!
-//! A [`Kind::InstrumentStale`] says which book it is about by its flags: one carrying [`flags::LAST`] and not
-//! [`flags::MBP`] is an order-level feed's (ITCH: the instrument's order book is unsynced; no price-level book
-//! exists for it); any other is a price-level feed's (MDP 3.0: the instrument's price-level book is stale until
-//! a `Clear` flagged `MBP`). The ITCH normaliser sets `LAST` on it as on the last record of every message (it is
-//! always last); the MDP 3.0 channel and decoder set no `LAST` on theirs (only `MAYBE_BAD_BOOK` for lost
-//! packets), nor does a price-level book's snapshot (`SNAPSHOT` only). `mdfan-subscribe` reads it so.
+//! A [`Kind::InstrumentStale`] says which book it is about in `level` (byte 63, [`BookUpdate::stale_book`]):
+//! [`StaleBook::Order`] (1) is an order-level feed's (ITCH: the instrument's order book is unsynced; no
+//! price-level book exists for it), [`StaleBook::PriceLevel`] (2) a price-level feed's (MDP 3.0: the
+//! instrument's price-level book is stale until a `Clear` flagged `MBP`; also what a price-level book's snapshot
+//! carries for a stale book). `MbpBooks` applies only the price-level ones; flags say nothing about the book
+//! (before protocol version 4 they did: `LAST` without `MBP` meant the order book).
 //!
 //! ## Trading status records ([`Kind::TradingStatus`])
 //!
@@ -90,6 +114,29 @@
 //! | `venue_seq`, `ts_event_ns`, `ts_recv_ns` | as for the order kinds |
 //!
 //! Books ignore the kind; `crate::status::TradingStates` keeps the last state of each instrument.
+//!
+//! ## Feed status records ([`Kind::FeedStatus`])
+//!
+//! A live feed whose lines (A and B both) deliver no datagram for `lines.silent_after_ms` is *silent*: the
+//! publisher writes one [`FeedState::Silent`] record, and one [`FeedState::Live`] record when a datagram comes
+//! again. A silent feed is not an ended one (the stream goes on; heartbeats keep coming): books stand as the last
+//! datagram left them, and whether the venue was idle or the feed was lost is for the strategy to judge (a lost
+//! feed's hole shows as stale marks once it comes back). Same 64 bytes, the fields reused
+//! ([`BookUpdate::feed_state`] decodes them):
+//!
+//! | field (offset) | meaning |
+//! |---|---|
+//! | `instrument_id` (48) | [`CHANNEL_INSTRUMENT_ID`]: about the whole channel (the publisher sends it to every subscriber) |
+//! | `level` (63) | the state, one ASCII byte: `S` silent, `L` live again |
+//! | `ts_event_ns` (8) | `CLOCK_REALTIME` of the last datagram before the silence (`S`), of the first after it (`L`); ns since the UNIX epoch |
+//! | `ts_recv_ns` (16) | `CLOCK_REALTIME` when the publisher wrote the record (not a receive stamp: [`flags::BAD_TS_RECV`], so no wire-to-poll sample is taken of it) |
+//! | `order_id` (40) | `S`: the bound, `lines.silent_after_ms`, in ns; `L`: how long the silence lasted, in ns |
+//! | `size` (52..56) | silences so far on this feed, this one included |
+//! | `venue_pos` (24) | the last venue position delivered before the record (0 before any) |
+//! | `side` (61), `flags` (62) | `N`; [`flags::LAST`] \| [`flags::BAD_TS_RECV`] |
+//!
+//! A snapshot carries the feed's last status record (flag [`flags::SNAPSHOT`] added): a subscriber that joins
+//! during a silence learns of it. Books ignore the kind; `crate::status::FeedHealth` keeps the state.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -136,7 +183,7 @@ pub enum Kind {
     Clear = 6,
     /// The records that follow, up to [`Kind::SnapshotEnd`], rebuild the book from empty.
     SnapshotBegin = 7,
-    /// The snapshot is complete; `venue_seq` is the feed sequence it is consistent with.
+    /// The snapshot is complete; `venue_pos` is the venue position it is consistent with.
     SnapshotEnd = 8,
     /// Liveness only: the feed is idle. Carries a seq so the subscriber can prove nothing was missed.
     Heartbeat = 9,
@@ -156,9 +203,10 @@ pub enum Kind {
     /// Remove the price levels 1 through `level` of `side`, shifting the deeper ones up. MDP 3.0
     /// `MDUpdateAction` 4 (DeleteFrom).
     LevelDeleteFrom = 15,
-    /// The instrument's book missed updates and is stale: MDP 3.0, its price-level book (a per-instrument
-    /// sequence gap: `order_id` = the sequence expected, `size` = the one received; or packets lost), until a
-    /// `Clear` rebuilds it; ITCH (flag `LAST`), its order book (an order lost). Module docs, "Stale marks".
+    /// The instrument's book missed updates and is stale; `level` says which book ([`StaleBook`]): MDP 3.0, its
+    /// price-level book (a per-instrument sequence gap: `order_id` = the sequence expected, `size` = the one
+    /// received; or packets lost), until a `Clear` rebuilds it; ITCH, its order book (an order lost). Module
+    /// docs, "Stale marks".
     InstrumentStale = 16,
     /// No book change (DBN action `N`): the venue's event carries only flags or other information, e.g. a
     /// record with `F_LAST` that closes an event. Books count it and move their venue seq, nothing else.
@@ -167,6 +215,10 @@ pub enum Kind {
     /// halt): layout in the module docs, "Trading status records"; decoded by [`BookUpdate::status`]. No book
     /// changes.
     TradingStatus = 18,
+    /// The live feed's lines went silent, or came back: layout in the module docs, "Feed status records";
+    /// decoded by [`BookUpdate::feed_state`]. No book changes; every subscriber gets it, whatever its instrument
+    /// filter (`instrument_id` is [`CHANNEL_INSTRUMENT_ID`]).
+    FeedStatus = 19,
 }
 
 impl Kind {
@@ -191,6 +243,7 @@ impl Kind {
             16 => Kind::InstrumentStale,
             17 => Kind::NoAction,
             18 => Kind::TradingStatus,
+            19 => Kind::FeedStatus,
             _ => return None,
         })
     }
@@ -253,6 +306,91 @@ impl StatusKind {
     }
 }
 
+/// The `instrument_id` of records about a whole channel rather than one instrument ([`Kind::FeedStatus`]):
+/// `u32::MAX`, which no venue id mdfan reads reaches (ITCH stock locates are 16-bit, MDP 3.0 `SecurityID`s and
+/// DBN ids stay below it). The publisher sends such records to every subscriber, whatever its filter.
+pub const CHANNEL_INSTRUMENT_ID: u32 = u32::MAX;
+
+/// The state a [`Kind::FeedStatus`] record carries, in `level` (module docs, "Feed status records").
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FeedState {
+    /// No datagram on any line for `lines.silent_after_ms`.
+    Silent = b'S',
+    /// Datagrams again after a silence.
+    Live = b'L',
+}
+
+impl FeedState {
+    /// Decodes the `level` byte; `None` for any other byte.
+    pub const fn from_u8(v: u8) -> Option<FeedState> {
+        match v {
+            b'S' => Some(FeedState::Silent),
+            b'L' => Some(FeedState::Live),
+            _ => None,
+        }
+    }
+}
+
+/// Bits of [`BookUpdate::venue_pos`] that hold the record's index within its venue event (module docs, "Venue
+/// position").
+pub const VENUE_INDEX_BITS: u32 = 16;
+
+/// The largest venue sequence number a position holds: 2^48 - 1 (a sequence number past it keeps its low 48
+/// bits).
+pub const VENUE_SEQ_MAX: u64 = (1 << (64 - VENUE_INDEX_BITS)) - 1;
+
+/// The venue position of the record `index` of the venue event `venue_seq` (module docs, "Venue position"):
+/// `venue_seq`'s low 48 bits, then `index`.
+#[inline]
+pub const fn venue_position(venue_seq: u64, index: u16) -> u64 {
+    (venue_seq & VENUE_SEQ_MAX) << VENUE_INDEX_BITS | index as u64
+}
+
+/// Numbers the consecutive records of one venue seq 0, 1, 2, ... (their index in the venue event), for a source
+/// whose records carry the venue's sequence number but not their index within its event (DBN MBO).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VenueRun {
+    last: Option<u64>,
+    next_index: u16,
+}
+
+impl VenueRun {
+    /// The position of the next record, whose venue seq is `venue_seq`: index 0 after a record of another seq,
+    /// else one more than the last (saturating at `u16::MAX`).
+    #[inline]
+    pub fn position(&mut self, venue_seq: u64) -> u64 {
+        if self.last != Some(venue_seq) {
+            self.last = Some(venue_seq);
+            self.next_index = 0;
+        }
+        let index = self.next_index;
+        self.next_index = index.saturating_add(1);
+        venue_position(venue_seq, index)
+    }
+}
+
+/// Which book a [`Kind::InstrumentStale`] is about, in its `level` byte (module docs, "Stale marks").
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StaleBook {
+    /// The instrument's order book (an order-level feed: ITCH, DBN MBO).
+    Order = 1,
+    /// The instrument's price-level book (a price-level feed: MDP 3.0, LOBSTER).
+    PriceLevel = 2,
+}
+
+impl StaleBook {
+    /// Decodes a stale mark's `level` byte; `None` for a value no publisher writes.
+    pub const fn from_u8(v: u8) -> Option<StaleBook> {
+        match v {
+            1 => Some(StaleBook::Order),
+            2 => Some(StaleBook::PriceLevel),
+            _ => None,
+        }
+    }
+}
+
 /// A [`Kind::TradingStatus`] record's content (module docs, "Trading status records").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Status {
@@ -277,8 +415,9 @@ pub struct BookUpdate {
     pub ts_event_ns: u64,
     /// Capture (feed receive) time, ns since the UNIX epoch. Offset 16.
     pub ts_recv_ns: u64,
-    /// Publisher TSC ticks when the record was posted (raw `quanta::Clock::raw`). Offset 24.
-    pub ts_send_ticks: u64,
+    /// The venue position: the venue's sequence number << 16 | the record's index within that event (module
+    /// docs, "Venue position"; [`BookUpdate::venue_seq`], [`BookUpdate::venue_index`]). Offset 24.
+    pub venue_pos: u64,
     /// Price in units of 1e-9 (4810.25 is `4_810_250_000_000`). Offset 32.
     pub price_e9: i64,
     /// Venue order id. Offset 40.
@@ -287,16 +426,17 @@ pub struct BookUpdate {
     pub instrument_id: u32,
     /// Quantity: for `Cancel` the quantity cancelled, for `Add`/`Modify` the resting quantity. Offset 52.
     pub size: u32,
-    /// The feed's own sequence number (DBN `sequence`), carried through unchanged. Offset 56.
-    pub venue_seq: u32,
+    /// The low 32 bits of the publisher's TSC when the record was posted (raw `quanta::Clock::raw`); an interval
+    /// is `(now as u32).wrapping_sub(ts_send_ticks)`. Offset 56.
+    pub ts_send_ticks: u32,
     /// [`Kind`] as a byte. Offset 60.
     pub kind: u8,
     /// [`Side`] as an ASCII byte. Offset 61.
     pub side: u8,
     /// DBN flags ([`flags`]). Offset 62.
     pub flags: u8,
-    /// Level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`, 1 = best); zero for every other kind.
-    /// Offset 63.
+    /// Level kinds: the 1-based price level (MDP 3.0 `MDPriceLevel`, 1 = best); `TradingStatus`: the state;
+    /// `InstrumentStale`: which book ([`StaleBook`]); zero for every other kind. Offset 63.
     pub level: u8,
 }
 
@@ -310,12 +450,12 @@ impl BookUpdate {
             seq: 0,
             ts_event_ns: 0,
             ts_recv_ns: 0,
-            ts_send_ticks: 0,
+            venue_pos: 0,
             price_e9: 0,
             order_id: 0,
             instrument_id: 0,
             size: 0,
-            venue_seq: 0,
+            ts_send_ticks: 0,
             kind: kind as u8,
             side: Side::None as u8,
             flags: 0,
@@ -357,6 +497,31 @@ impl BookUpdate {
         Some(Status { kind, state: self.level, reason: self.size.to_le_bytes() })
     }
 
+    /// A [`Kind::FeedStatus`] record (layout in the module docs, "Feed status records"): `state`, at
+    /// `ts_event_ns`, with `duration_ns` (the bound for [`FeedState::Silent`], the silence's length for
+    /// [`FeedState::Live`]) and `silences` so far.
+    pub const fn feed_status(state: FeedState, ts_event_ns: u64, duration_ns: u64, silences: u32) -> BookUpdate {
+        BookUpdate {
+            instrument_id: CHANNEL_INSTRUMENT_ID,
+            ts_event_ns,
+            order_id: duration_ns,
+            size: silences,
+            level: state as u8,
+            flags: flags::LAST | flags::BAD_TS_RECV,
+            ..BookUpdate::control(Kind::FeedStatus)
+        }
+    }
+
+    /// The state a [`Kind::FeedStatus`] record carries; `None` for any other kind, or a state this build does
+    /// not know.
+    #[inline]
+    pub const fn feed_state(&self) -> Option<FeedState> {
+        if self.kind != Kind::FeedStatus as u8 {
+            return None;
+        }
+        FeedState::from_u8(self.level)
+    }
+
     /// The decoded kind, or `None` if the byte is not a [`Kind`].
     #[inline]
     pub const fn kind(&self) -> Option<Kind> {
@@ -367,6 +532,40 @@ impl BookUpdate {
     #[inline]
     pub const fn side(&self) -> Option<Side> {
         Side::from_u8(self.side)
+    }
+
+    /// A [`Kind::InstrumentStale`] of `instrument_id` about `book` (its other fields 0, side `N`).
+    pub const fn stale(instrument_id: u32, book: StaleBook) -> BookUpdate {
+        BookUpdate { instrument_id, level: book as u8, ..BookUpdate::control(Kind::InstrumentStale) }
+    }
+
+    /// Which book a [`Kind::InstrumentStale`] is about; `None` for another kind or an unknown `level`.
+    #[inline]
+    pub const fn stale_book(&self) -> Option<StaleBook> {
+        if self.kind != Kind::InstrumentStale as u8 {
+            return None;
+        }
+        StaleBook::from_u8(self.level)
+    }
+
+    /// Raw TSC ticks from the post (`ts_send_ticks`) to `now_ticks` (a raw TSC read on the same host), modulo
+    /// 2^32: exact for an interval below 2^32 ticks (module docs, "Layout history").
+    #[inline]
+    pub const fn ticks_since_send(&self, now_ticks: u64) -> u64 {
+        (now_ticks as u32).wrapping_sub(self.ts_send_ticks) as u64
+    }
+
+    /// The venue's sequence number of the event this record came from (the high 48 bits of `venue_pos`: DBN
+    /// `sequence`, MDP 3.0 `MsgSeqNum`, the MoldUDP64 sequence number, a file's message index).
+    #[inline]
+    pub const fn venue_seq(&self) -> u64 {
+        self.venue_pos >> VENUE_INDEX_BITS
+    }
+
+    /// The record's index within its venue event (the low 16 bits of `venue_pos`).
+    #[inline]
+    pub const fn venue_index(&self) -> u16 {
+        self.venue_pos as u16
     }
 
     /// Whether the record ends a venue event (DBN `F_LAST`).
@@ -414,12 +613,12 @@ mod tests {
         assert_eq!(offset_of!(BookUpdate, seq), 0);
         assert_eq!(offset_of!(BookUpdate, ts_event_ns), 8);
         assert_eq!(offset_of!(BookUpdate, ts_recv_ns), 16);
-        assert_eq!(offset_of!(BookUpdate, ts_send_ticks), 24);
+        assert_eq!(offset_of!(BookUpdate, venue_pos), 24);
         assert_eq!(offset_of!(BookUpdate, price_e9), 32);
         assert_eq!(offset_of!(BookUpdate, order_id), 40);
         assert_eq!(offset_of!(BookUpdate, instrument_id), 48);
         assert_eq!(offset_of!(BookUpdate, size), 52);
-        assert_eq!(offset_of!(BookUpdate, venue_seq), 56);
+        assert_eq!(offset_of!(BookUpdate, ts_send_ticks), 56);
         assert_eq!(offset_of!(BookUpdate, kind), 60);
         assert_eq!(offset_of!(BookUpdate, side), 61);
         assert_eq!(offset_of!(BookUpdate, flags), 62);
@@ -448,6 +647,20 @@ mod tests {
     }
 
     #[test]
+    fn a_venue_position_orders_by_venue_seq_then_index_and_a_stale_mark_names_its_book() {
+        let p = venue_position(17_347_815, 3);
+        let r = BookUpdate { venue_pos: p, ..BookUpdate::control(Kind::LevelNew) };
+        assert_eq!((r.venue_seq(), r.venue_index()), (17_347_815, 3));
+        assert!(venue_position(7, u16::MAX) < venue_position(8, 0));
+        assert_eq!(venue_position(VENUE_SEQ_MAX + 5, 1), venue_position(4, 1), "the low 48 bits");
+        assert_eq!(r.as_bytes()[24..32], p.to_le_bytes());
+        assert_eq!(BookUpdate::stale(5, StaleBook::Order).stale_book(), Some(StaleBook::Order));
+        assert_eq!(BookUpdate::stale(5, StaleBook::PriceLevel).as_bytes()[63], 2);
+        assert_eq!(BookUpdate::control(Kind::InstrumentStale).stale_book(), None, "level 0 names no book");
+        assert_eq!(BookUpdate { level: 2, ..BookUpdate::control(Kind::LevelNew) }.stale_book(), None);
+    }
+
+    #[test]
     fn an_end_of_stream_record_says_why_the_stream_ended() {
         use crate::control::CloseReason;
         let eos = |size| BookUpdate { size, ..BookUpdate::control(Kind::EndOfStream) };
@@ -460,13 +673,21 @@ mod tests {
 
     #[test]
     fn enum_bytes_decode_and_garbage_is_refused() {
-        for v in 1..=18u8 {
+        for v in 1..=19u8 {
             assert_eq!(Kind::from_u8(v).map(|k| k as u8), Some(v));
         }
         assert_eq!(Kind::from_u8(17), Some(Kind::NoAction));
         assert_eq!(Kind::from_u8(0), None);
         assert_eq!(Kind::from_u8(18), Some(Kind::TradingStatus));
-        assert_eq!(Kind::from_u8(19), None);
+        assert_eq!(Kind::from_u8(19), Some(Kind::FeedStatus));
+        let f = BookUpdate::feed_status(FeedState::Silent, 7, 2_000_000_000, 1);
+        assert_eq!(
+            (f.feed_state(), f.instrument_id, f.order_id, f.size, f.flags),
+            (Some(FeedState::Silent), u32::MAX, 2_000_000_000, 1, flags::LAST | flags::BAD_TS_RECV)
+        );
+        assert_eq!(BookUpdate { level: b'X', ..f }.feed_state(), None);
+        assert_eq!(BookUpdate::control(Kind::Heartbeat).feed_state(), None);
+        assert_eq!(Kind::from_u8(20), None);
         assert!(Kind::LevelDeleteFrom.is_level() && !Kind::InstrumentStale.is_level() && !Kind::Add.is_level());
         assert_eq!(Side::from_u8(b'B'), Some(Side::Bid));
         assert_eq!(Side::from_u8(b'X'), None);
@@ -475,7 +696,7 @@ mod tests {
     #[test]
     fn a_trading_status_record_carries_kind_state_and_reason_at_their_offsets() {
         let st = Status { kind: StatusKind::Trading, state: b'H', reason: *b"T1  " };
-        let r = BookUpdate { venue_seq: 82, ..BookUpdate::trading_status(6556, st) };
+        let r = BookUpdate { venue_pos: crate::record::venue_position(82, 0), ..BookUpdate::trading_status(6556, st) };
         let b = r.as_bytes();
         assert_eq!(&b[40..48], &72u64.to_le_bytes());
         assert_eq!(&b[48..52], &6556u32.to_le_bytes());

@@ -1,4 +1,5 @@
-//! Per-instrument trading status, kept from [`Kind::TradingStatus`] records: [`TradingStates`].
+//! Per-instrument trading status, kept from [`Kind::TradingStatus`] records: [`TradingStates`]; the live feed's
+//! state, from [`Kind::FeedStatus`] records: [`FeedHealth`].
 //!
 //! A record carries one of three statuses (layout: [`crate::record`], "Trading status records"; source: Nasdaq
 //! TotalView-ITCH 5.0 sections 4.2.2 `H`, 4.2.3 `Y`, 4.2.8 `h`); each instrument keeps the last of each kind, as
@@ -12,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{BookUpdate, Kind, Status, StatusKind};
+use crate::record::{BookUpdate, FeedState, Kind, Status, StatusKind};
 
 /// One instrument's last statuses (each `None` until a record of that kind came).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub struct InstrumentStatus {
     /// Status records applied.
     pub records: u64,
     /// `venue_seq` of the last one.
-    pub last_venue_seq: u32,
+    pub last_venue_seq: u64,
     /// `ts_event_ns` of the last one (ns since the UNIX epoch).
     pub last_ts_event_ns: u64,
 }
@@ -46,7 +47,7 @@ impl InstrumentStatus {
             StatusKind::OperationalHalt => self.operational_halt = Some((s.state, s.reason[0])),
         }
         self.records += 1;
-        self.last_venue_seq = r.venue_seq;
+        self.last_venue_seq = r.venue_seq();
         self.last_ts_event_ns = r.ts_event_ns;
     }
 }
@@ -96,12 +97,45 @@ impl TradingStates {
     }
 }
 
+/// The live feed's state, kept from [`Kind::FeedStatus`] records (layout: [`crate::record`], "Feed status
+/// records"): whether the publisher's lines are silent now, since when, and how often they were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedHealth {
+    /// Whether the last feed status record said [`FeedState::Silent`].
+    pub silent: bool,
+    /// `ts_event_ns` of the last record: the last datagram before the silence, or the first after it (ns since
+    /// the UNIX epoch); 0 before any.
+    pub since_ns: u64,
+    /// Silences on the feed so far, as the publisher counts them (a snapshot's copy carries the count too).
+    pub silences: u32,
+    /// How long the last silence that ended lasted, in ns (0 before one ended).
+    pub last_silence_ns: u64,
+}
+
+impl FeedHealth {
+    /// Applies `r` if it is a [`Kind::FeedStatus`] record of a state this build knows; returns whether it was
+    /// one. Every other record is ignored (`false`).
+    pub fn apply(&mut self, r: &BookUpdate) -> bool {
+        let Some(state) = r.feed_state() else { return false };
+        self.silent = state == FeedState::Silent;
+        self.since_ns = r.ts_event_ns;
+        self.silences = r.size;
+        if state == FeedState::Live {
+            self.last_silence_ns = r.order_id;
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rec(id: u32, kind: StatusKind, state: u8, reason: &[u8; 4], venue_seq: u32) -> BookUpdate {
-        BookUpdate { venue_seq, ..BookUpdate::trading_status(id, Status { kind, state, reason: *reason }) }
+    fn rec(id: u32, kind: StatusKind, state: u8, reason: &[u8; 4], venue_seq: u64) -> BookUpdate {
+        BookUpdate {
+            venue_pos: crate::record::venue_position(venue_seq, 0),
+            ..BookUpdate::trading_status(id, Status { kind, state, reason: *reason })
+        }
     }
 
     #[test]
@@ -125,5 +159,18 @@ mod tests {
         // An unknown status kind is not applied.
         assert!(!t.apply(&BookUpdate { order_id: 1, ..rec(8, StatusKind::Trading, b'H', b"    ", 6) }));
         assert_eq!((t.len(), t.iter().map(|(id, _)| id).collect::<Vec<_>>()), (1, vec![7]));
+    }
+
+    #[test]
+    fn feed_health_follows_silent_and_live_records() {
+        let mut h = FeedHealth::default();
+        assert!(!h.apply(&BookUpdate::control(Kind::Heartbeat)));
+        assert!(h.apply(&BookUpdate::feed_status(FeedState::Silent, 100, 2_000, 1)));
+        assert_eq!(h, FeedHealth { silent: true, since_ns: 100, silences: 1, last_silence_ns: 0 });
+        assert!(h.apply(&BookUpdate::feed_status(FeedState::Live, 5_100, 5_000, 1)));
+        assert_eq!(h, FeedHealth { silent: false, since_ns: 5_100, silences: 1, last_silence_ns: 5_000 });
+        // A state this build does not know changes nothing.
+        assert!(!h.apply(&BookUpdate { level: b'?', ..BookUpdate::feed_status(FeedState::Silent, 9, 9, 2) }));
+        assert!(!h.silent);
     }
 }

@@ -102,7 +102,7 @@ proptest! {
         let mut tiny = HotBooks::with_capacity(BookCapacity::new(1, 1, 1));
         let mut sized = HotBooks::with_capacity(BookCapacity::new(12, 16, 3));
         for (i, r) in records.iter().enumerate() {
-            let r = BookUpdate { venue_seq: i as u32 + 1, ts_recv_ns: 2 * i as u64, ts_event_ns: 3 * i as u64, ..*r };
+            let r = BookUpdate { venue_pos: mdfan_wire::venue_position(i as u64 + 1, 0), ts_recv_ns: 2 * i as u64, ts_event_ns: 3 * i as u64, ..*r };
             let want = reference.apply(&r);
             let what = format!("record {i} {r:?}");
             prop_assert_eq!(tiny.apply(&r), want, "{}", what);

@@ -43,6 +43,10 @@ struct Args {
     /// The priority the network runs lossless (PFC) for RoCE.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=7))]
     roce_priority: u8,
+    /// An interface the feed's lines come in on (repeatable): its hardware receive timestamping is checked
+    /// (`ethtool -T`, `hwstamp_ctl -i`, phc2sys and `phc_ctl IF cmp`).
+    #[arg(long = "line-interface")]
+    line_interfaces: Vec<String>,
     /// Read the host from this tree instead of `/` (a recorded sysfs/procfs snapshot; tools' output from its
     /// `cmd/` folder).
     #[arg(long, default_value = "/")]
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         need_rdma: args.verbs,
         traffic_class: args.traffic_class,
         roce_priority: args.roce_priority,
+        line_interfaces: args.line_interfaces,
     };
     // A mistyped --root would make every check "unknown" and the run look clean.
     if !std::path::Path::new(&args.root).join("proc").is_dir() && !std::path::Path::new(&args.root).join("sys").is_dir()

@@ -8,6 +8,7 @@ use crate::{Area, Finding, Inputs, Source, Verdict};
 mod host;
 mod lossless;
 mod rdma;
+mod timestamping;
 
 /// The RDMA device and netdev the checks look at, resolved once from the inputs and the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +95,7 @@ pub fn all(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
         host::tsc(src),
         host::ptp(src, &t),
     ]);
+    out.extend(timestamping::checks(src, &inputs.line_interfaces));
     out
 }
 

@@ -177,6 +177,7 @@ impl VerbsDevice {
             path_mtu_bytes = config::path_mtu_bytes(path_mtu_code),
             completion_timestamps = clock.is_some(),
             dead_peer_detection_ms = cfg.dead_peer_detection().as_millis() as u64,
+            rnr_exhaustion_ms = cfg.rnr_exhaustion().map_or(-1.0, |d| d.as_secs_f64() * 1e3),
             rnr_retry_forever = cfg.rnr_retry == 7,
             "verbs: device open, GID chosen"
         );

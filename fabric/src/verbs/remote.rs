@@ -373,7 +373,7 @@ impl RemoteRing for VerbsRemoteRing {
         if signaled {
             self.until_signal = self.signal_every;
             if let Some(log) = self.stamps.as_mut() {
-                log.posted(self.staging_next, index, record.ts_send_ticks);
+                log.posted(self.staging_next, index, u64::from(record.ts_send_ticks));
             }
         }
         let w = RdmaWrite {

@@ -19,7 +19,7 @@ const fn px(cents: i64) -> i64 {
 /// The state of the book after a given record.
 pub struct Checkpoint {
     pub after_record: u64,
-    pub venue_seq: u32,
+    pub venue_seq: u64,
     pub orders: usize,
     pub levels_bid: usize,
     pub levels_ask: usize,

@@ -20,7 +20,7 @@ impl ItchBook {
     /// One message, in sequence order.
     pub fn message(&mut self, seq: u64, offset: usize, msg: &[u8]) {
         let m = decode_message(msg, offset as u64).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
-        for r in self.norm.normalize(&m, seq as u32, 0).as_slice() {
+        for r in self.norm.normalize(&m, seq, 0).as_slice() {
             self.books.apply(r).unwrap_or_else(|e| panic!("seq {seq}: {e:?}"));
         }
         self.messages += 1;

@@ -4,7 +4,8 @@
 //! file, field or endpoint), 130 when stopped by SIGINT/SIGTERM (end of stream with the reason goes to every
 //! subscriber first). SIGUSR1 prints every counter, each line starting with `counters ` (`counters subscriber ...`
 //! per session, `counters replay ... end=running` for the hot loop). SIGHUP re-reads `[access]` (tokens and
-//! entitlements) from the config file, for new subscriptions; the hot loop is not touched.
+//! entitlements, uids) from the config file, for new subscriptions; the hot loop is not touched. The first stdout
+//! line is `publisher listening=HOST:PORT [unix=PATH] feed=... journal_records=N`.
 
 /// `println!` for a process whose stdout may be a pipe that closes early (`| head`): a closed pipe ends the
 /// process at once with exit 141 (what a shell reports for SIGPIPE) instead of a panic; another write error is one
@@ -89,8 +90,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     let publisher = Publisher::bind(cfg)?;
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, publisher.dump_flag()).expect("SIGUSR1 handler installs");
     signal_hook::flag::register(signal_hook::consts::SIGHUP, publisher.reload_flag()).expect("SIGHUP handler installs");
+    let unix = publisher.unix_path().map_or(String::new(), |p| format!(" unix={}", p.display()));
     out!(
-        "publisher listening={} feed={} journal_records={}",
+        "publisher listening={}{unix} feed={} journal_records={}",
         publisher.local_addr(),
         publisher.feed_name(),
         publisher.journal_records()
@@ -128,9 +130,18 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     }
     if let Some(live) = &report.live {
         out!("{}", live.line());
+        for l in &live.hw {
+            out!("lines {l}");
+        }
     }
     if let Some(mold) = &report.moldudp64 {
         out!("{}", mold.line());
+        for l in &mold.hw {
+            out!("lines {l}");
+        }
+    }
+    if let Some(lobster) = &report.lobster {
+        out!("{}", lobster.line());
     }
     for f in &preflight.warnings {
         out!("host_warning {}", mdfan_publisher::preflight::line(f));

@@ -1,16 +1,22 @@
 //! `mdfan-stat`: reads the counters files mdfan processes keep in shared memory (`mdfan-*.counters`, layout in
 //! `mdfan_tuning::counters`) and prints them: a table per process, refreshed with `--watch-ms`, or Prometheus
-//! text (`--prometheus`) for a node-exporter textfile collector.
+//! text (`--prometheus`) for a node-exporter textfile collector (`--output FILE` writes it whole, by rename).
 //!
-//! Exit status: 0; 1 when a file named on the command line cannot be read (one line on stderr naming it and the
-//! field); 2 for bad usage.
+//! Every file is opened read-only, copied (never mapped: a file truncated meanwhile is an error, not a crash)
+//! and checked: magic, version, sizes, every row; and who wrote it: a file whose owner is not its writer's user,
+//! or is neither root, you, nor group `mdfan`, or that others may write, is listed as `suspect` with the reason
+//! and never exported (it may be forged). A writer that is gone without closing its file shows as `dead` with
+//! the age of its values.
+//!
+//! Exit status: 0; 1 when a file named on the command line cannot be read or is suspect (one line on stderr
+//! naming it and the field or the reason); 2 for bad usage.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use mdfan_tuning::counters::{self, Snapshot};
+use mdfan_tuning::counters::{self, escape_label, Snapshot, Standing};
 
 /// Print the counters of running (and ended) mdfan publishers.
 #[derive(Parser)]
@@ -27,6 +33,11 @@ struct Args {
     /// Redraw every this many ms until interrupted (tables only).
     #[arg(long)]
     watch_ms: Option<u64>,
+    /// Write the output to this file instead of stdout, whole (a temporary file beside it, then a rename), as
+    /// node-exporter's textfile collector wants: `--prometheus --output
+    /// /var/lib/prometheus/node-exporter/mdfan.prom`.
+    #[arg(long)]
+    output: Option<PathBuf>,
 }
 
 fn main() {
@@ -41,6 +52,9 @@ fn main() {
     std::process::exit(code);
 }
 
+/// A file read: its snapshot and what to make of it, or why it could not be read.
+type Read = (PathBuf, Result<(Snapshot, Standing), String>);
+
 fn run(args: &Args) -> Result<(), String> {
     loop {
         let files = if args.files.is_empty() {
@@ -48,22 +62,38 @@ fn run(args: &Args) -> Result<(), String> {
         } else {
             args.files.clone()
         };
-        let mut snapshots = Vec::new();
+        let me = counters::effective_uid();
+        let now_ns = mdfan_lines::realtime_ns();
+        let mut read: Vec<Read> = Vec::new();
         for f in &files {
-            match counters::read(f) {
-                Ok(s) => snapshots.push((f.clone(), s)),
-                // a file named by the user must be readable; one found in the folder may be a leftover
-                Err(e) if !args.files.is_empty() => return Err(e.to_string()),
-                Err(e) => eprintln!("mdfan-stat: skipping {}: {e}", f.display()),
+            let got = counters::read(f).map_err(|e| e.to_string()).map(|s| {
+                let standing = s.standing(me, now_ns);
+                (s, standing)
+            });
+            // a file named by the user must be readable and trusted; one found in the folder may be a leftover
+            if !args.files.is_empty() {
+                match &got {
+                    Err(e) => return Err(e.clone()),
+                    Ok((_, Standing::Suspect(why))) => return Err(format!("{}: suspect: {why}", f.display())),
+                    Ok(_) => {}
+                }
             }
+            if let Err(e) = &got {
+                eprintln!("mdfan-stat: skipping {}: {e}", f.display());
+            }
+            read.push((f.clone(), got));
         }
-        let text = if args.prometheus { prometheus(&snapshots) } else { tables(&snapshots, &args.dir) };
-        let mut out = std::io::stdout().lock();
-        if args.watch_ms.is_some() && !args.prometheus {
-            let _ = write!(out, "\x1b[H\x1b[2J"); // home, clear
-        }
-        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
-            std::process::exit(141); // stdout closed (`| head`)
+        let text = if args.prometheus { prometheus(&read) } else { tables(&read, &args.dir, now_ns) };
+        if let Some(path) = &args.output {
+            write_whole(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        } else {
+            let mut out = std::io::stdout().lock();
+            if args.watch_ms.is_some() && !args.prometheus {
+                let _ = write!(out, "\x1b[H\x1b[2J"); // home, clear
+            }
+            if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+                std::process::exit(141); // stdout closed (`| head`)
+            }
         }
         match args.watch_ms {
             Some(ms) if !args.prometheus => std::thread::sleep(Duration::from_millis(ms.max(50))),
@@ -72,11 +102,30 @@ fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-/// Every file's samples in the Prometheus text format, each metric's samples together under one `# TYPE` line (as
-/// the format requires when several processes export the same names), plus per file
+/// Writes `text` to a temporary file beside `path` (created exclusively, mode 0644), then renames it over
+/// `path`: a reader sees the old file or the new one, never half of one.
+fn write_whole(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("mdfan.prom");
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+/// Every trusted file's samples in the Prometheus text format, each metric's samples together under one `#
+/// TYPE` line (as the format requires when several processes export the same names), plus per file
 /// `mdfan_counters_state{..,state="running|ended|dead"} 1` and `mdfan_counters_updated_seconds` (so a dead
-/// process, whose values stopped, can be alerted on).
-fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
+/// process, whose values stopped, can be alerted on). A suspect file gives only `mdfan_counters_suspect{file=..}
+/// 1` (and a comment line with the reason): none of its rows.
+fn prometheus(read: &[Read]) -> String {
     let mut order: Vec<String> = Vec::new();
     let mut groups: std::collections::HashMap<String, (String, Vec<String>)> = std::collections::HashMap::new();
     let mut add = |name: &str, kind: &str, sample: String| {
@@ -86,7 +135,15 @@ fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
         });
         g.1.push(sample);
     };
-    for (_, s) in snapshots {
+    let mut comments = String::new();
+    for (path, got) in read {
+        let Ok((s, standing)) = got else { continue };
+        if let Standing::Suspect(why) = standing {
+            let file = escape_label(&path.display().to_string());
+            comments.push_str(&format!("# mdfan-stat: suspect {file}: {}\n", escape_label(why)));
+            add("mdfan_counters_suspect", "gauge", format!("mdfan_counters_suspect{{file=\"{file}\"}} 1"));
+            continue;
+        }
         let mut kind = "gauge";
         for line in s.prometheus().lines() {
             if let Some(t) = line.strip_prefix("# TYPE ") {
@@ -96,12 +153,8 @@ fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
             add(name, kind, line.to_owned());
         }
-        let instance = format!("role=\"{}\",instance=\"{}\"", s.role, s.name.replace('"', "'"));
-        let state = match state(s) {
-            "running" => "running",
-            "ended" => "ended",
-            _ => "dead",
-        };
+        let instance = s.instance_labels();
+        let state = standing.as_str();
         add("mdfan_counters_state", "gauge", format!("mdfan_counters_state{{{instance},state=\"{state}\"}} 1"));
         let secs = s.updated_ns as f64 / 1e9;
         add(
@@ -110,7 +163,7 @@ fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
             format!("mdfan_counters_updated_seconds{{{instance}}} {secs:.3}"),
         );
     }
-    let mut out = String::new();
+    let mut out = comments;
     for name in &order {
         let (kind, samples) = &groups[name];
         out.push_str(&format!("# TYPE {name} {kind}\n"));
@@ -122,13 +175,13 @@ fn prometheus(snapshots: &[(PathBuf, Snapshot)]) -> String {
     out
 }
 
-fn state(s: &Snapshot) -> &'static str {
-    if s.ended {
-        "ended"
-    } else if Path::new(&format!("/proc/{}", s.pid)).exists() {
-        "running"
-    } else {
-        "dead (did not close its counters: the values are its last)"
+/// How a table names a file's standing.
+fn state(standing: &Standing) -> String {
+    match standing {
+        Standing::Dead { age_ns } => {
+            format!("dead age_s={} (did not close its counters: the values are its last)", age_ns / 1_000_000_000)
+        }
+        other => other.as_str().to_owned(),
     }
 }
 
@@ -139,20 +192,31 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
     Some(&labels[start..start + len])
 }
 
-/// One block per file: the run's counters, then a row per session.
-fn tables(snapshots: &[(PathBuf, Snapshot)], dir: &Path) -> String {
-    if snapshots.is_empty() {
+/// One block per file: the run's counters, then a row per session; a suspect file is one line with the reason.
+fn tables(read: &[Read], dir: &Path, now_ns: u64) -> String {
+    if read.iter().all(|(_, r)| r.is_err()) {
         return format!("no mdfan counters files (mdfan-*.counters) in {}\n", dir.display());
     }
-    let now_ns = mdfan_lines::realtime_ns();
     let mut out = String::new();
-    for (path, s) in snapshots {
+    for (path, got) in read {
+        let Ok((s, standing)) = got else { continue };
+        if let Standing::Suspect(why) = standing {
+            out.push_str(&format!("suspect file={}: {why} (not shown)\n", path.display()));
+            continue;
+        }
         // 0: created (at bind) but never rewritten, e.g. a process that died before its first 100 ms.
         let age = match s.updated_ns {
             0 => "updated=never".to_owned(),
             t => format!("updated_ms_ago={}", now_ns.saturating_sub(t) / 1_000_000),
         };
-        out.push_str(&format!("{} {} pid={} {} {age} file={}\n", s.role, s.name, s.pid, state(s), path.display()));
+        out.push_str(&format!(
+            "{} {} pid={} {} {age} file={}\n",
+            s.role,
+            s.name.escape_debug(),
+            s.pid,
+            state(standing),
+            path.display()
+        ));
         for m in s.metrics.iter().filter(|m| !m.name.starts_with("mdfan_session_")) {
             let labels = if m.labels.is_empty() { String::new() } else { format!("{{{}}}", m.labels) };
             out.push_str(&format!("  {}{labels} {}\n", m.name.trim_start_matches("mdfan_"), m.value));

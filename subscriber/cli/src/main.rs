@@ -26,34 +26,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use mdfan_subscriber::report::{
-    instrument_text, latency_line, level_lines, level_text, mbp_level_lines, mbp_summary_line, nic_latency_line,
-    status_line, summary_line, wire_latency_line,
-};
+use mdfan_subscriber::report::{latency_line, nic_latency_line, wire_latency_line};
 use mdfan_subscriber::{
-    flags, BookUpdate, Books, CloseReason, End, Event, FabricConfig, Health, Kind, MbpBooks, Provider, Reconnect,
-    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig, TradingStates,
+    CloseReason, End, Event, FabricConfig, Health, Kind, Provider, Reconnect, SlowConsumerPolicy, SubscribeError,
+    Subscriber, SubscriberConfig,
 };
 
-/// Price-level (MBP) books this process keeps room for.
-const MBP_INSTRUMENTS: usize = 4096;
+mod view;
 
-/// Whether a record is for the price-level books (MBP: the level kinds, a `Clear` flagged MBP, a price-level
-/// feed's `InstrumentStale`) rather than the order books (MBO).
-fn is_mbp(r: &BookUpdate) -> bool {
-    match r.kind() {
-        Some(Kind::InstrumentStale) => !is_order_level_stale(r),
-        Some(k) => k.is_level() || (k == Kind::Clear && r.flags & flags::MBP != 0),
-        None => false,
-    }
-}
-
-/// Whether an `InstrumentStale` is an order-level feed's (ITCH: an order reference the book lost, or a MoldUDP64
-/// hole given up) rather than MDP 3.0's (an `RptSeq` jump, packets lost on both lines): the order-level one
-/// carries `F_LAST` (it ends its message), MDP 3.0's never does (wire::record, "Stale marks").
-fn is_order_level_stale(r: &BookUpdate) -> bool {
-    r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::LAST != 0 && r.flags & flags::MBP == 0
-}
+use view::View;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Policy {
@@ -77,7 +58,8 @@ enum Idle {
 #[derive(Parser)]
 #[command(name = "mdfan-subscribe", version)]
 struct Args {
-    /// Publisher control endpoint, HOST:PORT.
+    /// Publisher control endpoint: HOST:PORT, or unix:PATH for the publisher's Unix-domain socket on this host
+    /// (publisher.listen_unix: the ring is passed as a file descriptor, so this may run as another user).
     #[arg(long, default_value = "127.0.0.1:7700", value_parser = endpoint)]
     connect: String,
     /// Name shown by the publisher.
@@ -216,8 +198,16 @@ fn silence_timeout_ms(text: &str) -> Result<u64, String> {
     }
 }
 
-/// `--connect`: HOST:PORT with a port number (a missing port is a usage error, not a connection failure).
+/// `--connect`: HOST:PORT with a port number (a missing port is a usage error, not a connection failure), or
+/// unix:PATH.
 fn endpoint(text: &str) -> Result<String, String> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        return if path.starts_with('/') {
+            Ok(text.to_owned())
+        } else {
+            Err(format!("{text:?}: a Unix-domain socket's path must be absolute (unix:/run/mdfan/NAME.sock)"))
+        };
+    }
     let missing = || format!("{text:?} has no port: use HOST:PORT, e.g. 127.0.0.1:7700");
     let (host, port) = text.rsplit_once(':').ok_or_else(missing)?;
     if host.is_empty() {
@@ -226,15 +216,6 @@ fn endpoint(text: &str) -> Result<String, String> {
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(text.to_owned()),
         _ => Err(format!("{text:?}: port {port:?} is not a number from 1 to 65535")),
-    }
-}
-
-/// An order book's summary line, with ` stale=true` after it when an order-level feed marked it stale.
-fn book_line(line: String, unsynced: &BTreeSet<u32>, instrument_id: u32) -> String {
-    if unsynced.contains(&instrument_id) {
-        format!("{line} stale=true")
-    } else {
-        line
     }
 }
 
@@ -348,22 +329,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
 
     // The definitions the publisher sent (symbols, price precision), for printing: a copy, since the poll
     // callback cannot borrow `sub`.
-    let mut symbology = sub.symbology().clone();
-    let mut books = Books::new();
-    let mut mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
-    let mut statuses = TradingStates::new();
-    let mut stale_records = 0u64;
-    // Instruments whose order book an order-level feed marked stale (ITCH); kept across a reconnect, as nothing
-    // the publisher sends clears them.
-    let mut unsynced = BTreeSet::<u32>::new();
     let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
-    let mut book_records = 0u64;
-    let mut book_errors = 0u64;
-    let mut stale_book_errors = 0u64;
+    let mut view = View::new(sub.symbology().clone(), checkpoints, args.bbo);
     let mut heartbeats = 0u64;
     let mut silent_reported = false;
-    let mut last_bbo = None;
-    let mut last_mbp_bbo = None;
     let mut idler = mdfan_subscriber::Idler::new(match args.idle {
         Idle::Spin => mdfan_subscriber::IdleStrategy::BusySpin,
         Idle::Yield => mdfan_subscriber::IdleStrategy::SpinThenYield { spins: 0 },
@@ -379,125 +348,14 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 }
                 Some(Kind::Heartbeat) => heartbeats += 1,
                 Some(Kind::SnapshotBegin) => {
-                    let _ = books.apply(r); // empties every book
-                    let _ = mbp.apply(r);
+                    view.snapshot_begin(r); // empties every book
                     out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
                 }
                 Some(Kind::SnapshotEnd) => {
                     stale = false;
                     out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
                 }
-                Some(Kind::TradingStatus) => {
-                    book_records += 1;
-                    statuses.apply(r);
-                }
-                _ if is_mbp(r) => {
-                    book_records += 1;
-                    if r.kind() == Some(Kind::InstrumentStale) && r.flags & flags::SNAPSHOT == 0 {
-                        stale_records += 1;
-                        // Two causes (wire::record): packets lost on both lines (flag MAYBE_BAD_BOOK: order_id =
-                        // the first lost MsgSeqNum, size = packets lost), or the instrument's own RptSeq jump
-                        // (order_id = RptSeq expected, size = RptSeq received).
-                        out.push(if r.flags & flags::MAYBE_BAD_BOOK != 0 {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=lost_packets first_lost={} lost={}",
-                                r.instrument_id, r.seq, r.order_id, r.size
-                            )
-                        } else {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=rpt_seq venue_seq={} rpt_seq_expected={} rpt_seq_got={}",
-                                r.instrument_id, r.seq, r.venue_seq, r.order_id, r.size
-                            )
-                        });
-                    }
-                    if let Err(e) = mbp.apply(r) {
-                        book_errors += 1;
-                        if book_errors <= 10 {
-                            out.push(format!("book_error seq={} {e}", r.seq));
-                        }
-                    }
-                    if args.bbo && r.is_last() {
-                        if let Some(book) = mbp.get(r.instrument_id) {
-                            let (bid, ask) = book.bbo();
-                            let key =
-                                (r.instrument_id, bid.map(|l| (l.price_e9, l.size)), ask.map(|l| (l.price_e9, l.size)));
-                            if last_mbp_bbo != Some(key) {
-                                last_mbp_bbo = Some(key);
-                                let id = r.instrument_id;
-                                let fmt = |l: Option<mdfan_subscriber::MbpLevel>| {
-                                    l.map_or("-".to_owned(), |l| {
-                                        format!("{}x{}", symbology.format_price(id, l.price_e9), l.size)
-                                    })
-                                };
-                                out.push(format!(
-                                    "bbo {} seq={} venue_seq={} {}/{}",
-                                    instrument_text(&symbology, id),
-                                    r.seq,
-                                    r.venue_seq,
-                                    fmt(bid),
-                                    fmt(ask)
-                                ));
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    book_records += 1;
-                    // An order book that lost an order (ITCH): no price-level book; the order book is unsynced
-                    // (ITCH has no snapshot to cure it; the venue's next start of day does). `books` ignores it.
-                    let order_stale = is_order_level_stale(r);
-                    if order_stale && r.flags & flags::SNAPSHOT == 0 {
-                        stale_records += 1;
-                        unsynced.insert(r.instrument_id);
-                        // Two causes (wire::record): messages lost (a MoldUDP64 hole given up, or a message that
-                        // does not decode: order_id 0, venue_seq = the first lost message), or an order reference
-                        // the book cannot apply.
-                        out.push(if r.order_id == 0 {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=lost_messages first_lost={}",
-                                r.instrument_id, r.seq, r.venue_seq
-                            )
-                        } else {
-                            format!(
-                                "instrument_stale instrument={} seq={} cause=order_ref venue_seq={} order_ref={}",
-                                r.instrument_id, r.seq, r.venue_seq, r.order_id
-                            )
-                        });
-                    }
-                    if let Err(e) = books.apply(r) {
-                        if stale {
-                            stale_book_errors += 1; // expected between a gap and its snapshot
-                        } else {
-                            book_errors += 1;
-                            if book_errors <= 10 {
-                                out.push(format!("book_error seq={} {e}", r.seq));
-                            }
-                        }
-                    }
-                    if checkpoints.contains(&book_records) {
-                        for (id, book) in books.iter_sorted() {
-                            let line = book_line(summary_line(&symbology, id, book, 0), &unsynced, id);
-                            out.push(format!("checkpoint after={book_records} {line}"));
-                        }
-                    }
-                    if args.bbo && r.is_last() && !order_stale {
-                        if let Some(book) = books.get(r.instrument_id) {
-                            let bbo = book.bbo();
-                            if last_bbo != Some((r.instrument_id, bbo)) {
-                                last_bbo = Some((r.instrument_id, bbo));
-                                let id = r.instrument_id;
-                                out.push(format!(
-                                    "bbo {} seq={} venue_seq={} {}/{}",
-                                    instrument_text(&symbology, id),
-                                    r.seq,
-                                    r.venue_seq,
-                                    level_text(&symbology, id, bbo.0),
-                                    level_text(&symbology, id, bbo.1)
-                                ));
-                            }
-                        }
-                    }
-                }
+                _ => view.record(r, stale, &mut out),
             },
             Event::Gap { expected, got } => {
                 stale = true; // the books are stale until the snapshot this gap asks for has arrived
@@ -530,11 +388,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
                 Health::Reconnecting { tries: 0 } => out!("publisher_gone after_seq={}", sub.stats().next_seq - 1),
                 Health::Reconnecting { .. } => {}
                 Health::Reconnected { session_id } => {
-                    books = Books::new();
-                    mbp = MbpBooks::with_capacity(MBP_INSTRUMENTS);
-                    // statuses stay: the new session's snapshot brings the last ones again, and without a
-                    // snapshot the last known state beats none
-                    symbology = sub.symbology().clone();
+                    view.reset_books(sub.symbology().clone());
                     out!("reconnected session={session_id}");
                 }
                 Health::Ended(e) => {
@@ -562,34 +416,21 @@ fn run(args: &Args) -> Result<i32, CliError> {
     }
 
     let stats = sub.stats();
-    for (id, book) in books.iter_sorted() {
-        out!("{}", book_line(summary_line(&symbology, id, book, stats.gaps), &unsynced, id));
-        for line in level_lines(&symbology, id, book, args.levels) {
-            out!("{line}");
-        }
-    }
-    for book in mbp.iter() {
-        out!("{}", mbp_summary_line(&symbology, book, stats.gaps));
-        for line in mbp_level_lines(&symbology, book, args.levels.min(mdfan_subscriber::MBP_DEPTH)) {
-            out!("{line}");
-        }
-    }
-    for (id, status) in statuses.iter() {
-        out!("{}", status_line(&symbology, id, status));
-    }
-    if stale_records > 0 || mbp.iter().any(|b| b.is_stale()) {
-        let stale_now = mbp.iter().filter(|b| b.is_stale()).count() + unsynced.len();
-        out!("stale records={stale_records} instruments_stale_at_end={stale_now}");
+    for line in view.final_lines(stats.gaps, args.levels) {
+        out!("{line}");
     }
     out!(
-        "stream records={} heartbeats={heartbeats} book_records={book_records} gaps={} missed={} corrupt={} book_errors={book_errors} next_seq={} snapshots={} reconnects={} stale_book_errors={stale_book_errors} end={}",
+        "stream records={} heartbeats={heartbeats} book_records={} gaps={} missed={} corrupt={} book_errors={} next_seq={} snapshots={} reconnects={} stale_book_errors={} end={}",
         stats.records,
+        view.book_records,
         stats.gaps,
         stats.missed,
         stats.corrupt,
+        view.book_errors,
         stats.next_seq,
         stats.snapshots_received,
         stats.reconnects,
+        view.stale_book_errors,
         end.unwrap_or("unknown")
     );
     if let Some(l) = sub.latency() {

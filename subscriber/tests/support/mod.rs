@@ -42,7 +42,11 @@ fn verbs_gid_index() -> String {
 fn fabric_section() -> String {
     if on_verbs() {
         format!(
-            "[fabric]\nprovider = \"verbs\"\n\n[fabric.verbs]\ndevice = \"{}\"\ngid_index = {}\nsend_queue_depth = 4096\nsignal_every = 64\n",
+            // rnr_retry = 7: the stall suite stops a subscriber for up to 3 s with a ring larger than the receive
+            // queue the device allows (rxe's max_qp_wr clamps it), and expects resync to see it through, as a
+            // recorder would be configured; the default (6 x 0.64 ms) would fail such a QP with
+            // IBV_WC_RNR_RETRY_EXC_ERR once its receive queue ran dry
+            "[fabric]\nprovider = \"verbs\"\n\n[fabric.verbs]\ndevice = \"{}\"\ngid_index = {}\nsend_queue_depth = 4096\nsignal_every = 64\nrnr_retry = 7\n",
             verbs_device(),
             verbs_gid_index()
         )

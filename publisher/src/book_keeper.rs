@@ -1,0 +1,127 @@
+//! The publisher's own books, from which every snapshot is built: the order-level books, the price-level books of
+//! a feed that carries price levels, and each instrument's last trading status records. The conductor applies
+//! each journal record once the hot loop has fanned it out ([`BookKeeper::apply`]), so the books stand at the hot
+//! loop's position, and [`BookKeeper::snapshot`] writes a late joiner's or a resync's records from them.
+
+use mdfan_wire::{BookUpdate, Books, MbpBooks};
+
+/// See the module docs.
+pub struct BookKeeper {
+    /// The order-level books.
+    books: Books,
+    /// Price-level books, for a feed that carries price levels (a live MDP 3.0 channel, a LOBSTER file); `None`
+    /// for an order-level feed (DBN, ITCH), whose records (an ITCH `InstrumentStale`, say) must not make
+    /// price-level books.
+    mbp: Option<MbpBooks>,
+    /// Each instrument's last trading status record of each status kind (ITCH `H`, `Y`, `h`), keyed by
+    /// (instrument_id, [`mdfan_wire::StatusKind`] byte), so a snapshot carries them: a late joiner or a resync
+    /// knows a halt that began before its snapshot. Grows by one entry per instrument and kind seen.
+    statuses: std::collections::BTreeMap<(u32, u8), BookUpdate>,
+    /// The live feed's last [`mdfan_wire::Kind::FeedStatus`] record (silent, or live again), which every
+    /// snapshot carries whatever its filter: a late joiner learns that the feed is silent now.
+    feed_status: Option<BookUpdate>,
+    /// Feed records applied.
+    applied: u64,
+}
+
+impl BookKeeper {
+    /// Empty books; price-level ones for `price_levels` instruments when the feed carries price levels.
+    pub fn new(price_levels: Option<usize>) -> BookKeeper {
+        BookKeeper {
+            books: Books::new(),
+            mbp: price_levels.map(MbpBooks::with_capacity),
+            statuses: std::collections::BTreeMap::new(),
+            feed_status: None,
+            applied: 0,
+        }
+    }
+
+    /// Feed records applied so far (the position the books stand at).
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Applies feed record number `applied() + 1` (`None`: it was gone from the journal, which is never
+    /// expected: logged). A record a book refuses is logged and the books go on.
+    pub fn apply(&mut self, record: Option<&BookUpdate>) {
+        let n = self.applied + 1;
+        self.applied += 1;
+        let Some(r) = record else {
+            tracing::error!(record = n, "journal record gone before the conductor applied it");
+            return;
+        };
+        if let Err(e) = self.books.apply(r) {
+            tracing::warn!(record = n, cause = %e, "publisher book refused a feed record");
+        }
+        if let Some(Err(e)) = self.mbp.as_mut().map(|mbp| mbp.apply(r)) {
+            tracing::warn!(record = n, cause = %e, "publisher price-level book refused a feed record");
+        }
+        if let Some(status) = r.status() {
+            self.statuses.insert((r.instrument_id, status.kind as u8), *r);
+        }
+        if r.feed_state().is_some() {
+            self.feed_status = Some(*r);
+        }
+    }
+
+    /// A snapshot of the instruments in `filter` (`None`: all) at the books' position: `SnapshotBegin`, the order
+    /// books, the price-level books, each instrument's last trading status records and the feed's last feed
+    /// status record (whatever the filter; all flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the
+    /// markers' `size` counts the books.
+    pub fn snapshot(&self, filter: Option<&[u32]>) -> Vec<BookUpdate> {
+        let mut records = self.books.snapshot(filter, self.applied);
+        let end = records.pop().expect("a snapshot ends with SnapshotEnd");
+        if let Some(mbp) = self.mbp.as_ref().filter(|mbp| !mbp.is_empty()) {
+            let books = mbp.snapshot_into(filter, &mut records) as u32;
+            records[0].size += books;
+        }
+        let wanted = |id: &u32| filter.is_none_or(|f| f.contains(id));
+        records.extend(
+            self.statuses
+                .iter()
+                .filter(|((id, _), _)| wanted(id))
+                .map(|(_, r)| r)
+                .chain(self.feed_status.iter())
+                .map(|r| BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
+        );
+        records.push(BookUpdate { size: records[0].size, ..end });
+        records
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::{flags, FeedState, Kind, Side, CHANNEL_INSTRUMENT_ID};
+
+    /// A snapshot carries the feed's last status record, flagged SNAPSHOT, whatever the filter; before any, none.
+    #[test]
+    fn a_snapshot_carries_the_last_feed_status_whatever_its_filter() {
+        let mut k = BookKeeper::new(None);
+        let add = BookUpdate {
+            instrument_id: 7,
+            order_id: 1,
+            price_e9: 10,
+            size: 5,
+            side: Side::Bid as u8,
+            flags: flags::LAST,
+            ..BookUpdate::control(Kind::Add)
+        };
+        k.apply(Some(&add));
+        let statuses = |recs: &[BookUpdate]| -> Vec<(Option<FeedState>, u8)> {
+            recs.iter().filter(|r| r.kind() == Some(Kind::FeedStatus)).map(|r| (r.feed_state(), r.flags)).collect()
+        };
+        assert!(statuses(&k.snapshot(None)).is_empty());
+        k.apply(Some(&BookUpdate::feed_status(FeedState::Silent, 1, 2, 1)));
+        k.apply(Some(&BookUpdate::feed_status(FeedState::Live, 3, 4, 1)));
+        k.apply(Some(&BookUpdate::feed_status(FeedState::Silent, 5, 2, 2)));
+        let want = vec![(Some(FeedState::Silent), flags::LAST | flags::BAD_TS_RECV | flags::SNAPSHOT)];
+        for filter in [None, Some(&[7u32][..]), Some(&[8u32][..])] {
+            let snap = k.snapshot(filter);
+            assert_eq!(statuses(&snap), want, "filter {filter:?}");
+            let last = snap.iter().find(|r| r.kind() == Some(Kind::FeedStatus)).unwrap();
+            assert_eq!((last.instrument_id, last.size, last.ts_event_ns), (CHANNEL_INSTRUMENT_ID, 2, 5));
+            assert_eq!(snap.last().unwrap().kind(), Some(Kind::SnapshotEnd), "before SnapshotEnd");
+        }
+    }
+}
