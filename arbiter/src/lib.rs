@@ -53,7 +53,9 @@
 //!   by the same N-copies rule ([`ArbiterCounters::resets_held`]); once confirmed the old stream ends (what
 //!   waits goes out, its holes reported), [`Event::Reset`] says where the new one starts, and the held copies
 //!   are processed as its first ([`ArbiterCounters::resets`]). A line that is merely behind the other never
-//!   went back on itself, so its copies stay duplicates.
+//!   went back on itself, so its copies stay duplicates; and after a reset, a line that has not gone back yet
+//!   (its copies still within a window of its old stream's highest, or above it) brings the old stream's tail:
+//!   dropped as [`ArbiterCounters::late`], not a jump, until its first copy of the new stream.
 //! - **Per-copy checks.** Before arbitration every copy goes through the arbiter's [`CopyChecks`]
 //!   ([`CopyChecks::admit`]: per-line source checks; a refused copy is counted in
 //!   [`ArbiterCounters::refused`] and never competes, so the other line's copy of that position wins); every
@@ -228,7 +230,7 @@ pub struct ArbiterCounters {
     pub refused: u64,
     /// Copies of a position already delivered or already waiting: dropped.
     pub duplicates: u64,
-    /// Copies of a position already declared missing: dropped.
+    /// Copies of a position already declared missing, or of the old stream after a reset: dropped.
     pub late: u64,
     /// Units longer than a slot that would have had to wait, and suspects longer than the held buffer: dropped.
     pub oversize: u64,
@@ -395,6 +397,8 @@ pub struct Arbiter<P: Position, M: Copy, K = NoChecks> {
     /// One past the highest position known.
     high: Option<P>,
     max_seen: [Option<P>; 2],
+    /// Per line, the highest position of the stream before the last reset, until the line goes back too.
+    old_high: [Option<P>; 2],
     slots: Box<[Slot<P, M>]>,
     store: Box<[u8]>,
     waiting: usize,
@@ -440,6 +444,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             next: None,
             high: None,
             max_seen: [None; 2],
+            old_high: [None; 2],
             slots: vec![empty; window].into_boxed_slice(),
             store: vec![0; window * cfg.slot_bytes].into_boxed_slice(),
             waiting: 0,
@@ -562,6 +567,17 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             return false;
         }
         let window = self.window();
+        if let Line::A | Line::B = copy.line {
+            let i = copy.line.index();
+            if let Some(old) = self.old_high[i] {
+                if copy.pos.after(window) > old {
+                    // The old stream's tail on a line that has not reset yet.
+                    self.counters.late += 1;
+                    return false;
+                }
+                self.old_high[i] = None;
+            }
+        }
         let own_high = match copy.line {
             Line::A | Line::B => self.max_seen[copy.line.index()],
             Line::Recovery => None,
@@ -641,6 +657,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
         self.history.iter_mut().for_each(|h| *h = None);
         self.waiting = 0;
         self.stalled_since_ns = None;
+        self.old_high = self.max_seen;
         self.max_seen = [None; 2];
         self.at_end = false;
         self.next = Some(first);
@@ -671,7 +688,9 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
         F: FnMut(&mut Self, LineCopy<'_, P, M>, bool, &mut O),
     {
         let first = self.held[..self.held_len].first().map(|h| h.pos);
-        let reached = matches!((first, self.next), (Some(f), Some(n)) if f.distance_from(n) < self.window());
+        // Ahead of the expected position and within a window of it: a suspect jump the stream caught up with. A
+        // held copy below it is a suspect reset, which only its own N-copy run confirms.
+        let reached = matches!((first, self.next), (Some(f), Some(n)) if f >= n && f.distance_from(n) < self.window());
         if self.cfg.held_joins_when_reached && reached {
             self.process_held(out, &mut process);
         }

@@ -542,6 +542,47 @@ mod tests {
     }
 
     #[test]
+    fn a_seq_reset_on_both_lines_re_bases_the_stream_after_three_copies() {
+        // CME's weekly restart: both lines go back to MsgSeqNum 1. The held copies of 1 and 2 are below the
+        // expected seq; they wait for their run (they are not a jump the stream caught up with).
+        let mut a = Arbiter::new(ArbiterConfig { confirm_packets: 3, ..cfg(0) });
+        a.start_at(1000);
+        let mut input: Vec<_> = (1000..1020).flat_map(|s| [(A, s), (B, s)]).collect();
+        input.extend((1..=5).flat_map(|s| [(A, s), (B, s)]));
+        let mut want: Vec<Result<u64, (u64, u64)>> = (1000..1020).map(Ok).collect();
+        want.push(Err((1, 0)));
+        want.extend((1..=5).map(Ok));
+        assert_eq!(run(&mut a, &input, 0), want);
+        let c = *a.counters();
+        assert_eq!((c.resets_held, c.resets, c.gap_seqs, c.duplicates), (2, 1, 0, 20 + 5));
+        assert_eq!(a.next_seq(), Some(6));
+
+        assert_accounted(&a, 0);
+    }
+
+    #[test]
+    fn after_a_reset_the_lagging_line_s_old_tail_is_late_not_a_jump() {
+        // Line A restarts at 1 while line B still sends the end of the old stream (1016..1019): B's old copies are
+        // late, not a jump to 1016 with a gap over 4..1015; B's new stream is duplicates of A's.
+        let mut a = Arbiter::new(ArbiterConfig { confirm_packets: 3, ..cfg(0) });
+        a.start_at(1000);
+        let mut input: Vec<_> = (1000..1020).map(|s| (A, s)).collect();
+        input.extend((1000..1016).map(|s| (B, s)));
+        input.extend([(A, 1), (A, 2), (A, 3)]);
+        input.extend((1016..1020).map(|s| (B, s)));
+        input.extend([(B, 1), (B, 2), (B, 3), (A, 4), (B, 4), (A, 5)]);
+        let mut want: Vec<Result<u64, (u64, u64)>> = (1000..1020).map(Ok).collect();
+        want.push(Err((1, 0)));
+        want.extend((1..=5).map(Ok));
+        assert_eq!(run(&mut a, &input, 0), want);
+        let c = *a.counters();
+        assert_eq!((c.resets, c.late, c.jumps_held, c.jumps_taken, c.gap_seqs), (1, 4, 0, 0, 0));
+        assert_eq!((c.duplicates, a.next_seq()), (16 + 4, Some(6)));
+
+        assert_accounted(&a, 0);
+    }
+
+    #[test]
     fn a_stray_msg_seq_num_before_the_feed_does_not_silence_it() {
         // The attack: one 12-byte datagram with MsgSeqNum 0xFFFFFF00 on line A before the first real
         // packet. It used to set the expected seq, every real packet then a duplicate.
