@@ -155,15 +155,7 @@ impl Sub {
         let fabric = FabricConfig::Shm { dir: PathBuf::from(DEFAULT_DIR) };
         let (ring, grant) = PreparedLocalRing::create(&fabric, ring_slots).expect("shm ring");
         let mut ctl = TcpStream::connect(addr).expect("connect to the control endpoint");
-        let subscribe = Subscribe {
-            name: name.into(),
-            instruments: None,
-            symbols: None,
-            ring: grant,
-            policy,
-            snapshot: true,
-            token: None,
-        };
+        let subscribe = Subscribe { policy, ..Subscribe::new(name, grant) };
         control::write_msg(&mut ctl, &ControlMsg::Subscribe(subscribe)).expect("send subscribe");
         ctl.set_nonblocking(true).unwrap();
         Sub {

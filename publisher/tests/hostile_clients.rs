@@ -155,15 +155,8 @@ fn never_reader(addr: SocketAddr, name: &str, instruments: Option<Vec<u32>>) -> 
     socket::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(at)).unwrap();
     let mut s = TcpStream::from(fd);
     let (ring, grant) = ShmLocalRing::create(Path::new(DEFAULT_DIR), 4096).unwrap();
-    let sub = Subscribe {
-        name: name.into(),
-        instruments,
-        symbols: None,
-        ring: grant,
-        policy: SlowConsumerPolicy::Resync,
-        snapshot: false,
-        token: None,
-    };
+    let sub =
+        Subscribe { instruments, policy: SlowConsumerPolicy::Resync, snapshot: false, ..Subscribe::new(name, grant) };
     control::write_msg(&mut s, &ControlMsg::Subscribe(sub)).unwrap();
     let reader = std::thread::spawn(move || {
         let mut rx = mdfan_subscriber::Receiver::new(ring);
@@ -325,15 +318,7 @@ fn ask(addr: SocketAddr, sub: Subscribe) -> (TcpStream, ControlMsg) {
 }
 
 fn subscribe(name: &str, ring: mdfan_wire::control::RingGrant, token: Option<&str>) -> Subscribe {
-    Subscribe {
-        name: name.into(),
-        instruments: None,
-        symbols: None,
-        ring,
-        policy: SlowConsumerPolicy::Resync,
-        snapshot: true,
-        token: token.map(str::to_owned),
-    }
+    Subscribe { policy: SlowConsumerPolicy::Resync, token: token.map(str::to_owned), ..Subscribe::new(name, ring) }
 }
 
 /// Issue 27's audit log break: in the text format, a newline or ESC in a subscriber's name (no `[access]`) or in

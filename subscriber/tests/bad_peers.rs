@@ -134,15 +134,7 @@ fn a_snapshot_request_flood_is_rate_limited_counted_and_ended_and_others_are_ser
     // a client with a real ring of its own, that floods snapshot requests
     let (local, grant) = ShmLocalRing::create(std::path::Path::new(DEFAULT_DIR), 64).unwrap();
     let mut s = TcpStream::connect(addr).unwrap();
-    let sub = ControlMsg::Subscribe(Subscribe {
-        name: "flood".into(),
-        instruments: None,
-        symbols: None,
-        ring: grant,
-        policy: SlowConsumerPolicy::Resync,
-        snapshot: true,
-        token: None,
-    });
+    let sub = ControlMsg::Subscribe(Subscribe { policy: SlowConsumerPolicy::Resync, ..Subscribe::new("flood", grant) });
     control::write_msg(&mut s, &sub).unwrap();
     assert!(matches!(control::read_msg(&mut s), Ok(ControlMsg::Accept(_))));
     // the second subscriber starts the replay; the flood comes once it is attached

@@ -33,15 +33,7 @@ use users::LocalUser;
 const ATTACKER_ENDPOINT: &str = "MDFAN_TEST_ATTACKER_ENDPOINT";
 
 fn subscribe(name: &str, ring: RingGrant) -> ControlMsg {
-    ControlMsg::Subscribe(Subscribe {
-        name: name.into(),
-        instruments: None,
-        symbols: None,
-        ring,
-        policy: SlowConsumerPolicy::Resync,
-        snapshot: true,
-        token: None,
-    })
+    ControlMsg::Subscribe(Subscribe { policy: SlowConsumerPolicy::Resync, ..Subscribe::new(name, ring) })
 }
 
 /// A folder of this test's own, `mode`, owned by root.

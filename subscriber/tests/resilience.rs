@@ -132,15 +132,7 @@ fn a_peer_stuck_in_its_handshake_is_dropped_and_the_attached_subscriber_hears_he
         // the first credit never comes.
         let endpoint = VerbsEndpoint { qpn: 0xabcd, psn: 1, gid: "00000000000000000000ffff7f000001".into(), lid: 0 };
         let ring = RingGrant::Verbs { endpoint, ring_addr: 0x1_0000, ring_rkey: 1, slot_count: 1024 };
-        let sub = Subscribe {
-            name: "never-connects".into(),
-            instruments: None,
-            symbols: None,
-            ring,
-            policy: Default::default(),
-            snapshot: true,
-            token: None,
-        };
+        let sub = Subscribe::new("never-connects", ring);
         control::write_msg(&mut s, &ControlMsg::Subscribe(sub)).unwrap();
         s
     });

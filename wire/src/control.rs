@@ -122,6 +122,22 @@ pub struct Subscribe {
     pub token: Option<String>,
 }
 
+impl Subscribe {
+    /// A subscription named `name` for `ring` with the defaults a client that sends no other field gets: every
+    /// instrument, [`SlowConsumerPolicy::Disconnect`], a snapshot on joining, no token.
+    pub fn new(name: impl Into<String>, ring: RingGrant) -> Subscribe {
+        Subscribe {
+            name: name.into(),
+            instruments: None,
+            symbols: None,
+            ring,
+            policy: SlowConsumerPolicy::default(),
+            snapshot: true,
+            token: None,
+        }
+    }
+}
+
 fn yes() -> bool {
     true
 }
