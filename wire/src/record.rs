@@ -45,7 +45,10 @@
 //!
 //! Records the publisher makes (snapshot records, feed status, heartbeats, end of stream) carry the position
 //! their book had reached (snapshots), the last one the feed handed out (feed status) or 0; they are not venue
-//! events.
+//! events. MDP 3.0 market recovery is the one exception to the order: its records (a `Clear` flagged
+//! [`flags::SNAPSHOT`], then the levels) carry the snapshot's `LastMsgSeqNumProcessed`, which the snapshot feed
+//! (its own socket) may deliver ahead of the incrementals around them; that book is then the one at that
+//! `MsgSeqNum`, and its instrument's incrementals up to it are dropped by `RptSeq`.
 //!
 //! ## Price-level (MBP) records
 //!
