@@ -5,7 +5,8 @@
 //!   (more stays in the kernel, and TCP's window pushes back on the peer); frames are taken with a limit sized to
 //!   what the protocol allows at that point ([`SUBSCRIBE_FRAME_BYTES`] before the accept,
 //!   [`SESSION_FRAME_BYTES`] after it). On a Unix-domain socket the file descriptors that come with the bytes
-//!   (`SCM_RIGHTS`: a ring) are kept ([`ControlConn::take_fds`]).
+//!   (`SCM_RIGHTS`: a ring) are counted and the first one kept
+//!   ([`ControlConn::take_fd`]); the others are closed as they come.
 //! - **Out**: frames are queued ([`ControlConn::queue`]) and written as the socket takes them
 //!   ([`ControlConn::flush`]); at most [`OUT_BUFFER_BYTES`] may wait, and whatever waits must be gone within
 //!   [`WRITE_DEADLINE`] of the moment the buffer stopped being empty ([`ControlConn::overdue`]). A peer past
@@ -101,7 +102,10 @@ pub struct ControlConn {
     out_pos: usize,
     /// When `out` stopped being empty.
     out_since: Option<Instant>,
+    /// The first descriptor received and not taken yet; later ones are closed on arrival (counted in
+    /// `fds_received`), so a peer that sends descriptors with every write holds at most one of the publisher's.
     fds: Vec<OwnedFd>,
+    fds_received: usize,
 }
 
 impl ControlConn {
@@ -119,6 +123,7 @@ impl ControlConn {
             out_pos: 0,
             out_since: None,
             fds: Vec::new(),
+            fds_received: 0,
         })
     }
 
@@ -128,7 +133,11 @@ impl ControlConn {
         let mut chunk = [0u8; 16 * 1024];
         while self.inbuf.len() < IN_BUFFER_BYTES {
             let room = (IN_BUFFER_BYTES - self.inbuf.len()).min(chunk.len());
-            match self.stream.read_into(&mut chunk[..room], &mut self.fds) {
+            let held = self.fds.len();
+            let read = self.stream.read_into(&mut chunk[..room], &mut self.fds);
+            self.fds_received += self.fds.len() - held;
+            self.fds.truncate(1);
+            match read {
                 Ok(0) => return Received::Closed,
                 Ok(n) => {
                     self.inbuf.extend_from_slice(&chunk[..n]);
@@ -152,9 +161,10 @@ impl ControlConn {
         self.inbuf.clear();
     }
 
-    /// The file descriptors received so far (a Unix-domain peer's ring), taken.
-    pub fn take_fds(&mut self) -> Vec<OwnedFd> {
-        std::mem::take(&mut self.fds)
+    /// The first file descriptor received (a Unix-domain peer's ring), taken, and how many came in all since the
+    /// connection opened (more than 1: not a subscribe message this protocol sends).
+    pub fn take_fd(&mut self) -> (Option<OwnedFd>, usize) {
+        (self.fds.pop(), self.fds_received)
     }
 
     /// Queues `msg` and writes what the socket takes now.
@@ -260,6 +270,25 @@ mod tests {
         assert!(!conn.overdue(Instant::now()));
         assert!(conn.overdue(Instant::now() + WRITE_DEADLINE + Duration::from_millis(1)));
         drop(client);
+    }
+
+    /// A Unix-domain peer that sends a descriptor with every write (before its subscribe is whole, and after it
+    /// was taken) makes the connection hold at most one of them; all are counted.
+    #[test]
+    fn a_peer_that_sends_a_descriptor_with_every_write_holds_at_most_one() {
+        let (server, client) = UnixStream::pair().unwrap();
+        let info = PeerInfo { addr: "unix".into(), ip: None, uid: None, pid: None };
+        let mut conn = ControlConn::new(Stream::Unix(server), info).unwrap();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        for round in 0..2 {
+            for _ in 0..50 {
+                mdfan_fabric::fdpass::send_with_fd(&client, b"x", std::os::fd::AsFd::as_fd(&file)).unwrap();
+                conn.receive();
+                assert!(conn.fds.len() <= 1, "round {round}: {} descriptors held", conn.fds.len());
+            }
+            let (fd, received) = conn.take_fd();
+            assert_eq!((fd.is_some(), received, conn.fds.len()), (true, 50 * (round + 1), 0));
+        }
     }
 
     /// Frames come out whole whatever the read boundaries; a length past the limit is refused from its prefix.
