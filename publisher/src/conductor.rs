@@ -453,15 +453,28 @@ impl Conductor {
     /// Sends `reason` as a `Reject` on `conn` (written as the peer reads it; the connection closes after it or
     /// at its write deadline) and logs it in the audit log, unless `quiet` (a throttled peer's refusals are
     /// summed up instead).
-    fn refuse(&mut self, mut conn: ControlConn, reason: String, quiet: bool) {
+    fn refuse(&mut self, conn: ControlConn, reason: String, quiet: bool) {
         self.control.rejects += 1;
         if !quiet {
             tracing::warn!(target: AUDIT, peer = %conn.peer.addr, uid = %conn.peer.uid_text(),
                 reason = %shown(&reason, 2 * access::MAX_SHOWN_BYTES), event = "refuse", "subscriber refused");
         }
         let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
-        if conn.queue(&msg).is_ok() && !conn.drained() {
-            self.closing.push(conn);
+        self.last_word(conn, &msg);
+    }
+
+    /// Queues a connection's last message (a reject or a bye) and keeps the connection among the closing ones
+    /// until it is written; one that does not fit what already waits (a peer that does not read) is closed now,
+    /// counted as `out_overflow`.
+    /// One already past its write deadline is closed at once (counted as `write_deadline` where that was found).
+    fn last_word(&mut self, mut conn: ControlConn, msg: &ControlMsg) {
+        if conn.overdue(Instant::now()) {
+            return;
+        }
+        match conn.queue(msg) {
+            Err(_) => self.control.out_overflow += 1,
+            Ok(()) if !conn.drained() => self.closing.push(conn),
+            Ok(()) => {}
         }
     }
 
@@ -532,13 +545,12 @@ impl Conductor {
     /// A whole subscribe message: its shape, who sent it (throttled, authenticated), its symbols and
     /// entitlement; then it is attached, or waits for the feed to show its instruments.
     fn consider(&mut self, mut conn: ControlConn, mut sub: Subscribe) {
-        let mut fds = conn.take_fds();
-        if fds.len() > 1 {
+        let (fd, received) = conn.take_fd();
+        if received > 1 {
             let reason =
-                format!("bad subscribe message: {} file descriptors came with it, at most 1 (the ring)", fds.len());
+                format!("bad subscribe message: {received} file descriptors came with it, at most 1 (the ring)");
             return self.refuse(conn, reason, false);
         }
-        let fd = fds.pop();
         if let Err(reason) = access::check_subscribe(&mut sub) {
             return self.refuse(conn, reason, false);
         }
@@ -1043,11 +1055,10 @@ impl Conductor {
         tracing::info!(target: AUDIT, event = "leave", session = id, name = %shown_name(&e.name),
             reason = l.reason.as_str(), detail = %l.detail, "subscriber leaving");
         let bye = Bye { reason: l.reason, detail: l.detail };
-        if let Some(mut conn) = e.conn.take() {
-            if conn.queue(&ControlMsg::Bye(bye)).is_ok() && !conn.drained() && !conn.overdue(Instant::now()) {
-                self.closing.push(conn);
-            }
+        if let Some(conn) = e.conn.take() {
+            self.last_word(conn, &ControlMsg::Bye(bye));
         }
+        let Some(e) = self.sessions.get_mut(&id) else { return };
         e.counters.left.store(l.reason as u32, Ordering::Relaxed);
         match std::mem::replace(&mut e.stage, Stage::Leaving) {
             Stage::Live => self.send(Command::Remove { id, reason: l.reason }),
@@ -1066,11 +1077,8 @@ impl Conductor {
     fn end_session(&mut self, mut e: SessionEntry, end: CloseReason, bye: Option<Bye>) {
         e.report.update(&e.counters, &self.clock);
         e.report.end = Some(end);
-        if let Some(mut conn) = e.conn.take() {
-            let bye = bye.unwrap_or_else(|| Bye::new(end));
-            if conn.queue(&ControlMsg::Bye(bye)).is_ok() && !conn.drained() {
-                self.closing.push(conn);
-            }
+        if let Some(conn) = e.conn.take() {
+            self.last_word(conn, &ControlMsg::Bye(bye.unwrap_or_else(|| Bye::new(end))));
         }
         self.ended.push(e.report);
     }
