@@ -33,8 +33,9 @@
 //! removed only when it is this user's, a counters file, and its writer is gone ("dead": the same endpoint started
 //! again); anything else is left alone and the writer runs without a file. [`read`] opens with `O_NOFOLLOW`,
 //! checks magic, version, sizes and every row, and [`Snapshot::standing`] says whether to trust it: a file whose
-//! owner is not its writer's user, or whose owner is neither root, the reader, nor in group `mdfan`, is
-//! [`Standing::Suspect`] and is not exported.
+//! owner is not its writer's user, whose owner is neither root, the reader, nor in group `mdfan`, or that says it
+//! is a publisher's and is owned by neither root, the reader, nor user `mdfan`, is [`Standing::Suspect`] and is
+//! not exported.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -205,6 +206,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// The uid of user `name` in /etc/passwd, if it is there.
+pub fn user_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
 }
 
 /// The gid of group `name` in /etc/group, if it is there.
@@ -597,11 +608,20 @@ impl Snapshot {
 
     /// Whether this file can be trusted, for a reader running as `reader_uid` at `now_ns` (see the module docs):
     /// [`Standing::Suspect`] when its mode lets others write it, when its writer is alive but runs as another
-    /// user than the file's owner, or when its owner is neither root, the reader, nor in group [`GROUP`] (the
-    /// file's group); otherwise running, ended or dead (writer gone, with the values' age).
+    /// user than the file's owner, when its owner is neither root, the reader, nor in group [`GROUP`] (the
+    /// file's group), or when it says it is a publisher's and its owner is neither root, the reader, nor user
+    /// [`GROUP`] (the publisher service's user: a strategy in the group cannot pass for a publisher); otherwise
+    /// running, ended or dead (writer gone, with the values' age).
     pub fn standing(&self, reader_uid: u32, now_ns: u64) -> Standing {
         if self.mode & 0o022 != 0 {
             return Standing::Suspect(format!("mode {:04o}: others may write it", self.mode));
+        }
+        let publisher_user = user_id(GROUP).is_some_and(|u| u == self.owner);
+        if self.role == "publisher" && self.owner != 0 && self.owner != reader_uid && !publisher_user {
+            return Standing::Suspect(format!(
+                "a publisher's file owned by uid {}, which is neither root, you (uid {reader_uid}), nor user {GROUP}",
+                self.owner
+            ));
         }
         let trusted_group = group_id(GROUP).is_some_and(|g| g == self.group);
         if self.owner != 0 && self.owner != reader_uid && !trusted_group {
@@ -780,6 +800,16 @@ mod tests {
         std::fs::set_permissions(forged.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
         let s = read(forged.path()).unwrap();
         assert_eq!(s.standing(effective_uid(), 0), Standing::Suspect("mode 0666: others may write it".into()));
+        // A strategy's user in group mdfan writes a file that says it is a publisher's: suspect, whatever its group.
+        let other = 4_242_424;
+        let planted = Snapshot { owner: other, group: group_id(GROUP).unwrap_or(other), mode: MODE, ..s };
+        assert_eq!(
+            planted.standing(effective_uid(), 0),
+            Standing::Suspect(format!(
+                "a publisher's file owned by uid {other}, which is neither root, you (uid {}), nor user mdfan",
+                effective_uid()
+            ))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
