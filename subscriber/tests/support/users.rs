@@ -21,12 +21,19 @@ fn id_of(flag: &str, name: &str) -> Option<u32> {
     String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
+/// Says a test skipped, on the process's stderr itself (not the test's captured output), so that `.ci/run` sees
+/// the line and fails: CI runs as root with useradd, and these tests must run there.
+fn skip(what: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIP local user: {what}");
+}
+
 impl LocalUser {
     /// Creates user `mdft-<tag>-<pid>` with a group of its own; `None`, with a line saying why, when this test
     /// cannot (not root, no useradd). `test` names the caller in the SKIP line.
     pub fn create(test: &str, tag: &str) -> Option<LocalUser> {
         if mdfan_fabric::shm::current_euid() != 0 {
-            println!("SKIP {test}: creating a local user needs root (useradd)");
+            skip(&format!("{test}: creating a local user needs root (useradd)"));
             return None;
         }
         let name = format!("mdft-{tag}-{}", std::process::id());
@@ -37,11 +44,11 @@ impl LocalUser {
         match out {
             Ok(o) if o.status.success() => {}
             Ok(o) => {
-                println!("SKIP {test}: useradd {name}: {}", String::from_utf8_lossy(&o.stderr).trim());
+                skip(&format!("{test}: useradd {name}: {}", String::from_utf8_lossy(&o.stderr).trim()));
                 return None;
             }
             Err(e) => {
-                println!("SKIP {test}: useradd: {e}");
+                skip(&format!("{test}: useradd: {e}"));
                 return None;
             }
         }
