@@ -272,6 +272,8 @@ struct Window {
 #[derive(Debug, Default)]
 pub struct AuthThrottle {
     peers: HashMap<PeerKey, Window>,
+    /// Windows that ended when their peer failed again, before [`AuthThrottle::summaries`] came to them.
+    ended: Vec<(PeerKey, Window)>,
     /// Failed authentications, in all.
     pub failures: u64,
     /// Subscriptions refused unchecked because their peer had failed too often.
@@ -315,7 +317,12 @@ impl AuthThrottle {
                 self.peers.remove(&k);
             }
         }
-        let w = self.peers.entry(key).or_insert(Window { start: now, failures: 0, refused: 0, logged: 0 });
+        let fresh = Window { start: now, failures: 0, refused: 0, logged: 0 };
+        let w = self.peers.entry(key).or_insert(fresh);
+        if now.duration_since(w.start) >= AUTH_WINDOW {
+            // Its window is over: the failure opens the next one (the old one is summarised as it was).
+            self.ended.push((key, std::mem::replace(w, fresh)));
+        }
         w.failures += 1;
         if w.logged < AUTH_LOGGED_PER_WINDOW {
             w.logged += 1;
@@ -328,7 +335,12 @@ impl AuthThrottle {
     /// The windows that ended by `now` and held more than their logged lines said: one summary per peer,
     /// `(peer, failures, refused unchecked)`; ended windows are forgotten.
     pub fn summaries(&mut self, now: Instant) -> Vec<(PeerKey, u32, u32)> {
-        let mut out = Vec::new();
+        let mut out: Vec<_> = self
+            .ended
+            .drain(..)
+            .filter(|(_, w)| w.failures > w.logged || w.refused > 0)
+            .map(|(key, w)| (key, w.failures, w.refused))
+            .collect();
         self.peers.retain(|key, w| {
             let over = now.duration_since(w.start) >= AUTH_WINDOW;
             if over && (w.failures > w.logged || w.refused > 0) {
@@ -481,6 +493,14 @@ pub(crate) mod tests {
         assert!(th.summaries(t0 + Duration::from_secs(5)).is_empty(), "the window is still open");
         assert_eq!(th.summaries(t0 + AUTH_WINDOW), [(a, 10, 1)]);
         assert!(th.check(a, t0 + AUTH_WINDOW).is_ok(), "a new window");
+        // Failures right after a window ends, before its summary is taken, open the next window: ten of them
+        // lock the peer out again, and both windows are summarised.
+        let t1 = t0 + 2 * AUTH_WINDOW;
+        (0..AUTH_FAILURES_PER_WINDOW).for_each(|_| _ = th.failed(a, t0 + Duration::from_secs(1)));
+        (0..AUTH_FAILURES_PER_WINDOW).for_each(|_| _ = th.failed(a, t1));
+        assert!(th.check(a, t1).is_err(), "locked out in the new window");
+        assert_eq!(th.summaries(t1), [(a, 10, 0)], "the window that ended");
+        assert_eq!(th.summaries(t1 + AUTH_WINDOW), [(a, 10, 1)]);
     }
 
     #[test]
