@@ -153,6 +153,8 @@ struct SnapshotState {
     bucket: TokenBucket,
     /// Requests refused for the rate.
     refused: u64,
+    /// Requests refused since the last one served: a flood is this many, not a session's total.
+    refused_run: u64,
 }
 
 /// The conductor's entry for one subscriber session (see the module docs).
@@ -826,6 +828,7 @@ impl Conductor {
                 commands: 1, // the Add, sent once the subscriber's side is connected
                 bucket: TokenBucket::new(self.cfg.publisher.snapshot_requests_per_s, Instant::now()),
                 refused: 0,
+                refused_run: 0,
             },
             holds: Vec::new(),
         };
@@ -883,28 +886,31 @@ impl Conductor {
     /// arrives while one is pending is kept and served when that one is done, so any number of requests in
     /// between cost one snapshot), and at most `publisher.snapshot_requests_per_s` requests a second, each
     /// request taking a token whether it is served or collapsed; a request without one is refused (counted),
-    /// and a session with [`SNAPSHOT_FLOOD_SECONDS`] seconds' worth refused is ended. Returns why it must end.
+    /// and a session with [`SNAPSHOT_FLOOD_SECONDS`] seconds' worth refused in a row (none served between) is
+    /// ended. Returns why it must end.
     fn on_snapshot_request(&mut self, id: u64, gap_from_seq: u64) -> Option<Leaving> {
         let rate = u64::from(self.cfg.publisher.snapshot_requests_per_s.max(1));
         let e = self.sessions.get_mut(&id)?;
         if !e.snapshot.bucket.take(Instant::now()) {
             e.snapshot.refused += 1;
+            e.snapshot.refused_run += 1;
             e.report.snapshot_requests_refused = e.snapshot.refused;
             self.control.snapshot_requests_refused += 1;
-            if e.snapshot.refused >= SNAPSHOT_FLOOD_SECONDS * rate {
+            if e.snapshot.refused_run >= SNAPSHOT_FLOOD_SECONDS * rate {
                 self.control.snapshot_floods += 1;
                 return Some(Leaving {
                     reason: CloseReason::ProtocolError,
                     detail: format!(
-                        "snapshot request flood: {} refused past the limit of {rate} a second \
+                        "snapshot request flood: {} refused in a row past the limit of {rate} a second \
                          (publisher.snapshot_requests_per_s)",
-                        e.snapshot.refused
+                        e.snapshot.refused_run
                     ),
                 });
             }
             return None;
         }
         e.report.snapshot_requests += 1;
+        e.snapshot.refused_run = 0;
         if !e.snapshot.pending {
             self.serve_snapshot(id, gap_from_seq);
         } else if gap_from_seq > e.snapshot.served_gap {

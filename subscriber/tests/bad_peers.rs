@@ -154,7 +154,7 @@ fn a_snapshot_request_flood_is_rate_limited_counted_and_ended_and_others_are_ser
     assert_eq!(bye.reason, mdfan_fabric::CloseReason::ProtocolError, "{bye:?}");
     assert_eq!(
         bye.detail,
-        "snapshot request flood: 40 refused past the limit of 10 a second (publisher.snapshot_requests_per_s)"
+        "snapshot request flood: 40 refused in a row past the limit of 10 a second (publisher.snapshot_requests_per_s)"
     );
     let (code, lines, err) = good.finish();
     assert_eq!(code, Some(0), "{err}");
