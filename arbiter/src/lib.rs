@@ -271,17 +271,20 @@ pub trait CopyChecks<P, M> {
         let _ = unit;
     }
 
-    /// A unit at a position already delivered or waiting came again (compare it with the winner here).
-    fn duplicate(&mut self, unit: &LineCopy<'_, P, M>) {
-        let _ = unit;
+    /// A unit at a position already delivered or waiting came again (compare it with the winner here):
+    /// `waiting` holds the first copy's bytes while it still waits in the arbiter (held or in the window), `None`
+    /// once it was delivered.
+    fn duplicate(&mut self, unit: &LineCopy<'_, P, M>, waiting: Option<&[u8]>) {
+        let _ = (unit, waiting);
     }
 }
 
 /// The two copies of a position compared: a hash of each delivered unit ([`copy_hash`]), kept per position in a
 /// window (`window` slots, rounded up to a power of two, allocated at construction), against each duplicate's.
 /// Copies that differ are counted ([`CopyHashes::mismatches`]) and the lowest such position waits for the caller
-/// ([`CopyHashes::take_mismatch`]). A duplicate that comes while the first copy still waits in the arbiter's
-/// window (not delivered yet), or after its slot was reused, is not compared. As [`CopyChecks`] it admits every
+/// ([`CopyHashes::take_mismatch`]). A duplicate that comes while the first copy still waits in the arbiter
+/// (not delivered yet) is compared with it byte for byte; one that comes after its slot here was reused is not
+/// compared. As [`CopyChecks`] it admits every
 /// copy; a caller with more checks (sources) holds one and forwards to it.
 #[derive(Debug, Clone)]
 pub struct CopyHashes {
@@ -313,7 +316,17 @@ impl CopyHashes {
     /// kept for [`CopyHashes::take_mismatch`]).
     pub fn duplicate(&mut self, key: u64, bytes: &[u8]) -> bool {
         let (k, hash) = self.slots[(key & self.mask) as usize];
-        let differs = k == key && hash != copy_hash(bytes);
+        self.note(key, k == key && hash != copy_hash(bytes))
+    }
+
+    /// A second copy of `key` came with `bytes` while the first, `first`, still waits (not delivered, so not
+    /// hashed yet): compared byte for byte; returns whether they differ (counted and kept as by
+    /// [`CopyHashes::duplicate`]).
+    pub fn duplicate_of_waiting(&mut self, key: u64, bytes: &[u8], first: &[u8]) -> bool {
+        self.note(key, bytes != first)
+    }
+
+    fn note(&mut self, key: u64, differs: bool) -> bool {
         if differs {
             self.mismatches += 1;
             self.mismatch = Some(self.mismatch.map_or(key, |m| m.min(key)));
@@ -337,8 +350,11 @@ impl<P: Position, M> CopyChecks<P, M> for CopyHashes {
         CopyHashes::delivered(self, unit.pos.key(), unit.bytes);
     }
 
-    fn duplicate(&mut self, unit: &LineCopy<'_, P, M>) {
-        CopyHashes::duplicate(self, unit.pos.key(), unit.bytes);
+    fn duplicate(&mut self, unit: &LineCopy<'_, P, M>, waiting: Option<&[u8]>) {
+        match waiting {
+            Some(first) => self.duplicate_of_waiting(unit.pos.key(), unit.bytes, first),
+            None => CopyHashes::duplicate(self, unit.pos.key(), unit.bytes),
+        };
     }
 }
 
@@ -595,9 +611,10 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             self.counters.jumps_dropped += 1;
             return false;
         }
-        if self.held[..self.held_len].iter().any(|h| h.pos == copy.pos) {
+        if let Some(i) = self.held[..self.held_len].iter().position(|h| h.pos == copy.pos) {
             self.counters.duplicates += 1;
-            self.checks.duplicate(&copy);
+            let at = i * self.cfg.held_bytes;
+            self.checks.duplicate(&copy, Some(&self.held_store[at..at + self.held[i].len]));
             return false;
         }
         let continues =
@@ -714,7 +731,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
                 self.counters.late += 1;
             } else {
                 self.counters.duplicates += 1;
-                self.checks.duplicate(&unit);
+                self.checks.duplicate(&unit, None);
             }
             return;
         }
@@ -733,7 +750,8 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
         if self.slots[idx].occupied {
             // Same position (the window guarantees no other one maps here while this one waits).
             self.counters.duplicates += 1;
-            self.checks.duplicate(&unit);
+            let at = idx * self.cfg.slot_bytes;
+            self.checks.duplicate(&unit, Some(&self.store[at..at + self.slots[idx].len]));
             return;
         }
         if unit.bytes.len() > self.cfg.slot_bytes {

@@ -223,8 +223,12 @@ impl mdfan_arbiter::CopyChecks<u64, Stamp> for LineChecks {
         self.hashes.delivered(c.pos, c.bytes);
     }
 
-    fn duplicate(&mut self, c: &mdfan_arbiter::LineCopy<'_, u64, Stamp>) {
-        if self.hashes.duplicate(c.pos, c.bytes) {
+    fn duplicate(&mut self, c: &mdfan_arbiter::LineCopy<'_, u64, Stamp>, waiting: Option<&[u8]>) {
+        let differs = match waiting {
+            Some(first) => self.hashes.duplicate_of_waiting(c.pos, c.bytes, first),
+            None => self.hashes.duplicate(c.pos, c.bytes),
+        };
+        if differs {
             self.counters.copy_mismatches += 1;
         }
     }
@@ -580,6 +584,35 @@ mod tests {
         assert_eq!((c.duplicates, a.next_seq()), (16 + 4, Some(6)));
 
         assert_accounted(&a, 0);
+    }
+
+    #[test]
+    fn a_second_copy_that_differs_from_a_waiting_first_is_reported() {
+        // Line A lost 2, so A's 3 waits (the lines may be 4 apart) when B's 3 comes, out of order, with other
+        // bytes: compared with the waiting copy (no hash of it yet) and reported at once; B's 2 then fills the
+        // hole and A's 3 goes out.
+        let mut a = Arbiter::new(cfg(4));
+        let mut got = Vec::new();
+        for (line, seq, byte) in [(A, 1, 1u8), (A, 3, 3), (B, 1, 1), (B, 3, 9), (B, 2, 2)] {
+            let payload = [byte; 4];
+            let d = Datagram {
+                seq,
+                line,
+                ts_recv_ns: 0,
+                stamp: StampKind::Software,
+                src: Ipv4Addr::LOCALHOST,
+                payload: &payload,
+            };
+            a.offer(d, 0, &mut |e| {
+                got.push(match e {
+                    Event::Data(d) => format!("data {} {}", d.seq, d.payload[0]),
+                    Event::CopyMismatch { seq } => format!("mismatch {seq}"),
+                    other => format!("{other:?}"),
+                })
+            });
+        }
+        assert_eq!(got, ["data 1 1", "mismatch 3", "data 2 2", "data 3 3"]);
+        assert_eq!((a.check_counters().copy_mismatches, a.counters().duplicates), (1, 2));
     }
 
     #[test]
