@@ -2,74 +2,23 @@
 //! views a strategy reads after each record (BBO, MBP-10 of both sides, counts, a level by depth), under a
 //! counting global allocator. From the first record to the last the allocator is not called once (no alloc,
 //! realloc or free). A book sized too small is the control: it must grow, and the allocator must see it.
-//!
-//! The counter counts only calls made on the thread that switched it on, so the test harness's other threads
-//! cannot disturb it.
+//! The counter (`support/counting_alloc.rs`) counts only calls made on the thread being measured.
 
 #[path = "support/esh4.rs"]
 mod esh4;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 
 use mdfan_feed::dbn::{load_mbo_file, normalize_mbo};
 use mdfan_wire::{BookCapacity, BookUpdate, HotBooks, Level, Side};
 
-/// The system allocator, counting the calls of the thread that is counting.
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    /// Whether this thread's allocator calls are counted, and how many were (const-initialised, no destructor:
-    /// using them never allocates).
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static CALLS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note_call() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        let _ = CALLS.try_with(|c| c.set(c.get() + 1));
-    }
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s guarantees
-// hold; the counting touches only const thread-locals, which do not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_call();
-        // SAFETY: forwarded as received; the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_call();
-        // SAFETY: as `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_call();
-        // SAFETY: `ptr` and `layout` came from this allocator, which is `System`'s; the caller upholds the rest.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note_call();
-        // SAFETY: `ptr` and `layout` came from this allocator, which is `System`'s.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocator calls made by this thread while `f` runs.
+/// Allocator calls (allocations and frees) made by this thread while `f` runs.
 fn calls_during<T>(f: impl FnOnce() -> T) -> (u64, T) {
-    let before = CALLS.with(Cell::get);
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (CALLS.with(Cell::get) - before, out)
+    let (c, out) = counting_alloc::calls_during(f);
+    (c.allocations + c.frees, out)
 }
 
 /// Applies every record and reads what a strategy reads after each; returns a sum of what it read.

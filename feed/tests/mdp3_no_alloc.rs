@@ -3,7 +3,6 @@
 //! test binary of its own so no other test's allocations are counted.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use mdfan_feed::mdp3::{book_record, stale_record, Event, Mdp3Decoder};
 use mdfan_feed::pcap::read_udp_pcapng;
@@ -11,7 +10,7 @@ use mdfan_wire::MbpBooks;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
-use counting_alloc::{ALLOCATIONS, COUNTING};
+use counting_alloc::calls_during;
 
 #[test]
 fn decoding_normalising_and_applying_feed_a_allocates_nothing() {
@@ -23,20 +22,22 @@ fn decoding_normalising_and_applying_feed_a_allocates_nothing() {
     let mut dec = Mdp3Decoder::with_capacity(64);
     let mut books = MbpBooks::with_capacity(64);
     let (mut records, mut errors) = (0u64, 0u64);
-    COUNTING.store(true, Ordering::Relaxed);
-    for p in &a {
-        let out = dec.decode_packet(&p.payload, p.ts_ns, |info, ev| {
-            let r = match ev {
-                Event::Book(e) => book_record(info, e),
-                Event::RptSeqGap { security_id, expected, got } => stale_record(info, *security_id, *expected, *got),
-                _ => return,
-            };
-            records += 1;
-            errors += u64::from(books.apply(&r).is_err());
-        });
-        errors += u64::from(out.is_err());
-    }
-    COUNTING.store(false, Ordering::Relaxed);
+    let (calls, ()) = calls_during(|| {
+        for p in &a {
+            let out = dec.decode_packet(&p.payload, p.ts_ns, |info, ev| {
+                let r = match ev {
+                    Event::Book(e) => book_record(info, e),
+                    Event::RptSeqGap { security_id, expected, got } => {
+                        stale_record(info, *security_id, *expected, *got)
+                    }
+                    _ => return,
+                };
+                records += 1;
+                errors += u64::from(books.apply(&r).is_err());
+            });
+            errors += u64::from(out.is_err());
+        }
+    });
     assert_eq!((records, errors), (5_848, 0));
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "heap allocations while decoding");
+    assert_eq!(calls.allocations, 0, "heap allocations while decoding");
 }

@@ -4,7 +4,6 @@
 //! A counting global allocator, in a test binary of its own so no other test's allocations are counted.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use mdfan_feed::mdp3_channel::Mdp3Channel;
 use mdfan_feed::pcap::read_udp_pcapng;
@@ -13,7 +12,7 @@ use mdfan_wire::{BookUpdate, MbpBooks};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
-use counting_alloc::{ALLOCATIONS, COUNTING};
+use counting_alloc::calls_during;
 
 #[test]
 fn losing_packets_and_recovering_from_snapshots_allocates_nothing() {
@@ -39,23 +38,24 @@ fn losing_packets_and_recovering_from_snapshots_allocates_nothing() {
     let mut errors = 0u64;
     let mut out = |r: &BookUpdate| errors += u64::from(books.apply(r).is_err());
     let (first, last) = (17_350_000u32, 17_350_039u32);
-    COUNTING.store(true, Ordering::Relaxed);
-    for p in &a {
-        let seq = u32::from_le_bytes([p.payload[0], p.payload[1], p.payload[2], p.payload[3]]);
-        if (first..=last).contains(&seq) {
-            continue;
+    let (calls, stale) = calls_during(|| {
+        for p in &a {
+            let seq = u32::from_le_bytes([p.payload[0], p.payload[1], p.payload[2], p.payload[3]]);
+            if (first..=last).contains(&seq) {
+                continue;
+            }
+            if seq == last + 1 {
+                ch.on_lost_packets(first.into(), last.into(), p.ts_ns, &mut out);
+            }
+            ch.on_packet(&p.payload, p.ts_ns, &mut out);
         }
-        if seq == last + 1 {
-            ch.on_lost_packets(first.into(), last.into(), p.ts_ns, &mut out);
+        let stale = ch.counters().stale_now;
+        for p in &loop_packets {
+            ch.on_snapshot_packet(p, 1, &mut out);
         }
-        ch.on_packet(&p.payload, p.ts_ns, &mut out);
-    }
-    let stale = ch.counters().stale_now;
-    for p in &loop_packets {
-        ch.on_snapshot_packet(p, 1, &mut out);
-    }
-    COUNTING.store(false, Ordering::Relaxed);
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "heap allocations while losing and recovering");
+        stale
+    });
+    assert_eq!(calls.allocations, 0, "heap allocations while losing and recovering");
     assert_eq!(errors, 0);
     let c = ch.counters();
     // 29 carried before the hole, 10 first seen after it (stale on sight); the loop covers all 39 and the hole.
