@@ -555,6 +555,7 @@ impl LiveMdp3 {
             return Ok(Step::Work(written));
         }
         let first_new = self.pending.len();
+        let admitted_before = self.rx.line_counters().admitted;
         let (channel, pending) = (&mut self.channel, &mut self.pending);
         let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
             Event::Data(d) => {
@@ -572,10 +573,13 @@ impl LiveMdp3 {
                 channel.on_seq_reset(first, now_ns, &mut |r| pending.push(*r));
             }
         })?;
+        // What keeps the feed live: datagrams the arbiter admitted (a stray or forged stream does not).
+        let admitted = self.rx.line_counters().admitted;
+        let heard = (admitted[0] + admitted[1] - admitted_before[0] - admitted_before[1]) as usize;
         let silent = self.silence.is_silent();
-        self.silence.after_poll(now_ns, read, self.last_datagram_ns, &mut self.pending, first_new);
+        self.silence.after_poll(now_ns, heard, self.last_datagram_ns, &mut self.pending, first_new);
         if read > 0 || snapshot_read > 0 || silent != self.silence.is_silent() {
-            if read > 0 {
+            if heard > 0 {
                 self.last_datagram_ns = now_ns;
             }
             self.publish_counters();

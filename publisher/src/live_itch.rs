@@ -552,6 +552,9 @@ impl LiveItch {
         }
         let now_ns = realtime_ns();
         let mut read = 0;
+        // Line packets the session took (from a listed source, whole, of its session): what keeps the feed live.
+        // A stray or forged stream (truncated, foreign source or session, not MoldUDP64) does not hide a silence.
+        let mut heard = 0;
         let mut idle = [false; 3];
         let mut last_error = None;
         let first_new = self.pending.len();
@@ -625,8 +628,10 @@ impl LiveItch {
                     }
                 };
                 read += 1;
-                if let Err(e) = session.on_packet(&buf[..len], origin, ts_recv_ns, &mut |e| sink.on(e)) {
-                    last_error = Some(e);
+                match session.on_packet(&buf[..len], origin, ts_recv_ns, &mut |e| sink.on(e)) {
+                    Ok(()) if origin != Origin::Retransmission => heard += 1,
+                    Ok(()) => {}
+                    Err(e) => last_error = Some(e),
                 }
             }
         }
@@ -635,8 +640,8 @@ impl LiveItch {
             self.last_error = last_error;
         }
         let ended = session.is_ended();
-        self.silence.after_poll(now_ns, read, self.last_datagram_ns, &mut self.pending, first_new);
-        if read > 0 {
+        self.silence.after_poll(now_ns, heard, self.last_datagram_ns, &mut self.pending, first_new);
+        if heard > 0 {
             self.last_datagram_ns = now_ns;
         }
         self.publish_counters();

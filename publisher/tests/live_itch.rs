@@ -609,19 +609,36 @@ fn subscribe_meta_only(endpoint: &str) -> (Vec<BookUpdate>, JoinHandle<Vec<BookU
 }
 
 /// The lines go quiet after the META packet's first 19 messages for longer than `lines.silent_after_ms` (500 ms),
-/// then the other 19 come. Subscribers get one `FeedStatus` silent record after the 19th add and one live record
+/// but for a forged stream from 127.0.0.2 (line A lists 127.0.0.1), one packet every 100 ms, which must not hide
+/// the silence (it did: every datagram read counted); then the other 19 come. Subscribers get one `FeedStatus` silent record after the 19th add and one live record
 /// before the 20th (the stream does not end); a subscriber that joins during the silence, filtered to META alone,
 /// learns the silent state before its first heartbeat, then gets the live record; the counters say one silence, over.
 #[test]
 fn a_feed_that_goes_quiet_is_reported_silent_then_live_and_a_joiner_during_the_silence_learns_it() {
     use mdfan_subscriber::{flags, FeedHealth, FeedState, CHANNEL_INSTRUMENT_ID};
-    let (h, counters, [a, _], endpoint) = run(publisher(None, false, "silent_after_ms = 500\nconfirm_packets = 1\n"));
+    let line_a = "{ addr = \"127.0.0.1:0\", sources = [\"127.0.0.1\"] }";
+    let extra = "silent_after_ms = 500\nconfirm_packets = 1\n";
+    let (h, counters, [a, _], endpoint) = run(publisher_on(line_a, None, false, extra));
     let sub = subscribe(&endpoint);
     let messages = meta_bodies();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.send_to(&downstream(META_FIRST, 19, &messages[..19]), a).unwrap();
     wait_for(&counters, "the first 19 messages handed out", |r| r.messages == 19);
-    wait_for(&counters, "the feed silent", |r| r.silent_now == 1);
+    let foreign = UdpSocket::bind("127.0.0.2:0").expect("127.0.0.2 is a loopback address");
+    let forged = downstream(META_FIRST + 19, 19, &messages[19..]);
+    let mut sent = 0u64;
+    while counters.report().silent_now == 0 {
+        assert!(sent < 100, "a forged stream kept the feed live: {:?}", counters.report());
+        foreign.send_to(&forged, a).unwrap();
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // and, silent, three more do not make it live again
+    for _ in 0..3 {
+        foreign.send_to(&forged, a).unwrap();
+    }
+    wait_for(&counters, "the forged packets dropped", |r| r.foreign_sources == [sent + 3, 0]);
+    assert_eq!((counters.report().silent_now, counters.report().silences), (1, 1));
     let (snapshot, joiner) = subscribe_meta_only(&endpoint);
     tx.send_to(&downstream(META_FIRST + 19, 19, &messages[19..]), a).unwrap();
     wait_for(&counters, "every message handed out", |r| r.messages == 38);
