@@ -159,7 +159,7 @@ pub struct AccessSection {
 pub struct AccessEntry {
     /// The name it subscribes with.
     pub name: String,
-    /// Its token (at least 16 characters).
+    /// Its token ([`MIN_TOKEN_BYTES`] characters at least, [`MIN_TOKEN_DISTINCT`] of them distinct).
     pub token: String,
     /// The instrument_ids it may receive; `None`: all. A subscriber asking for everything gets these.
     #[serde(default)]
