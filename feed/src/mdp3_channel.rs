@@ -97,6 +97,10 @@ pub struct ChannelCounters {
     pub snapshots_ignored: u64,
     /// Of `snapshots_ignored`, those older than needed (the next loop's is awaited).
     pub snapshots_older: u64,
+    /// Of `snapshots_ignored`, those of the sequence before a `MsgSeqNum` reset (the snapshot feed's loop still
+    /// on the old sequence: its `LastMsgSeqNumProcessed` nearer the old sequence's last than the new one's
+    /// position; [`Mdp3Channel::on_seq_reset`]).
+    pub snapshots_old_sequence: u64,
     /// Level records emitted from snapshots.
     pub snapshot_level_records: u64,
     /// Securities recovered (stale, then good again from a snapshot).
@@ -219,6 +223,9 @@ pub struct Mdp3Channel {
     counters: ChannelCounters,
     last_error: Option<DecodeError>,
     recovery_timeout_ns: u64,
+    /// After a `MsgSeqNum` reset: the last `MsgSeqNum` of the sequence before it, until the new sequence passes
+    /// it or a loop of the new one covers the channel (a snapshot of the old loop is not a recovery).
+    old_sequence_last: Option<u32>,
 }
 
 impl Mdp3Channel {
@@ -242,6 +249,7 @@ impl Mdp3Channel {
             counters: ChannelCounters::default(),
             last_error: None,
             recovery_timeout_ns: DEFAULT_RECOVERY_TIMEOUT_NS,
+            old_sequence_last: None,
         }
     }
 
@@ -297,6 +305,11 @@ impl Mdp3Channel {
                 emitted += self.on_lost_packets(seq, seq, ts_recv_ns, out);
             }
         }
+        if let (Some(old), Some(now)) = (self.old_sequence_last, self.decoder.last_msg_seq_num()) {
+            if now >= old {
+                self.old_sequence_last = None; // the new sequence is past the old one: no more telling them apart
+            }
+        }
         self.counters.stale_now = self.secs.stale_now;
         emitted
     }
@@ -343,8 +356,16 @@ impl Mdp3Channel {
     /// (`LastMsgSeqNumProcessed` at or past it), one [`Kind::InstrumentStale`] each as for a loss (`order_id` =
     /// `first`, `size` 0, venue position `first`), and the channel hole is open at `first` (a security first
     /// seen now is stale on sight). Counted in [`ChannelCounters::seq_resets`]. Returns the records emitted.
+    ///
+    /// Until the new sequence passes the old one's last `MsgSeqNum`, or a loop of the new sequence covers the
+    /// channel, a snapshot whose `LastMsgSeqNumProcessed` is past the new position and nearer the old sequence's
+    /// last is the snapshot feed's loop still on the old sequence: ignored (`snapshots_old_sequence`), never taken
+    /// as covering the reset.
     pub fn on_seq_reset(&mut self, first: u64, ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.seq_resets += 1;
+        if let Some(last) = self.decoder.last_msg_seq_num() {
+            self.old_sequence_last = Some(self.old_sequence_last.map_or(last, |o| o.max(last)));
+        }
         self.decoder.reset_sequences();
         let must_cover = first.min(u64::from(u32::MAX)) as u32;
         self.secs.hole = Some((first, first));
@@ -377,12 +398,21 @@ impl Mdp3Channel {
         self.counters.snapshot_packets += 1;
         self.secs.snapshot_packets_since += 1;
         let (decoder, secs, counters) = (&mut self.decoder, &mut self.secs, &mut self.counters);
+        let old_sequence_last = self.old_sequence_last;
         let mut applying: Option<SnapshotRefresh> = None;
-        let mut emitted = 0;
+        let (mut emitted, mut covered_channel) = (0, false);
         let result = decode_snapshot_packet(payload, ts_recv_ns, |info, event| match event {
             Event::Snapshot(s) => {
                 applying = None;
                 counters.snapshots += 1;
+                if let Some(old) = old_sequence_last {
+                    let (done, now) = (s.last_msg_seq_num_processed, decoder.last_msg_seq_num().unwrap_or(0));
+                    if done > now && done - now > old.saturating_sub(done) {
+                        counters.snapshots_ignored += 1;
+                        counters.snapshots_old_sequence += 1;
+                        return;
+                    }
+                }
                 let covers_hole = secs.hole.filter(|&(_, last)| u64::from(s.last_msg_seq_num_processed) >= last);
                 if let Some(hole) = covers_hole {
                     // A security the channel has not seen, while a hole is open: it may have been in the hole.
@@ -416,6 +446,7 @@ impl Mdp3Channel {
                         // The loop after the hole covered every security of the channel.
                         secs.hole = None;
                         counters.holes_covered += 1;
+                        covered_channel = true;
                     }
                 }
                 counters.snapshots_applied += 1;
@@ -436,6 +467,9 @@ impl Mdp3Channel {
         if let Err(e) = result {
             self.counters.bad_snapshot_packets += 1;
             self.last_error = Some(e);
+        }
+        if covered_channel {
+            self.old_sequence_last = None; // the snapshot feed is on the new sequence
         }
         self.counters.stale_now = self.secs.stale_now;
         emitted

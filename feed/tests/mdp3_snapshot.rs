@@ -342,12 +342,17 @@ fn a_msg_seq_num_reset_makes_every_book_stale_until_a_snapshot_of_the_new_sequen
     );
     assert!(ch.is_stale(SECURITY) && ch.needs_recovery() && books.get(9).unwrap().is_stale());
     assert_eq!(feed(&mut ch, &mut books, &book_packet(1, 1, 0, b'1', 1, 75_710, 2)), (1, Some(true)));
-    // A snapshot that has not processed the new sequence's first packet does not cover it; one that has does.
+    // The snapshot feed's loop still on the old sequence (LastMsgSeqNumProcessed 500, RptSeq 40: "past" the
+    // new first packet by number only) is no recovery: ignored, the book stays stale.
     let snap = |seq: u32, last: u32, rpt: u32| snapshot_packet(seq, &[(root(SECURITY, last, rpt), entries())]);
+    assert_eq!(feed(&mut ch, &mut books, &snap(90, 500, 40)), (0, Some(true)));
+    assert_eq!(ch.counters().snapshots_old_sequence, 1);
+    // A snapshot that has not processed the new sequence's first packet does not cover it; one that has does.
     assert_eq!(feed(&mut ch, &mut books, &snap(1, 0, 1)), (0, Some(true)));
     assert_eq!(feed(&mut ch, &mut books, &snap(2, 1, 1)), (5, Some(false)));
     let c = ch.counters();
     assert_eq!((c.seq_resets, c.recovered, c.stale_now, c.snapshots_applied), (1, 1, 0, 1));
+    assert_eq!((c.snapshots_ignored, c.snapshots_old_sequence), (2, 1));
     // The loop names 2 reports and covered one: the hole at 1 stays open for a security not seen yet.
     assert_eq!(ch.channel_hole(), Some((1, 1)));
 }
