@@ -164,7 +164,9 @@ fn a_snapshot_request_flood_is_rate_limited_counted_and_ended_and_others_are_ser
     let report = publisher.handle.join().unwrap().unwrap();
     let flood = report.session("flood").unwrap();
     assert_eq!(flood.end, Some(mdfan_fabric::CloseReason::ProtocolError), "{}", flood.line());
-    assert_eq!(flood.snapshot_requests_refused, 40, "{}", flood.line());
+    // 40 in a row ended it; a token that came back meanwhile served one request and restarted the run, so the
+    // total may be higher (46 in one CI run), never lower
+    assert!(flood.snapshot_requests_refused >= 40, "{}", flood.line());
     // a burst of 10 taken, 10 more a second while the flood was read (served, or collapsed into a pending
     // one), the others refused: nowhere near one per request
     assert!((10..100).contains(&flood.snapshot_requests), "{}", flood.snapshot_requests);
