@@ -775,6 +775,7 @@ impl Conductor {
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
             definitions: self.definitions_for(filter.as_deref()),
             ts_recv_clock: self.ts_recv_clock.get(),
+            book: self.cfg.feed.format.book(),
         }));
         if let Err(Overflow { waiting, frame }) = conn.queue(&accept) {
             // never with a fresh connection (the buffer holds the largest frame): a bug if seen
@@ -1467,6 +1468,7 @@ mod tests {
                 heartbeat_interval_ms: 10,
                 definitions,
                 ts_recv_clock: Default::default(),
+                book: Default::default(),
             })
         };
         let few: Vec<InstrumentDef> = symbology().iter().cloned().collect();

@@ -541,6 +541,17 @@ pub enum FeedFormat {
     Lobster,
 }
 
+impl FeedFormat {
+    /// Which book the format's records build (what each `Accept` says).
+    pub fn book(self) -> mdfan_wire::control::BookKind {
+        use mdfan_wire::control::BookKind;
+        match self {
+            FeedFormat::Dbn | FeedFormat::Itch50 => BookKind::Mbo,
+            FeedFormat::Mdp3 | FeedFormat::Lobster => BookKind::Mbp,
+        }
+    }
+}
+
 /// How fast the replay goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pace {

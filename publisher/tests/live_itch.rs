@@ -132,6 +132,7 @@ fn subscribe(endpoint: &str) -> JoinHandle<Vec<BookUpdate>> {
 fn subscribe_with(mut cfg: SubscriberConfig) -> (Symbology, JoinHandle<Vec<BookUpdate>>) {
     cfg.ring_slots = 4096;
     let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    assert_eq!(sub.book_kind(), mdfan_subscriber::BookKind::Mbo, "ITCH 5.0 builds order books");
     let symbology = sub.symbology().clone();
     // A live feed does not wait for subscribers: the first heartbeat says the hot loop serves this session, so
     // nothing the test sends after it goes out before the subscriber is there.

@@ -50,6 +50,7 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
     cfg.symbols = symbols;
     cfg.ring_slots = 16_384;
     let mut sub = Subscriber::connect(&cfg).expect("subscribe");
+    assert_eq!(sub.book_kind(), mdfan_subscriber::BookKind::Mbp, "MDP 3.0 builds price-level books");
     // ops/mdp3-symbols.csv (the publisher's [feed] symbols) names 174969 6CZ6, with a display factor of 1e-4.
     if cfg.symbols.is_some() {
         assert_eq!(sub.symbol(SECURITY), Some("6CZ6"));

@@ -28,6 +28,7 @@ fn the_amzn_sample_replays_through_the_publisher_to_the_readme_level_1_book() {
     cfg.symbols = Some(vec!["AMZN".into()]);
     let mut sub = Subscriber::connect(&cfg).unwrap();
     assert_eq!(sub.symbol(1), Some("AMZN"));
+    assert_eq!(sub.book_kind(), mdfan_subscriber::BookKind::Mbp, "LOBSTER's records are its order-book file's levels");
     let mut books = MbpBooks::with_capacity(1);
     let (mut errors, mut gaps, mut trades, mut levels, mut last, mut other) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut first_ts_event_ns, mut last_venue_seq) = (None, 0u64);

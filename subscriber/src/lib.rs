@@ -144,9 +144,12 @@ pub use latency::{ClockSource, Latency, NicLatency, TsRecvClock, WireLatency};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
+/// The HDR histogram type [`Latency::histogram`] and its siblings return (the `hdrhistogram` crate's, so a
+/// strategy reads percentiles without depending on that crate itself).
+pub use hdrhistogram::Histogram;
 pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
-pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler};
-pub use mdfan_wire::control::{Bye, SlowConsumerPolicy};
+pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler, TuningError};
+pub use mdfan_wire::control::{BookKind, Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
     Book, BookCapacity, BookError, BookUpdate, Books, FeedHealth, FeedState, HotBook, HotBooks, InstrumentDef,
@@ -472,6 +475,7 @@ struct Opened {
     policy: SlowConsumerPolicy,
     symbology: Symbology,
     ts_recv_clock: TsRecvClock,
+    book: BookKind,
 }
 
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
@@ -490,6 +494,8 @@ pub struct Subscriber {
     policy: SlowConsumerPolicy,
     /// The definitions the publisher sent in its accept.
     symbology: Symbology,
+    /// The book its accept said the records build.
+    book: BookKind,
     control_closed: bool,
     /// Thorough polls ([`Receiver::poll_thorough`]: the CQ itself read) that found nothing so far. "A poll after
     /// X found the ring empty" is `empty_polls` above its value at X: how [`Subscriber::maintain`] knows the ring
@@ -530,7 +536,7 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock } = Self::open(cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book } = Self::open(cfg)?;
         let clock = quanta::Clock::new();
         let last_rx = clock.raw();
         let mut rx = Receiver::new(ring);
@@ -546,6 +552,7 @@ impl Subscriber {
             session_id,
             policy,
             symbology,
+            book,
             control_closed: false,
             empty_polls: 0,
             empty_polls_at_close: 0,
@@ -657,6 +664,7 @@ impl Subscriber {
             policy: accept.policy,
             symbology: accept.definitions.into_iter().collect(),
             ts_recv_clock: accept.ts_recv_clock,
+            book: accept.book,
         })
     }
 
@@ -668,8 +676,9 @@ impl Subscriber {
     /// # Errors
     /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock } = Self::open(&self.cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book } = Self::open(&self.cfg)?;
         self.rx.restart(ring);
+        self.book = book;
         self.rx.set_ts_recv_clock(ts_recv_clock);
         self.control = control;
         self.session_id = session_id;
@@ -703,6 +712,11 @@ impl Subscriber {
     /// ring, `f` gets [`Event::Closed`] once. On shm the expected record is taken from its slot's stamp and the CQ
     /// is read on every `mdfan_fabric::shm::CQ_POLL_INTERVAL`-th empty poll only, so a record after a gap shows
     /// up to that many empty polls later (a busy-polling reader: microseconds).
+    ///
+    /// `f` runs while the subscriber is borrowed, so it cannot call [`Subscriber::symbol`] or
+    /// [`Subscriber::format_price`]: take what it needs before the loop (`let sym = sub.symbology().clone();`,
+    /// control plane, taken again after [`Health::Reconnected`]) and call [`Symbology::symbol`] or
+    /// [`Symbology::format_price`] on that copy, off the hot path.
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
         // Only a poll that read the CQ itself may say the ring is empty: needed while a silence is suspected or
@@ -992,6 +1006,13 @@ impl Subscriber {
     /// What the publisher said the records' `ts_recv_ns` is (its `Accept`): [`TsRecvClock::None`] for a replay.
     pub fn ts_recv_clock(&self) -> TsRecvClock {
         self.rx.ts_recv_clock()
+    }
+
+    /// Which book this feed's records build, as the publisher's `Accept` said: [`BookKind::Mbo`] (keep
+    /// [`Books`] or [`HotBooks`]) or [`BookKind::Mbp`] (keep [`MbpBooks`]); [`BookKind::Unknown`] from a
+    /// publisher that does not say (tell by the records: price-level ones carry [`flags::MBP`]).
+    pub fn book_kind(&self) -> BookKind {
+        self.book
     }
 
     /// The publisher's session id for this subscriber.

@@ -37,6 +37,7 @@ fn publisher(listener: TcpListener, clock: TsRecvClock) {
         heartbeat_interval_ms: 10,
         definitions: Vec::new(),
         ts_recv_clock: clock,
+        book: mdfan_wire::control::BookKind::Mbo,
     };
     control::write_msg(&mut s, &ControlMsg::Accept(accept)).unwrap();
     let slots = sub.ring.slot_count() as u64;
@@ -78,6 +79,7 @@ fn run(clock: TsRecvClock) -> Subscriber {
     cfg.ring_slots = 64;
     let mut sub = Subscriber::connect(&cfg).unwrap().with_latency();
     assert_eq!(sub.ts_recv_clock(), clock);
+    assert_eq!(sub.book_kind(), mdfan_wire::control::BookKind::Mbo, "as the accept said");
     let (mut closed, mut records) = (false, 0);
     let watchdog = Instant::now() + Duration::from_secs(30); // a hang guard, not a timing check
     while !closed {

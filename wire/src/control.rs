@@ -13,11 +13,12 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// The control protocol version this build speaks. 3: [`Subscribe`] may carry `symbols` and a `token`,
+/// The control protocol version this build speaks. 5: [`Accept`] says which book the records build
+/// ([`Accept::book`]: `mbo` or `mbp`). 4: the venue position in every record (`crate::record`). 3: [`Subscribe`] may carry `symbols` and a `token`,
 /// [`Accept`] the instruments' `definitions` and the `ts_recv_clock` (a version-2 subscriber would refuse such an
 /// accept as malformed, so the version says it first). 2: [`Bye`] carries a typed [`CloseReason`] and a separate
 /// detail (1 had one free-text reason).
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Largest control frame accepted, in bytes (the length prefix excluded): 2 MiB, room for an `Accept` carrying a
 /// whole Nasdaq day's Stock Directory (some 9,000 definitions of about 90 bytes).
 pub const MAX_FRAME_BYTES: u32 = 2 * 1024 * 1024;
@@ -199,6 +200,41 @@ pub struct Accept {
     /// JSON, so such an `Accept` reads the same as before.
     #[serde(default, skip_serializing_if = "TsRecvClock::is_none")]
     pub ts_recv_clock: TsRecvClock,
+    /// Which book the records build, so a strategy can pick its book type at run time. Left out of the JSON
+    /// when [`BookKind::Unknown`].
+    #[serde(default, skip_serializing_if = "BookKind::is_unknown")]
+    pub book: BookKind,
+}
+
+/// Which book a feed's records build ([`Accept::book`]): what a strategy keeps for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BookKind {
+    /// Not said: tell by the records (price-level records carry `flags::MBP`).
+    #[default]
+    Unknown,
+    /// Market by order: `Add`, `Cancel`, `Modify`, `Fill`, `Trade` keyed by `order_id` (DBN MBO, ITCH 5.0).
+    /// Keep [`crate::Books`] (or [`crate::HotBooks`]).
+    Mbo,
+    /// Market by price: `LevelNew`, `LevelChange`, `LevelDelete` at a `level`, flagged `MBP` (CME MDP 3.0,
+    /// LOBSTER). Keep [`crate::MbpBooks`].
+    Mbp,
+}
+
+impl BookKind {
+    /// The wire name (`unknown`, `mbo`, `mbp`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BookKind::Unknown => "unknown",
+            BookKind::Mbo => "mbo",
+            BookKind::Mbp => "mbp",
+        }
+    }
+
+    /// Not said (serde's `skip_serializing_if`).
+    pub fn is_unknown(&self) -> bool {
+        *self == BookKind::Unknown
+    }
 }
 
 /// Where the records' `ts_recv_ns` comes from ([`Accept::ts_recv_clock`]). Every live variant is ns since the
@@ -589,6 +625,7 @@ mod tests {
             heartbeat_interval_ms: 10,
             definitions,
             ts_recv_clock: TsRecvClock::None,
+            book: BookKind::Unknown,
         })
     }
 
@@ -601,7 +638,7 @@ mod tests {
         let body = std::str::from_utf8(&encode(&accept(vec![]))[4..]).unwrap().to_owned();
         assert_eq!(
             body,
-            r#"{"v":4,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
+            r#"{"v":5,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
         );
         assert_eq!(decode_body(body.as_bytes()).unwrap(), accept(vec![]));
         // Present.
@@ -623,9 +660,9 @@ mod tests {
         ));
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
         // A definition with only id and symbol takes the defaults (display factor 1, tick unknown).
-        let short = br#"{"v":4,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
+        let short = br#"{"v":5,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
         assert_eq!(decode_body(short).unwrap(), accept(vec![InstrumentDef::new(17077, "ESH4")]));
-        let bad = br#"{"v":4,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
+        let bad = br#"{"v":5,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
         let e = decode_body(bad).unwrap_err().to_string();
         assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
     }
@@ -668,14 +705,14 @@ mod tests {
         let frame = encode(&bye);
         assert_eq!(
             std::str::from_utf8(&frame[4..]).unwrap(),
-            r#"{"v":4,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
+            r#"{"v":5,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
         );
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), bye);
-        let shutdown = decode_body(br#"{"v":4,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
+        let shutdown = decode_body(br#"{"v":5,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
         assert_eq!(shutdown, ControlMsg::Bye(Bye::new(CloseReason::Shutdown)));
         assert_eq!(shutdown.kind(), "bye");
         // a free-text reason (protocol 1) is not a reason any more
-        let e = decode_body(br#"{"v":4,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
+        let e = decode_body(br#"{"v":5,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
         for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
@@ -711,12 +748,27 @@ mod tests {
             heartbeat_interval_ms: 10,
             definitions: Vec::new(),
             ts_recv_clock,
+            book: BookKind::Unknown,
         })
     }
 
     #[test]
+    fn an_accept_says_which_book_the_records_build_and_one_that_does_not_reads_as_unknown() {
+        let ControlMsg::Accept(plain) = accept_clocked(TsRecvClock::None) else { unreachable!() };
+        for (book, name) in [(BookKind::Mbo, "mbo"), (BookKind::Mbp, "mbp")] {
+            let frame = encode(&ControlMsg::Accept(Accept { book, ..plain.clone() }));
+            let text = std::str::from_utf8(&frame[4..]).unwrap();
+            assert!(text.ends_with(&format!(r#""heartbeat_interval_ms":10,"book":"{name}"}}}}"#)), "{text}");
+            assert_eq!(read_msg(&mut &frame[..]).unwrap(), ControlMsg::Accept(Accept { book, ..plain.clone() }));
+            assert_eq!(book.as_str(), name);
+        }
+        let bad = br#"{"v":5,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"book":"mbx"}}"#;
+        assert!(matches!(decode_body(bad), Err(ControlError::Malformed(_))));
+    }
+
+    #[test]
     fn an_accept_says_which_clock_stamped_ts_recv_and_a_replay_reads_as_before() {
-        let before = r#"{"v":4,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
+        let before = r#"{"v":5,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
         // a replay's accept is byte for byte what a publisher without the field sent, and that one parses as a replay
         let replay = encode(&accept_clocked(TsRecvClock::None));
         assert_eq!(std::str::from_utf8(&replay[4..]).unwrap(), before);
@@ -754,7 +806,7 @@ mod tests {
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
         assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
         assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
-        assert!(matches!(decode_body(br#"{"v":4,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":5,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
         assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
     }
 }

@@ -320,11 +320,12 @@ fn run(args: &Args) -> Result<i32, CliError> {
         Err(e) => return Err(e.into()),
     };
     out!(
-        "subscribed endpoint={} session={} ring_slots={} policy={}",
+        "subscribed endpoint={} session={} ring_slots={} policy={} book={}",
         sub.endpoint(),
         sub.session_id(),
         cfg.ring_slots,
-        sub.policy().as_str()
+        sub.policy().as_str(),
+        sub.book_kind().as_str()
     );
 
     // The definitions the publisher sent (symbols, price precision), for printing: a copy, since the poll

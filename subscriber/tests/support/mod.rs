@@ -243,6 +243,8 @@ pub fn assert_exact(lines: &[String], who: &str) {
 /// Asserts a subscriber that never fell behind: exact book, every record, no gap.
 pub fn assert_clean(lines: &[String], who: &str) {
     assert_exact(lines, who);
+    let subscribed: Vec<&String> = lines.iter().filter(|l| l.starts_with("subscribed ")).collect();
+    assert!(!subscribed.is_empty() && subscribed.iter().all(|l| l.ends_with(" book=mbo")), "{who}: {subscribed:?}");
     let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
     for (k, v) in [("gaps", "0"), ("missed", "0"), ("book_errors", "0"), ("corrupt", "0"), ("end", "end_of_stream")] {
         assert_eq!(stream[k], v, "{who}: {k}");
