@@ -110,8 +110,8 @@ pub enum Standing {
     Ended,
     /// Its writer is gone without closing it (killed): the values are its last, `age_ns` old.
     Dead {
-        /// Since the last rewrite, ns.
-        age_ns: u64,
+        /// Since the last rewrite, ns; `None` when it never wrote a table (killed before its first).
+        age_ns: Option<u64>,
     },
     /// Not to be trusted (it may be forged): why. Never exported.
     Suspect(String),
@@ -637,7 +637,7 @@ impl Snapshot {
             )),
             _ if self.ended => Standing::Ended,
             Some(_) => Standing::Running,
-            None => Standing::Dead { age_ns: now_ns.saturating_sub(self.updated_ns) },
+            None => Standing::Dead { age_ns: (self.updated_ns > 0).then(|| now_ns.saturating_sub(self.updated_ns)) },
         }
     }
 
@@ -747,14 +747,17 @@ mod tests {
         assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "and the link is not removed");
         std::fs::remove_file(&path).unwrap();
         // a file left by a writer that is gone (pid 0x7fffffff does not exist): pruned, the new file takes the name
-        let dead = CountersWriter::create(&path, "publisher", "old", 4).unwrap();
+        let mut dead = CountersWriter::create(&path, "publisher", "old", 4).unwrap();
+        dead.file.write_all_at(&0x7fff_fff0u32.to_le_bytes(), 24).unwrap();
+        // killed before its first table: no age to show (it read as 57 years, from a time of 0)
+        let s = read(&path).unwrap();
+        assert_eq!(s.standing(effective_uid(), 9_000_000_000), Standing::Dead { age_ns: None });
+        dead.begin();
+        dead.commit(2_000_000_000);
         dead.file.write_all_at(&0x7fff_fff0u32.to_le_bytes(), 24).unwrap();
         std::mem::forget(dead); // not closed: as a killed process leaves it
         let s = read(&path).unwrap();
-        assert!(matches!(
-            s.standing(effective_uid(), s.updated_ns + 7_000_000_000),
-            Standing::Dead { age_ns: 7_000_000_000 }
-        ));
+        assert_eq!(s.standing(effective_uid(), 9_000_000_000), Standing::Dead { age_ns: Some(7_000_000_000) });
         let w = CountersWriter::create(&path, "publisher", "new", 4).unwrap();
         assert_eq!(read(&path).unwrap().name, "new");
         // this writer is alive: a second one for the same name is refused

@@ -178,9 +178,10 @@ fn prometheus(read: &[Read]) -> String {
 /// How a table names a file's standing.
 fn state(standing: &Standing) -> String {
     match standing {
-        Standing::Dead { age_ns } => {
+        Standing::Dead { age_ns: Some(age_ns) } => {
             format!("dead age_s={} (did not close its counters: the values are its last)", age_ns / 1_000_000_000)
         }
+        Standing::Dead { age_ns: None } => "dead age_s=- (killed before it wrote its first counters)".to_owned(),
         other => other.as_str().to_owned(),
     }
 }
