@@ -148,7 +148,12 @@ impl fmt::Display for LineSummary {
             f,
             "line={} group={} dest={} read={} sent={} dropped={} dropped_by_seq={} duplicated={} reordered={}",
             self.line.name(),
-            self.group,
+            // a synthesised capture's placeholder (no group was ever sent to) names no group
+            if [moldudp64::SYNTH_GROUP_A, moldudp64::SYNTH_GROUP_B].contains(&self.group) {
+                "synthesised".to_owned()
+            } else {
+                self.group.to_string()
+            },
             self.dest,
             self.read,
             self.sent,
@@ -292,7 +297,8 @@ pub struct Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for l in &self.lines {
+        // a line the capture has nothing for (line B of a synthesised feed without --send-b) is left out
+        for l in self.lines.iter().filter(|l| l.read > 0 || l.line == Line::A) {
             writeln!(f, "feedsim {l}")?;
         }
         write!(

@@ -152,11 +152,22 @@ fn a_dbn_file_plays_as_itch_over_moldudp64_on_both_lines() {
     );
     // The snapshot's Add Orders go 36 to a 1,400-byte packet (seqs 73..=108, ..., 181..=216): seqs 100..=199
     // touch 4 packets, dropped whole on each line.
-    for l in &lines[1..3] {
+    for (l, name) in lines[1..3].iter().zip(["A", "B"]) {
+        assert!(l.starts_with(&format!("feedsim line={name} group=synthesised dest={dest} ")), "{text}");
         assert!(l.ends_with("read=45517 sent=45513 dropped=4 dropped_by_seq=4 duplicated=0 reordered=0"), "{text}");
     }
     assert!(lines[3].starts_with("feedsim feed=itch-moldudp64 packets=91034 skipped=0 sent=91026 "), "{text}");
     assert!(lines[3].ends_with("end=complete recovery_sent=0"), "{text}");
+    // Line A alone (no --send-b): no line B in the summary.
+    let out = feedsim()
+        .args(["--dbn", ESH4, "--itch-session", "TEST", "--itch-heartbeat-ms", "0", "--speed", "0"])
+        .args(["--send-a", &dest])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].starts_with(&format!("feedsim line=A group=synthesised dest={dest} read=45517 ")), "{text}");
     // Usage: --snapshot is MDP 3.0's; a retransmission server off loopback is refused.
     let out = feedsim().args(["--dbn", ESH4, "--send-a", &dest, "--snapshot", &dest]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
