@@ -266,6 +266,10 @@ fn core_0_is_never_advised_into_isolation() {
     let only0 = run("untuned", &Inputs { hot_cores: vec![0], ..untuned_inputs() });
     let fix0 = only0.iter().find(|x| x.id == "host.nohz_full").map(|x| x.fix.clone()).unwrap();
     assert!(fix0.starts_with("move the poller off core 0"), "{fix0}");
+    // and what is wanted never asks for core 0 isolated (a new user read "wanted 0 isolated" beside "move off 0")
+    let wanted = |f: &[Finding], id: &str| f.iter().find(|x| x.id == id).map(|x| x.wanted.clone()).unwrap();
+    assert_eq!(wanted(&only0, "host.isolcpus"), "no poller on core 0 (the boot CPU); its core isolated (isolcpus)");
+    assert_eq!(wanted(&f, "host.nohz_full"), "5 in nohz_full, and no poller on core 0 (the boot CPU)");
 }
 
 #[test]

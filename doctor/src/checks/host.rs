@@ -73,8 +73,16 @@ const CORE0_FIX: &str = "move the poller off core 0: it is the boot CPU, where t
 /// isolcpus, nohz_full and rcu_nocbs against the hot cores.
 pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
     let hot = &inputs.hot_cores;
+    // Core 0 is the boot CPU: the kernel keeps timekeeping and housekeeping there and drops it from nohz_full,
+    // so a poller on it is moved rather than core 0 isolated (and the wanted state says so too).
+    let others: Vec<usize> = hot.iter().copied().filter(|&c| c != 0).collect();
     let judge = |id: &str, what: &str, set: Vec<usize>, extra: String, why: &str, fix: String| {
-        let wanted = if hot.is_empty() { format!("the hot cores {what}") } else { format!("{} {what}", cpus(hot)) };
+        let wanted = match (hot.is_empty(), hot.contains(&0), others.is_empty()) {
+            (true, ..) => format!("the hot cores {what}"),
+            (false, false, _) => format!("{} {what}", cpus(hot)),
+            (false, true, true) => format!("no poller on core 0 (the boot CPU); its core {what}"),
+            (false, true, false) => format!("{} {what}, and no poller on core 0 (the boot CPU)", cpus(&others)),
+        };
         let found = format!("{}{extra}", cpus(&set));
         let verdict = if hot.is_empty() {
             Verdict::Unknown
@@ -85,9 +93,6 @@ pub(super) fn isolation(src: &dyn Source, inputs: &Inputs) -> Vec<Finding> {
         };
         finding(id, AREA, verdict, found, wanted, why, fix)
     };
-    // Core 0 is the boot CPU: the kernel keeps timekeeping and housekeeping there and drops it from nohz_full,
-    // so a poller on it is moved rather than core 0 isolated.
-    let others: Vec<usize> = hot.iter().copied().filter(|&c| c != 0).collect();
     let hot_list = if hot.is_empty() { "HOT".to_owned() } else { cpus(&others) };
     let boot_fix = |fix: String| match (hot.contains(&0), others.is_empty()) {
         (false, _) => fix,
