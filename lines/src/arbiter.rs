@@ -153,7 +153,8 @@ impl Default for SourceCounts {
 }
 
 impl SourceCounts {
-    fn count(&mut self, src: Ipv4Addr) {
+    /// One more datagram from `src`.
+    pub fn count(&mut self, src: Ipv4Addr) {
         for e in self.by_source.iter_mut() {
             if e.1 == 0 || e.0 == src {
                 *e = (src, e.1 + 1);

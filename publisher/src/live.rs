@@ -28,6 +28,7 @@ use std::sync::Arc;
 use mdfan_feed::mdp3_channel::{Mdp3Channel, RecoveryStatus};
 use mdfan_lines::{
     realtime_ns, ArbiterConfig, Event, LineConfig, LineError, LineReceiver, LineSocket, Mdp3Seq, ReceiverConfig,
+    SourceCounts,
 };
 use mdfan_wire::{BookUpdate, FeedState};
 
@@ -311,6 +312,24 @@ pub(crate) fn in_config(e: LineError, lines: &LinesSection) -> LineError {
             }
         }
         other => other,
+    }
+}
+
+/// Logs the datagrams the lines dropped for their source (both live feeds), named by source (the first few), at
+/// the first and each time the total doubles (this is the feed thread: a forger's flood must not become a log
+/// flood): an operator tells a misconfigured list from a forger. `logged` is the total last logged.
+pub(crate) fn log_foreign_sources(foreign: &[SourceCounts; 2], logged: &mut u64) {
+    let total = foreign[0].total() + foreign[1].total();
+    if total > logged.saturating_mul(2) {
+        let by: Vec<String> = (foreign.iter().zip(["A", "B"]))
+            .flat_map(|(f, l)| f.by_source.iter().filter(|e| e.1 > 0).map(move |e| format!("{l}:{}={}", e.0, e.1)))
+            .collect();
+        tracing::warn!(
+            dropped_total = total,
+            by_source = by.join(","),
+            "datagrams from sources the lines do not list (lines.a.sources, lines.b.sources): dropped"
+        );
+        *logged = total;
     }
 }
 
@@ -641,21 +660,7 @@ impl LiveMdp3 {
         st(&c.foreign[1], checks.foreign[1].total());
         st(&c.copy_mismatches, checks.copy_mismatches);
         st(&c.seq_resets, ch.seq_resets);
-        let foreign = checks.foreign[0].total() + checks.foreign[1].total();
-        if foreign > self.logged_foreign.saturating_mul(2) {
-            // Named by source (the first few), at the first and each time the total doubles (this is the feed
-            // thread: a forger's flood must not become a log flood): an operator tells a misconfigured list from
-            // a forger.
-            let by: Vec<String> = (checks.foreign.iter().zip(["A", "B"]))
-                .flat_map(|(f, l)| f.by_source.iter().filter(|e| e.1 > 0).map(move |e| format!("{l}:{}={}", e.0, e.1)))
-                .collect();
-            tracing::warn!(
-                dropped_total = foreign,
-                by_source = by.join(","),
-                "datagrams from sources the lines do not list (lines.a.sources, lines.b.sources): dropped"
-            );
-            self.logged_foreign = foreign;
-        }
+        log_foreign_sources(&checks.foreign, &mut self.logged_foreign);
         st(&c.gap_seqs, arb.gap_seqs);
         st(&c.gap_runs, arb.gap_events);
         st(&c.bad_packets, ch.bad_packets);

@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Records, Symbol, PRICE4_TICK_E9};
 use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
-use mdfan_lines::{realtime_ns, LineError, LineSocket, StampKind};
+use mdfan_lines::{realtime_ns, LineError, LineSocket, SourceCounts, StampKind};
 use mdfan_wire::{BookUpdate, InstrumentDef, Symbology};
 
 use crate::config::{LinesSection, MoldStart};
@@ -409,8 +409,10 @@ pub struct LiveItch {
     lines: Vec<LineSocket>,
     /// Per line, the source addresses it takes datagrams from (`lines.a.sources`; empty: any).
     sources: [Vec<std::net::Ipv4Addr>; 2],
-    /// Per line, datagrams dropped for their source.
-    foreign_sources: [u64; 2],
+    /// Per line, datagrams dropped for their source, by source.
+    foreign_sources: [SourceCounts; 2],
+    /// The dropped total last logged (by source).
+    logged_foreign: u64,
     request: Option<UdpSocket>,
     buf: Vec<u8>,
     session: SessionReceiver,
@@ -504,7 +506,8 @@ impl LiveItch {
         Ok(LiveItch {
             lines: socks,
             sources: [lines.a.sources.clone(), lines.b.as_ref().map_or_else(Vec::new, |b| b.sources.clone())],
-            foreign_sources: [0; 2],
+            foreign_sources: Default::default(),
+            logged_foreign: 0,
             request,
             buf: vec![0; 65_536],
             session: SessionReceiver::new(cfg),
@@ -607,7 +610,7 @@ impl LiveItch {
                         continue;
                     }
                     if !sources[src].is_empty() && !sources[src].contains(&r.src) {
-                        foreign_sources[src] += 1;
+                        foreign_sources[src].count(r.src);
                         read += 1;
                         continue;
                     }
@@ -687,8 +690,9 @@ impl LiveItch {
         st(&c.given_up_holes, s.given_up_holes);
         st(&c.given_up_messages, s.given_up_messages);
         st(&c.foreign_session, s.foreign_session);
-        st(&c.foreign_sources[0], self.foreign_sources[0]);
-        st(&c.foreign_sources[1], self.foreign_sources[1]);
+        st(&c.foreign_sources[0], self.foreign_sources[0].total());
+        st(&c.foreign_sources[1], self.foreign_sources[1].total());
+        crate::live::log_foreign_sources(&self.foreign_sources, &mut self.logged_foreign);
         st(&c.bad_packets, s.bad_packets + self.decode_errors);
         st(&c.records, self.records);
         st(&c.stale_records, self.stale_records);
