@@ -738,6 +738,32 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// The 1-based line that sets `field` in entry `index` (0-based) of the array of tables `table`
+/// (`[[access.subscribers]]` blocks), or the entry's header line when the entry does not set it. `None` when the
+/// text writes the array inline.
+fn line_of_entry_key(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
+    let mut seen = 0;
+    let mut header = None;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            if header.is_some() {
+                break; // the entry's block ended without the field
+            }
+            let name = line.strip_prefix("[[").and_then(|l| l.strip_suffix("]]")).map(str::trim);
+            if name == Some(table) {
+                seen += 1;
+                if seen == index + 1 {
+                    header = Some(i + 1);
+                }
+            }
+        } else if header.is_some() && line.split_once('=').is_some_and(|(k, _)| k.trim() == field) {
+            return Some(i + 1);
+        }
+    }
+    header
+}
+
 impl Config {
     /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
     ///
@@ -957,31 +983,39 @@ impl Config {
         if let Some(access) = &cfg.access {
             let mut names = std::collections::HashSet::new();
             for (k, e) in access.subscribers.iter().enumerate() {
-                let key = "access.subscribers";
+                // Named with the line of the entry's field (the entry's `[[access.subscribers]]` block).
+                let bad = |field: &str, detail: String| {
+                    let at = line_of_entry_key(text, "access.subscribers", k, field)
+                        .map_or(String::new(), |n| format!("line {n}: "));
+                    err(format!("{at}key access.subscribers: {detail}"))
+                };
                 if !names.insert(e.name.as_str()) {
-                    return Err(bad(key, format!("entry {}: name {:?} is listed twice", k + 1, e.name)));
+                    return Err(bad("name", format!("entry {}: name {:?} is listed twice", k + 1, e.name)));
                 }
                 let entry = format!("entry {} ({})", k + 1, e.name);
                 if e.token.len() < MIN_TOKEN_BYTES {
-                    return Err(bad(key, format!("{entry}: token too short: at least {MIN_TOKEN_BYTES} characters")));
+                    return Err(bad(
+                        "token",
+                        format!("{entry}: token too short: at least {MIN_TOKEN_BYTES} characters"),
+                    ));
                 }
                 if let Some(c) = e.token.chars().find(|c| !c.is_ascii_alphanumeric() && !TOKEN_PUNCTUATION.contains(*c))
                 {
                     return Err(bad(
-                        key,
+                        "token",
                         format!("{entry}: token holds {c:?}: only A-Z a-z 0-9 and {TOKEN_PUNCTUATION} (openssl rand -hex 32)"),
                     ));
                 }
                 let distinct = e.token.chars().collect::<std::collections::HashSet<_>>().len();
                 if distinct < MIN_TOKEN_DISTINCT {
                     return Err(bad(
-                        key,
+                        "token",
                         format!("{entry}: token has {distinct} distinct characters, at least {MIN_TOKEN_DISTINCT} (openssl rand -hex 32)"),
                     ));
                 }
                 if e.instruments.as_ref().is_some_and(Vec::is_empty) {
                     return Err(bad(
-                        key,
+                        "instruments",
                         format!("{entry}: instruments = []: entitles it to nothing; leave the key out for everything"),
                     ));
                 }
@@ -990,7 +1024,7 @@ impl Config {
                     || e.name.contains(char::is_control)
                 {
                     return Err(bad(
-                        key,
+                        "name",
                         format!(
                             "entry {}: name {:?}: 1 to {} bytes of printable text",
                             k + 1,

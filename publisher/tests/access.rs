@@ -137,18 +137,22 @@ fn access_lists_with_weak_tokens_empty_entitlements_or_repeated_entries_are_refu
 ) {
     let parse = |entries: &str| Config::parse(&config(entries), std::path::Path::new("access.toml"));
     let e = parse(&entry("a", "0123456789abcdef", None)).unwrap_err().to_string();
-    assert!(e.ends_with("key access.subscribers: entry 1 (a): token too short: at least 32 characters"), "{e}");
+    // named with the line of the entry's field (line 12: `token = ...` of the first [[access.subscribers]])
+    assert!(
+        e.ends_with("line 12: key access.subscribers: entry 1 (a): token too short: at least 32 characters"),
+        "{e}"
+    );
     let e = parse(&entry("a", &"ab".repeat(20), None)).unwrap_err().to_string();
-    assert!(e.ends_with("entry 1 (a): token has 2 distinct characters, at least 8 (openssl rand -hex 32)"), "{e}");
+    assert!(e.ends_with("line 12: key access.subscribers: entry 1 (a): token has 2 distinct characters, at least 8 (openssl rand -hex 32)"), "{e}");
     let e = parse(&entry("a", &format!("{TOKEN_A} x"), None)).unwrap_err().to_string();
     assert!(e.ends_with("entry 1 (a): token holds ' ': only A-Z a-z 0-9 and ._~+/=- (openssl rand -hex 32)"), "{e}");
     let e = parse(&entry("a", TOKEN_A, Some(&[]))).unwrap_err().to_string();
     assert!(
-        e.ends_with("entry 1 (a): instruments = []: entitles it to nothing; leave the key out for everything"),
+        e.ends_with("line 13: key access.subscribers: entry 1 (a): instruments = []: entitles it to nothing; leave the key out for everything"),
         "{e}"
     );
     let e = parse(&(entry("a", TOKEN_A, None) + &entry("a", TOKEN_B, None))).unwrap_err().to_string();
-    assert!(e.ends_with("key access.subscribers: entry 2: name \"a\" is listed twice"), "{e}");
+    assert!(e.ends_with("line 15: key access.subscribers: entry 2: name \"a\" is listed twice"), "{e}");
     let cfg = parse(&entry("a", TOKEN_A, Some(&[ESH4]))).unwrap();
     let shown = format!("{cfg:?}");
     assert!(
