@@ -613,8 +613,14 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
         }
         if let Some(i) = self.held[..self.held_len].iter().position(|h| h.pos == copy.pos) {
             self.counters.duplicates += 1;
+            // The held copies are one run: a copy's units reach the next one's position (the last, `held_end`).
+            // Two copies compare byte for byte only when each holds the one unit: copies of several units at one
+            // position may group the units otherwise (a MoldUDP64 retransmission), which is no mismatch.
+            let end = if i + 1 < self.held_len { self.held[i + 1].pos } else { self.held_end };
             let at = i * self.cfg.held_bytes;
-            self.checks.duplicate(&copy, Some(&self.held_store[at..at + self.held[i].len]));
+            let waiting =
+                (units == 1 && end.distance_from(copy.pos) == 1).then(|| &self.held_store[at..at + self.held[i].len]);
+            self.checks.duplicate(&copy, waiting);
             return false;
         }
         let continues =

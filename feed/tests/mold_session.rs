@@ -256,6 +256,26 @@ fn copies_of_a_message_already_handed_out_that_differ_are_reported() {
 }
 
 #[test]
+fn a_held_packet_and_a_copy_grouped_otherwise_at_its_sequence_number_are_no_mismatch() {
+    // Line A's first packet (1..=3) waits for its confirmation; line B's at the same sequence number carries
+    // 1..=2 only (another grouping of the same messages): packets of different counts are not copies of each
+    // other, so nothing differs; the messages are compared once handed out. Then a changed copy of 2 is one.
+    let mut rx = Rx::new(SessionConfig { confirm_packets: 2, ..SessionConfig::default() });
+    rx.push(&packet(1, 3), Origin::LineA).unwrap();
+    rx.push(&packet(1, 2), Origin::LineB).unwrap();
+    assert_eq!(rx.take(), []);
+    rx.push(&packet(4, 1), Origin::LineA).unwrap();
+    assert_eq!(rx.take(), msgs(1..=4, false));
+    let mut changed = packet(2, 1);
+    let n = changed.len();
+    changed[n - 1] ^= 1;
+    rx.push(&changed, Origin::LineB).unwrap();
+    assert_eq!(rx.take(), [Out::Mismatch(2)]);
+    let c = *rx.rx.counters();
+    assert_eq!((c.messages, c.copy_mismatches), (4, 1));
+}
+
+#[test]
 fn duplicates_from_both_lines_and_double_answers_are_dropped() {
     let mut rx = Rx::new(SessionConfig { confirm_packets: 1, ..SessionConfig::default() });
     rx.push(&packet(50, 3), Origin::LineA).unwrap();
