@@ -363,8 +363,10 @@ impl Mdp3Channel {
     /// as covering the reset.
     pub fn on_seq_reset(&mut self, first: u64, ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.seq_resets += 1;
+        // The sequence that just ended (a second reset before its loop came: that one's, not the first's, which
+        // would let its loop through); kept when it had no packet.
         if let Some(last) = self.decoder.last_msg_seq_num() {
-            self.old_sequence_last = Some(self.old_sequence_last.map_or(last, |o| o.max(last)));
+            self.old_sequence_last = Some(last);
         }
         self.decoder.reset_sequences();
         let must_cover = first.min(u64::from(u32::MAX)) as u32;

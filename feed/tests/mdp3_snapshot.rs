@@ -355,4 +355,14 @@ fn a_msg_seq_num_reset_makes_every_book_stale_until_a_snapshot_of_the_new_sequen
     assert_eq!((c.snapshots_ignored, c.snapshots_old_sequence), (2, 1));
     // The loop names 2 reports and covered one: the hole at 1 stays open for a security not seen yet.
     assert_eq!(ch.channel_hole(), Some((1, 1)));
+    // The second sequence goes to 50, then a second reset (to 1 again): the second sequence's loop (50) is the
+    // old one now, not the first's (500), and is ignored; the third's covers the book.
+    assert_eq!(feed(&mut ch, &mut books, &book_packet(50, 2, 0, b'1', 1, 75_720, 3)), (1, Some(false)));
+    let mut marks = Vec::new();
+    assert_eq!(ch.on_seq_reset(1, 700, &mut |r| marks.push(*r)), 1);
+    books.apply(&marks[0]).unwrap();
+    assert_eq!(feed(&mut ch, &mut books, &book_packet(1, 1, 0, b'1', 1, 75_730, 4)), (1, Some(true)));
+    assert_eq!(feed(&mut ch, &mut books, &snap(3, 50, 2)), (0, Some(true)));
+    assert_eq!(ch.counters().snapshots_old_sequence, 2);
+    assert_eq!(feed(&mut ch, &mut books, &snap(4, 1, 1)), (5, Some(false)));
 }
