@@ -173,7 +173,9 @@ fn timespec_ns(t: &TimeSpec) -> u64 {
 }
 
 impl LineSocket {
-    /// Opens the line: `SO_REUSEADDR`, the receive buffer, `SO_TIMESTAMPING` (software and hardware receive
+    /// Opens the line: `SO_REUSEADDR` for a multicast group (other processes on the host may join it too; a
+    /// unicast address is this socket's alone, so a second process binding it fails instead of taking part of its
+    /// datagrams), the receive buffer, `SO_TIMESTAMPING` (software and hardware receive
     /// stamps), bind, and for a multicast address `IP_ADD_MEMBERSHIP` on `cfg.interface` (with `cfg.sources`,
     /// `IP_ADD_SOURCE_MEMBERSHIP` per source, falling back to `IP_ADD_MEMBERSHIP` where it fails); non-blocking. Then
     /// hardware stamping as `cfg.hw_timestamps` says ([`hwstamp::enable`]) and, when it is on, the PHC mapped
@@ -187,7 +189,9 @@ impl LineSocket {
         let err = |what: &'static str| move |source: std::io::Error| LineError::Open { addr, what, source };
         let errno = |what: &'static str| move |e: Errno| LineError::Open { addr, what, source: e.into() };
         let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(err("socket"))?;
-        sock.set_reuse_address(true).map_err(err("SO_REUSEADDR"))?;
+        if addr.ip().is_multicast() {
+            sock.set_reuse_address(true).map_err(err("SO_REUSEADDR"))?;
+        }
         if setsockopt(&sock, sockopt::RcvBufForce, &cfg.rcvbuf_bytes).is_err() {
             sock.set_recv_buffer_size(cfg.rcvbuf_bytes).map_err(err("SO_RCVBUF"))?;
         }

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
-use mdfan_lines::{realtime_ns, Event, Line, LineConfig, LineReceiver, Mdp3Seq, ReceiverConfig};
+use mdfan_lines::{realtime_ns, Event, Line, LineConfig, LineReceiver, LineSocket, Mdp3Seq, ReceiverConfig};
 
 /// A 12-byte MDP 3.0 packet (header only: MsgSeqNum, SendingTime) whose SendingTime says who made it.
 fn packet(seq: u32, sending_time: u64) -> [u8; 12] {
@@ -108,4 +108,19 @@ fn a_multicast_line_with_sources_joins_only_those_sources() {
             assert_eq!(rx.arbiter().check_counters().foreign[0].total(), 0, "dropped by the kernel, not by us");
         }
     }
+}
+
+/// A unicast line is its socket's alone: a second socket (another publisher started on the same config) cannot
+/// bind it and take part of its datagrams; it fails naming the address and the call. A multicast group may be
+/// joined by several.
+#[test]
+fn a_unicast_line_cannot_be_bound_twice_a_multicast_group_can() {
+    let first = LineSocket::open(&LineConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))).expect("open");
+    let addr = first.local_addr();
+    let e = LineSocket::open(&LineConfig::new(addr)).err().expect("a second bind of a unicast line fails");
+    let text = e.to_string();
+    assert!(text.contains(&addr.to_string()) && text.contains("bind"), "{text}");
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 0, 77), addr.port());
+    let cfg = LineConfig { interface: Ipv4Addr::LOCALHOST, ..LineConfig::new(group) };
+    let (_a, _b) = (LineSocket::open(&cfg).expect("join"), LineSocket::open(&cfg).expect("join again"));
 }

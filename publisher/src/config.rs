@@ -888,6 +888,10 @@ impl Config {
                 if lines.a.addr == b && lines.a.port() != 0 {
                     return Err(bad("lines.b", format!("{b}: the same address as line A")));
                 }
+                if let Some(s) = lines.snapshot.filter(|s| s.port() != 0 && (*s == lines.a.addr || *s == b)) {
+                    let line = if s == lines.a.addr { "A" } else { "B" };
+                    return Err(bad("lines.snapshot", format!("{s}: the same address as line {line}")));
+                }
                 if lines.retransmit.is_some() || lines.session.is_some() {
                     return Err(bad("lines", "retransmit and session are MoldUDP64 keys (format \"itch50\")".into()));
                 }
@@ -1235,6 +1239,8 @@ snapshot = "224.0.31.43:14330"
         assert!(e.contains("unknown field `linez`"), "{e}");
         let e = parse(&LIVE.replace("224.0.32.11:15320", "224.0.31.11:14320")).unwrap_err().to_string();
         assert!(e.ends_with("line 10: key lines.b: 224.0.31.11:14320: the same address as line A"), "{e}");
+        let e = parse(&LIVE.replace("224.0.31.43:14330", "224.0.32.11:15320")).unwrap_err().to_string();
+        assert!(e.ends_with("line 11: key lines.snapshot: 224.0.32.11:15320: the same address as line B"), "{e}");
         let e =
             parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npath = \"x.pcap\"")).unwrap_err().to_string();
         assert!(e.ends_with("line 7: key feed.path: a live feed (\"mdp3\") reads [lines], not a file"), "{e}");
