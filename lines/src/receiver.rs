@@ -38,9 +38,6 @@ pub struct LineCounters {
     pub refused: [u64; 2],
     /// Datagrams by where their receive stamp came from: hardware, software, user (`CLOCK_REALTIME`).
     pub stamps: [[u64; 3]; 2],
-    /// Datagrams the arbiter admitted (whole, with a seq, from a listed source): what says the feed is alive. A
-    /// stray or forged stream (truncated, refused, foreign) is not counted here.
-    pub admitted: [u64; 2],
 }
 
 /// Lines A and B, arbitrated. Single-threaded: the caller polls it.
@@ -128,15 +125,11 @@ impl<S: SeqExtractor> LineReceiver<S> {
                     c.refused[li] += 1;
                     continue;
                 };
-                let refused = self.arbiter.counters().refused;
                 self.arbiter.offer(
                     Datagram { seq, line, ts_recv_ns: r.ts_recv_ns, stamp: r.stamp, src: r.src, payload },
                     now_ns,
                     out,
                 );
-                if self.arbiter.counters().refused == refused {
-                    self.counters.admitted[li] += 1;
-                }
             }
         }
         if idle[0] && idle[1] {

@@ -52,8 +52,6 @@ fn forged_packets_from_another_source_are_dropped_and_counted_and_differing_copi
     assert_eq!((c.foreign[0].by_source[0], c.foreign[1].by_source[0]), ((forger_addr, 5), (forger_addr, 5)));
     assert_eq!((c.foreign[0].total() + c.foreign[1].total(), c.copy_mismatches), (10, 1));
     assert_eq!(rx.arbiter_counters().refused, 10);
-    // Only the venue's copies say the feed is alive (the silence watch counts these).
-    assert_eq!(rx.line_counters().admitted, [5, 5]);
 }
 
 /// A multicast line on loopback that lists 127.0.0.1 joins source-specifically (IGMPv3, one membership per

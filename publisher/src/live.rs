@@ -574,7 +574,7 @@ impl LiveMdp3 {
             return Ok(Step::Work(written));
         }
         let first_new = self.pending.len();
-        let admitted_before = self.rx.line_counters().admitted;
+        let delivered_before = self.rx.arbiter_counters().delivered;
         let (channel, pending) = (&mut self.channel, &mut self.pending);
         let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
             Event::Data(d) => {
@@ -592,9 +592,10 @@ impl LiveMdp3 {
                 channel.on_seq_reset(first, now_ns, &mut |r| pending.push(*r));
             }
         })?;
-        // What keeps the feed live: datagrams the arbiter admitted (a stray or forged stream does not).
-        let admitted = self.rx.line_counters().admitted;
-        let heard = (admitted[0] + admitted[1] - admitted_before[0] - admitted_before[1]) as usize;
+        // What keeps the feed live: packets delivered, new to the channel. A stray or forged stream (cut short, no
+        // MDP 3.0 packet, from a source the line does not list) or a replay of packets already delivered does not.
+        let delivered = self.rx.arbiter_counters().delivered;
+        let heard = (delivered[0] + delivered[1] - delivered_before[0] - delivered_before[1]) as usize;
         let silent = self.silence.is_silent();
         self.silence.after_poll(now_ns, heard, self.last_datagram_ns, &mut self.pending, first_new);
         if read > 0 || snapshot_read > 0 || silent != self.silence.is_silent() {

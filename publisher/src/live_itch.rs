@@ -555,8 +555,9 @@ impl LiveItch {
         }
         let now_ns = realtime_ns();
         let mut read = 0;
-        // Line packets the session took (from a listed source, whole, of its session): what keeps the feed live.
-        // A stray or forged stream (truncated, foreign source or session, not MoldUDP64) does not hide a silence.
+        // Line packets that brought messages new to the session, or a heartbeat: what keeps the feed live. A stray
+        // or forged stream (truncated, foreign source or session, not MoldUDP64) or a replay of messages already
+        // handed out does not hide a silence.
         let mut heard = 0;
         let mut idle = [false; 3];
         let mut last_error = None;
@@ -631,8 +632,11 @@ impl LiveItch {
                     }
                 };
                 read += 1;
+                let before = (session.counters().messages, session.counters().heartbeats);
                 match session.on_packet(&buf[..len], origin, ts_recv_ns, &mut |e| sink.on(e)) {
-                    Ok(()) if origin != Origin::Retransmission => heard += 1,
+                    Ok(()) if origin != Origin::Retransmission => {
+                        heard += usize::from((session.counters().messages, session.counters().heartbeats) != before);
+                    }
                     Ok(()) => {}
                     Err(e) => last_error = Some(e),
                 }

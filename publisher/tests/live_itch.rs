@@ -610,8 +610,9 @@ fn subscribe_meta_only(endpoint: &str) -> (Vec<BookUpdate>, JoinHandle<Vec<BookU
 }
 
 /// The lines go quiet after the META packet's first 19 messages for longer than `lines.silent_after_ms` (500 ms),
-/// but for a forged stream from 127.0.0.2 (line A lists 127.0.0.1), one packet every 100 ms, which must not hide
-/// the silence (it did: every datagram read counted); then the other 19 come. Subscribers get one `FeedStatus` silent record after the 19th add and one live record
+/// but for a forged stream from 127.0.0.2 (line A lists 127.0.0.1), one packet every 100 ms, and a replay of the
+/// 19 messages handed out, which must not hide the silence (they did: every datagram read counted); then the
+/// other 19 come. Subscribers get one `FeedStatus` silent record after the 19th add and one live record
 /// before the 20th (the stream does not end); a subscriber that joins during the silence, filtered to META alone,
 /// learns the silent state before its first heartbeat, then gets the live record; the counters say one silence, over.
 #[test]
@@ -639,6 +640,10 @@ fn a_feed_that_goes_quiet_is_reported_silent_then_live_and_a_joiner_during_the_s
         foreign.send_to(&forged, a).unwrap();
     }
     wait_for(&counters, "the forged packets dropped", |r| r.foreign_sources == [sent + 3, 0]);
+    assert_eq!((counters.report().silent_now, counters.report().silences), (1, 1));
+    // nor does a replay, from the venue's own source, of the 19 messages already handed out
+    tx.send_to(&downstream(META_FIRST, 19, &messages[..19]), a).unwrap();
+    wait_for(&counters, "the replay taken as duplicates", |r| r.duplicates == 19);
     assert_eq!((counters.report().silent_now, counters.report().silences), (1, 1));
     let (snapshot, joiner) = subscribe_meta_only(&endpoint);
     tx.send_to(&downstream(META_FIRST + 19, 19, &messages[19..]), a).unwrap();

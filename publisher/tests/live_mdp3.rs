@@ -325,7 +325,8 @@ fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
 }
 
 /// The capture's first 500 line-A packets sent to lines A and B, then 1.5 s with nothing on either line but
-/// stray datagrams that are no MDP 3.0 packet (past `lines.silent_after_ms` = 500), then the whole capture as feedsim plays it (its first 500 packets are
+/// stray datagrams that are no MDP 3.0 packet and replays of a delivered packet (past `lines.silent_after_ms` =
+/// 500), then the whole capture as feedsim plays it (its first 500 packets are
 /// duplicates by then). Subscribers get one `FeedStatus` silent record after the first 500 packets' level
 /// records and one live record right after it, before the 501st packet's; the books are exact. After the capture
 /// the lines are quiet again: a second silent record, 500 ms in, before the stream ends at 3 s
@@ -356,10 +357,12 @@ fn lines_that_go_quiet_mid_capture_are_reported_silent_then_live_and_the_books_s
                 tx.send_to(p, c.send_a).unwrap();
                 tx.send_to(p, c.send_b).unwrap();
             }
-            // Quiet but for a stray 5-byte datagram on line A every 100 ms (no MDP 3.0 packet: refused), which
-            // must not hide the silence (it did: every datagram read counted).
+            // Quiet but for a stray 5-byte datagram on line A every 100 ms (no MDP 3.0 packet: refused) and a
+            // replay of the first packet (delivered long ago: a duplicate), which must not hide the silence (they
+            // did: every datagram read, then every one admitted, counted).
             for _ in 0..STRAYS {
                 tx.send_to(b"stray", c.send_a).unwrap();
+                tx.send_to(&first[0], c.send_a).unwrap();
                 std::thread::sleep(Duration::from_millis(100));
             }
         },
@@ -371,7 +374,7 @@ fn lines_that_go_quiet_mid_capture_are_reported_silent_then_live_and_the_books_s
     assert_eq!((live.silences, live.silent_now, live.refused), (2, 1, [STRAYS, 0]), "{}", live.line());
     assert!(live.line().contains(" seq_resets=0 silences=2 silent_now=1 "), "{}", live.line());
     assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());
-    assert_eq!((live.duplicates, live.gap_seqs, live.stale_records), (PACKETS + 2 * FIRST as u64, 0, 0));
+    assert_eq!((live.duplicates, live.gap_seqs, live.stale_records), (PACKETS + 2 * FIRST as u64 + STRAYS, 0, 0));
     assert_eq!(report.end, CloseReason::EndOfStream, "silence is not an end");
     for (who, seen) in [("all", &early[0]), ("one", &early[1])] {
         assert_reference(who, seen);
