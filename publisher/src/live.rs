@@ -551,8 +551,13 @@ impl LiveMdp3 {
             if self.channel.counters().recovery_timeouts > self.timeouts_logged {
                 self.timeouts_logged = self.channel.counters().recovery_timeouts;
                 let waited_ms = now_ns.saturating_sub(since_ns) / 1_000_000;
+                let why = if snapshot_packets == 0 {
+                    "the snapshot feed never answered"
+                } else {
+                    "no snapshot covered them (a loop of another MsgSeqNum sequence, another channel's, or older)"
+                };
                 tracing::warn!(stale, waited_ms, snapshot_packets, snapshot_feed = ?self.snapshot_addr(),
-                    "market recovery timed out: the instruments stay stale (snapshot_packets 0: the feed never answered)");
+                    "market recovery timed out: the instruments stay stale: {why}");
             }
         }
         Ok(read)
