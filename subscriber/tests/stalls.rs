@@ -122,7 +122,15 @@ fn check(case: Case) {
         _ => {}
     }
     let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).expect("a stream line"));
-    assert!(!lines.iter().any(|l| l.starts_with("publisher_silent")), "its own stop is not the publisher's: {dump}");
+    // Its own stop is not the publisher's silence. A publisher starved of the CPU for longer than the silence
+    // timeout (seen in the Soft-RoCE VM on a host saturated by other work: 9.5 s) is truly silent, and then the
+    // subscriber that never stopped says so too: only a silence it did not see is the stalled one's mistake.
+    let silences = |ls: &[String]| ls.iter().filter(|l| l.starts_with("publisher_silent")).count();
+    if silences(steady_lines) == 0 {
+        assert_eq!(silences(lines), 0, "its own stop is not the publisher's: {dump}");
+    } else {
+        eprintln!("{case:?}: the publisher went silent for the steady subscriber too; not judged");
+    }
     match case.policy {
         "resync" => {
             assert_eq!((*code, report.end), (Some(0), Some(CloseReason::EndOfStream)), "{dump}");
