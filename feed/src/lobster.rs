@@ -359,11 +359,14 @@ fn csv_reader<R: Read>(input: R) -> csv::Reader<R> {
 /// book row), so an empty line, anywhere, is a corrupt file: an error naming that line (and the line numbers of
 /// errors and `venue_seq` stay the file's own). The reader's position says where it is: a row read from line
 /// `n` leaves it at line `n + 1` (or still `n`, for a last line without a line break); more means it skipped
-/// empty lines, the first of them at `n`.
+/// empty lines, the first of them at `n`. A row that starts on the line the previous one (`last`) was read from
+/// followed a lone carriage return, which the csv reader takes as a row's end without counting a line: also an
+/// error (two rows on one line would share a `venue_seq`).
 fn next_row<R: Read>(
     rdr: &mut csv::Reader<R>,
     row: &mut csv::StringRecord,
     file: &Path,
+    last: u64,
 ) -> Result<Option<u64>, LobsterError> {
     let before = rdr.position().line();
     let more = rdr.read_record(row).map_err(|e| {
@@ -376,6 +379,10 @@ fn next_row<R: Read>(
     let after = rdr.position().line();
     if after > before + u64::from(more) {
         let detail = "empty line (a LOBSTER file has none: every line is a message or an order-book row)".into();
+        return Err(LobsterError::Csv { file: file.to_path_buf(), line: before, detail });
+    }
+    if more && before == last {
+        let detail = "a lone carriage return ends a row (a LOBSTER line ends with a line feed)".into();
         return Err(LobsterError::Csv { file: file.to_path_buf(), line: before, detail });
     }
     Ok(more.then_some(before))
@@ -422,7 +429,7 @@ impl<R: Read> MessageReader<R> {
     /// the line and the field: a time that is not seconds with up to 9 decimals or is past 24 h, a type not 1 to 7, an order_id,
     /// size or price that is not an integer in range, a direction not 1 or -1.
     pub fn next_message(&mut self) -> Result<Option<Message>, LobsterError> {
-        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file)? else {
+        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file, self.line)? else {
             return Ok(None);
         };
         self.line = line;
@@ -516,7 +523,7 @@ impl<R: Read> BookReader<R> {
     /// the field (`ask_price_1`, `bid_size_2`, ...): not an integer, a negative size, a price that is not
     /// positive (other than the dummy), a dummy price with a size.
     pub fn next_row(&mut self) -> Result<Option<&BookRow>, LobsterError> {
-        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file)? else {
+        let Some(line) = next_row(&mut self.rdr, &mut self.row, &self.file, self.line)? else {
             return Ok(None);
         };
         self.line = line;

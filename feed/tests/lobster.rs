@@ -261,6 +261,11 @@ fn an_empty_line_is_an_error_naming_its_physical_line() {
         lines.push(r.line());
     }
     assert_eq!(lines, [1, 2]);
+    // A lone carriage return ends a row for the csv reader but not a line: two rows would share line 1.
+    assert_eq!(
+        message_err(&format!("{}\r{ok}", ok.trim_end())),
+        "m.csv: line 1: a lone carriage return ends a row (a LOBSTER line ends with a line feed)"
+    );
     // The order-book file, the same.
     let mut b =
         BookReader::new("2239500,100,2231800,100\n\n2239500,100,2231800,100\n".as_bytes(), Path::new("b.csv"), 1);
