@@ -29,6 +29,17 @@ fn packet(first: u64, n: u16) -> Vec<u8> {
     packet_of(SESSION, first, n)
 }
 
+/// [`packet`] with bytes changed: each `(back, mask)` XORs `mask` into the byte `back` bytes from the end (1: the
+/// last byte, that of the last message).
+fn packet_changed(first: u64, n: u16, changes: &[(usize, u8)]) -> Vec<u8> {
+    let mut p = packet(first, n);
+    let len = p.len();
+    for &(back, mask) in changes {
+        p[len - back] ^= mask;
+    }
+    p
+}
+
 /// What came out, in a comparable form.
 #[derive(Debug, PartialEq, Eq)]
 enum Out {
@@ -238,18 +249,13 @@ fn copies_of_a_message_already_handed_out_that_differ_are_reported() {
     let mut rx = Rx::new(SessionConfig { confirm_packets: 1, ..SessionConfig::default() });
     rx.push(&packet(50, 3), Origin::LineA).unwrap();
     assert_eq!(rx.take(), msgs(50..=52, false));
-    let mut forged = packet(50, 3);
-    let n = forged.len();
-    forged[n - 1] ^= 1; // 52's last byte
-    forged[n - 11] ^= 1; // 51's last byte (2 length bytes + 8 message bytes further back)
+    // 52's last byte, and 51's (2 length bytes + 8 message bytes further back)
+    let forged = packet_changed(50, 3, &[(1, 1), (11, 1)]);
     rx.push(&forged, Origin::LineB).unwrap();
     assert_eq!(rx.take(), [Out::Mismatch(51)]);
     rx.push(&packet(50, 3), Origin::Retransmission).unwrap();
     assert_eq!(rx.take(), []);
-    let mut forged = packet(50, 1);
-    let n = forged.len();
-    forged[n - 1] ^= 0x80;
-    rx.push(&forged, Origin::Retransmission).unwrap();
+    rx.push(&packet_changed(50, 1, &[(1, 0x80)]), Origin::Retransmission).unwrap();
     assert_eq!(rx.take(), [Out::Mismatch(50)]);
     let c = *rx.rx.counters();
     assert_eq!((c.messages, c.duplicates, c.copy_mismatches), (3, 7, 3));
@@ -266,10 +272,7 @@ fn a_held_packet_and_a_copy_grouped_otherwise_at_its_sequence_number_are_no_mism
     assert_eq!(rx.take(), []);
     rx.push(&packet(4, 1), Origin::LineA).unwrap();
     assert_eq!(rx.take(), msgs(1..=4, false));
-    let mut changed = packet(2, 1);
-    let n = changed.len();
-    changed[n - 1] ^= 1;
-    rx.push(&changed, Origin::LineB).unwrap();
+    rx.push(&packet_changed(2, 1, &[(1, 1)]), Origin::LineB).unwrap();
     assert_eq!(rx.take(), [Out::Mismatch(2)]);
     let c = *rx.rx.counters();
     assert_eq!((c.messages, c.copy_mismatches), (4, 1));

@@ -210,17 +210,18 @@ pub fn effective_uid() -> u32 {
 
 /// The uid of user `name` in /etc/passwd, if it is there.
 pub fn user_id(name: &str) -> Option<u32> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
-    text.lines().find_map(|l| {
-        let mut f = l.split(':');
-        (f.next()? == name).then_some(())?;
-        f.nth(1)?.parse().ok()
-    })
+    id_in("/etc/passwd", name)
 }
 
 /// The gid of group `name` in /etc/group, if it is there.
 pub fn group_id(name: &str) -> Option<u32> {
-    let text = std::fs::read_to_string("/etc/group").ok()?;
+    id_in("/etc/group", name)
+}
+
+/// The id (third field) of the entry named `name` in a colon-separated database such as /etc/passwd or
+/// /etc/group (passwd(5), group(5)).
+fn id_in(database: &str, name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(database).ok()?;
     text.lines().find_map(|l| {
         let mut f = l.split(':');
         (f.next()? == name).then_some(())?;
