@@ -43,6 +43,7 @@
 //! | 35 | MDIncrementalRefreshSessionStatistics35 | 9 | MDEntryPx PRICE (0), SecurityID (8), RptSeq (12), OpenCloseSettlFlag (16), MDUpdateAction (17), MDEntryType (18), MDEntrySize Int32NULL (19, since v8, read when the block has it): 19 | [`Event::Statistics`] |
 //! | 36 | MDIncrementalRefreshTrade36 | 9 | SecurityID (12), RptSeq (16): 20 | [`Event::Other`] |
 //! | 37 | MDIncrementalRefreshVolume37 | 9 | MDEntrySize (0), SecurityID (4), RptSeq (8), MDUpdateAction (12): 13 | [`Event::Volume`] |
+//! | 27, 29, 41 | MDInstrumentDefinitionFuture27, Spread29, Option41 (instrument definition feed; also sent on the incremental feed when an instrument is created) | TotNumReports (1), SecurityUpdateAction (5), LastUpdateTime (6), Symbol (35, 20 chars), SecurityID (55), MinPriceIncrement (27: 91, 29: 94, 41: 111), DisplayFactor FLOAT (27: 99, 29: 102, 41: 127): 107 / 110 / 135; the groups after the root (events, feed types, attributes, lot rules, legs, underlyings) end the message and are not read | none read | [`Event::Definition`] |
 //! | 38 | SnapshotFullRefresh38 (market recovery feed) | LastMsgSeqNumProcessed (0), TotNumReports (4), SecurityID (8), RptSeq (12), TransactTime (16), LastUpdateTime (24), TradeDate (32), MDSecurityTradingStatus (34), HighLimitPrice (35), LowLimitPrice (43), MaxPriceVariation (51): 59 | MDEntryPx PRICENULL (0), MDEntrySize Int32NULL (8), NumberOfOrders Int32NULL (12), MDPriceLevel Int8NULL (16), TradingReferenceDate (17), OpenCloseSettlFlag (19), SettlPriceType (20), MDEntryType (21): 22 | [`Event::Snapshot`], then one [`Event::SnapshotEntry`] per entry |
 //! | 42 | MDIncrementalRefreshTradeSummary42 | 9 | MDEntryPx PRICE (0), MDEntrySize (8), SecurityID (12), RptSeq (16), NumberOfOrders Int32NULL (20), AggressorSide (24), MDUpdateAction (25): 26; then `NoOrderIDEntries` (groupSize8Byte, OrderID (0), LastQty (8): 12, counted) | [`Event::TradeSummary`] |
 //!
@@ -437,6 +438,65 @@ pub struct SecurityStatus {
     pub trading_event: u8,
 }
 
+/// An instrument definition (MDInstrumentDefinitionFuture27, Spread29 or Option41): what the publisher's
+/// symbology needs of it. Source: CME Client Systems Wiki, "MDP 3.0 - Security Definition"; tags 55 `Symbol`,
+/// 48 `SecurityID`, 969 `MinPriceIncrement`, 9787 `DisplayFactor`, 980 `SecurityUpdateAction`, 911
+/// `TotNumReports`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstrumentDefinition {
+    /// The template it came in: 27 (future), 29 (spread) or 41 (option).
+    pub template_id: u16,
+    /// `TotNumReports`: definitions in one loop of the definition feed; `None` when null.
+    pub tot_num_reports: Option<u32>,
+    /// `SecurityUpdateAction`: `A` add, `D` delete, `M` modify.
+    pub update_action: u8,
+    /// `LastUpdateTime`, ns since the UNIX epoch.
+    pub last_update_time_ns: u64,
+    /// `Symbol`, 20 bytes as sent (NUL- or space-padded); [`InstrumentDefinition::symbol`] trims it.
+    pub symbol_bytes: [u8; 20],
+    /// `SecurityID` (checked non-negative).
+    pub security_id: i32,
+    /// `MinPriceIncrement` in 1e-9 units of the feed's prices; `None` when null (an option may have none).
+    pub min_price_increment_e9: Option<i64>,
+    /// `DisplayFactor` (FLOAT: mantissa x 10^-7) in 1e-9 units (1,000,000,000 = 1; checked above 0).
+    pub display_factor_e9: i64,
+}
+
+impl InstrumentDefinition {
+    /// The symbol without its padding; `None` when it is not printable ASCII or is empty.
+    pub fn symbol(&self) -> Option<&str> {
+        let end = self.symbol_bytes.iter().position(|&b| b == 0).unwrap_or(self.symbol_bytes.len());
+        let s = std::str::from_utf8(&self.symbol_bytes[..end]).ok()?.trim_end();
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic())).then_some(s)
+    }
+
+    /// As the publisher's symbology keeps it (`mdfan_wire::InstrumentDef`: id, symbol, display factor, tick
+    /// size; an unknown tick size is 0); `None` for a symbol [`InstrumentDefinition::symbol`] refuses.
+    pub fn instrument_def(&self) -> Option<mdfan_wire::InstrumentDef> {
+        Some(mdfan_wire::InstrumentDef {
+            instrument_id: self.security_id as u32,
+            symbol: self.symbol()?.to_owned(),
+            display_factor_e9: self.display_factor_e9,
+            tick_size_e9: self.min_price_increment_e9.unwrap_or(0),
+        })
+    }
+}
+
+/// Root-block offsets of a definition template: (the bytes read, `MinPriceIncrement`, `DisplayFactor`).
+const fn definition_layout(template_id: u16) -> Option<(u16, usize, usize)> {
+    match template_id {
+        27 => Some((107, 91, 99)),
+        29 => Some((110, 94, 102)),
+        41 => Some((135, 111, 127)),
+        _ => None,
+    }
+}
+
+/// MDInstrumentDefinitionFuture27's root block length in schema version 8.
+pub const DEFINITION_FUTURE_ROOT_BYTES: u16 = 216;
+/// MDInstrumentDefinitionFuture27's template id.
+pub const DEFINITION_FUTURE_TEMPLATE_ID: u16 = 27;
+
 /// SnapshotFullRefresh38's root block: one instrument's state on the market recovery feed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotRefresh {
@@ -570,6 +630,8 @@ pub enum Event {
     },
     /// A SnapshotFullRefresh38 root block (market recovery feed); its entries follow.
     Snapshot(SnapshotRefresh),
+    /// An instrument definition (templates 27, 29, 41).
+    Definition(InstrumentDefinition),
     /// An entry of the SnapshotFullRefresh38 before it.
     SnapshotEntry(SnapshotEntry),
     /// A template this decoder does not know, skipped by its `MsgSize`.
@@ -1211,6 +1273,34 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             }
             sink(&info, &Event::OrderIdEntries { count: orders.count });
         }
+        27 | 29 | 41 => {
+            let (min, tick_at, factor_at) = definition_layout(template_id).expect("27, 29, 41 have a layout");
+            // The groups after the root end the message (MsgSize bounds it); none is read.
+            let r = body.root(block_length, min)?;
+            let security_id = r.security_id(55, "SecurityID")?;
+            let factor = r.i64(factor_at);
+            let display_factor_e9 = match factor.checked_mul(PRICE_E7_TO_E9) {
+                Some(f) if f > 0 && factor != PRICE_NULL => f,
+                _ => return Err(r.ctx.err("DisplayFactor", 0, Problem::BadValue { value: factor })),
+            };
+            let mut symbol_bytes = [0u8; 20];
+            symbol_bytes.copy_from_slice(&r.b[35..55]);
+            info.transact_time_ns = r.u64(6);
+            info.match_event_indicator = r.u8(0);
+            sink(
+                &info,
+                &Event::Definition(InstrumentDefinition {
+                    template_id,
+                    tot_num_reports: Some(r.u32(1)).filter(|n| *n != u32::MAX),
+                    update_action: r.u8(5),
+                    last_update_time_ns: r.u64(6),
+                    symbol_bytes,
+                    security_id,
+                    min_price_increment_e9: r.price_e9(tick_at, "MinPriceIncrement")?,
+                    display_factor_e9,
+                }),
+            );
+        }
         38 => {
             let r = body.root(block_length, SNAPSHOT_ROOT_BYTES)?;
             let g = body.group(ENTRIES, false, SNAPSHOT_ENTRY_BYTES)?;
@@ -1355,6 +1445,134 @@ pub fn decode_snapshot_packet(
     walk_packet(payload, header, ts_recv_ns, &mut |_, _| {})?;
     walk_packet(payload, header, ts_recv_ns, &mut |info, ev| on_event(info, ev))?;
     Ok(header)
+}
+
+/// Decodes one packet of an instrument definition feed received at `ts_recv_ns`, calling `on_definition` for
+/// each definition in order (templates 27, 29, 41; any other template is skipped, as the snapshot feed's
+/// messages are). Keeps no state: the definition feed loops. Allocates nothing.
+///
+/// # Errors
+/// [`DecodeError`] naming the packet, message, template and field; the packet is validated whole first, so
+/// nothing was delivered.
+pub fn decode_definition_packet(
+    payload: &[u8],
+    ts_recv_ns: u64,
+    mut on_definition: impl FnMut(&InstrumentDefinition),
+) -> Result<PacketHeader, DecodeError> {
+    let header = packet_header(payload)?;
+    walk_packet(payload, header, ts_recv_ns, &mut |_, _| {})?;
+    walk_packet(payload, header, ts_recv_ns, &mut |_, ev| {
+        if let Event::Definition(d) = ev {
+            on_definition(d);
+        }
+    })?;
+    Ok(header)
+}
+
+/// The `SecurityID` offsets of a template: in its root block, or in each `NoMDEntries` entry (the group right
+/// after the root block).
+enum SecurityIdAt {
+    Root(usize),
+    Entries(usize),
+}
+
+const fn security_id_at(template_id: u16) -> Option<SecurityIdAt> {
+    Some(match template_id {
+        27 | 29 | 41 => SecurityIdAt::Root(55),
+        30 => SecurityIdAt::Root(20),
+        38 => SecurityIdAt::Root(8),
+        32 | 33 | 36 | 42 => SecurityIdAt::Entries(12),
+        34 => SecurityIdAt::Entries(24),
+        35 => SecurityIdAt::Entries(8),
+        37 => SecurityIdAt::Entries(4),
+        _ => return None,
+    })
+}
+
+/// Rewrites every `SecurityID` of an MDP 3.0 packet in place with `map` (the root's of templates 27, 29, 30,
+/// 38 and 41, unless null; each `NoMDEntries` entry's of templates 32 to 37 and 42): for a simulator that plays
+/// one capture as a second channel with other ids. Returns the ids rewritten.
+///
+/// # Errors
+/// The packet as [`decode_snapshot_packet`] checks it (sizes, `blockLength`s, groups, values): nothing is
+/// changed then.
+pub fn map_security_ids(payload: &mut [u8], mut map: impl FnMut(i32) -> i32) -> Result<usize, DecodeError> {
+    let header = packet_header(payload)?;
+    walk_packet(payload, header, 0, &mut |_, _| {})?;
+    let mut rewritten = 0;
+    let mut pos = PACKET_HEADER_BYTES;
+    while pos + MSG_SIZE_BYTES + SBE_HEADER_BYTES <= payload.len() {
+        let msg_size = usize::from(le_u16(payload, pos));
+        let (block_length, template_id) = (usize::from(le_u16(payload, pos + 2)), le_u16(payload, pos + 4));
+        let root = pos + MSG_SIZE_BYTES + SBE_HEADER_BYTES;
+        let mut rewrite = |payload: &mut [u8], at: usize| {
+            let v = le_u32(payload, at) as i32;
+            if v != INT32_NULL {
+                payload[at..at + 4].copy_from_slice(&map(v).to_le_bytes());
+                rewritten += 1;
+            }
+        };
+        match security_id_at(template_id) {
+            Some(SecurityIdAt::Root(at)) => rewrite(payload, root + at),
+            Some(SecurityIdAt::Entries(at)) => {
+                let group = root + block_length;
+                let (entry_bytes, count) = (usize::from(le_u16(payload, group)), usize::from(payload[group + 2]));
+                for i in 0..count {
+                    rewrite(payload, group + GROUP_SIZE_BYTES + i * entry_bytes + at);
+                }
+            }
+            None => {}
+        }
+        pos += msg_size;
+    }
+    Ok(rewritten)
+}
+
+/// The bytes [`write_definition_message`] appends (`MsgSize`): the v8 root block and four empty groups.
+pub const DEFINITION_MESSAGE_BYTES: usize =
+    MSG_SIZE_BYTES + SBE_HEADER_BYTES + DEFINITION_FUTURE_ROOT_BYTES as usize + 4 * GROUP_SIZE_BYTES;
+
+/// Appends one MDInstrumentDefinitionFuture27 (schema v8 layout) to `out`, for a simulator's definition loop
+/// and tests: `d`'s fields at their offsets (`template_id` is ignored: always 27), `SecurityIDSource` `8`,
+/// `SecurityExchange` `XCME`, every other field null or blank, and the four groups (`NoEvents`,
+/// `NoMDFeedTypes`, `NoInstAttrib`, `NoLotTypeRules`) empty. Prices are written as mantissas (1e-9 / 100).
+pub fn write_definition_message(out: &mut Vec<u8>, d: &InstrumentDefinition) {
+    let start = out.len();
+    out.extend_from_slice(&(DEFINITION_MESSAGE_BYTES as u16).to_le_bytes());
+    for v in [DEFINITION_FUTURE_ROOT_BYTES, DEFINITION_FUTURE_TEMPLATE_ID, SCHEMA_ID, SCHEMA_VERSION] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let root = out.len();
+    out.resize(root + usize::from(DEFINITION_FUTURE_ROOT_BYTES), 0);
+    let r = &mut out[root..];
+    let put = |r: &mut [u8], at: usize, b: &[u8]| r[at..at + b.len()].copy_from_slice(b);
+    put(r, 1, &d.tot_num_reports.unwrap_or(u32::MAX).to_le_bytes());
+    r[5] = d.update_action;
+    put(r, 6, &d.last_update_time_ns.to_le_bytes());
+    r[14] = UINT8_NULL; // MDSecurityTradingStatus
+    put(r, 19, b"XCME");
+    put(r, 35, &d.symbol_bytes);
+    put(r, 55, &d.security_id.to_le_bytes());
+    put(r, 91, &d.min_price_increment_e9.map_or(PRICE_NULL, |p| p / PRICE_E7_TO_E9).to_le_bytes());
+    put(r, 99, &(d.display_factor_e9 / PRICE_E7_TO_E9).to_le_bytes());
+    for at in [107, 108, 109] {
+        r[at] = UINT8_NULL; // MainFraction, SubFraction, PriceDisplayFormat
+    }
+    for at in [140, 148, 165, 173, 181, 205] {
+        put(r, at, &PRICE_NULL.to_le_bytes());
+    }
+    for at in [157, 161, 189, 195, 199] {
+        put(r, at, &INT32_NULL.to_le_bytes());
+    }
+    put(r, 193, &LOCAL_MKT_DATE_NULL.to_le_bytes());
+    put(r, 214, &LOCAL_MKT_DATE_NULL.to_le_bytes());
+    r[203] = INT8_NULL as u8;
+    r[204] = INT8_NULL as u8;
+    for block_length in [9u16, 4, 4, 5] {
+        out.extend_from_slice(&block_length.to_le_bytes());
+        out.push(0);
+    }
+    debug_assert_eq!(out.len() - start, DEFINITION_MESSAGE_BYTES);
 }
 
 /// The [`Kind::Clear`] that starts an instrument's recovery from a snapshot: `instrument_id` = `SecurityID`,

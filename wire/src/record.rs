@@ -31,17 +31,24 @@
 //! ## Venue position
 //!
 //! `venue_pos` is a key both publishers of a pair compute identically for the same venue event, totally
-//! ordered within the stream's channel (one feed per publisher): the venue's own sequence number in the high 48
-//! bits ([`BookUpdate::venue_seq`]; its low 48 bits, [`VENUE_SEQ_MAX`]) and the record's index among the records
+//! ordered within the record's channel: the venue's own sequence number in the high 48 bits
+//! ([`BookUpdate::venue_seq`]; its low 48 bits, [`VENUE_SEQ_MAX`]) and the record's index among the records
 //! that sequence number produced in the low 16 ([`BookUpdate::venue_index`]; [`venue_position`] builds it):
 //!
 //! | feed | venue seq (high 48 bits) | index (low 16 bits) |
 //! |---|---|---|
-//! | CME MDP 3.0 (live) | the packet's `MsgSeqNum` | the record's index within the packet (stale marks of a loss: within the first lost `MsgSeqNum`) |
+//! | CME MDP 3.0 (live) | the channel id in its top 16 bits, the packet's `MsgSeqNum` (u32) below ([`mdp3_venue_position`]) | the record's index within the packet (stale marks of a loss: within the first lost `MsgSeqNum`) |
 //! | MoldUDP64 / ITCH 5.0 (live) | the message's MoldUDP64 sequence number (u64) | the record's index within the message (stale marks of a hole: within its first message) |
 //! | ITCH 5.0 file | the message's index in the file | the record's index within the message |
 //! | DBN MBO file | the record's DBN `sequence` | the record's index among the consecutive records of that `sequence` |
 //! | LOBSTER files | the message's line in the message file | the record's index within the message |
+//!
+//! A publisher may carry several MDP 3.0 channels (`[[feed.channels]]`, each its own `MsgSeqNum` sequence):
+//! the channel id (the config's `id`, CME's channel number; 0 for a publisher's one unnamed channel) is the top
+//! 16 bits of `venue_pos` ([`BookUpdate::venue_channel`]), so positions of two channels never compare equal and
+//! each channel's are totally ordered; [`BookUpdate::msg_seq_num`] is the `MsgSeqNum` alone. The other feeds
+//! have one channel, and their venue seqs stay below 2^32 (a MoldUDP64 session past 2^32 messages would reach
+//! into those bits: [`BookUpdate::venue_channel`] is an MDP 3.0 notion).
 //!
 //! Records the publisher makes (snapshot records, feed status, heartbeats, end of stream) carry the position
 //! their book had reached (snapshots), the last one the feed handed out (feed status) or 0; they are not venue
@@ -135,7 +142,7 @@
 //! | `ts_recv_ns` (16) | `CLOCK_REALTIME` when the publisher wrote the record (not a receive stamp: [`flags::BAD_TS_RECV`], so no wire-to-poll sample is taken of it) |
 //! | `order_id` (40) | `S`: the bound, `lines.silent_after_ms`, in ns; `L`: how long the silence lasted, in ns |
 //! | `size` (52..56) | silences so far on this feed, this one included |
-//! | `venue_pos` (24) | the last venue position delivered before the record (0 before any) |
+//! | `venue_pos` (24) | the last venue position the channel delivered before the record (before any: the channel's id alone, [`BookUpdate::venue_channel`]): a publisher with several MDP 3.0 channels watches each for silence on its own |
 //! | `side` (61), `flags` (62) | `N`; [`flags::LAST`] \| [`flags::BAD_TS_RECV`] |
 //!
 //! A snapshot carries the feed's last status record (flag [`flags::SNAPSHOT`] added): a subscriber that joins
@@ -348,6 +355,16 @@ pub const VENUE_SEQ_MAX: u64 = (1 << (64 - VENUE_INDEX_BITS)) - 1;
 #[inline]
 pub const fn venue_position(venue_seq: u64, index: u16) -> u64 {
     (venue_seq & VENUE_SEQ_MAX) << VENUE_INDEX_BITS | index as u64
+}
+
+/// Bits of [`BookUpdate::venue_pos`] below an MDP 3.0 channel id (module docs, "Venue position"): 48.
+pub const VENUE_CHANNEL_SHIFT: u32 = 48;
+
+/// The venue position of record `index` of MDP 3.0 packet `msg_seq_num` on channel `channel` (module docs,
+/// "Venue position"): `channel << 48 | msg_seq_num << 16 | index`.
+#[inline]
+pub const fn mdp3_venue_position(channel: u16, msg_seq_num: u32, index: u16) -> u64 {
+    (channel as u64) << VENUE_CHANNEL_SHIFT | venue_position(msg_seq_num as u64, index)
 }
 
 /// Numbers the consecutive records of one venue seq 0, 1, 2, ... (their index in the venue event), for a source
@@ -571,6 +588,19 @@ impl BookUpdate {
         self.venue_pos as u16
     }
 
+    /// An MDP 3.0 record's channel id (the top 16 bits of `venue_pos`; module docs, "Venue position"): 0 for a
+    /// publisher's one unnamed channel.
+    #[inline]
+    pub const fn venue_channel(&self) -> u16 {
+        (self.venue_pos >> VENUE_CHANNEL_SHIFT) as u16
+    }
+
+    /// An MDP 3.0 record's packet `MsgSeqNum` (bits 16..48 of `venue_pos`), without its channel.
+    #[inline]
+    pub const fn msg_seq_num(&self) -> u32 {
+        (self.venue_pos >> VENUE_INDEX_BITS) as u32
+    }
+
     /// Whether the record ends a venue event (DBN `F_LAST`).
     #[inline]
     pub const fn is_last(&self) -> bool {
@@ -661,6 +691,19 @@ mod tests {
         assert_eq!(BookUpdate::stale(5, StaleBook::PriceLevel).as_bytes()[63], 2);
         assert_eq!(BookUpdate::control(Kind::InstrumentStale).stale_book(), None, "level 0 names no book");
         assert_eq!(BookUpdate { level: 2, ..BookUpdate::control(Kind::LevelNew) }.stale_book(), None);
+    }
+
+    #[test]
+    fn an_mdp3_position_carries_its_channel_above_the_msg_seq_num_and_orders_within_it() {
+        let p = mdp3_venue_position(310, 17_347_815, 3);
+        assert_eq!(p, 310 << 48 | 17_347_815 << 16 | 3);
+        let r = BookUpdate { venue_pos: p, ..BookUpdate::control(Kind::LevelNew) };
+        assert_eq!((r.venue_channel(), r.msg_seq_num(), r.venue_index()), (310, 17_347_815, 3));
+        assert_eq!(r.venue_seq(), 310 << 32 | 17_347_815, "the venue seq holds the channel");
+        assert_eq!(mdp3_venue_position(0, 9, 1), venue_position(9, 1), "channel 0: the plain position");
+        assert!(mdp3_venue_position(7, u32::MAX, u16::MAX) < mdp3_venue_position(8, 0, 0), "no spill into the id");
+        assert!(mdp3_venue_position(7, 5, 0) < mdp3_venue_position(7, 6, 0));
+        assert_ne!(mdp3_venue_position(7, 5, 0), mdp3_venue_position(8, 5, 0), "two channels never meet");
     }
 
     #[test]
