@@ -17,9 +17,10 @@ pub struct BookKeeper {
     /// (instrument_id, [`mdfan_wire::StatusKind`] byte), so a snapshot carries them: a late joiner or a resync
     /// knows a halt that began before its snapshot. Grows by one entry per instrument and kind seen.
     statuses: std::collections::BTreeMap<(u32, u8), BookUpdate>,
-    /// The live feed's last [`mdfan_wire::Kind::FeedStatus`] record (silent, or live again), which every
-    /// snapshot carries whatever its filter: a late joiner learns that the feed is silent now.
-    feed_status: Option<BookUpdate>,
+    /// The live feed's last [`mdfan_wire::Kind::FeedStatus`] record (silent, or live again) of each channel
+    /// (by [`BookUpdate::venue_channel`]), which every snapshot carries whatever its filter: a late joiner learns
+    /// which channel is silent now.
+    feed_status: std::collections::BTreeMap<u16, BookUpdate>,
     /// Feed records applied.
     applied: u64,
 }
@@ -31,7 +32,7 @@ impl BookKeeper {
             books: Books::new(),
             mbp: price_levels.map(MbpBooks::with_capacity),
             statuses: std::collections::BTreeMap::new(),
-            feed_status: None,
+            feed_status: std::collections::BTreeMap::new(),
             applied: 0,
         }
     }
@@ -60,12 +61,12 @@ impl BookKeeper {
             self.statuses.insert((r.instrument_id, status.kind as u8), *r);
         }
         if r.feed_state().is_some() {
-            self.feed_status = Some(*r);
+            self.feed_status.insert(r.venue_channel(), *r);
         }
     }
 
     /// A snapshot of the instruments in `filter` (`None`: all) at the books' position: `SnapshotBegin`, the order
-    /// books, the price-level books, each instrument's last trading status records and the feed's last feed
+    /// books, the price-level books, each instrument's last trading status records and each channel's last feed
     /// status record (whatever the filter; all flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the
     /// markers' `size` counts the books.
     pub fn snapshot(&self, filter: Option<&[u32]>) -> Vec<BookUpdate> {
@@ -81,7 +82,7 @@ impl BookKeeper {
                 .iter()
                 .filter(|((id, _), _)| wanted(id))
                 .map(|(_, r)| r)
-                .chain(self.feed_status.iter())
+                .chain(self.feed_status.values())
                 .map(|r| BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
         );
         records.push(BookUpdate { size: records[0].size, ..end });
@@ -123,5 +124,19 @@ mod tests {
             assert_eq!((last.instrument_id, last.size, last.ts_event_ns), (CHANNEL_INSTRUMENT_ID, 2, 5));
             assert_eq!(snap.last().unwrap().kind(), Some(Kind::SnapshotEnd), "before SnapshotEnd");
         }
+        // Another channel's status (its id in the venue position): each channel's last one, by channel id.
+        let ch = |state, at, silences| BookUpdate {
+            venue_pos: mdfan_wire::mdp3_venue_position(311, 9, 0),
+            ..BookUpdate::feed_status(state, at, 2, silences)
+        };
+        k.apply(Some(&ch(FeedState::Silent, 7, 1)));
+        k.apply(Some(&ch(FeedState::Live, 8, 1)));
+        let got: Vec<(u16, Option<FeedState>, u64)> = k
+            .snapshot(None)
+            .iter()
+            .filter(|r| r.kind() == Some(Kind::FeedStatus))
+            .map(|r| (r.venue_channel(), r.feed_state(), r.ts_event_ns))
+            .collect();
+        assert_eq!(got, [(0, Some(FeedState::Silent), 5), (311, Some(FeedState::Live), 8)]);
     }
 }

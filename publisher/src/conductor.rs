@@ -204,16 +204,17 @@ pub(crate) struct Parts {
     pub(crate) counters: Arc<AgentCounters>,
     /// The instruments the publisher can name.
     pub(crate) symbology: Symbology,
-    /// A live ITCH 5.0 feed's Stock Directory messages, from the feed thread.
-    pub(crate) directory: Option<crate::live_itch::DirectoryReceiver>,
+    /// A live feed's instrument definitions (ITCH Stock Directory, MDP 3.0 definition feeds), from the feed
+    /// thread.
+    pub(crate) definitions: Option<crate::definitions::DefinitionReceiver>,
     /// The fabric provider, opened once.
     pub(crate) sender: AnySender,
     /// Which clock stamped `ts_recv_ns`.
     pub(crate) ts_recv_clock: crate::TsRecvClockCell,
     /// The counters file `mdfan-stat` reads.
     pub(crate) counters_file: Option<CountersWriter>,
-    /// A live MDP 3.0 feed's counters.
-    pub(crate) live_feed: Option<Arc<crate::live::LiveCounters>>,
+    /// A live MDP 3.0 feed's counters, one per channel (empty for another feed).
+    pub(crate) live_feed: Vec<Arc<crate::live::LiveCounters>>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters.
     pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
     /// A LOBSTER replay's check counters (for the report).
@@ -236,8 +237,8 @@ pub struct Conductor {
     counters_failure_logged: bool,
     /// What the counters file shows besides the control plane's and the sessions' rows.
     counter_sets: Vec<Box<dyn CounterSet>>,
-    /// A live feed's counters (for the dump and the report).
-    live_feed: Option<Arc<crate::live::LiveCounters>>,
+    /// A live MDP 3.0 feed's counters, one per channel (for the dump and the report).
+    live_feed: Vec<Arc<crate::live::LiveCounters>>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters.
     pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
     /// A LOBSTER replay's check counters.
@@ -264,11 +265,13 @@ pub struct Conductor {
     /// The instruments the publisher can name: subscribers' `symbols` resolve against it, and each `Accept`
     /// carries the definitions of the subscriber's instruments.
     pub(crate) symbology: Symbology,
-    /// A live ITCH 5.0 feed's Stock Directory messages, from the feed thread: drained into `symbology` every
-    /// pass ([`Conductor::take_definitions`]).
-    pub(crate) directory: Option<crate::live_itch::DirectoryReceiver>,
-    /// Stock Directory messages the feed thread dropped (queue full) that were already logged.
+    /// A live feed's instrument definitions, from the feed thread: drained into `symbology` every pass
+    /// ([`Conductor::take_definitions`]).
+    pub(crate) definitions: Option<crate::definitions::DefinitionReceiver>,
+    /// Definitions the feed thread dropped (queue full) that were already logged.
     pub(crate) definitions_dropped_logged: u64,
+    /// MDP 3.0 definitions without a usable symbol when last logged.
+    definitions_refused_logged: u64,
     /// Journal positions scanned for instruments.
     seen: u64,
     counters: Arc<AgentCounters>,
@@ -316,7 +319,7 @@ impl Conductor {
             journal,
             counters,
             symbology,
-            directory,
+            definitions,
             sender,
             ts_recv_clock,
             counters_file,
@@ -328,7 +331,7 @@ impl Conductor {
         // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one; none for
         // the order-level feeds.
         let price_levels = match (cfg.feed.format, &cfg.lines) {
-            (FeedFormat::Mdp3, Some(l)) => Some(l.instruments),
+            (FeedFormat::Mdp3, Some(l)) => Some(l.instruments * live_feed.len().max(1)),
             (FeedFormat::Lobster, _) => Some(1),
             _ => None,
         };
@@ -337,7 +340,7 @@ impl Conductor {
             journal: Arc::clone(&journal),
             clock: clock.clone(),
         })];
-        if let Some(live) = &live_feed {
+        for live in &live_feed {
             counter_sets.push(Box::new(Arc::clone(live)));
         }
         if let Some(mold) = &itch_feed {
@@ -369,8 +372,9 @@ impl Conductor {
             journal,
             instruments: std::collections::BTreeSet::new(),
             symbology,
-            directory,
+            definitions,
             definitions_dropped_logged: 0,
+            definitions_refused_logged: 0,
             seen: 0,
             counters,
             keeper: BookKeeper::new(price_levels),
@@ -722,22 +726,29 @@ impl Conductor {
         work
     }
 
-    /// A live ITCH feed's Stock Directory messages that came since the last pass, into `symbology` (a later one
-    /// of a stock locate replaces the earlier definition): subscribers attaching from now on can name them and
-    /// get their definitions. Logs the messages the feed thread dropped because the queue was full. Returns the
-    /// definitions taken.
+    /// A live feed's definitions that came since the last pass (ITCH Stock Directory messages, MDP 3.0
+    /// instrument definitions: [`crate::definitions`]), into `symbology` (a later one of an instrument replaces
+    /// the earlier definition): subscribers attaching from now on can name them and get their definitions. Logs
+    /// the entries the feed thread dropped because the queue was full. Returns the definitions taken.
     pub(crate) fn take_definitions(&mut self) -> usize {
-        let Some(directory) = self.directory.as_mut() else { return 0 };
-        let n = directory.drain_into(&mut self.symbology);
-        let dropped = self.itch_feed.as_ref().map_or(0, |c| c.definitions_dropped.load(Ordering::Relaxed));
+        let Some(queue) = self.definitions.as_mut() else { return 0 };
+        let n = queue.drain_into(&mut self.symbology);
+        let dropped = queue.dropped();
         if dropped > self.definitions_dropped_logged {
             tracing::warn!(
                 dropped = dropped - self.definitions_dropped_logged,
                 dropped_total = dropped,
-                queue_entries = crate::live_itch::DIRECTORY_QUEUE_ENTRIES,
-                "Stock Directory messages dropped: the queue to the conductor was full; their symbols stay unknown"
+                "instrument definitions dropped: the queue to the conductor was full; their symbols stay unknown \
+                 (an MDP 3.0 definition feed sends them again on its next loop)"
             );
             self.definitions_dropped_logged = dropped;
+        }
+        if queue.refused() > self.definitions_refused_logged {
+            tracing::warn!(
+                refused_total = queue.refused(),
+                "MDP 3.0 instrument definitions without a printable symbol: left out of the symbology"
+            );
+            self.definitions_refused_logged = queue.refused();
         }
         n
     }
@@ -745,7 +756,7 @@ impl Conductor {
     /// Holds the journal at `position` for session `id`'s command just sent (its `commands`), unless the feed is
     /// live: a live feed cannot wait (a late joiner whose position is overwritten gets a fresh snapshot).
     fn hold(&mut self, id: u64, position: u64) {
-        if self.live_feed.is_some() || self.itch_feed.is_some() {
+        if !self.live_feed.is_empty() || self.itch_feed.is_some() {
             return;
         }
         let Some(e) = self.sessions.get_mut(&id) else { return };
@@ -1120,7 +1131,7 @@ impl Conductor {
             to_ns(c.quantile(0.999)),
             to_ns(c.max())
         ));
-        if let Some(live) = &self.live_feed {
+        for live in &self.live_feed {
             lines.push(format!("counters {}", live.report().line()));
         }
         if let Some(mold) = &self.itch_feed {
@@ -1345,7 +1356,7 @@ impl Conductor {
                 .collect(),
             end: agent.end,
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
-            live: self.live_feed.as_ref().map(|c| c.report()),
+            live: self.live_feed.iter().map(|c| c.report()).collect(),
             moldudp64: self.itch_feed.as_ref().map(|c| c.report()),
             lobster: self.lobster_feed.as_ref().map(|c| c.report()),
         });
@@ -1412,22 +1423,24 @@ mod tests {
 
     /// A live ITCH publisher's conductor (lines on 127.0.0.1, port 0; no counters file) whose Stock Directory
     /// queue is 2 entries long, its feed end the test's.
-    fn live_itch_conductor() -> (Conductor, crate::live_itch::DirectorySender) {
+    fn live_itch_conductor() -> (Conductor, crate::definitions::DefinitionSender) {
         let text = "[publisher]\nlisten = \"127.0.0.1:0\"\ncounters_dir = \"\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n\
                     [lines]\na = \"127.0.0.1:0\"\n\n[fabric]\nprovider = \"shm\"\n";
         let cfg = Config::parse(text, std::path::Path::new("live-itch-unit.toml")).unwrap();
         let mut conductor = crate::Publisher::bind(cfg).unwrap().into_agents(Arc::default()).conductor;
-        assert!(conductor.directory.is_some(), "a live ITCH feed hands its Stock Directory to the conductor");
-        let (tx, rx) = crate::live_itch::directory_queue(2);
-        conductor.directory = Some(rx);
+        assert!(conductor.definitions.is_some(), "a live ITCH feed hands its Stock Directory to the conductor");
+        let (tx, rx) = crate::definitions::definition_queue(2);
+        conductor.definitions = Some(rx);
         (conductor, tx)
     }
 
     #[test]
     fn the_conductor_takes_stock_directory_entries_into_its_symbology_each_pass() {
+        use crate::definitions::DefinitionEntry;
         use crate::live_itch::DirectoryEntry;
         let (mut conductor, mut tx) = live_itch_conductor();
-        let entry = |locate, stock: &[u8; 8]| DirectoryEntry { stock_locate: locate, stock: *stock };
+        let entry =
+            |locate, stock: &[u8; 8]| DefinitionEntry::Stock(DirectoryEntry { stock_locate: locate, stock: *stock });
         assert!(conductor.symbology.is_empty());
         tx.send(entry(6514, b"FB      "));
         tx.send(entry(5528, b"IVOO    "));
@@ -1451,9 +1464,7 @@ mod tests {
             conductor.definitions_for(Some(&[6514])),
             [InstrumentDef { tick_size_e9: 100_000, ..InstrumentDef::new(6514, "META") }]
         );
-        // The feed thread publishes its drop count; the conductor logs each increase once.
-        let counters = Arc::clone(conductor.itch_feed.as_ref().unwrap());
-        counters.definitions_dropped.store(tx.dropped(), Ordering::Relaxed);
+        // The drop the first pass logged is not logged again.
         assert_eq!((conductor.take_definitions(), conductor.definitions_dropped_logged), (0, 1));
     }
 

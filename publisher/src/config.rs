@@ -194,18 +194,32 @@ pub const TOKEN_PUNCTUATION: &str = "._~+/=-";
 #[serde(deny_unknown_fields)]
 pub struct LinesSection {
     /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind; or
-    /// a table `{ addr = "...", sources = ["ip", ...] }` listing the addresses the venue sends it from.
-    pub a: LineAddr,
+    /// a table `{ addr = "...", sources = ["ip", ...], interface = "ip" }` listing the addresses the venue sends
+    /// it from and the interface that joins it. Required, but for an `mdp3` feed whose channels are listed in
+    /// `[[feed.channels]]` (each with its own lines; `[lines]` then holds what they share).
+    #[serde(default)]
+    pub a: Option<LineAddr>,
     /// Line B, as line A. Required for `mdp3`; optional for `itch50` (MoldUDP64 arbitrates by sequence number).
     #[serde(default)]
     pub b: Option<LineAddr>,
-    /// Address of the interface that joins the groups. Default 127.0.0.1.
+    /// Address of the interface that joins the groups: every line's, unless the line names its own (or
+    /// `interface_b` names line B's). Default 127.0.0.1.
     #[serde(default = "default_interface")]
     pub interface: std::net::Ipv4Addr,
+    /// Address of the interface that joins every line B (CME: lines A and B on separate NICs), unless the line
+    /// names its own. Default: `interface`.
+    #[serde(default)]
+    pub interface_b: Option<std::net::Ipv4Addr>,
     /// The market recovery (snapshot) channel, as line A. `None`: packets lost on both lines leave their
     /// instruments stale.
     #[serde(default)]
-    pub snapshot: Option<std::net::SocketAddrV4>,
+    pub snapshot: Option<LineAddr>,
+    /// `mdp3` only: the channel's instrument definition feed (MDInstrumentDefinitionFuture27, Spread29,
+    /// Option41 in a loop), as line A: each definition's symbol, display factor and tick size go into the
+    /// symbology (replacing a symbol file's entry of the same `SecurityID`). `None`: symbols come from
+    /// `feed.symbols` only.
+    #[serde(default)]
+    pub definitions: Option<LineAddr>,
     /// Socket receive buffer per line, bytes: what absorbs a burst, or the journal being full for a while.
     #[serde(default = "default_rcvbuf_bytes")]
     pub rcvbuf_bytes: usize,
@@ -278,15 +292,18 @@ pub enum HwTimestampsKey {
     Required,
 }
 
-/// `lines.a` / `lines.b`: where a line comes in, and from which sources (`"ip:port"`, or `{ addr = "ip:port",
-/// sources = ["ip", ...] }`). A datagram from a source not listed is dropped before arbitration and counted
-/// (`foreign_sources`); no list: any source. Dereferences to the address.
+/// `lines.a` / `lines.b`: where a line comes in, from which sources and on which interface (`"ip:port"`, or
+/// `{ addr = "ip:port", sources = ["ip", ...], interface = "ip" }`). A datagram from a source not listed is
+/// dropped before arbitration and counted (`foreign_sources`); no list: any source. Dereferences to the address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineAddr {
     /// The group (or unicast address) and port.
     pub addr: std::net::SocketAddrV4,
     /// The venue's source addresses for this line (at most [`mdfan_lines::MAX_SOURCES`]); empty: any.
     pub sources: Vec<std::net::Ipv4Addr>,
+    /// The address of the interface that joins this line's group; `None`: `[lines]`' (`interface`, or
+    /// `interface_b` for a line B).
+    pub interface: Option<std::net::Ipv4Addr>,
 }
 
 impl std::ops::Deref for LineAddr {
@@ -310,18 +327,20 @@ impl<'de> Deserialize<'de> for LineAddr {
             addr: std::net::SocketAddrV4,
             #[serde(default)]
             sources: Vec<std::net::Ipv4Addr>,
+            #[serde(default)]
+            interface: Option<std::net::Ipv4Addr>,
         }
         // A string is the address; a table is read with its own field errors (an untagged enum would hide which
         // key was wrong).
         let t = match toml::Value::deserialize(d)? {
             toml::Value::String(s) => {
                 let addr = s.parse().map_err(|e| de::Error::custom(format!("{s:?}: {e} (expected \"ip:port\")")))?;
-                return Ok(LineAddr { addr, sources: Vec::new() });
+                return Ok(LineAddr { addr, sources: Vec::new(), interface: None });
             }
             v @ toml::Value::Table(_) => Table::deserialize(v).map_err(|e| de::Error::custom(e.message()))?,
             _ => {
                 return Err(de::Error::custom(
-                    "expected \"ip:port\" or { addr = \"ip:port\", sources = [\"ip\", ...] }",
+                    "expected \"ip:port\" or { addr = \"ip:port\", sources = [\"ip\", ...], interface = \"ip\" }",
                 ))
             }
         };
@@ -332,18 +351,38 @@ impl<'de> Deserialize<'de> for LineAddr {
                 mdfan_lines::MAX_SOURCES
             )));
         }
-        Ok(LineAddr { addr: t.addr, sources: t.sources })
+        Ok(LineAddr { addr: t.addr, sources: t.sources, interface: t.interface })
     }
 }
 
+impl LineAddr {
+    /// An address with no source list and `[lines]`' interface.
+    pub fn new(addr: std::net::SocketAddrV4) -> LineAddr {
+        LineAddr { addr, sources: Vec::new(), interface: None }
+    }
+}
+
+/// Which line of a channel a [`LineAddr`] is: line B takes `lines.interface_b` when it names no interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRole {
+    /// Line A, the snapshot feed, the definition feed, a MoldUDP64 re-request socket.
+    A,
+    /// Line B.
+    B,
+}
+
 impl LinesSection {
-    /// How to open `line`: its address and sources, this section's interface, receive buffer and hardware
-    /// stamps.
-    pub fn line_config(&self, line: &LineAddr) -> mdfan_lines::LineConfig {
+    /// How to open `line` (of `role`): its address and sources, its interface (its own, else `interface_b` for
+    /// a line B, else `interface`), this section's receive buffer and hardware stamps.
+    pub fn line_config(&self, line: &LineAddr, role: LineRole) -> mdfan_lines::LineConfig {
+        let shared = match role {
+            LineRole::B => self.interface_b.unwrap_or(self.interface),
+            LineRole::A => self.interface,
+        };
         mdfan_lines::LineConfig {
             addr: line.addr,
             sources: line.sources.clone(),
-            interface: self.interface,
+            interface: line.interface.unwrap_or(shared),
             rcvbuf_bytes: self.rcvbuf_bytes,
             hw_timestamps: match self.hw_timestamps {
                 HwTimestampsKey::Off => mdfan_lines::HwTimestamps::Off,
@@ -626,6 +665,55 @@ pub struct FeedSection {
     /// same instrument_id; relative paths are resolved against the config file's folder. Default: none.
     #[serde(default)]
     pub symbols: Option<PathBuf>,
+    /// `mdp3` only: `[[feed.channels]]`, the CME channels this publisher carries, each with its own lines,
+    /// `MsgSeqNum` sequence, market recovery and definitions; `[lines]` holds what they share (timeouts,
+    /// buffers, the default interfaces). Empty: one channel, from `[lines]` (`lines.a`, `lines.b`, ...).
+    #[serde(default)]
+    pub channels: Vec<ChannelSection>,
+}
+
+/// One `[[feed.channels]]` entry: a CME MDP 3.0 channel (CME's `config.xml`: its incremental feeds A and B, its
+/// market recovery feed, its instrument definition feed). Its records carry `id` in their venue position
+/// (`mdfan_wire::record`, "Venue position"), and its counters carry it as a label.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelSection {
+    /// The channel's number (CME's channel id, 1 to 65535): unique among the channels.
+    pub id: u16,
+    /// Incremental feed A, as `lines.a`.
+    pub a: LineAddr,
+    /// Incremental feed B, as `lines.b`.
+    pub b: LineAddr,
+    /// Market recovery, as `lines.snapshot`.
+    #[serde(default)]
+    pub snapshot: Option<LineAddr>,
+    /// Instrument definitions, as `lines.definitions`.
+    #[serde(default)]
+    pub definitions: Option<LineAddr>,
+    /// A symbol file for this channel's instruments (relative to the config file's folder), added after
+    /// `feed.symbols`; an instrument two channels' files both name is refused at start.
+    #[serde(default)]
+    pub symbols: Option<PathBuf>,
+}
+
+/// One MDP 3.0 channel as the publisher opens it ([`Config::mdp3_channels`]): from `[[feed.channels]]`, or the
+/// one channel `[lines]` names (id 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mdp3ChannelConfig {
+    /// The channel id (0: the one unnamed channel of `[lines]`).
+    pub id: u16,
+    /// Where its keys are in the config: `lines` or `feed.channels[N]` (1-based), for errors.
+    pub key: String,
+    /// Line A.
+    pub a: LineAddr,
+    /// Line B.
+    pub b: LineAddr,
+    /// Market recovery.
+    pub snapshot: Option<LineAddr>,
+    /// Instrument definitions.
+    pub definitions: Option<LineAddr>,
+    /// The channel's own symbol file.
+    pub symbols: Option<PathBuf>,
 }
 
 impl FeedSection {
@@ -764,7 +852,79 @@ fn line_of_entry_key(text: &str, table: &str, index: usize, field: &str) -> Opti
     header
 }
 
+/// The MDP 3.0 channels' own mistakes, each named with the line of its entry's key: a repeated id, two lines
+/// (of any channels, snapshot and definition feeds included) on one address, an id of 0.
+fn check_mdp3_channels(text: &str, cfg: &Config) -> Result<(), String> {
+    let channels = cfg.mdp3_channels();
+    let at = |c: &Mdp3ChannelConfig, field: &str| {
+        let line = match c.key.strip_prefix("feed.channels[") {
+            Some(n) => {
+                let k: usize = n.trim_end_matches(']').parse().unwrap_or(1);
+                line_of_entry_key(text, "feed.channels", k - 1, field)
+            }
+            None => line_of_key(text, &format!("lines.{field}")),
+        };
+        let key = if c.key == "lines" { format!("lines.{field}") } else { format!("{}.{field}", c.key) };
+        format!("{}key {key}", line.map_or(String::new(), |n| format!("line {n}: ")))
+    };
+    let mut ids = std::collections::BTreeMap::new();
+    let mut addrs: std::collections::BTreeMap<std::net::SocketAddrV4, String> = std::collections::BTreeMap::new();
+    for c in &channels {
+        if c.key != "lines" && c.id == 0 {
+            return Err(format!("{}: 0: a channel id is 1 to 65535", at(c, "id")));
+        }
+        if let Some(first) = ids.insert(c.id, c.key.clone()) {
+            return Err(format!("{}: {}: already the id of {first}", at(c, "id"), c.id));
+        }
+        let lines = [
+            ("a", Some(&c.a)),
+            ("b", Some(&c.b)),
+            ("snapshot", c.snapshot.as_ref()),
+            ("definitions", c.definitions.as_ref()),
+        ];
+        for (field, line) in lines {
+            let Some(line) = line.filter(|l| l.port() != 0) else { continue };
+            let here = if c.key == "lines" { format!("lines.{field}") } else { format!("{}.{field}", c.key) };
+            if let Some(first) = addrs.insert(line.addr, here) {
+                return Err(format!("{}: {}: the same address as {first}", at(c, field), line.addr));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Config {
+    /// The MDP 3.0 channels this config carries, in order: each `[[feed.channels]]` entry, or the one channel of
+    /// `[lines]` (id 0). Empty for another format.
+    pub fn mdp3_channels(&self) -> Vec<Mdp3ChannelConfig> {
+        let Some(lines) = self.lines.as_ref().filter(|_| self.feed.format == FeedFormat::Mdp3) else {
+            return Vec::new();
+        };
+        if self.feed.channels.is_empty() {
+            let (Some(a), Some(b)) = (&lines.a, &lines.b) else { return Vec::new() };
+            return vec![Mdp3ChannelConfig {
+                id: 0,
+                key: "lines".into(),
+                a: a.clone(),
+                b: b.clone(),
+                snapshot: lines.snapshot.clone(),
+                definitions: lines.definitions.clone(),
+                symbols: None,
+            }];
+        }
+        (self.feed.channels.iter().enumerate())
+            .map(|(i, c)| Mdp3ChannelConfig {
+                id: c.id,
+                key: format!("feed.channels[{}]", i + 1),
+                a: c.a.clone(),
+                b: c.b.clone(),
+                snapshot: c.snapshot.clone(),
+                definitions: c.definitions.clone(),
+                symbols: c.symbols.clone(),
+            })
+            .collect()
+    }
+
     /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
     ///
     /// # Errors
@@ -786,6 +946,16 @@ impl Config {
                 .unwrap_or_default();
             err(format!("{at}{}", e.message().trim()))
         })?;
+        if cfg.feed.format != FeedFormat::Mdp3 && !cfg.feed.channels.is_empty() {
+            return Err(bad(
+                "feed.channels",
+                "[[feed.channels]] are CME MDP 3.0 channels (feed.format \"mdp3\")".into(),
+            ));
+        }
+        if cfg.feed.format == FeedFormat::Mdp3 && cfg.lines.is_none() && !cfg.feed.channels.is_empty() {
+            // The channels share [lines]' settings: all defaults without one.
+            cfg.lines = Some(LinesSection::deserialize(toml::Table::new()).expect("every [lines] key has a default"));
+        }
         match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Dbn, _) if cfg.feed.path.as_os_str().is_empty() => {
                 return Err(bad("feed.format", "\"dbn\" needs feed.path (the file to replay)".into()));
@@ -795,6 +965,16 @@ impl Config {
             }
             (FeedFormat::Dbn, None) => {}
             (FeedFormat::Itch50, Some(lines)) => {
+                let Some(a) = &lines.a else {
+                    return Err(bad("lines", "a live feed needs line A (lines.a)".into()));
+                };
+                if lines.definitions.is_some() {
+                    return Err(bad(
+                        "lines.definitions",
+                        "MDP 3.0 instrument definitions: an ITCH feed's symbols come with its Stock Directory messages"
+                            .into(),
+                    ));
+                }
                 if !cfg.feed.path.as_os_str().is_empty() {
                     return Err(bad(
                         "feed.path",
@@ -817,8 +997,8 @@ impl Config {
                         "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
                     ));
                 }
-                if lines.b.as_ref().is_some_and(|b| b.addr == lines.a.addr) && lines.a.port() != 0 {
-                    return Err(bad("lines.b", format!("{}: the same address as line A", lines.a)));
+                if lines.b.as_ref().is_some_and(|b| b.addr == a.addr) && a.port() != 0 {
+                    return Err(bad("lines.b", format!("{a}: the same address as line A")));
                 }
                 if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
                     let v = lines.retransmit_timeout_ms;
@@ -873,7 +1053,10 @@ impl Config {
                 }
             }
             (FeedFormat::Mdp3, None) => {
-                return Err(bad("feed.format", "\"mdp3\" needs a [lines] section (lines A and B)".into()));
+                return Err(bad(
+                    "feed.format",
+                    "\"mdp3\" needs a [lines] section (lines A and B) or [[feed.channels]]".into(),
+                ));
             }
             (FeedFormat::Mdp3, Some(lines)) => {
                 if !cfg.feed.path.as_os_str().is_empty() {
@@ -882,15 +1065,24 @@ impl Config {
                 if cfg.feed.pace != Pace::Max {
                     return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
                 }
-                let Some(b) = lines.b.as_ref().map(|b| b.addr) else {
-                    return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
-                };
-                if lines.a.addr == b && lines.a.port() != 0 {
-                    return Err(bad("lines.b", format!("{b}: the same address as line A")));
-                }
-                if let Some(s) = lines.snapshot.filter(|s| s.port() != 0 && (*s == lines.a.addr || *s == b)) {
-                    let line = if s == lines.a.addr { "A" } else { "B" };
-                    return Err(bad("lines.snapshot", format!("{s}: the same address as line {line}")));
+                if cfg.feed.channels.is_empty() {
+                    if lines.a.is_none() {
+                        return Err(bad("lines", "\"mdp3\" needs line A (lines.a), or [[feed.channels]]".into()));
+                    }
+                    if lines.b.is_none() {
+                        return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
+                    }
+                } else {
+                    for (key, set) in [
+                        ("lines.a", lines.a.is_some()),
+                        ("lines.b", lines.b.is_some()),
+                        ("lines.snapshot", lines.snapshot.is_some()),
+                        ("lines.definitions", lines.definitions.is_some()),
+                    ] {
+                        if set {
+                            return Err(bad(key, "with [[feed.channels]], each channel names its own lines".into()));
+                        }
+                    }
                 }
                 if lines.retransmit.is_some() || lines.session.is_some() {
                     return Err(bad("lines", "retransmit and session are MoldUDP64 keys (format \"itch50\")".into()));
@@ -911,6 +1103,7 @@ impl Config {
                 if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
                     return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
                 }
+                check_mdp3_channels(text, &cfg).map_err(err)?;
             }
         }
         if cfg.lines.is_none() && cfg.feed.path.is_relative() {
@@ -923,8 +1116,14 @@ impl Config {
         if let Some(book) = cfg.feed.orderbook.as_mut().filter(|p| p.is_relative()) {
             *book = path.parent().unwrap_or(Path::new(".")).join(&*book);
         }
+        let base = path.parent().unwrap_or(Path::new("."));
         if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
-            *symbols = path.parent().unwrap_or(Path::new(".")).join(&*symbols);
+            *symbols = base.join(&*symbols);
+        }
+        for c in &mut cfg.feed.channels {
+            if let Some(symbols) = c.symbols.as_mut().filter(|p| p.is_relative()) {
+                *symbols = base.join(&*symbols);
+            }
         }
         let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
         for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
@@ -1175,12 +1374,12 @@ snapshot = "224.0.31.43:14330"
         .unwrap()
         .lines
         .unwrap();
-        let a = l.line_config(&l.a);
+        let a = l.line_config(l.a.as_ref().unwrap(), LineRole::A);
         assert_eq!(
             (a.addr, a.sources.clone()),
             ("224.0.31.11:14320".parse().unwrap(), vec![[10, 0, 0, 5].into(), [10, 0, 0, 6].into()])
         );
-        assert!(l.line_config(l.b.as_ref().unwrap()).sources.is_empty(), "line B takes any source");
+        assert!(l.line_config(l.b.as_ref().unwrap(), LineRole::B).sources.is_empty(), "line B takes any source");
         assert_eq!((l.confirm_packets, parse(LIVE).unwrap().lines.unwrap().confirm_packets), (5, 3));
         let nine = (1..=9).map(|i| format!("\"10.0.0.{i}\"")).collect::<Vec<_>>().join(", ");
         let e = parse(&with(&format!("a = {{ addr = \"224.0.31.11:14320\", sources = [{nine}] }}")))
@@ -1189,7 +1388,8 @@ snapshot = "224.0.31.43:14330"
         assert!(e.contains("key lines.a: ") && e.contains("sources: 9 listed, at most 8"), "{e}");
         let e = parse(&with("a = { addr = \"224.0.31.11:14320\", source = [] }")).unwrap_err().to_string();
         assert!(
-            e.contains("key lines.a: ") && e.contains("unknown field `source`, expected `addr` or `sources`"),
+            e.contains("key lines.a: ")
+                && e.contains("unknown field `source`, expected one of `addr`, `sources`, `interface`"),
             "{e}"
         );
         let e = parse(&with("a = 7")).unwrap_err().to_string();
@@ -1207,7 +1407,7 @@ snapshot = "224.0.31.43:14330"
     #[test]
     fn lines_hw_timestamps_maps_onto_the_line_config() {
         let l = parse(LIVE).unwrap().lines.unwrap();
-        let a = l.line_config(&l.a);
+        let a = l.line_config(l.a.as_ref().unwrap(), LineRole::A);
         assert_eq!(
             (a.hw_timestamps, a.rcvbuf_bytes, a.interface),
             (mdfan_lines::HwTimestamps::IfAvailable, 32 << 20, l.interface)
@@ -1218,7 +1418,7 @@ snapshot = "224.0.31.43:14330"
                 .unwrap()
                 .lines
                 .unwrap();
-            assert_eq!(l.line_config(&l.a).hw_timestamps, want);
+            assert_eq!(l.line_config(l.a.as_ref().unwrap(), LineRole::A).hw_timestamps, want);
         }
         let e = parse(&LIVE.replace("[lines]", "[lines]\nhw_timestamps = \"yes\"")).unwrap_err().to_string();
         assert!(e.contains("hw_timestamps") && e.contains("if_available"), "{e}");
@@ -1229,31 +1429,121 @@ snapshot = "224.0.31.43:14330"
         let c = parse(LIVE).unwrap();
         assert_eq!(c.feed.format, FeedFormat::Mdp3);
         let l = c.lines.as_ref().unwrap();
-        assert_eq!((l.a.addr, l.a.sources.len()), ("224.0.31.11:14320".parse().unwrap(), 0));
+        let a = l.a.as_ref().unwrap();
+        assert_eq!((a.addr, a.sources.len(), a.interface), ("224.0.31.11:14320".parse().unwrap(), 0, None));
         assert_eq!(l.b.as_ref().map(|b| b.addr), Some("224.0.32.11:15320".parse().unwrap()));
-        assert_eq!(l.snapshot, Some("224.0.31.43:14330".parse().unwrap()));
+        assert_eq!(l.snapshot, Some(LineAddr::new("224.0.31.43:14330".parse().unwrap())));
+        assert_eq!(l.definitions, None);
+        let ch = c.mdp3_channels();
+        assert_eq!((ch.len(), ch[0].id, ch[0].key.as_str(), &ch[0].a), (1, 0, "lines", a));
         assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
         assert_eq!((l.instruments, l.end_after_idle_ms, l.silent_after_ms), (4096, 0, 5000));
         let e = parse(&LIVE.replace("[lines]", "[linez]")).unwrap_err().to_string();
         assert!(e.contains("unknown field `linez`"), "{e}");
         let e = parse(&LIVE.replace("224.0.32.11:15320", "224.0.31.11:14320")).unwrap_err().to_string();
-        assert!(e.ends_with("line 10: key lines.b: 224.0.31.11:14320: the same address as line A"), "{e}");
+        assert!(e.ends_with("line 10: key lines.b: 224.0.31.11:14320: the same address as lines.a"), "{e}");
         let e = parse(&LIVE.replace("224.0.31.43:14330", "224.0.32.11:15320")).unwrap_err().to_string();
-        assert!(e.ends_with("line 11: key lines.snapshot: 224.0.32.11:15320: the same address as line B"), "{e}");
+        assert!(e.ends_with("line 11: key lines.snapshot: 224.0.32.11:15320: the same address as lines.b"), "{e}");
         let e =
             parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npath = \"x.pcap\"")).unwrap_err().to_string();
         assert!(e.ends_with("line 7: key feed.path: a live feed (\"mdp3\") reads [lines], not a file"), "{e}");
         let e = parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npace = 2")).unwrap_err().to_string();
         assert!(e.ends_with("key feed.pace: a live feed is sent as it arrives: only \"max\""), "{e}");
         let e = parse(&LIVE[..LIVE.find("[lines]").unwrap()]).unwrap_err().to_string();
-        assert!(e.ends_with("line 6: key feed.format: \"mdp3\" needs a [lines] section (lines A and B)"), "{e}");
+        assert!(
+            e.ends_with(
+                "line 6: key feed.format: \"mdp3\" needs a [lines] section (lines A and B) or [[feed.channels]]"
+            ),
+            "{e}"
+        );
         let e = parse(&LIVE.replace("a = \"224.0.31.11:14320\"", "a = \"224.0.31.11\"")).unwrap_err().to_string();
         assert!(e.contains("line 9: key lines.a: "), "{e}");
         let e = parse(&format!("{LIVE}gap_timeout_ms = 0\n")).unwrap_err().to_string();
         assert!(e.ends_with("key lines.gap_timeout_ms: 0: must be 1 to 60000"), "{e}");
         let e = parse(&format!("{GOOD}\n[lines]\na = \"127.0.0.1:1\"\nb = \"127.0.0.1:2\"\n")).unwrap_err().to_string();
         assert!(e.contains("key lines: [lines] is for a live feed: feed.format is \"dbn\" (a file)"), "{e}");
+    }
+
+    const CHANNELS: &str = r#"
+[feed]
+format = "mdp3"
+
+[lines]
+interface = "192.0.2.10"
+interface_b = "198.51.100.10"
+gap_timeout_ms = 5
+
+[[feed.channels]]
+id = 310
+a = { addr = "233.252.14.1:14310", sources = ["192.0.2.1"] }
+b = "233.252.14.2:15310"
+snapshot = "233.252.14.3:16310"
+definitions = "233.252.14.4:17310"
+symbols = "ch310.csv"
+
+[[feed.channels]]
+id = 311
+a = "233.252.14.5:14311"
+b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
+"#;
+
+    #[test]
+    fn several_channels_each_have_their_lines_and_share_lines_settings_and_interfaces() {
+        let c = parse(CHANNELS).unwrap();
+        let l = c.lines.as_ref().unwrap();
+        assert_eq!((l.a.as_ref(), l.gap_timeout_ms), (None, 5));
+        let ch = c.mdp3_channels();
+        assert_eq!(
+            ch.iter().map(|c| (c.id, c.key.as_str())).collect::<Vec<_>>(),
+            [(310, "feed.channels[1]"), (311, "feed.channels[2]")]
+        );
+        assert_eq!(ch[0].symbols, Some(PathBuf::from("/etc/mdfan/ch310.csv")));
+        assert_eq!(ch[0].definitions.as_ref().map(|d| d.addr.to_string()), Some("233.252.14.4:17310".into()));
+        assert_eq!((ch[1].snapshot.as_ref(), ch[1].definitions.as_ref()), (None, None));
+        // Interfaces: A lines, snapshot and definitions on `interface`; B lines on `interface_b`; a line's own first.
+        let iface = |line: &LineAddr, role| l.line_config(line, role).interface.to_string();
+        assert_eq!(iface(&ch[0].a, LineRole::A), "192.0.2.10");
+        assert_eq!(iface(&ch[0].b, LineRole::B), "198.51.100.10");
+        assert_eq!(iface(ch[0].definitions.as_ref().unwrap(), LineRole::A), "192.0.2.10");
+        assert_eq!(iface(&ch[1].b, LineRole::B), "203.0.113.10");
+        assert_eq!(l.line_config(&ch[0].a, LineRole::A).sources, vec![std::net::Ipv4Addr::new(192, 0, 2, 1)]);
+        // Without [lines] every shared setting takes its default.
+        let bare = CHANNELS
+            .replace("[lines]\ninterface = \"192.0.2.10\"\ninterface_b = \"198.51.100.10\"\ngap_timeout_ms = 5\n", "");
+        let c = parse(&bare).unwrap();
+        assert_eq!((c.lines.as_ref().unwrap().gap_timeout_ms, c.mdp3_channels().len()), (10, 2));
+    }
+
+    #[test]
+    fn channel_mistakes_are_named_with_the_line_of_their_entry() {
+        let e = parse(&CHANNELS.replace("id = 311", "id = 310")).unwrap_err().to_string();
+        assert!(e.ends_with("line 19: key feed.channels[2].id: 310: already the id of feed.channels[1]"), "{e}");
+        let e = parse(&CHANNELS.replace("id = 311", "id = 0")).unwrap_err().to_string();
+        assert!(e.ends_with("line 19: key feed.channels[2].id: 0: a channel id is 1 to 65535"), "{e}");
+        let e = parse(&CHANNELS.replace("233.252.14.5:14311", "233.252.14.3:16310")).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "line 20: key feed.channels[2].a: 233.252.14.3:16310: the same address as feed.channels[1].snapshot"
+            ),
+            "{e}"
+        );
+        let e = parse(&CHANNELS.replace("gap_timeout_ms = 5", "gap_timeout_ms = 5\na = \"233.252.14.9:1\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("line 9: key lines.a: with [[feed.channels]], each channel names its own lines"), "{e}");
+        let e = parse(&CHANNELS.replace("id = 311\n", "id = 311\nsnapshots = \"x\"\n")).unwrap_err().to_string();
+        assert!(e.contains("line 20: key feed.channels.snapshots: unknown field `snapshots`"), "{e}");
+        let e = parse(&CHANNELS.replace("b = \"233.252.14.2:15310\"\n", "")).unwrap_err().to_string();
+        assert!(e.contains("missing field `b`"), "{e}");
+        let itch =
+            "[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\n";
+        let e = parse(&format!("{itch}definitions = \"233.54.12.112:1\"\n")).unwrap_err().to_string();
+        assert!(e.contains("key lines.definitions: MDP 3.0 instrument definitions"), "{e}");
+        let e = parse(&format!("{itch}\n[[feed.channels]]\nid = 1\na = \"1.2.3.4:5\"\nb = \"1.2.3.4:6\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key feed.channels: [[feed.channels]] are CME MDP 3.0 channels"), "{e}");
     }
 
     #[test]

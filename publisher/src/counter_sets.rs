@@ -40,29 +40,38 @@ impl CounterSet for RunCounters {
 }
 
 impl CounterSet for Arc<crate::live::LiveCounters> {
+    /// One channel's rows, each labelled `channel="ID"` (a publisher of several channels writes one set each).
     fn publish(&self, file: &mut CountersWriter) {
         let f = self.report();
+        let ch = format!("channel=\"{}\"", f.channel);
         for (i, line) in ["a", "b"].into_iter().enumerate() {
-            let l = format!("line=\"{line}\"");
+            let l = format!("{ch},line=\"{line}\"");
             file.set("mdfan_line_datagrams_total", &l, Counter, f.datagrams[i]);
             file.set("mdfan_line_refused_total", &l, Counter, f.refused[i]);
             file.set("mdfan_line_delivered_total", &l, Counter, f.delivered[i]);
         }
-        file.set("mdfan_feed_duplicates_total", "", Counter, f.duplicates);
-        file.set("mdfan_feed_late_total", "", Counter, f.late);
-        file.set("mdfan_feed_jumps_held_total", "", Counter, f.jumps[0]);
-        file.set("mdfan_feed_jumps_taken_total", "", Counter, f.jumps[1]);
-        file.set("mdfan_feed_lost_seqs_total", "", Counter, f.gap_seqs);
-        file.set("mdfan_feed_lost_runs_total", "", Counter, f.gap_runs);
-        file.set("mdfan_feed_bad_packets_total", "", Counter, f.bad_packets);
-        file.set("mdfan_feed_level_records_total", "", Counter, f.level_records);
-        file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
-        file.set("mdfan_feed_snapshot_packets_total", "", Counter, f.snapshot_packets);
-        file.set("mdfan_feed_recovered_total", "", Counter, f.recovered);
-        file.set("mdfan_feed_stale_instruments", "", Gauge, f.stale_now);
-        file.set("mdfan_feed_recovery_timeouts_total", "", Counter, f.recovery_timeouts);
-        file.set("mdfan_feed_silences_total", "", Counter, f.silences);
-        file.set("mdfan_feed_silent", "", Gauge, f.silent_now);
+        for (name, kind, v) in [
+            ("mdfan_feed_duplicates_total", Counter, f.duplicates),
+            ("mdfan_feed_late_total", Counter, f.late),
+            ("mdfan_feed_jumps_held_total", Counter, f.jumps[0]),
+            ("mdfan_feed_jumps_taken_total", Counter, f.jumps[1]),
+            ("mdfan_feed_lost_seqs_total", Counter, f.gap_seqs),
+            ("mdfan_feed_lost_runs_total", Counter, f.gap_runs),
+            ("mdfan_feed_bad_packets_total", Counter, f.bad_packets),
+            ("mdfan_feed_level_records_total", Counter, f.level_records),
+            ("mdfan_feed_stale_records_total", Counter, f.stale_records),
+            ("mdfan_feed_snapshot_packets_total", Counter, f.snapshot_packets),
+            ("mdfan_feed_recovered_total", Counter, f.recovered),
+            ("mdfan_feed_stale_instruments", Gauge, f.stale_now),
+            ("mdfan_feed_recovery_timeouts_total", Counter, f.recovery_timeouts),
+            ("mdfan_feed_silences_total", Counter, f.silences),
+            ("mdfan_feed_silent", Gauge, f.silent_now),
+            ("mdfan_feed_definitions_total", Counter, f.definitions),
+            ("mdfan_feed_bad_definition_packets_total", Counter, f.bad_definition_packets),
+            ("mdfan_feed_instrument_collisions_total", Counter, f.instrument_collisions),
+        ] {
+            file.set(name, &ch, kind, v);
+        }
     }
 }
 

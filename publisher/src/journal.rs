@@ -261,8 +261,8 @@ pub(crate) enum Source {
     /// A file, decoded as it goes: the next record, `None` at its end; an error names the file, the byte offset
     /// and the record or message.
     File(Box<dyn FnMut() -> Result<Option<BookUpdate>, String> + Send>),
-    /// A live feed from UDP lines ([`crate::live`]).
-    Live(Box<crate::live::LiveMdp3>),
+    /// A live CME MDP 3.0 feed: its channels' UDP lines ([`crate::live`]).
+    Live(Box<crate::live::Mdp3Channels>),
     /// A live ITCH 5.0 feed over MoldUDP64 ([`crate::live_itch`]).
     LiveItch(Box<crate::live_itch::LiveItch>),
 }
@@ -386,9 +386,9 @@ impl FeedAgent {
         FeedAgent { source, writer, pending: None, done: false, stop }
     }
 
-    /// A feed handler reading the live feed `live` into `writer`'s journal until `stop` is set.
+    /// A feed handler reading the live MDP 3.0 channels `live` into `writer`'s journal until `stop` is set.
     pub fn live(
-        live: crate::live::LiveMdp3,
+        live: crate::live::Mdp3Channels,
         writer: JournalWriter,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> FeedAgent {

@@ -32,6 +32,7 @@ pub mod config;
 pub mod conn;
 mod counter_sets;
 pub mod cycles;
+pub mod definitions;
 pub mod journal;
 pub mod live;
 pub mod live_itch;
@@ -60,11 +61,57 @@ pub use crate::conductor::Conductor;
 use crate::config::{Config, FeedFormat};
 pub use crate::counter_sets::ControlCounters;
 use crate::journal::{FeedAgent, Journal, JournalWriter};
-use crate::live::{LiveCounters, LiveMdp3};
+use crate::live::{LiveCounters, Mdp3Channels};
 
 pub use config::ConfigError;
 pub use pacing::Pacer;
 pub use report::{RunReport, SendCompletionReport, SessionReport, CLOCKS_LINE_NIC, CLOCKS_LINE_NO_NIC};
+
+/// Entries the definition queue holds for a live MDP 3.0 feed with definition feeds: a definition loop's
+/// instruments come again on its next turn, so a burst past this is only late (about 70 bytes an entry).
+pub const MDP3_DEFINITION_QUEUE_ENTRIES: usize = 1 << 16;
+
+/// One live CME MDP 3.0 channel as bound ([`Publisher::channels`]).
+#[derive(Debug, Clone)]
+pub struct ChannelInfo {
+    /// Its id (`[[feed.channels]]` `id`; 0 for `[lines]`' one channel).
+    pub id: u16,
+    /// Its counters.
+    pub counters: Arc<LiveCounters>,
+    /// Lines A and B as bound (with port 0 in the config, the ports the system picked).
+    pub lines: [std::net::SocketAddrV4; 2],
+    /// Its market recovery (snapshot) feed as bound.
+    pub snapshot: Option<std::net::SocketAddrV4>,
+    /// Its instrument definition feed as bound.
+    pub definitions: Option<std::net::SocketAddrV4>,
+}
+
+/// The channels' own symbol files (`[[feed.channels]]` `symbols`), together; an instrument_id two channels'
+/// files both name is refused, naming both files.
+fn channel_symbols(channels: &[config::Mdp3ChannelConfig]) -> Result<Symbology, PublisherError> {
+    let mut all = Symbology::new();
+    let mut from: std::collections::BTreeMap<u32, (&str, &std::path::Path)> = std::collections::BTreeMap::new();
+    for c in channels {
+        let Some(path) = &c.symbols else { continue };
+        let defs = mdfan_feed::symbols::load_symbol_file(path)?;
+        for d in defs.iter() {
+            if let Some((key, first)) = from.insert(d.instrument_id, (&c.key, path)) {
+                return Err(PublisherError::Symbols(mdfan_feed::symbols::SymbolFileError {
+                    path: path.clone(),
+                    line: None,
+                    field: Some("security_id"),
+                    detail: format!(
+                        "{} is also in {key}'s symbol file {}: instrument ids must be unique across channels",
+                        d.instrument_id,
+                        first.display()
+                    ),
+                }));
+            }
+        }
+        all.extend(defs);
+    }
+    Ok(all)
+}
 
 /// How long a new control connection has to send its subscribe message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -138,12 +185,12 @@ pub struct Publisher {
     reload: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
-    /// A live feed's counters and its lines' bound addresses (A, B).
-    live: Option<(Arc<LiveCounters>, [std::net::SocketAddrV4; 2], Option<std::net::SocketAddrV4>)>,
+    /// A live MDP 3.0 feed's channels as bound (empty for another feed).
+    live: Vec<ChannelInfo>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters and its lines' bound addresses (A, B; B = A without line B).
     itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
     /// A live ITCH 5.0 feed's Stock Directory queue, the conductor's end.
-    directory: Option<crate::live_itch::DirectoryReceiver>,
+    definitions: Option<crate::definitions::DefinitionReceiver>,
     /// A LOBSTER replay's check counters.
     lobster: Option<Arc<journal::LobsterCounters>>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
@@ -217,7 +264,7 @@ impl Publisher {
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();
         let mut itch = None;
-        let mut directory = None;
+        let mut definitions = None;
         let mut lobster = None;
         let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
             (FeedFormat::Itch50, Some(lines)) => {
@@ -225,19 +272,37 @@ impl Publisher {
                 let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
                 // Symbols: the Stock Directory messages as they come, to the conductor (live_itch's module docs).
                 let (to_conductor, from_feed) =
-                    crate::live_itch::directory_queue(crate::live_itch::DIRECTORY_QUEUE_ENTRIES);
+                    crate::definitions::definition_queue(crate::live_itch::DIRECTORY_QUEUE_ENTRIES);
                 let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone(), to_conductor)?;
                 itch = Some((live.counters(), live.line_addrs()));
-                directory = Some(from_feed);
-                (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), None, Default::default())
+                definitions = Some(from_feed);
+                (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), Vec::new(), Default::default())
             }
             (FeedFormat::Mdp3, Some(lines)) => {
                 // The lines ask the kernel for receive stamps (SO_TIMESTAMPING): software at least, until the first
                 // datagrams say which (the feed thread refines it: hardware when the NIC stamps).
                 ts_recv_clock.set(TsRecvClock::Software);
-                let live = LiveMdp3::open(lines, ts_recv_clock.clone())?;
-                let counters = (live.counters(), live.line_addrs(), live.snapshot_addr());
-                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), Some(counters), Default::default())
+                let channels = cfg.mdp3_channels();
+                let to_conductor = if channels.iter().any(|c| c.definitions.is_some()) {
+                    let (tx, rx) = crate::definitions::definition_queue(MDP3_DEFINITION_QUEUE_ENTRIES);
+                    definitions = Some(rx);
+                    Some(tx)
+                } else {
+                    None
+                };
+                let live = Mdp3Channels::open(lines, &channels, ts_recv_clock.clone(), to_conductor)?;
+                let info = live
+                    .channels()
+                    .iter()
+                    .map(|c| ChannelInfo {
+                        id: c.id(),
+                        counters: c.counters(),
+                        lines: c.line_addrs(),
+                        snapshot: c.snapshot_addr(),
+                        definitions: c.definitions_addr(),
+                    })
+                    .collect();
+                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), info, Symbology::new())
             }
             (FeedFormat::Itch50, _) => {
                 let file = mdfan_feed::itch::ItchFile::open(&cfg.feed.path)?;
@@ -249,7 +314,7 @@ impl Publisher {
                 // the replay.) A file cut or corrupt somewhere gives the definitions before that place: the replay
                 // meets the same error there, after the records before it, and ends with feed_error.
                 let (symbology, _stopped) = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
-                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), None, symbology)
+                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
             }
             (FeedFormat::Lobster, _) => {
                 let name = mdfan_feed::lobster::FileName::parse(&cfg.feed.path)?;
@@ -269,17 +334,19 @@ impl Publisher {
                 symbology.insert(mdfan_wire::InstrumentDef::new(mdfan_feed::lobster::INSTRUMENT_ID, name.ticker));
                 let counters = Arc::new(journal::LobsterCounters::default());
                 lobster = Some(Arc::clone(&counters));
-                (FeedAgent::lobster(feed, counters, writer, Arc::clone(&feed_stop)), None, symbology)
+                (FeedAgent::lobster(feed, counters, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
             }
             _ => {
                 let stream = MboStream::open(&cfg.feed.path)?;
                 let symbology = stream.symbology().clone();
-                (FeedAgent::new(stream, writer, Arc::clone(&feed_stop)), None, symbology)
+                (FeedAgent::new(stream, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
             }
         };
         if let Some(path) = &cfg.feed.symbols {
             symbology.extend(mdfan_feed::symbols::load_symbol_file(path)?);
         }
+        // A channel's own file after the general one: it names its channel's instruments.
+        symbology.extend(channel_symbols(&cfg.mdp3_channels())?);
         let sender = AnySender::open(&cfg.fabric.resolved)
             .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
@@ -301,7 +368,7 @@ impl Publisher {
             sender,
             live,
             itch,
-            directory,
+            definitions,
             lobster,
             counters_file,
             ts_recv_clock,
@@ -313,30 +380,46 @@ impl Publisher {
         self.itch.as_ref().map(|(c, _)| Arc::clone(c))
     }
 
-    /// A live feed's counters (`None` for a file).
+    /// A live MDP 3.0 feed's first channel's counters (`None` for another feed); every channel's:
+    /// [`Publisher::channels`].
     pub fn live_counters(&self) -> Option<Arc<LiveCounters>> {
-        self.live.as_ref().map(|(c, _, _)| Arc::clone(c))
+        self.live.first().map(|c| Arc::clone(&c.counters))
     }
 
-    /// A live feed's lines as bound (A, B): with port 0 in the config, the ports the system picked. Live ITCH
-    /// without line B gives A twice.
+    /// A live MDP 3.0 feed's channels as bound, in config order (empty for another feed).
+    pub fn channels(&self) -> &[ChannelInfo] {
+        &self.live
+    }
+
+    /// A live feed's lines as bound (A, B; an MDP 3.0 feed's first channel's): with port 0 in the config, the
+    /// ports the system picked. Live ITCH without line B gives A twice.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
-        self.live.as_ref().map(|(_, a, _)| *a).or(self.itch.as_ref().map(|(_, a)| *a))
+        self.live.first().map(|c| c.lines).or(self.itch.as_ref().map(|(_, a)| *a))
     }
 
-    /// A live feed's market recovery (snapshot) feed as bound, if `lines.snapshot` is set.
+    /// A live MDP 3.0 feed's (first channel's) market recovery (snapshot) feed as bound, if it has one.
     pub fn snapshot_addr(&self) -> Option<std::net::SocketAddrV4> {
-        self.live.as_ref().and_then(|(_, _, s)| *s)
+        self.live.first().and_then(|c| c.snapshot)
     }
 
     /// What the feed is, for logs: the file, `mdp3 line_a=.. line_b=..`, or `itch50 moldudp64 line_a=..
     /// line_b=..` (`line_b=none` when the config has no line B).
     pub fn feed_name(&self) -> String {
         let has_b = self.cfg.lines.as_ref().is_some_and(|l| l.b.is_some());
+        if !self.live.is_empty() {
+            let each = self.live.iter().map(|c| {
+                let [a, b] = c.lines;
+                if self.cfg.feed.channels.is_empty() {
+                    format!("line_a={a} line_b={b}")
+                } else {
+                    format!("channel={} line_a={a} line_b={b}", c.id)
+                }
+            });
+            return format!("mdp3 {}", each.collect::<Vec<_>>().join(" "));
+        }
         match self.line_addrs() {
-            Some([a, _]) if self.itch.is_some() && !has_b => format!("itch50 moldudp64 line_a={a} line_b=none"),
-            Some([a, b]) if self.itch.is_some() => format!("itch50 moldudp64 line_a={a} line_b={b}"),
-            Some([a, b]) => format!("mdp3 line_a={a} line_b={b}"),
+            Some([a, _]) if !has_b => format!("itch50 moldudp64 line_a={a} line_b=none"),
+            Some([a, b]) => format!("itch50 moldudp64 line_a={a} line_b={b}"),
             None => self.cfg.feed.path.display().to_string(),
         }
     }
@@ -417,12 +500,12 @@ impl Publisher {
             sender,
             live,
             itch,
-            directory,
+            definitions,
             lobster,
             counters_file,
             ts_recv_clock,
         } = self;
-        let is_live = live.is_some() || itch.is_some();
+        let is_live = !live.is_empty() || itch.is_some();
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -469,11 +552,11 @@ impl Publisher {
             journal,
             counters,
             symbology,
-            directory,
+            definitions,
             sender,
             ts_recv_clock,
             counters_file,
-            live_feed: live.as_ref().map(|(c, _, _)| Arc::clone(c)),
+            live_feed: live.iter().map(|c| Arc::clone(&c.counters)).collect(),
             itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
             lobster_feed: lobster,
             clock,
@@ -499,7 +582,7 @@ impl Publisher {
         let lock_memory = self.cfg.publisher.lock_memory;
         // A live feed starts at once (the market does not wait).
         let wait_for =
-            if self.live.is_some() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
+            if !self.live.is_empty() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
         let feed_on_hot_thread = self.cfg.publisher.feed_on_hot_thread;
         let Agents { mut feed, fanout, mut conductor } = self.into_agents(shutdown);
         let (feed_thread, mut hot_agent) = if feed_on_hot_thread {
@@ -621,8 +704,8 @@ fn counters_file(cfg: &Config, addr: Option<SocketAddr>) -> Option<mdfan_tuning:
     if dir.as_os_str().is_empty() {
         return None;
     }
-    // The run's rows, 14 per live session and as many again for ended ones.
-    let slots = 32 + 14 * 2 * cfg.publisher.max_subscribers;
+    // The run's rows, 24 per MDP 3.0 channel, 14 per live session and as many again for ended ones.
+    let slots = 32 + 24 * cfg.mdp3_channels().len() + 14 * 2 * cfg.publisher.max_subscribers;
     match mdfan_tuning::counters::CountersWriter::create(
         &counters_path(dir, addr),
         "publisher",

@@ -1,6 +1,14 @@
-//! The live feed handler: CME MDP 3.0 from lines A and B into the journal.
+//! The live feed handler: CME MDP 3.0 channels, each from its lines A and B, into the journal.
 //!
-//! [`LiveMdp3`] glues three sans-IO pieces to the journal, on the feed thread (`mdfan-feed`):
+//! A publisher carries one channel (`[lines]`) or several (`[[feed.channels]]`, [`Mdp3Channels`]): each its own
+//! lines, `MsgSeqNum` sequence, arbiter, market recovery and definitions, polled in turn by the one feed thread
+//! into the one journal. A channel's records carry its id in their venue position (`mdfan_wire::record`, "Venue
+//! position"); its stale marks, recoveries and silences are its own; its counters carry it (`channel=` in the
+//! report line, a `channel` label in the counters file). An instrument_id belongs to the first channel that
+//! carries it: another channel's records of it are dropped and counted (`instrument_collisions`), so one
+//! channel cannot write into another's book (symbol files that overlap are refused at start).
+//!
+//! [`LiveMdp3`], one channel, glues three sans-IO pieces to the journal, on the feed thread (`mdfan-feed`):
 //! [`LineReceiver`] (the two UDP sockets, `SO_TIMESTAMPING` receive stamps and the A/B arbiter: the first copy of
 //! each `MsgSeqNum` wins), [`Mdp3Channel`] (SBE decoding, per-instrument `RptSeq` checks, packets lost on both
 //! lines marked stale per instrument) and the journal's writer.
@@ -12,9 +20,14 @@
 //! channel marks the instruments stale: a loss is never silent. The hot loop does not hold the journal for a
 //! late joiner's catch-up on a live feed (a joiner that falls a whole journal behind gets a fresh snapshot).
 //!
-//! Lines that deliver nothing for `lines.silent_after_ms` make the feed *silent* ([`SilenceWatch`]): a
-//! `FeedStatus` record to every subscriber, another when datagrams come again. Silence is not an end: only
-//! `lines.end_after_idle_ms` (tests, demos) ends a live stream by itself.
+//! Lines that deliver nothing for `lines.silent_after_ms` make the channel *silent* ([`SilenceWatch`]): a
+//! `FeedStatus` record (carrying the channel's id in its venue position) to every subscriber, another when
+//! datagrams come again. Silence is not an end: only `lines.end_after_idle_ms` (tests, demos) ends a live stream
+//! by itself, once every channel was idle that long.
+//!
+//! A channel's instrument definition feed (`definitions`: MDInstrumentDefinitionFuture27, Spread29, Option41 in
+//! a loop) is read every poll; a definition new or changed (by `LastUpdateTime`) goes to the conductor
+//! ([`crate::definitions`]), whose symbology then names it for subscribers attaching from then on.
 //!
 //! After warm-up nothing here allocates: the pending buffer, the arbiter's window and the receive buffer are
 //! sized at start. Each poll reads `CLOCK_REALTIME` once (vDSO) for the arbiter's gap timeout.
@@ -32,7 +45,8 @@ use mdfan_lines::{
 };
 use mdfan_wire::{BookUpdate, FeedState};
 
-use crate::config::LinesSection;
+use crate::config::{LineAddr, LineRole, LinesSection, Mdp3ChannelConfig};
+use crate::definitions::{DefinitionEntry, DefinitionSender};
 use crate::journal::JournalWriter;
 
 /// Datagrams read per duty cycle at most.
@@ -45,6 +59,8 @@ const PENDING_RECORDS: usize = POLL_BUDGET * 64;
 /// that read something).
 #[derive(Debug, Default)]
 pub struct LiveCounters {
+    /// The channel's id (`[[feed.channels]]` `id`; 0 for `[lines]`' one channel).
+    pub channel: u16,
     /// Datagrams read on line A, line B.
     pub datagrams: [AtomicU64; 2],
     /// Of those, datagrams dropped before arbitration, per line: longer than the receive buffer, or not a whole
@@ -94,11 +110,22 @@ pub struct LiveCounters {
     pub silences: AtomicU64,
     /// 1 while the feed is silent (a gauge).
     pub silent_now: AtomicU64,
+    /// Packets read on the instrument definition feed.
+    pub definition_packets: AtomicU64,
+    /// Of those, packets the decoder refused.
+    pub bad_definition_packets: AtomicU64,
+    /// Instruments the definition feed defined (each counted once, again when its `LastUpdateTime` changes).
+    pub definitions: AtomicU64,
+    /// Records of an instrument another channel carries, dropped (the first channel to carry an instrument_id
+    /// owns it).
+    pub instrument_collisions: AtomicU64,
 }
 
 /// A copy of [`LiveCounters`] for the run report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveReport {
+    /// See [`LiveCounters::channel`].
+    pub channel: u16,
     /// See [`LiveCounters::datagrams`].
     pub datagrams: [u64; 2],
     /// See [`LiveCounters::refused`].
@@ -143,6 +170,14 @@ pub struct LiveReport {
     pub silences: u64,
     /// See [`LiveCounters::silent_now`].
     pub silent_now: u64,
+    /// See [`LiveCounters::definition_packets`].
+    pub definition_packets: u64,
+    /// See [`LiveCounters::bad_definition_packets`].
+    pub bad_definition_packets: u64,
+    /// See [`LiveCounters::definitions`].
+    pub definitions: u64,
+    /// See [`LiveCounters::instrument_collisions`].
+    pub instrument_collisions: u64,
 }
 
 impl LiveCounters {
@@ -150,6 +185,7 @@ impl LiveCounters {
     pub fn report(&self) -> LiveReport {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         LiveReport {
+            channel: self.channel,
             datagrams: [ld(&self.datagrams[0]), ld(&self.datagrams[1])],
             refused: [ld(&self.refused[0]), ld(&self.refused[1])],
             delivered: [ld(&self.delivered[0]), ld(&self.delivered[1])],
@@ -172,6 +208,10 @@ impl LiveCounters {
             recovery_timeouts: ld(&self.recovery_timeouts),
             silences: ld(&self.silences),
             silent_now: ld(&self.silent_now),
+            definition_packets: ld(&self.definition_packets),
+            bad_definition_packets: ld(&self.bad_definition_packets),
+            definitions: ld(&self.definitions),
+            instrument_collisions: ld(&self.instrument_collisions),
         }
     }
 }
@@ -192,12 +232,13 @@ impl LiveReport {
         }
     }
 
-    /// `feed format=mdp3 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=.. jumps_held=..
-    /// jumps_taken=.. lost_seqs=.. ...`: `a/b` figures are per line; the others are the arbitrated stream's
-    /// (a jump is held or taken once, whichever line brought it).
+    /// `feed format=mdp3 channel=310 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=..
+    /// jumps_held=.. jumps_taken=.. lost_seqs=.. ...`: one channel's; `a/b` figures are per line, the others
+    /// the channel's arbitrated stream's (a jump is held or taken once, whichever line brought it).
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} ts_recv={} stamps={}",
+            "feed format=mdp3 channel={} datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} definitions={} definition_packets={} bad_definition_packets={} instrument_collisions={} ts_recv={} stamps={}",
+            self.channel,
             self.datagrams[0],
             self.datagrams[1],
             self.refused[0],
@@ -223,6 +264,10 @@ impl LiveReport {
             self.seq_resets,
             self.silences,
             self.silent_now,
+            self.definitions,
+            self.definition_packets,
+            self.bad_definition_packets,
+            self.instrument_collisions,
             self.stamp_clock(),
             stamps_text(&self.stamps)
         )
@@ -286,32 +331,50 @@ impl LineStamps {
     }
 }
 
-/// A line that could not be opened, named as the config names it (`lines.a`, `lines.b`, `lines.snapshot`, with
-/// `lines.interface` for a multicast join).
-pub(crate) fn in_config(e: LineError, lines: &LinesSection) -> LineError {
-    match e {
-        LineError::Open { addr, what, source } => {
-            let key = if addr == lines.a.addr {
-                "lines.a"
-            } else if lines.b.as_ref().is_some_and(|b| b.addr == addr) {
-                "lines.b"
-            } else if Some(addr) == lines.retransmit {
-                "lines.retransmit"
-            } else {
-                "lines.snapshot"
-            };
-            let on = if addr.ip().is_multicast() {
-                format!(" on lines.interface {}", lines.interface)
-            } else {
-                String::new()
-            };
-            LineError::Open {
-                addr,
-                what,
-                source: std::io::Error::new(source.kind(), format!("{source} (config key {key}{on})")),
-            }
+/// Names a line that could not be opened as the config names it (`lines.a`, `feed.channels[2].snapshot`), with
+/// the interface that joins it for a multicast group.
+pub(crate) struct LineKeys<'a> {
+    lines: &'a LinesSection,
+    keys: Vec<(std::net::SocketAddrV4, String, std::net::Ipv4Addr)>,
+}
+
+impl<'a> LineKeys<'a> {
+    /// No line yet; `lines` gives each line its interface.
+    pub(crate) fn new(lines: &'a LinesSection) -> LineKeys<'a> {
+        LineKeys { lines, keys: Vec::new() }
+    }
+
+    /// Adds `line` (of `role`, under config key `key`).
+    pub(crate) fn with(mut self, line: &LineAddr, key: &str, role: LineRole) -> LineKeys<'a> {
+        let interface = self.lines.line_config(line, role).interface;
+        self.keys.push((line.addr, key.to_owned(), interface));
+        self
+    }
+
+    /// Adds `line` if there is one.
+    pub(crate) fn with_opt(self, line: Option<&LineAddr>, key: &str, role: LineRole) -> LineKeys<'a> {
+        match line {
+            Some(l) => self.with(l, key, role),
+            None => self,
         }
-        other => other,
+    }
+
+    /// `e` with the config key of its address (and the interface of a multicast join) in its text.
+    pub(crate) fn name(&self, e: LineError) -> LineError {
+        match e {
+            LineError::Open { addr, what, source } => {
+                let Some((_, key, interface)) = self.keys.iter().find(|(a, _, _)| *a == addr) else {
+                    return LineError::Open { addr, what, source };
+                };
+                let on = if addr.ip().is_multicast() { format!(" on interface {interface}") } else { String::new() };
+                LineError::Open {
+                    addr,
+                    what,
+                    source: std::io::Error::new(source.kind(), format!("{source} (config key {key}{on})")),
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -428,12 +491,130 @@ pub(crate) enum Step {
     Ended,
 }
 
-/// The live CME MDP 3.0 feed handler. See the [module docs](self).
+/// Which channel owns each instrument_id, for a publisher of several channels ([`Mdp3Channels`]): the first to
+/// carry it. Sized for `lines.instruments` per channel at start.
+pub(crate) struct Owners {
+    by_id: std::collections::HashMap<u32, u16>,
+    /// Collisions already logged, by (instrument_id, the intruding channel).
+    logged: std::collections::HashSet<(u32, u16)>,
+}
+
+impl Owners {
+    fn with_capacity(n: usize) -> Owners {
+        Owners { by_id: std::collections::HashMap::with_capacity(n), logged: std::collections::HashSet::new() }
+    }
+
+    /// Whether channel `channel` may write `r` (a record about no instrument always may); logs a collision once.
+    fn admit(&mut self, r: &BookUpdate, channel: u16) -> bool {
+        if r.instrument_id == mdfan_wire::CHANNEL_INSTRUMENT_ID {
+            return true;
+        }
+        let owner = *self.by_id.entry(r.instrument_id).or_insert(channel);
+        if owner != channel && self.logged.insert((r.instrument_id, channel)) {
+            tracing::error!(
+                instrument_id = r.instrument_id,
+                owner_channel = owner,
+                channel,
+                "an instrument_id two channels carry: the later channel's records of it are dropped \
+                 (instrument_collisions); CME security ids are unique, so two channels' lines may be crossed"
+            );
+        }
+        owner == channel
+    }
+}
+
+/// The live CME MDP 3.0 feed handler: the channels of one publisher, polled in turn by the feed thread into
+/// the one journal. See the [module docs](self).
+pub struct Mdp3Channels {
+    channels: Vec<LiveMdp3>,
+    /// Which channels ended (`lines.end_after_idle_ms`).
+    ended: Vec<bool>,
+    /// With more than one channel, who owns each instrument_id.
+    owners: Option<Owners>,
+    /// Instrument definitions to the conductor (`None` when no channel has a definition feed).
+    definitions: Option<DefinitionSender>,
+    /// The channel polled first next time (they take turns at going first).
+    next: usize,
+}
+
+impl Mdp3Channels {
+    /// Opens every channel of `channels` (lines, snapshot and definition feeds) as `lines` says; definitions go
+    /// into `definitions` (the conductor holds its other end).
+    ///
+    /// # Errors
+    /// [`LineError`] naming the line's address, the socket call and its config key.
+    pub fn open(
+        lines: &LinesSection,
+        channels: &[Mdp3ChannelConfig],
+        ts_recv_clock: crate::TsRecvClockCell,
+        definitions: Option<DefinitionSender>,
+    ) -> Result<Mdp3Channels, LineError> {
+        let opened =
+            channels.iter().map(|c| LiveMdp3::open(lines, c, ts_recv_clock.clone())).collect::<Result<Vec<_>, _>>()?;
+        let n = opened.len();
+        Ok(Mdp3Channels {
+            channels: opened,
+            ended: vec![false; n],
+            owners: (n > 1).then(|| Owners::with_capacity(lines.instruments * n)),
+            definitions,
+            next: 0,
+        })
+    }
+
+    /// The channels, in config order.
+    pub fn channels(&self) -> &[LiveMdp3] {
+        &self.channels
+    }
+
+    /// One duty cycle: every channel not ended takes one ([`LiveMdp3::step`]), starting with a different one
+    /// each time. Ended once every channel ended.
+    ///
+    /// # Errors
+    /// The first channel's socket read that failed for a reason other than "nothing to read".
+    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
+        let n = self.channels.len();
+        let mut work = 0;
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.ended[i] {
+                continue;
+            }
+            let shared = Shared { owners: self.owners.as_mut(), definitions: self.definitions.as_mut() };
+            match self.channels[i].step(writer, shared)? {
+                Step::Work(w) => work += w,
+                Step::Ended => {
+                    self.ended[i] = true;
+                    work += 1;
+                }
+            }
+        }
+        self.next = (self.next + 1) % n.max(1);
+        if self.ended.iter().all(|e| *e) {
+            return Ok(Step::Ended);
+        }
+        Ok(Step::Work(work))
+    }
+}
+
+/// What the channels of one publisher share, lent to each channel's duty cycle.
+pub(crate) struct Shared<'a> {
+    owners: Option<&'a mut Owners>,
+    definitions: Option<&'a mut DefinitionSender>,
+}
+
+/// One live CME MDP 3.0 channel. See the [module docs](self).
 pub struct LiveMdp3 {
     rx: LineReceiver<Mdp3Seq>,
+    /// The channel id, in the top 16 bits of every record's venue position.
+    channel_bits: u64,
+    channel_id: u16,
     /// The market recovery (snapshot) feed, read only while an instrument is stale.
     snapshot: Option<LineSocket>,
     snapshot_buf: Vec<u8>,
+    /// The instrument definition feed, read every poll.
+    definitions: Option<LineSocket>,
+    /// Each instrument's `LastUpdateTime` as last handed to the conductor.
+    defined: std::collections::HashMap<i32, u64>,
     channel: Mdp3Channel,
     /// Records of the last poll not yet in the journal, from `head`.
     pending: Vec<BookUpdate>,
@@ -445,38 +626,53 @@ pub struct LiveMdp3 {
     silence: SilenceWatch,
     /// The decoder error last logged, so each new one is logged once (off the hot loop: this is the feed thread).
     errors_logged: u64,
+    /// Definition packets refused when last logged.
+    definition_errors_logged: u64,
     /// Recovery timeouts already logged.
     timeouts_logged: u64,
     /// Gap runs and recoveries already logged.
     logged: (u64, u64),
     /// Datagrams from foreign sources when last logged.
     logged_foreign: u64,
+    /// Definition packets, definitions handed on, bad definition packets, collisions (the feed thread's own
+    /// counts, published with the others).
+    definition_counts: [u64; 4],
     /// What the accepts say stamped `ts_recv_ns`.
     ts_recv_clock: crate::TsRecvClockCell,
 }
 
 impl LiveMdp3 {
-    /// Opens lines A and B as `lines` says and reserves every buffer. `ts_recv_clock` is told which clock stamps
-    /// the datagrams once the first ones came (hardware when any did, else software, else user), so the accepts
-    /// sent after it let subscribers measure wire-to-poll.
+    /// Opens channel `ch`'s lines A and B (and its snapshot and definition feeds) as `lines` says and reserves
+    /// every buffer. `ts_recv_clock` is told which clock stamps the datagrams once the first ones came
+    /// (hardware when any did, else software, else user), so the accepts sent after it let subscribers measure
+    /// wire-to-poll.
     ///
     /// # Errors
-    /// [`LineError`] naming the line's address and the socket call that failed.
-    pub fn open(lines: &LinesSection, ts_recv_clock: crate::TsRecvClockCell) -> Result<LiveMdp3, LineError> {
-        let line = |l| lines.line_config(l);
-        // The config requires line B for mdp3 (checked there); without it, line A twice would fail to bind.
-        let mut cfg = ReceiverConfig::new(line(&lines.a), line(lines.b.as_ref().unwrap_or(&lines.a)));
+    /// [`LineError`] naming the line's address, the socket call that failed and its config key.
+    pub fn open(
+        lines: &LinesSection,
+        ch: &Mdp3ChannelConfig,
+        ts_recv_clock: crate::TsRecvClockCell,
+    ) -> Result<LiveMdp3, LineError> {
+        let key = |field: &str| format!("{}.{field}", ch.key);
+        let keys = LineKeys::new(lines)
+            .with(&ch.a, &key("a"), LineRole::A)
+            .with(&ch.b, &key("b"), LineRole::B)
+            .with_opt(ch.snapshot.as_ref(), &key("snapshot"), LineRole::A)
+            .with_opt(ch.definitions.as_ref(), &key("definitions"), LineRole::A);
+        let mut cfg = ReceiverConfig::new(lines.line_config(&ch.a, LineRole::A), lines.line_config(&ch.b, LineRole::B));
         cfg.arbiter = ArbiterConfig {
             gap_timeout_ns: lines.gap_timeout_ms * 1_000_000,
             line_tolerance: lines.line_tolerance,
             confirm_packets: lines.confirm_packets,
             ..ArbiterConfig::default()
         };
-        let rx = LineReceiver::open(&cfg, Mdp3Seq).map_err(|e| in_config(e, lines))?;
+        let rx = LineReceiver::open(&cfg, Mdp3Seq).map_err(|e| keys.name(e))?;
         for line in [mdfan_lines::Line::A, mdfan_lines::Line::B] {
             let got = rx.socket(line).rcvbuf_bytes();
             if got < lines.rcvbuf_bytes {
                 tracing::warn!(
+                    channel = ch.id,
                     line = line.name(),
                     rcvbuf_bytes = got,
                     wanted_bytes = lines.rcvbuf_bytes,
@@ -485,36 +681,50 @@ impl LiveMdp3 {
                 );
             }
         }
-        let snapshot = match lines.snapshot {
-            // A small buffer: while nothing is stale the feed is not read, and what queued meanwhile is old.
-            Some(addr) => {
-                let snapshot = crate::config::LineAddr { addr, sources: Vec::new() };
-                let cfg = LineConfig { rcvbuf_bytes: 4 << 20, ..lines.line_config(&snapshot) };
-                Some(LineSocket::open(&cfg).map_err(|e| in_config(e, lines))?)
-            }
-            None => None,
+        // Small buffers: while nothing is stale the snapshot feed is not read, and what queued meanwhile is old;
+        // a definition loop is read as it comes.
+        let side_feed = |line: &Option<LineAddr>| -> Result<Option<LineSocket>, LineError> {
+            let Some(line) = line else { return Ok(None) };
+            let cfg = LineConfig { rcvbuf_bytes: 4 << 20, ..lines.line_config(line, LineRole::A) };
+            LineSocket::open(&cfg).map(Some).map_err(|e| keys.name(e))
         };
-        let counters = Arc::new(LiveCounters::default());
+        let snapshot = side_feed(&ch.snapshot)?;
+        let definitions = side_feed(&ch.definitions)?;
+        let counters = Arc::new(LiveCounters { channel: ch.id, ..LiveCounters::default() });
         counters.hw.set(vec![("a", rx.socket(mdfan_lines::Line::A)), ("b", rx.socket(mdfan_lines::Line::B))]);
         let mut channel = Mdp3Channel::with_capacity(lines.instruments);
         channel.set_recovery_timeout_ns(lines.recovery_timeout_ms * 1_000_000);
+        let channel_bits = u64::from(ch.id) << mdfan_wire::VENUE_CHANNEL_SHIFT;
+        let mut silence = SilenceWatch::new(lines.silent_after_ms);
+        silence.last_venue_pos = channel_bits;
         Ok(LiveMdp3 {
             rx,
+            channel_bits,
+            channel_id: ch.id,
             snapshot,
             snapshot_buf: vec![0; 65_536],
+            definitions,
+            defined: std::collections::HashMap::with_capacity(lines.instruments),
             channel,
             pending: Vec::with_capacity(PENDING_RECORDS),
             head: 0,
             counters,
             end_after_idle_ns: lines.end_after_idle_ms * 1_000_000,
             last_datagram_ns: 0,
-            silence: SilenceWatch::new(lines.silent_after_ms),
+            silence,
             errors_logged: 0,
+            definition_errors_logged: 0,
             timeouts_logged: 0,
             logged: (0, 0),
             logged_foreign: 0,
+            definition_counts: [0; 4],
             ts_recv_clock,
         })
+    }
+
+    /// The channel's id.
+    pub fn id(&self) -> u16 {
+        self.channel_id
     }
 
     /// The counters, for the run report and a progress display.
@@ -527,9 +737,14 @@ impl LiveMdp3 {
         [self.rx.socket(mdfan_lines::Line::A).local_addr(), self.rx.socket(mdfan_lines::Line::B).local_addr()]
     }
 
-    /// The snapshot feed's bound address, if `lines.snapshot` is set.
+    /// The snapshot feed's bound address, if the channel has one.
     pub fn snapshot_addr(&self) -> Option<std::net::SocketAddrV4> {
         self.snapshot.as_ref().map(LineSocket::local_addr)
+    }
+
+    /// The definition feed's bound address, if the channel has one.
+    pub fn definitions_addr(&self) -> Option<std::net::SocketAddrV4> {
+        self.definitions.as_ref().map(LineSocket::local_addr)
     }
 
     /// Reads the snapshot feed while an instrument is stale (up to `POLL_BUDGET` datagrams), handing each packet
@@ -542,9 +757,10 @@ impl LiveMdp3 {
             let Some(r) = sock.recv(&mut self.snapshot_buf)? else { break };
             read += 1;
             if self.channel.needs_recovery() && !r.truncated {
-                let pending = &mut self.pending;
-                self.channel
-                    .on_snapshot_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, &mut |rec| pending.push(*rec));
+                let (pending, bits) = (&mut self.pending, self.channel_bits);
+                self.channel.on_snapshot_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, &mut |rec| {
+                    pending.push(tagged(rec, bits))
+                });
             }
         }
         if let RecoveryStatus::TimedOut { stale, since_ns, snapshot_packets } = self.channel.recovery_status(now_ns) {
@@ -556,8 +772,41 @@ impl LiveMdp3 {
                 } else {
                     "no snapshot covered them (a loop of another MsgSeqNum sequence, another channel's, or older)"
                 };
-                tracing::warn!(stale, waited_ms, snapshot_packets, snapshot_feed = ?self.snapshot_addr(),
+                tracing::warn!(channel = self.channel_id, stale, waited_ms, snapshot_packets, snapshot_feed = ?self.snapshot_addr(),
                     "market recovery timed out: the instruments stay stale: {why}");
+            }
+        }
+        Ok(read)
+    }
+
+    /// Reads the definition feed (up to `POLL_BUDGET` datagrams): each definition new or changed (by
+    /// `LastUpdateTime`) goes to the conductor. A packet that does not decode is counted and logged once per
+    /// new error. Returns the datagrams read.
+    fn poll_definitions(&mut self, to_conductor: Option<&mut DefinitionSender>) -> Result<usize, LineError> {
+        let (Some(sock), Some(to_conductor)) = (&mut self.definitions, to_conductor) else { return Ok(0) };
+        let mut read = 0;
+        let (defined, counts, channel) = (&mut self.defined, &mut self.definition_counts, self.channel_id);
+        while read < POLL_BUDGET {
+            let Some(r) = sock.recv(&mut self.snapshot_buf)? else { break };
+            read += 1;
+            counts[0] += 1;
+            if r.truncated {
+                counts[2] += 1;
+                continue;
+            }
+            let decoded = mdfan_feed::mdp3::decode_definition_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, |d| {
+                if defined.insert(d.security_id, d.last_update_time_ns) != Some(d.last_update_time_ns) {
+                    counts[1] += 1;
+                    to_conductor.send(DefinitionEntry::Mdp3 { channel, definition: *d });
+                }
+            });
+            if let Err(e) = decoded {
+                counts[2] += 1;
+                if counts[2] > self.definition_errors_logged.saturating_mul(2) {
+                    self.definition_errors_logged = counts[2];
+                    tracing::warn!(channel, bad_definition_packets = counts[2], cause = %e,
+                        "instrument definition packet refused");
+                }
             }
         }
         Ok(read)
@@ -567,34 +816,35 @@ impl LiveMdp3 {
     ///
     /// # Errors
     /// A socket read that failed for a reason other than "nothing to read" ([`LineError::Recv`]).
-    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
-        let mut written = self.drain(writer);
+    pub(crate) fn step(&mut self, writer: &mut JournalWriter, mut shared: Shared<'_>) -> Result<Step, LineError> {
+        let mut written = self.drain(writer, &mut shared);
         if self.head < self.pending.len() {
             return Ok(Step::Work(written)); // the journal is full: the sockets hold the rest
         }
         let now_ns = realtime_ns();
-        let snapshot_read = self.poll_snapshot(now_ns)?;
-        written += self.drain(writer);
+        let snapshot_read = self.poll_snapshot(now_ns)? + self.poll_definitions(shared.definitions.as_deref_mut())?;
+        written += self.drain(writer, &mut shared);
         if self.head < self.pending.len() {
             return Ok(Step::Work(written));
         }
         let first_new = self.pending.len();
         let delivered_before = self.rx.arbiter_counters().delivered;
-        let (channel, pending) = (&mut self.channel, &mut self.pending);
+        let (channel, pending, bits) = (&mut self.channel, &mut self.pending, self.channel_bits);
+        let mut out = |r: &BookUpdate| pending.push(tagged(r, bits));
         let read = self.rx.poll(now_ns, POLL_BUDGET, &mut |e| match e {
             Event::Data(d) => {
-                channel.on_packet(d.payload, d.ts_recv_ns, &mut |r| pending.push(*r));
+                channel.on_packet(d.payload, d.ts_recv_ns, &mut out);
             }
             Event::Gap { first, last } => {
-                channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
+                channel.on_lost_packets(first, last, now_ns, &mut out);
             }
             // The copy delivered may be what the venue did not send: as a loss (stale, recovered).
             Event::CopyMismatch { seq } => {
-                channel.on_lost_packets(seq, seq, now_ns, &mut |r| pending.push(*r));
+                channel.on_lost_packets(seq, seq, now_ns, &mut out);
             }
             // The venue restarted its MsgSeqNum: stale until the snapshot feed of the new sequence covers it.
             Event::SeqReset { first } => {
-                channel.on_seq_reset(first, now_ns, &mut |r| pending.push(*r));
+                channel.on_seq_reset(first, now_ns, &mut out);
             }
         })?;
         // What keeps the feed live: packets delivered, new to the channel. A stray or forged stream (cut short, no
@@ -615,25 +865,36 @@ impl LiveMdp3 {
             && !(self.snapshot.is_some() && matches!(self.channel.recovery_status(now_ns), RecoveryStatus::Waiting { .. }))
         {
             // The end of a played capture: a run of seqs still open is reported before the stream ends.
-            let (channel, pending) = (&mut self.channel, &mut self.pending);
+            let (channel, pending, bits) = (&mut self.channel, &mut self.pending, self.channel_bits);
             self.rx.flush(&mut |e| {
                 if let Event::Gap { first, last } = e {
-                    channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(*r));
+                    channel.on_lost_packets(first, last, now_ns, &mut |r| pending.push(tagged(r, bits)));
                 }
             });
+            written += self.drain(writer, &mut shared);
             self.publish_counters();
-            written += self.drain(writer);
             if self.head == self.pending.len() {
                 return Ok(Step::Ended);
             }
         }
-        written += self.drain(writer);
+        written += self.drain(writer, &mut shared);
         Ok(Step::Work(written.max(read + snapshot_read)))
     }
 
-    /// Writes pending records into the journal until it is full; returns how many went in.
-    fn drain(&mut self, writer: &mut JournalWriter) -> usize {
-        drain_pending(&mut self.pending, &mut self.head, writer)
+    /// Writes pending records into the journal until it is full; returns how many went in. With several
+    /// channels, a record of an instrument another channel owns is dropped and counted.
+    fn drain(&mut self, writer: &mut JournalWriter, shared: &mut Shared<'_>) -> usize {
+        match shared.owners.as_deref_mut() {
+            None => drain_pending(&mut self.pending, &mut self.head, writer),
+            Some(owners) => {
+                let (channel, collisions) = (self.channel_id, &mut self.definition_counts[3]);
+                drain_pending_where(&mut self.pending, &mut self.head, writer, |r| {
+                    let admit = owners.admit(r, channel);
+                    *collisions += u64::from(!admit);
+                    admit
+                })
+            }
+        }
     }
 
     fn publish_counters(&mut self) {
@@ -678,16 +939,23 @@ impl LiveMdp3 {
         st(&c.recovery_timeouts, ch.recovery_timeouts);
         st(&c.silences, u64::from(self.silence.silences()));
         st(&c.silent_now, u64::from(self.silence.is_silent()));
+        let [definition_packets, definitions, bad_definition_packets, collisions] = self.definition_counts;
+        st(&c.definition_packets, definition_packets);
+        st(&c.definitions, definitions);
+        st(&c.bad_definition_packets, bad_definition_packets);
+        st(&c.instrument_collisions, collisions);
         // What an operator must hear of at once (this is the feed thread, not the hot loop): a loss on both lines,
         // and each recovery from the snapshot feed.
+        let channel = self.channel_id;
         if arb.gap_events > self.logged.0 {
-            tracing::warn!(runs = arb.gap_events - self.logged.0, lost_seqs_total = arb.gap_seqs,
+            tracing::warn!(channel, runs = arb.gap_events - self.logged.0, lost_seqs_total = arb.gap_seqs,
                 stale_instruments = ch.stale_now,
                 "MsgSeqNums lost on both lines A and B: the instruments they may touch are marked stale until recovered");
             self.logged.0 = arb.gap_events;
         }
         if ch.recovered > self.logged.1 {
             tracing::info!(
+                channel,
                 recovered = ch.recovered - self.logged.1,
                 recovered_total = ch.recovered,
                 stale_instruments = ch.stale_now,
@@ -698,21 +966,43 @@ impl LiveMdp3 {
         if ch.bad_packets > self.errors_logged {
             self.errors_logged = ch.bad_packets;
             if let Some(e) = self.channel.last_error() {
-                tracing::warn!(bad_packets = ch.bad_packets, cause = %e, "MDP 3.0 packet refused");
+                tracing::warn!(channel, bad_packets = ch.bad_packets, cause = %e, "MDP 3.0 packet refused");
             }
         }
     }
+}
+
+/// `r` with the channel's id (`bits`, already shifted) in its venue position.
+#[inline]
+fn tagged(r: &BookUpdate, bits: u64) -> BookUpdate {
+    BookUpdate { venue_pos: r.venue_pos | bits, ..*r }
 }
 
 /// Writes `pending[*head..]` into the journal until it is full and returns how many went in; once all went in,
 /// empties `pending` (its capacity kept) and resets `head`. The live feeds' hand-off: records of a poll that did
 /// not fit wait here, and the lines are not read again until they are in.
 pub(crate) fn drain_pending(pending: &mut Vec<BookUpdate>, head: &mut usize, writer: &mut JournalWriter) -> usize {
-    let start = *head;
-    while *head < pending.len() && writer.try_push(&pending[*head]) {
+    drain_pending_where(pending, head, writer, |_| true)
+}
+
+/// As [`drain_pending`], leaving out (never writing) the records `keep` refuses; they count as gone through.
+pub(crate) fn drain_pending_where(
+    pending: &mut Vec<BookUpdate>,
+    head: &mut usize,
+    writer: &mut JournalWriter,
+    mut keep: impl FnMut(&BookUpdate) -> bool,
+) -> usize {
+    let mut written = 0;
+    while *head < pending.len() {
+        let r = &pending[*head];
+        if keep(r) {
+            if !writer.try_push(r) {
+                break;
+            }
+            written += 1;
+        }
         *head += 1;
     }
-    let written = *head - start;
     if *head == pending.len() {
         pending.clear();
         *head = 0;

@@ -17,9 +17,9 @@
 //! before ([`ItchNormalizer::mark_undecodable`]): the stream goes on, and no book stays silently wrong.
 //!
 //! **Symbols.** Each Stock Directory (`R`) message is handed to the conductor, off the hot loop's path, through
-//! an rtrb SPSC queue ([`directory_queue`], [`DIRECTORY_QUEUE_ENTRIES`] entries): a [`DirectoryEntry`] (the stock
-//! locate and the 8 bytes of its Stock field, `Copy`: nothing allocated on the feed thread). The feed thread
-//! never waits on it: an entry that finds the queue full is dropped and counted
+//! the definition queue ([`crate::definitions`], [`DIRECTORY_QUEUE_ENTRIES`] entries): a [`DirectoryEntry`] (the
+//! stock locate and the 8 bytes of its Stock field, `Copy`: nothing allocated on the feed thread). The feed
+//! thread never waits on it: an entry that finds the queue full is dropped and counted
 //! ([`MoldCounters::definitions_dropped`]; the conductor logs it). The conductor drains the queue every pass
 //! (before it answers handshakes) into its `Symbology`: `instrument_id` = the stock locate, the symbol without
 //! its padding, tick 0.0001 (`mdfan_feed::itch::stock_definition`'s definition: prices print with ITCH's 4
@@ -44,9 +44,10 @@ use std::sync::Arc;
 use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Records, Symbol, PRICE4_TICK_E9};
 use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
 use mdfan_lines::{realtime_ns, LineError, LineSocket, SourceCounts, StampKind};
-use mdfan_wire::{BookUpdate, InstrumentDef, Symbology};
+use mdfan_wire::{BookUpdate, InstrumentDef};
 
-use crate::config::{LinesSection, MoldStart};
+use crate::config::{LineRole, LinesSection, MoldStart};
+use crate::definitions::{DefinitionEntry, DefinitionSender};
 use crate::journal::JournalWriter;
 use crate::live::Step;
 
@@ -56,7 +57,7 @@ const POLL_BUDGET: usize = 16;
 /// their length), each up to three records.
 const POLL_RECORDS: usize = POLL_BUDGET * 115 * 3;
 
-/// Entries the Stock Directory queue ([`directory_queue`]) holds: one per possible stock locate (a u16), so a
+/// Entries the definition queue ([`crate::definitions::definition_queue`]) holds for a live ITCH feed: one per possible stock locate (a u16), so a
 /// whole day's directory (the `R` messages come in a burst before the open, one per locate) fits even if the
 /// conductor drained none of it meanwhile. 10 bytes each: 640 KiB, allocated when the feed opens.
 pub const DIRECTORY_QUEUE_ENTRIES: usize = 1 << 16;
@@ -79,51 +80,6 @@ impl DirectoryEntry {
             tick_size_e9: PRICE4_TICK_E9,
             ..InstrumentDef::new(u32::from(self.stock_locate), Symbol(self.stock).as_str())
         }
-    }
-}
-
-/// A Stock Directory queue of `entries` entries, allocated here: the feed thread's end and the conductor's.
-pub fn directory_queue(entries: usize) -> (DirectorySender, DirectoryReceiver) {
-    let (tx, rx) = rtrb::RingBuffer::new(entries);
-    (DirectorySender { tx, dropped: 0 }, DirectoryReceiver { rx })
-}
-
-/// The feed thread's end of the Stock Directory queue ([module docs](self)).
-pub struct DirectorySender {
-    tx: rtrb::Producer<DirectoryEntry>,
-    dropped: u64,
-}
-
-impl DirectorySender {
-    /// Hands `entry` on without waiting: if the queue is full it is dropped and counted.
-    #[inline]
-    pub fn send(&mut self, entry: DirectoryEntry) {
-        if self.tx.push(entry).is_err() {
-            self.dropped += 1;
-        }
-    }
-
-    /// Entries dropped so far because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
-}
-
-/// The conductor's end of the Stock Directory queue ([module docs](self)).
-pub struct DirectoryReceiver {
-    rx: rtrb::Consumer<DirectoryEntry>,
-}
-
-impl DirectoryReceiver {
-    /// Inserts the definition of every entry waiting into `symbology`, in the order they came (a later entry of
-    /// the same stock locate replaces the earlier definition); returns how many.
-    pub fn drain_into(&mut self, symbology: &mut Symbology) -> usize {
-        let mut n = 0;
-        while let Ok(entry) = self.rx.pop() {
-            symbology.insert(entry.definition());
-            n += 1;
-        }
-        n
     }
 }
 
@@ -354,7 +310,7 @@ impl MoldReport {
 struct Sink<'a> {
     normalizer: &'a mut ItchNormalizer,
     pending: &'a mut Vec<BookUpdate>,
-    directory: &'a mut DirectorySender,
+    directory: &'a mut DefinitionSender,
     request: Option<&'a UdpSocket>,
     send_errors: &'a mut u64,
     decode_errors: &'a mut u64,
@@ -367,7 +323,8 @@ impl Sink<'_> {
             SessionEvent::Message { seq, ts_recv_ns, message, .. } => match decode_message(message, 0) {
                 Ok(m) => {
                     if let Body::StockDirectory(d) = &m.body {
-                        self.directory.send(DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 });
+                        let entry = DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 };
+                        self.directory.send(DefinitionEntry::Stock(entry));
                     }
                     let mut records = Records::default();
                     self.normalizer.normalize_at(&m, seq, ts_recv_ns, seq, &mut records);
@@ -419,7 +376,7 @@ pub struct LiveItch {
     normalizer: ItchNormalizer,
     pending: Vec<BookUpdate>,
     /// Stock Directory messages to the conductor.
-    directory: DirectorySender,
+    directory: DefinitionSender,
     head: usize,
     counters: Arc<MoldCounters>,
     end_after_idle_ns: u64,
@@ -453,12 +410,17 @@ impl LiveItch {
         lines: &LinesSection,
         midnight_ns: u64,
         ts_recv_clock: crate::TsRecvClockCell,
-        directory: DirectorySender,
+        directory: DefinitionSender,
     ) -> Result<LiveItch, LineError> {
-        let line = |l| lines.line_config(l);
-        let mut socks = vec![LineSocket::open(&line(&lines.a)).map_err(|e| crate::live::in_config(e, lines))?];
+        let a = lines.a.as_ref().expect("the config requires lines.a for a live feed");
+        let keys = crate::live::LineKeys::new(lines).with(a, "lines.a", LineRole::A).with_opt(
+            lines.b.as_ref(),
+            "lines.b",
+            LineRole::B,
+        );
+        let mut socks = vec![LineSocket::open(&lines.line_config(a, LineRole::A)).map_err(|e| keys.name(e))?];
         if let Some(b) = &lines.b {
-            socks.push(LineSocket::open(&line(b)).map_err(|e| crate::live::in_config(e, lines))?);
+            socks.push(LineSocket::open(&lines.line_config(b, LineRole::B)).map_err(|e| keys.name(e))?);
         }
         for s in &socks {
             if s.rcvbuf_bytes() < lines.rcvbuf_bytes {
@@ -505,7 +467,7 @@ impl LiveItch {
         counters.hw.set(socks.iter().zip(["a", "b"]).map(|(s, n)| (n, s)).collect());
         Ok(LiveItch {
             lines: socks,
-            sources: [lines.a.sources.clone(), lines.b.as_ref().map_or_else(Vec::new, |b| b.sources.clone())],
+            sources: [a.sources.clone(), lines.b.as_ref().map_or_else(Vec::new, |b| b.sources.clone())],
             foreign_sources: Default::default(),
             logged_foreign: 0,
             request,
@@ -788,7 +750,7 @@ mod tests {
 
     #[test]
     fn skipped_messages_reach_the_report_line_by_type_with_the_first_ones_sequence_number() {
-        let (mut directory, _rx) = directory_queue(4);
+        let (mut directory, _rx) = crate::definitions::definition_queue(4);
         let (mut normalizer, mut pending) = (ItchNormalizer::new(0, 16), Vec::new());
         let (mut send_errors, mut decode_errors, mut stale_records) = (0, 0, 0);
         let mut sink = Sink {
@@ -837,9 +799,10 @@ mod tests {
 
     #[test]
     fn the_conductor_drain_replaces_a_locates_symbol_and_a_full_queue_drops_and_counts() {
-        let (mut tx, mut rx) = directory_queue(3);
-        let entry = |locate, stock: &[u8; 8]| DirectoryEntry { stock_locate: locate, stock: *stock };
-        let mut symbology = Symbology::new();
+        let (mut tx, mut rx) = crate::definitions::definition_queue(3);
+        let entry =
+            |locate, stock: &[u8; 8]| DefinitionEntry::Stock(DirectoryEntry { stock_locate: locate, stock: *stock });
+        let mut symbology = mdfan_wire::Symbology::new();
         assert_eq!(rx.drain_into(&mut symbology), 0);
         tx.send(entry(6514, b"FB      "));
         tx.send(entry(5528, b"IVOO    "));

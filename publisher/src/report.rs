@@ -197,8 +197,9 @@ pub struct RunReport {
     pub end: CloseReason,
     /// With `end` [`CloseReason::FeedError`]: the feed's error (file, record, byte offset, what was wrong).
     pub feed_error: Option<String>,
-    /// A live feed's counters at the end (lines, arbitration, losses, decoding); `None` for a file.
-    pub live: Option<crate::live::LiveReport>,
+    /// A live MDP 3.0 feed's counters at the end (lines, arbitration, losses, decoding), one per channel in
+    /// config order; empty for another feed.
+    pub live: Vec<crate::live::LiveReport>,
     /// A live ITCH 5.0 feed's MoldUDP64 counters at the end (packets, gaps, requests, holes); `None` otherwise.
     pub moldudp64: Option<crate::live_itch::MoldReport>,
     /// A LOBSTER replay's check (messages, order-book rows checked); `None` otherwise.
@@ -249,7 +250,7 @@ mod tests {
             decode_to_post_buckets_ns: Vec::new(),
             end: CloseReason::EndOfStream,
             feed_error: None,
-            live: None,
+            live: Vec::new(),
             moldudp64: None,
             lobster: None,
         }

@@ -178,7 +178,7 @@ fn two_percent_loss_on_each_line_reaches_two_subscribers_and_a_late_joiner_exact
     let [la, lb] = &summary.lines;
     // Seed 13: 100 packets lost on A, 114 on B, none on both (mdfan-feedsim's own test pins these).
     assert_eq!((la.dropped, lb.dropped), (100, 114));
-    let live = report.live.expect("a live feed reports its lines");
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
     assert_eq!(live.datagrams, [PACKETS - 100, PACKETS - 114], "everything sent was read");
     assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "every packet once, from one line or the other");
     assert!(live.delivered[0] > 0 && live.delivered[1] > 0);
@@ -239,7 +239,7 @@ fn copies_cut_short_on_line_a_are_refused_so_the_whole_copies_win() {
     );
     let [la, lb] = &summary.lines;
     assert_eq!((la.dropped, lb.dropped), (0, 0));
-    let live = report.live.expect("a live feed reports its lines");
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
     assert_eq!(live.datagrams, [PACKETS + 100, PACKETS], "{}", live.line());
     assert_eq!(live.refused, [100, 0], "{}", live.line());
     assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());
@@ -278,7 +278,7 @@ fn forty_packets_lost_on_both_lines_go_stale_then_market_recovery_rebuilds_every
         "",
     );
     assert_eq!(summary.lines[0].dropped_by_seq, 40);
-    let live = report.live.expect("a live feed reports its lines");
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
     assert_eq!((live.gap_seqs, live.gap_runs), (40, 1));
     assert_eq!(live.delivered[0] + live.delivered[1], PACKETS - 40);
     // The 29 carried before the hole, and those first seen after it until a loop covered the channel (at least
@@ -310,7 +310,7 @@ fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
         &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
         "",
     );
-    let live = report.live.expect("a live feed reports its lines");
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
     assert_eq!((live.recovered, live.stale_now, live.recovery_timeouts), (0, 39, 1));
     assert_eq!(live.snapshot_packets, 0, "the feed never answered");
     assert_eq!(report.end, CloseReason::EndOfStream, "the stream still ends normally");
@@ -370,7 +370,7 @@ fn lines_that_go_quiet_mid_capture_are_reported_silent_then_live_and_the_books_s
         &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
         "silent_after_ms = 500\n",
     );
-    let live = report.live.expect("a live feed reports its lines");
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
     assert_eq!((live.silences, live.silent_now, live.refused), (2, 1, [STRAYS, 0]), "{}", live.line());
     assert!(live.line().contains(" seq_resets=0 silences=2 silent_now=1 "), "{}", live.line());
     assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());

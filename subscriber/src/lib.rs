@@ -152,9 +152,9 @@ pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler, T
 pub use mdfan_wire::control::{BookKind, Bye, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
-    Book, BookCapacity, BookError, BookUpdate, Books, FeedHealth, FeedState, HotBook, HotBooks, InstrumentDef,
-    InstrumentStatus, Kind, Level, LevelIter, MbpBook, MbpBooks, MbpError, MbpLevel, RestingOrder, Side, StaleBook,
-    Status, StatusKind, Symbology, TradingStates, CHANNEL_INSTRUMENT_ID, MBP_DEPTH,
+    mdp3_venue_position, venue_position, Book, BookCapacity, BookError, BookUpdate, Books, FeedHealth, FeedState,
+    HotBook, HotBooks, InstrumentDef, InstrumentStatus, Kind, Level, LevelIter, MbpBook, MbpBooks, MbpError, MbpLevel,
+    RestingOrder, Side, StaleBook, Status, StatusKind, Symbology, TradingStates, CHANNEL_INSTRUMENT_ID, MBP_DEPTH,
 };
 
 /// How to reach the publisher and what ring to offer it.

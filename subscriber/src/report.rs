@@ -1,6 +1,6 @@
 //! The text `mdfan-subscribe` prints: one key=value line per instrument, top levels, latency percentiles.
 
-use mdfan_wire::{Book, InstrumentStatus, Level, MbpBook, MbpLevel, Side, Symbology};
+use mdfan_wire::{Book, BookUpdate, InstrumentStatus, Level, MbpBook, MbpLevel, Side, Symbology};
 
 use hdrhistogram::Histogram;
 
@@ -80,7 +80,8 @@ fn mbp_level(symbology: &Symbology, instrument_id: u32, l: Option<MbpLevel>) -> 
 /// A price-level (MBP) book: `instrument=174969 book=mbp records=731 gaps=0 last_seq=17352799 stale=false
 /// levels_bid=10 levels_ask=10 bbo=7580.50x8/7581.50x19` (`symbol=` after the id when the symbology knows it):
 /// `records` counts the level, clear and stale records of this instrument, `gaps` the stream's seq jumps,
-/// `last_seq` the venue sequence (MDP 3.0 `MsgSeqNum`) of the last one, `stale` whether the venue feed lost updates
+/// `last_seq` the venue sequence (MDP 3.0 `MsgSeqNum`; `CHANNEL:MsgSeqNum` on a channel with an id) of the last
+/// one, `stale` whether the venue feed lost updates
 /// of it that no recovery has replaced yet, `levels_*` the positions known (of 10). Prices are printed exactly, at
 /// the instrument's precision: MDP 3.0's mantissa x 10^-7 times the display factor when the symbology has one, else
 /// mantissa x 10^-7 as the venue sent it.
@@ -88,11 +89,16 @@ pub fn mbp_summary_line(symbology: &Symbology, book: &MbpBook, gaps: u64) -> Str
     let (bid, ask) = book.bbo();
     let id = book.instrument_id();
     let known = |side| book.top(side, mdfan_wire::mbp::MBP_DEPTH).iter().filter(|l| l.is_some()).count();
+    // A channel of a publisher of several MDP 3.0 channels: its id, then its MsgSeqNum alone.
+    let pos = BookUpdate { venue_pos: book.last_venue_pos(), ..BookUpdate::control(mdfan_wire::Kind::NoAction) };
+    let last_seq = match pos.venue_channel() {
+        0 => book.last_venue_seq().to_string(),
+        channel => format!("{}:{}", channel, pos.msg_seq_num()),
+    };
     format!(
-        "{} book=mbp records={} gaps={gaps} last_seq={} stale={} levels_bid={} levels_ask={} bbo={}/{}",
+        "{} book=mbp records={} gaps={gaps} last_seq={last_seq} stale={} levels_bid={} levels_ask={} bbo={}/{}",
         instrument_text(symbology, id),
         book.records(),
-        book.last_venue_seq(),
         book.is_stale(),
         known(Side::Bid),
         known(Side::Ask),

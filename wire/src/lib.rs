@@ -30,8 +30,8 @@ pub use book::{Book, BookError, Books, Level};
 pub use hot_book::{BookCapacity, HotBook, HotBooks, LevelIter, RestingOrder};
 pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
 pub use record::{
-    flags, mdp3_venue_position, venue_position, BookUpdate, FeedState, Kind, Side, StaleBook, Status, StatusKind, VenueRun,
-    CHANNEL_INSTRUMENT_ID, VENUE_CHANNEL_SHIFT, VENUE_SEQ_MAX,
+    flags, mdp3_venue_position, venue_position, BookUpdate, FeedState, Kind, Side, StaleBook, Status, StatusKind,
+    VenueRun, CHANNEL_INSTRUMENT_ID, VENUE_CHANNEL_SHIFT, VENUE_SEQ_MAX,
 };
 pub use status::{FeedHealth, InstrumentStatus, TradingStates};
 pub use symbology::{InstrumentDef, Symbology};

@@ -128,10 +128,10 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     for line in report.sessions.iter().filter_map(|s| s.send_completion_line()) {
         out!("{line}");
     }
-    if let Some(live) = &report.live {
+    for live in &report.live {
         out!("{}", live.line());
         for l in &live.hw {
-            out!("lines {l}");
+            out!("lines channel={} {l}", live.channel);
         }
     }
     if let Some(mold) = &report.moldudp64 {

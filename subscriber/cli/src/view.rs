@@ -39,8 +39,9 @@ pub struct View {
     books: Books,
     mbp: MbpBooks,
     statuses: TradingStates,
-    /// The live feed's silences (`FeedStatus` records).
-    feed: FeedHealth,
+    /// The live feed's silences (`FeedStatus` records), per channel (its id in the venue position; 0 for a
+    /// feed of one unnamed channel).
+    feed: std::collections::BTreeMap<u16, FeedHealth>,
     /// Instruments whose order book an order-level feed marked stale (ITCH); kept across a reconnect, as nothing
     /// the publisher sends clears them.
     unsynced: BTreeSet<u32>,
@@ -67,7 +68,7 @@ impl View {
             books: Books::new(),
             mbp: MbpBooks::with_capacity(MBP_INSTRUMENTS),
             statuses: TradingStates::new(),
-            feed: FeedHealth::default(),
+            feed: std::collections::BTreeMap::new(),
             unsynced: BTreeSet::new(),
             checkpoints,
             bbo,
@@ -99,7 +100,7 @@ impl View {
     pub fn record(&mut self, r: &BookUpdate, stale: bool, out: &mut Vec<String>) {
         // A feed status is about the lines, not a book: not counted as a book record (nor as a checkpoint's).
         if r.kind() == Some(Kind::FeedStatus) {
-            if self.feed.apply(r) {
+            if self.feed.entry(r.venue_channel()).or_default().apply(r) {
                 out.push(feed_status_line(r));
             }
             return;
@@ -257,8 +258,9 @@ impl View {
         for (id, status) in self.statuses.iter() {
             lines.push(status_line(&self.symbology, id, status));
         }
-        if self.feed.silences > 0 {
-            lines.push(format!("feed silences={} silent_at_end={}", self.feed.silences, self.feed.silent));
+        for (channel, feed) in self.feed.iter().filter(|(_, f)| f.silences > 0) {
+            let ch = if *channel == 0 { String::new() } else { format!(" channel={channel}") };
+            lines.push(format!("feed{ch} silences={} silent_at_end={}", feed.silences, feed.silent));
         }
         if self.stale_records > 0 || self.mbp.iter().any(|b| b.is_stale()) {
             let stale_now = self.mbp.iter().filter(|b| b.is_stale()).count() + self.unsynced.len();
@@ -269,18 +271,23 @@ impl View {
 }
 
 /// `feed_silent seq=.. last_datagram_ns=.. silent_after_ms=.. silences=..` or `feed_live seq=.. at_ns=..
-/// silence_ms=.. silences=..`, with ` snapshot=true` for a snapshot's copy (the state when the subscriber joined).
+/// silence_ms=.. silences=..` (with ` channel=ID` after the word for a channel with an id), with
+/// ` snapshot=true` for a snapshot's copy (the state when the subscriber joined).
 fn feed_status_line(r: &BookUpdate) -> String {
+    let ch = match r.venue_channel() {
+        0 => String::new(),
+        id => format!(" channel={id}"),
+    };
     let line = match r.feed_state() {
         Some(FeedState::Silent) => format!(
-            "feed_silent seq={} last_datagram_ns={} silent_after_ms={} silences={}",
+            "feed_silent{ch} seq={} last_datagram_ns={} silent_after_ms={} silences={}",
             r.seq,
             r.ts_event_ns,
             r.order_id / 1_000_000,
             r.size
         ),
         _ => format!(
-            "feed_live seq={} at_ns={} silence_ms={} silences={}",
+            "feed_live{ch} seq={} at_ns={} silence_ms={} silences={}",
             r.seq,
             r.ts_event_ns,
             r.order_id / 1_000_000,
@@ -479,5 +486,22 @@ mod tests {
         assert_eq!(view.final_lines(0, 1), ["feed silences=1 silent_at_end=true"]);
         assert!(view.books.iter_sorted().is_empty() && view.mbp.is_empty(), "no book made");
         assert_eq!(view.book_records, 0, "a feed status is not a book record");
+        // A channel of a publisher of several: named, and kept apart from the others.
+        let pos = mdfan_subscriber::mdp3_venue_position(311, 17_347_900, 0);
+        let other = BookUpdate {
+            seq: 6,
+            venue_pos: pos,
+            ..BookUpdate::feed_status(FeedState::Silent, 2_000, 5_000_000_000, 1)
+        };
+        assert_eq!(
+            run(&mut view, &[other]),
+            ["feed_silent channel=311 seq=6 last_datagram_ns=2000 silent_after_ms=5000 silences=1"]
+        );
+        let live = BookUpdate { seq: 7, ..live };
+        run(&mut view, &[live]);
+        assert_eq!(
+            view.final_lines(0, 1),
+            ["feed silences=1 silent_at_end=false", "feed channel=311 silences=1 silent_at_end=true"]
+        );
     }
 }
