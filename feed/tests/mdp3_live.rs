@@ -70,6 +70,8 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig, SocketAddrV4)) -> Outcome {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: None,
     };
     tweak(&mut cfg, snapshot_feed.local_addr());
@@ -81,7 +83,7 @@ fn run_live(tweak: impl FnOnce(&mut SimConfig, SocketAddrV4)) -> Outcome {
     let mut buf = vec![0u8; 65_536];
     let mut book_errors = Vec::new();
     let summary = std::thread::scope(|s| {
-        let mut sim = Some(s.spawn(|| run(&cfg, &mut Mdp3, &shutdown)));
+        let mut sim = Some(s.spawn(|| run(&cfg, &mut Mdp3::default(), &shutdown)));
         let mut summary: Option<Summary> = None;
         let start = Instant::now();
         loop {

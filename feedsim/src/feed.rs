@@ -37,12 +37,20 @@ pub struct RecoveryConfig {
     pub linger_ms: u64,
     /// Keep the state but send nothing: a recovery channel that never answers (tests).
     pub silent: bool,
+    /// Where multicast goes ([`crate::run`] sets it from [`crate::SimConfig::multicast`]).
+    pub multicast: crate::sender::MulticastScope,
 }
 
 impl RecoveryConfig {
     /// Sending to `addr` with the default interval and linger, not silent.
     pub fn new(addr: SocketAddrV4) -> Self {
-        RecoveryConfig { addr, interval_ms: DEFAULT_INTERVAL_MS, linger_ms: DEFAULT_LINGER_MS, silent: false }
+        RecoveryConfig {
+            addr,
+            interval_ms: DEFAULT_INTERVAL_MS,
+            linger_ms: DEFAULT_LINGER_MS,
+            silent: false,
+            multicast: crate::sender::MulticastScope::Loopback,
+        }
     }
 }
 
@@ -83,6 +91,12 @@ pub trait Feed {
         None
     }
 
+    /// Changes the capture before the run is planned (every line, the recovery server's view included). The
+    /// default leaves it as read.
+    fn rewrite_capture(&self, capture: &mut crate::Capture) {
+        let _ = capture;
+    }
+
     /// Opens the feed's recovery server as `cfg` asks ([`crate::run`] calls it when
     /// [`crate::SimConfig::recovery`] is set, and then serves it through [`Feed::recovery`]).
     ///
@@ -94,10 +108,15 @@ pub trait Feed {
     }
 }
 
-/// CME Globex MDP 3.0 incremental feed: `MsgSeqNum` is payload bytes 0..4 (u32 LE); packets pass through.
-/// Market recovery: [`Feed::open_recovery`] opens the snapshot feed ([`Mdp3SnapshotServer`]).
+/// CME Globex MDP 3.0 incremental feed: `MsgSeqNum` is payload bytes 0..4 (u32 LE); packets pass through,
+/// their `SecurityID`s moved by `security_id_offset` (a capture played as a second channel with other ids;
+/// [`mdfan_feed::mdp3::map_security_ids`]; a packet that does not decode is played as captured). Market recovery:
+/// [`Feed::open_recovery`] opens the snapshot feed ([`Mdp3SnapshotServer`]), built from the packets as played.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Mdp3;
+pub struct Mdp3 {
+    /// Added to every `SecurityID` of the capture (0: as captured).
+    pub security_id_offset: i32,
+}
 
 impl Feed for Mdp3 {
     fn name(&self) -> &'static str {
@@ -108,8 +127,38 @@ impl Feed for Mdp3 {
         Mdp3Seq.seq(payload)
     }
 
+    fn rewrite_capture(&self, capture: &mut crate::Capture) {
+        if self.security_id_offset == 0 {
+            return;
+        }
+        let offset = self.security_id_offset;
+        for p in &mut capture.packets {
+            let _ = mdfan_feed::mdp3::map_security_ids(&mut p.payload, |id| id.wrapping_add(offset));
+        }
+    }
+
     fn open_recovery(&self, cfg: &RecoveryConfig) -> Result<Box<dyn RecoveryServer>, SimError> {
         Ok(Box::new(Mdp3SnapshotServer::open(cfg)?))
+    }
+}
+
+/// Several recovery servers served as one (the snapshot feed and a definition loop): each sees every packet and
+/// is polled in turn.
+pub(crate) struct Servers(pub(crate) Vec<Box<dyn RecoveryServer>>);
+
+impl RecoveryServer for Servers {
+    fn published(&mut self, seq: u64, payload: &[u8]) {
+        for s in &mut self.0 {
+            s.published(seq, payload);
+        }
+    }
+
+    fn poll(&mut self, now_ns: u64) -> std::io::Result<usize> {
+        let mut sent = 0;
+        for s in &mut self.0 {
+            sent += s.poll(now_ns)?;
+        }
+        Ok(sent)
     }
 }
 
@@ -138,5 +187,9 @@ impl Feed for WithRecovery<'_> {
 
     fn recovery(&mut self) -> Option<&mut dyn RecoveryServer> {
         Some(self.server.as_mut())
+    }
+
+    fn rewrite_capture(&self, capture: &mut crate::Capture) {
+        self.feed.rewrite_capture(capture);
     }
 }

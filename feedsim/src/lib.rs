@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod definitions;
 pub mod feed;
 pub mod impair;
 pub mod itch;
@@ -37,11 +38,12 @@ use std::time::{Duration, Instant};
 use mdfan_lines::Line;
 
 pub use capture::{read_capture, Capture, CaptureError, UdpPacket};
+pub use definitions::{DefinitionLoop, DefinitionsConfig};
 pub use feed::{Feed, Mdp3, RecoveryConfig, RecoveryServer};
 pub use impair::{plan_line, Impairment, LinePlan};
 pub use itch::{EncoderStats, ItchEncoder};
 pub use moldudp64::{MoldFramer, MoldItch, MoldRetransmitServer, RetransmitOptions, Session};
-pub use sender::{LineSender, SendError};
+pub use sender::{LineSender, MulticastScope, SendError};
 
 /// Everything a run needs.
 #[derive(Debug, Clone)]
@@ -68,6 +70,11 @@ pub struct SimConfig {
     pub drop_seqs: Option<(u64, u64)>,
     /// The feed's recovery server (MDP 3.0: the snapshot feed); `None`: no recovery channel.
     pub recovery: Option<RecoveryConfig>,
+    /// Where multicast goes ([`MulticastScope`]): the loopback interface (default), or a test's own network
+    /// namespace's routes.
+    pub multicast: MulticastScope,
+    /// An MDP 3.0 instrument definition loop ([`definitions`]); `None`: none.
+    pub definitions: Option<DefinitionsConfig>,
 }
 
 /// A run failed.
@@ -188,6 +195,8 @@ pub struct Plan {
     /// Line A's packets (indices into the capture), in file order: the published stream a recovery server sees,
     /// before impairment.
     pub published: Vec<usize>,
+    /// Where multicast goes.
+    pub multicast: MulticastScope,
 }
 
 fn check_fraction(what: &'static str, value: f64) -> Result<(), SimError> {
@@ -216,7 +225,8 @@ fn check_config(cfg: &SimConfig) -> Result<(), SimError> {
 /// Reads the capture and plans the run: picks the lines' groups, applies the impairment model, orders the sends.
 pub fn plan(cfg: &SimConfig, feed: &dyn Feed) -> Result<Plan, SimError> {
     check_config(cfg)?;
-    let capture = read_capture(&cfg.pcap)?;
+    let mut capture = read_capture(&cfg.pcap)?;
+    feed.rewrite_capture(&mut capture);
     let groups = capture.groups();
     let pick = |want: Option<SocketAddrV4>, nth: usize, name: &str| -> Result<SocketAddrV4, SimError> {
         let err = |detail: String| SimError::Groups { pcap: cfg.pcap.clone(), detail, groups: groups.clone() };
@@ -273,7 +283,7 @@ pub fn plan_capture(cfg: &SimConfig, feed: &dyn Feed, capture: Capture, group: [
     });
     // Stable: line A's sends come first in `events`, so A wins a tie.
     events.sort_by_key(|e| e.ts_ns);
-    Plan { capture, events, lines, published }
+    Plan { capture, events, lines, published, multicast: cfg.multicast }
 }
 
 /// What a run did.
@@ -293,6 +303,8 @@ pub struct Summary {
     pub interrupted: bool,
     /// Datagrams the recovery server sent (linger included); `None` without one.
     pub recovery_sent: Option<u64>,
+    /// Packets the instrument definition loop sent (linger included); `None` without one.
+    pub definitions_sent: Option<u64>,
 }
 
 impl fmt::Display for Summary {
@@ -313,6 +325,9 @@ impl fmt::Display for Summary {
         )?;
         if let Some(n) = self.recovery_sent {
             write!(f, " recovery_sent={n}")?;
+        }
+        if let Some(n) = self.definitions_sent {
+            write!(f, " definitions_sent={n}")?;
         }
         Ok(())
     }
@@ -361,7 +376,10 @@ pub fn linger(feed: &mut dyn Feed, linger: Duration, shutdown: &AtomicBool) -> R
 /// Sends a plan: each datagram at `start + (ts - first ts) / speed` (at once with speed 0). Stops early when
 /// `shutdown` is set.
 pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) -> Result<Summary, SimError> {
-    let senders = [LineSender::open("A", plan.lines[0].dest)?, LineSender::open("B", plan.lines[1].dest)?];
+    let senders = [
+        LineSender::open_scoped("A", plan.lines[0].dest, plan.multicast)?,
+        LineSender::open_scoped("B", plan.lines[1].dest, plan.multicast)?,
+    ];
     let mut lines = plan.lines;
     let planned = [lines[0].sent, lines[1].sent];
     lines[0].sent = 0;
@@ -414,6 +432,7 @@ pub fn play(plan: Plan, speed: f64, feed: &mut dyn Feed, shutdown: &AtomicBool) 
         elapsed: start.elapsed(),
         interrupted,
         recovery_sent: feed.recovery().map(|_| recovery_sent),
+        definitions_sent: None,
     })
 }
 
@@ -444,11 +463,32 @@ fn play_with_recovery(
     feed: &mut dyn Feed,
     shutdown: &AtomicBool,
 ) -> Result<Summary, SimError> {
-    let Some(rc) = &cfg.recovery else { return play(p, cfg.speed, feed, shutdown) };
-    let server = feed.open_recovery(rc)?;
+    let mut servers: Vec<Box<dyn RecoveryServer>> = Vec::new();
+    let mut linger_ms = 0;
+    if let Some(rc) = &cfg.recovery {
+        servers.push(feed.open_recovery(&RecoveryConfig { multicast: cfg.multicast, ..*rc })?);
+        linger_ms = rc.linger_ms;
+    }
+    let mut definitions_sent = None;
+    if let Some(dc) = &cfg.definitions {
+        let l = DefinitionLoop::open(dc, cfg.multicast)?;
+        definitions_sent = Some(l.packets_sent());
+        servers.push(Box::new(l));
+        linger_ms = linger_ms.max(feed::DEFAULT_LINGER_MS);
+    }
+    if servers.is_empty() {
+        return play(p, cfg.speed, feed, shutdown);
+    }
+    let server: Box<dyn RecoveryServer> =
+        if servers.len() == 1 { servers.pop().expect("one") } else { Box::new(feed::Servers(servers)) };
     let mut with = feed::WithRecovery { feed, server };
     let mut summary = play(p, cfg.speed, &mut with, shutdown)?;
-    let lingered = linger(&mut with, Duration::from_millis(rc.linger_ms), shutdown)?;
-    summary.recovery_sent = summary.recovery_sent.map(|n| n + lingered);
+    let lingered = linger(&mut with, Duration::from_millis(linger_ms), shutdown)?;
+    let definitions = definitions_sent.map(|n| n.load(Ordering::Relaxed));
+    summary.recovery_sent = summary
+        .recovery_sent
+        .map(|n| (n + lingered).saturating_sub(definitions.unwrap_or(0)))
+        .filter(|_| cfg.recovery.is_some());
+    summary.definitions_sent = definitions;
     Ok(summary)
 }

@@ -18,7 +18,8 @@ use mdfan_feedsim::moldudp64::{
     SYNTH_GROUP_B,
 };
 use mdfan_feedsim::{
-    run, run_capture, Impairment, Mdp3, MoldItch, RecoveryConfig, RetransmitOptions, Session, SimConfig,
+    run, run_capture, DefinitionsConfig, Impairment, Mdp3, MoldItch, MulticastScope, RecoveryConfig, RetransmitOptions,
+    Session, SimConfig,
 };
 
 /// Plays the UDP datagrams of a pcap/pcapng capture onto lines A and B (multicast on 127.0.0.1 with TTL 0, or
@@ -110,6 +111,25 @@ struct Cli {
     /// The snapshot feed keeps its books but never sends (a recovery channel that never answers).
     #[arg(long, requires = "snapshot")]
     snapshot_silent: bool,
+    /// Add this to every SecurityID of the capture (its snapshot loop follows): the same capture played as a
+    /// second channel, with ids of its own.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, conflicts_with = "dbn")]
+    security_id_offset: i32,
+    /// Serve an MDP 3.0 instrument definition feed to this address (multicast group or 127.0.0.1:PORT): a loop
+    /// of MDInstrumentDefinitionFuture27, one per instrument of --definitions-symbols.
+    #[arg(long, value_name = "ADDR:PORT", requires = "definitions_symbols", conflicts_with = "dbn")]
+    definitions: Option<SocketAddrV4>,
+    /// The symbol file whose instruments the definition loop defines (security_id,symbol,display_factor,tick_size).
+    #[arg(long, value_name = "FILE", requires = "definitions")]
+    definitions_symbols: Option<PathBuf>,
+    /// Period of the definition loop, ms.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    definitions_interval_ms: u64,
+    /// Send multicast where this network namespace's routes send it, TTL 1, instead of on 127.0.0.1 with TTL 0:
+    /// only inside a network namespace of a test's own (refused in the initial one), as an exchange host joined
+    /// to a colo host by veth.
+    #[arg(long)]
+    netns_multicast: bool,
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -176,6 +196,8 @@ fn config(cli: &Cli, source: PathBuf, send_b: SocketAddrV4) -> SimConfig {
         seed: cli.seed,
         drop_seqs: cli.drop_seqs,
         recovery: None,
+        multicast: if cli.netns_multicast { MulticastScope::NamespaceRoutes } else { MulticastScope::Loopback },
+        definitions: None,
     }
 }
 
@@ -183,12 +205,16 @@ fn run_pcap(cli: &Cli, shutdown: &AtomicBool) -> Result<mdfan_feedsim::Summary, 
     let (Some(pcap), Some(send_b)) = (&cli.pcap, cli.send_b) else { unreachable!("clap requires both without --dbn") };
     let mut cfg = config(cli, pcap.clone(), send_b);
     cfg.recovery = cli.snapshot.map(|addr| RecoveryConfig {
-        addr,
         interval_ms: cli.snapshot_interval_ms,
         linger_ms: cli.snapshot_linger_ms,
         silent: cli.snapshot_silent,
+        ..RecoveryConfig::new(addr)
     });
-    Ok(run(&cfg, &mut Mdp3, shutdown)?)
+    if let (Some(addr), Some(symbols)) = (cli.definitions, &cli.definitions_symbols) {
+        let instruments = mdfan_feed::symbols::load_symbol_file(symbols)?.iter().cloned().collect();
+        cfg.definitions = Some(DefinitionsConfig { addr, instruments, interval_ms: cli.definitions_interval_ms });
+    }
+    Ok(run(&cfg, &mut Mdp3 { security_id_offset: cli.security_id_offset }, shutdown)?)
 }
 
 fn run_dbn(

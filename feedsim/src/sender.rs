@@ -1,5 +1,10 @@
 //! Where a line's datagrams go: a multicast group sent on the loopback interface with TTL 0, or a unicast
 //! address on loopback. No other destination is accepted: the simulator never sends off this machine.
+//!
+//! One exception, for tests that stand in for an exchange and a colo host with network namespaces joined by
+//! veth ([`MulticastScope::NamespaceRoutes`]): multicast sent where the calling thread's namespace routes it,
+//! with TTL 1, and only from a thread that is not in the initial network namespace (pid 1's), which is checked
+//! when the socket opens. Such a namespace reaches only what the test joined it to.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -11,6 +16,15 @@ pub enum SendError {
     /// Not a multicast group and not a loopback address.
     #[error("line {line} destination {dest}: only a multicast group (sent on 127.0.0.1 with TTL 0) or a loopback address (127.0.0.0/8) is allowed")]
     NotLocal {
+        /// "A" or "B".
+        line: &'static str,
+        /// The destination given.
+        dest: SocketAddrV4,
+    },
+    /// [`MulticastScope::NamespaceRoutes`] asked for by a thread in the initial network namespace (or one whose
+    /// namespace cannot be told apart from it).
+    #[error("line {line} destination {dest}: multicast by the namespace's routes only from a network namespace of the test's own (this thread is in the initial one, or /proc does not say)")]
+    NotOwnNamespace {
         /// "A" or "B".
         line: &'static str,
         /// The destination given.
@@ -28,6 +42,26 @@ pub enum SendError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// Where multicast datagrams go (module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MulticastScope {
+    /// Out the loopback interface (`IP_MULTICAST_IF` 127.0.0.1), TTL 0: never off this host.
+    #[default]
+    Loopback,
+    /// Where the calling thread's network namespace routes the group, TTL 1: only from a thread outside the
+    /// initial network namespace.
+    NamespaceRoutes,
+}
+
+/// Whether the calling thread is in a network namespace other than pid 1's (`/proc/thread-self/ns/net` against
+/// `/proc/1/ns/net`); `false` when either cannot be read.
+pub fn in_own_netns() -> bool {
+    match (std::fs::read_link("/proc/thread-self/ns/net"), std::fs::read_link("/proc/1/ns/net")) {
+        (Ok(mine), Ok(init)) => mine != init,
+        _ => false,
+    }
 }
 
 /// Refuses a destination that is neither a multicast group nor a loopback address.
@@ -51,12 +85,27 @@ impl LineSender {
     /// A socket for `dest`: multicast with `IP_MULTICAST_IF` 127.0.0.1, TTL 0 and loop on, or unicast to a
     /// loopback address.
     pub fn open(line: &'static str, dest: SocketAddrV4) -> Result<Self, SendError> {
+        Self::open_scoped(line, dest, MulticastScope::Loopback)
+    }
+
+    /// As [`LineSender::open`], multicast going where `scope` says (module docs).
+    pub fn open_scoped(line: &'static str, dest: SocketAddrV4, scope: MulticastScope) -> Result<Self, SendError> {
         let err = |what: &'static str| move |source| SendError::Socket { line, dest, what, source };
         check_dest(line, dest)?;
         let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(err("socket"))?;
         if dest.ip().is_multicast() {
-            sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).map_err(err("IP_MULTICAST_IF"))?;
-            sock.set_multicast_ttl_v4(0).map_err(err("IP_MULTICAST_TTL"))?;
+            match scope {
+                MulticastScope::Loopback => {
+                    sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).map_err(err("IP_MULTICAST_IF"))?;
+                    sock.set_multicast_ttl_v4(0).map_err(err("IP_MULTICAST_TTL"))?;
+                }
+                MulticastScope::NamespaceRoutes => {
+                    if !in_own_netns() {
+                        return Err(SendError::NotOwnNamespace { line, dest });
+                    }
+                    sock.set_multicast_ttl_v4(1).map_err(err("IP_MULTICAST_TTL"))?;
+                }
+            }
             sock.set_multicast_loop_v4(true).map_err(err("IP_MULTICAST_LOOP"))?;
         }
         Ok(Self { sock, line, dest, to: SockAddr::from(dest) })

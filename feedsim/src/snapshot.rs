@@ -215,13 +215,14 @@ pub struct Mdp3SnapshotServer {
 }
 
 impl Mdp3SnapshotServer {
-    /// A server sending to `cfg.addr` (loopback unicast, or multicast on 127.0.0.1 with TTL 0).
+    /// A server sending to `cfg.addr` (loopback unicast, or multicast as `cfg.multicast` says).
     ///
     /// # Errors
     /// [`SendError`] for another destination or a socket that cannot be opened.
     pub fn open(cfg: &RecoveryConfig) -> Result<Self, SendError> {
         crate::sender::check_dest("snapshot", cfg.addr)?;
-        let sender = if cfg.silent { None } else { Some(LineSender::open("snapshot", cfg.addr)?) };
+        let sender =
+            if cfg.silent { None } else { Some(LineSender::open_scoped("snapshot", cfg.addr, cfg.multicast)?) };
         Ok(Mdp3SnapshotServer {
             state: SnapshotState::default(),
             sender,

@@ -60,13 +60,15 @@ fn run_loopback(a: SocketAddrV4, b: SocketAddrV4, tweak: impl FnOnce(&mut SimCon
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: None,
     };
     tweak(&mut cfg);
     let shutdown = AtomicBool::new(false);
     let (mut seqs, mut gaps, mut unstamped, mut stamp_kinds) = (Vec::new(), Vec::new(), 0u64, Vec::new());
     let summary = std::thread::scope(|s| {
-        let mut sim = Some(s.spawn(|| run(&cfg, &mut Mdp3, &shutdown)));
+        let mut sim = Some(s.spawn(|| run(&cfg, &mut Mdp3::default(), &shutdown)));
         let mut summary: Option<Summary> = None;
         let start = Instant::now();
         loop {
@@ -249,9 +251,11 @@ fn a_truncated_capture_is_a_clear_error_naming_file_and_packet() {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: None,
     };
-    let err = mdfan_feedsim::plan(&cfg, &Mdp3).unwrap_err();
+    let err = mdfan_feedsim::plan(&cfg, &Mdp3::default()).unwrap_err();
     assert!(matches!(err, SimError::Capture(mdfan_feedsim::CaptureError::Packet { packet: 20, .. })), "{err:?}");
     assert_eq!(
         err.to_string(),
@@ -276,9 +280,11 @@ fn the_capture_plans_as_documented() {
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: None,
     };
-    let p = mdfan_feedsim::plan(&cfg, &Mdp3).unwrap();
+    let p = mdfan_feedsim::plan(&cfg, &Mdp3::default()).unwrap();
     assert_eq!(p.capture.packets.len(), 10_000);
     assert_eq!(p.capture.skipped, 0);
     assert_eq!(p.capture.groups(), vec!["224.0.31.11:14320".parse().unwrap(), "224.0.32.11:15320".parse().unwrap()]);
@@ -299,8 +305,8 @@ fn the_capture_plans_as_documented() {
 
     let mut bad = cfg.clone();
     bad.line_a = Some("224.0.31.12:14320".parse().unwrap());
-    let err = mdfan_feedsim::plan(&bad, &Mdp3).unwrap_err().to_string();
+    let err = mdfan_feedsim::plan(&bad, &Mdp3::default()).unwrap_err().to_string();
     assert!(err.ends_with("line A group 224.0.31.12:14320 has no packet; the capture's UDP destinations: 224.0.31.11:14320, 224.0.32.11:15320"), "{err}");
     bad.send_a = "10.1.2.3:9".parse().unwrap();
-    assert!(mdfan_feedsim::plan(&bad, &Mdp3).is_err());
+    assert!(mdfan_feedsim::plan(&bad, &Mdp3::default()).is_err());
 }

@@ -76,6 +76,8 @@ fn two_percent_loss_filled_by_retransmission_gives_every_seq_once_and_the_refere
         impair_b: Impairment::default(),
         seed: 7,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: Some(RecoveryConfig { linger_ms: 120_000, ..RecoveryConfig::new(retransmit) }),
     };
     let mut feed =

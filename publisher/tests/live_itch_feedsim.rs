@@ -128,6 +128,8 @@ fn play(die_after_seq: Option<u64>, retransmit_timeout_ms: u64, retries: u32) ->
         impair_b: Impairment::default(),
         seed: 7,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: Some(RecoveryConfig { linger_ms: 150_000, ..RecoveryConfig::new(retransmit) }),
     };
     let retransmit = RetransmitOptions { die_after_seq, ..RetransmitOptions::default() };

@@ -145,11 +145,13 @@ fn run_live(
         impair_b: Impairment::default(),
         seed: 1,
         drop_seqs: None,
+        multicast: Default::default(),
+        definitions: None,
         recovery: snapshot
             .map(|addr| RecoveryConfig { silent: recovery == Recovery::Silent, ..RecoveryConfig::new(addr) }),
     };
     tweak(&mut sim);
-    let summary = run(&sim, &mut Mdp3, &AtomicBool::new(false)).expect("the simulator plays the capture");
+    let summary = run(&sim, &mut Mdp3::default(), &AtomicBool::new(false)).expect("the simulator plays the capture");
     let late = subscribe(&endpoint, "late", None);
     let report = publisher.join().expect("publisher thread").expect("publisher run");
     let early = early.into_iter().map(|h| h.join().expect("subscriber thread")).collect();
