@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn namespace_routes_are_refused_from_the_initial_namespace() {
+    fn namespace_routes_are_refused_from_the_namespace_the_process_started_in() {
         if crate::sender::in_own_netns() {
             return; // a CI that runs in a namespace of its own: nothing to refuse here
         }

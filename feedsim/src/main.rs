@@ -126,7 +126,7 @@ struct Cli {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     definitions_interval_ms: u64,
     /// Send multicast where this network namespace's routes send it, TTL 1, instead of on 127.0.0.1 with TTL 0:
-    /// only inside a network namespace of a test's own (refused in the initial one), as an exchange host joined
+    /// only inside a network namespace of a test's own (refused in the one its parent runs in), as an exchange host joined
     /// to a colo host by veth.
     #[arg(long)]
     netns_multicast: bool,

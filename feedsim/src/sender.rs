@@ -3,8 +3,9 @@
 //!
 //! One exception, for tests that stand in for an exchange and a colo host with network namespaces joined by
 //! veth ([`MulticastScope::NamespaceRoutes`]): multicast sent where the calling thread's namespace routes it,
-//! with TTL 1, and only from a thread that is not in the initial network namespace (pid 1's), which is checked
-//! when the socket opens. Such a namespace reaches only what the test joined it to.
+//! with TTL 1, and only from a thread in a namespace made below the one the process was started from
+//! ([`in_own_netns`]), which is checked when the socket opens. Such a namespace reaches only what the test joined
+//! it to.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -21,9 +22,9 @@ pub enum SendError {
         /// The destination given.
         dest: SocketAddrV4,
     },
-    /// [`MulticastScope::NamespaceRoutes`] asked for by a thread in the initial network namespace (or one whose
-    /// namespace cannot be told apart from it).
-    #[error("line {line} destination {dest}: multicast by the namespace's routes only from a network namespace of the test's own (this thread is in the initial one, or /proc does not say)")]
+    /// [`MulticastScope::NamespaceRoutes`] asked for by a thread in the network namespace its process was started
+    /// from (or one [`in_own_netns`] cannot tell apart from it).
+    #[error("line {line} destination {dest}: multicast by the namespace's routes only from a network namespace of the test's own (this thread shares its parent processes' namespace, or /proc does not say)")]
     NotOwnNamespace {
         /// "A" or "B".
         line: &'static str,
@@ -50,18 +51,38 @@ pub enum MulticastScope {
     /// Out the loopback interface (`IP_MULTICAST_IF` 127.0.0.1), TTL 0: never off this host.
     #[default]
     Loopback,
-    /// Where the calling thread's network namespace routes the group, TTL 1: only from a thread outside the
-    /// initial network namespace.
+    /// Where the calling thread's network namespace routes the group, TTL 1: only from a thread in a namespace
+    /// of its own ([`in_own_netns`]).
     NamespaceRoutes,
 }
 
-/// Whether the calling thread is in a network namespace other than pid 1's (`/proc/thread-self/ns/net` against
-/// `/proc/1/ns/net`); `false` when either cannot be read.
+/// Whether the calling thread is in a network namespace someone made below the one this process was started
+/// from: its namespace (`/proc/thread-self/ns/net`) differs from its process's main thread's or from an
+/// ancestor process's (walking up the parents, `/proc/PID/stat`). `false` when that cannot be read, and for a
+/// process whose every ancestor shares its namespace (pid 1's namespace, as far as this can tell; pid 1 itself is
+/// often unreadable in a container).
 pub fn in_own_netns() -> bool {
-    match (std::fs::read_link("/proc/thread-self/ns/net"), std::fs::read_link("/proc/1/ns/net")) {
-        (Ok(mine), Ok(init)) => mine != init,
-        _ => false,
+    let ns = |path: &str| std::fs::read_link(path).ok();
+    let Some(mine) = ns("/proc/thread-self/ns/net") else { return false };
+    if ns("/proc/self/ns/net").is_some_and(|leader| leader != mine) {
+        return true;
     }
+    let mut pid = std::process::id();
+    for _ in 0..64 {
+        let Some(parent) = parent_pid(pid).filter(|p| *p > 0) else { return false };
+        match ns(&format!("/proc/{parent}/ns/net")) {
+            Some(theirs) if theirs != mine => return true,
+            Some(_) if parent > 1 => pid = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The parent of process `pid` (`/proc/PID/stat`'s fourth field, read after the command's closing parenthesis).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Refuses a destination that is neither a multicast group nor a loopback address.

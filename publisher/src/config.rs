@@ -1585,8 +1585,15 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         let text =
             if cfg!(feature = "verbs") { text } else { text.replace("provider = \"verbs\"", "provider = \"shm\"") };
         let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
+        let ch = c.mdp3_channels();
+        assert_eq!(ch.iter().map(|c| (c.id, c.definitions.is_some())).collect::<Vec<_>>(), [(310, true), (311, true)]);
         let l = c.lines.unwrap();
         assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
+        let nic = |line: &LineAddr, role| l.line_config(line, role).interface.to_string();
+        assert_eq!(
+            (nic(&ch[0].a, LineRole::A), nic(&ch[0].b, LineRole::B)),
+            ("192.0.2.10".into(), "198.51.100.10".into())
+        );
         // The ITCH examples: a file, and live from mdfan-feedsim's MoldUDP64 on loopback.
         let c = Config::load(&ops.join("itch.toml")).unwrap();
         assert!(c.feed.path.ends_with("12302019_SNIPPET.NASDAQ_ITCH50") && c.feed.path.exists(), "{c:?}");
