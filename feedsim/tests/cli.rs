@@ -176,3 +176,52 @@ fn a_dbn_file_plays_as_itch_over_moldudp64_on_both_lines() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("retransmission server address 192.0.2.1:9: only a loopback address"), "{err}");
 }
+
+/// `--definitions` serves the symbol file's instruments as an MDP 3.0 definition loop (the summary counts its
+/// packets); `--netns-multicast` from the namespace the test runs in is refused (exit 1, naming why): it is
+/// only for an exchange namespace a test made.
+#[test]
+fn a_definition_loop_defines_the_symbol_files_instruments_and_namespace_routing_is_refused_here() {
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sink.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let dest = sink.local_addr().unwrap().to_string();
+    let lines = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let lines = lines.local_addr().unwrap().to_string();
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &lines, "--send-b", &lines, "--speed", "0"])
+        .args([
+            "--security-id-offset",
+            "-100",
+            "--definitions",
+            &dest,
+            "--definitions-symbols",
+            "../ops/mdp3-symbols.csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let sent: u64 = text.split("definitions_sent=").nth(1).and_then(|t| t.trim().parse().ok()).expect(&text);
+    assert!(sent >= 1, "{text}");
+    let mut buf = [0u8; 2048];
+    let n = sink.recv(&mut buf).unwrap();
+    let mut defs = Vec::new();
+    mdfan_feed::mdp3::decode_definition_packet(&buf[..n], 0, |d| defs.push(d.instrument_def().unwrap())).unwrap();
+    let want = mdfan_feed::symbols::load_symbol_file(std::path::Path::new("../ops/mdp3-symbols.csv")).unwrap();
+    assert_eq!(
+        defs,
+        want.iter().cloned().collect::<Vec<_>>(),
+        "the symbol file as written (the offset moves the capture's ids only)"
+    );
+
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", "239.255.0.1:9", "--send-b", "239.255.0.2:9", "--netns-multicast"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("multicast by the namespace's routes only from a network namespace of the test's own"),
+        "{err}"
+    );
+}
