@@ -7,9 +7,9 @@
 //! Sources, each filling the same [`InstrumentDef`]:
 //! - DBN metadata symbol mappings (Databento docs, "Symbology": `stype_in` raw symbol → `stype_out`
 //!   instrument_id per date interval), decoded by `mdfan-feed` (`MboStream::symbology`).
-//! - A symbol file for CME MDP 3.0 (security id → symbol, display factor, tick size), parsed by `mdfan-feed`
-//!   (`feed::symbols`): the definition messages (template 54, CME "MDP 3.0 - Security Definition") come on
-//!   another channel than the incremental feed.
+//! - CME MDP 3.0 instrument definitions (schema v8 templates 27, 29, 41 on a channel's definition feed; CME "MDP
+//!   3.0 - Security Definition"), decoded by `mdfan-feed` (`mdp3::InstrumentDefinition::instrument_def`), or a
+//!   symbol file in their stead (security id → symbol, display factor, tick size; `feed::symbols`).
 //! - Nasdaq ITCH Stock Directory (`R`) messages: `mdfan_feed::itch::stock_directory` reads a file's, one
 //!   [`InstrumentDef`] per stock locate (tick 0.0001: ITCH's 4 decimals).
 //!
