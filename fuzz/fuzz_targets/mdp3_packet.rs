@@ -1,7 +1,9 @@
 //! CME MDP 3.0 packets from an untrusted network: the input is one UDP payload, decoded by
 //! `feed::mdp3::Mdp3Decoder` and its book entries normalised and applied to `MbpBooks`. A packet may be refused
 //! (`DecodeError`), a record may be refused (`MbpError`), nothing may panic. A refused packet must deliver no
-//! event and count as bad; an accepted one must count its messages by template exactly as it reports them.
+//! event and count as bad; an accepted one must count its messages by template exactly as it reports them. The
+//! simulator's `SecurityID` rewrite (`map_security_ids`) leaves a packet it refuses as it was, and what it writes
+//! decodes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -31,6 +33,16 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!((s.bad_packets, s.packets), (0, 1));
             assert_eq!(s.messages, u64::from(out.messages));
             assert!(s.templates.iter().sum::<u64>() <= s.messages);
+        }
+    }
+    let mut copy = data.to_vec();
+    match mdfan_feed::mdp3::map_security_ids(&mut copy, |id| id.wrapping_add(1) & i32::MAX) {
+        Err(_) => assert_eq!(copy, data, "a refused packet is left as it was"),
+        Ok(_) => {
+            let mut fresh = Mdp3Decoder::with_capacity(16);
+            if let Err(e) = fresh.decode_packet(&copy, 1, |_, _| {}) {
+                panic!("a rewritten packet does not decode: {e}");
+            }
         }
     }
 });
