@@ -1278,6 +1278,9 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             // The groups after the root end the message (MsgSize bounds it); none is read.
             let r = body.root(block_length, min)?;
             let security_id = r.security_id(55, "SecurityID")?;
+            if security_id == INT32_NULL {
+                return Err(r.ctx.err("SecurityID", 0, Problem::BadValue { value: security_id.into() }));
+            }
             let factor = r.i64(factor_at);
             let display_factor_e9 = match factor.checked_mul(PRICE_E7_TO_E9) {
                 Some(f) if f > 0 && factor != PRICE_NULL => f,

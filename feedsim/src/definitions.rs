@@ -51,7 +51,8 @@ pub fn definition_of(def: &InstrumentDef, total: u32) -> InstrumentDefinition {
         update_action: b'A',
         last_update_time_ns: 0,
         symbol_bytes,
-        security_id: def.instrument_id as i32,
+        // An id past Int32 goes out as null (receivers refuse it); the CLI refuses such a symbol file.
+        security_id: i32::try_from(def.instrument_id).unwrap_or(i32::MAX),
         min_price_increment_e9: (def.tick_size_e9 > 0).then_some(def.tick_size_e9),
         display_factor_e9: def.display_factor_e9,
     }

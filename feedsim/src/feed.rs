@@ -114,7 +114,8 @@ pub trait Feed {
 /// [`Feed::open_recovery`] opens the snapshot feed ([`Mdp3SnapshotServer`]), built from the packets as played.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Mdp3 {
-    /// Added to every `SecurityID` of the capture (0: as captured).
+    /// Added to every `SecurityID` of the capture (0: as captured); an id it would take past Int32 is left as
+    /// captured.
     pub security_id_offset: i32,
 }
 
@@ -133,7 +134,9 @@ impl Feed for Mdp3 {
         }
         let offset = self.security_id_offset;
         for p in &mut capture.packets {
-            let _ = mdfan_feed::mdp3::map_security_ids(&mut p.payload, |id| id.wrapping_add(offset));
+            let _ = mdfan_feed::mdp3::map_security_ids(&mut p.payload, |id| {
+                id.checked_add(offset).filter(|moved| (0..i32::MAX).contains(moved)).unwrap_or(id)
+            });
         }
     }
 

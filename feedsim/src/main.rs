@@ -113,7 +113,7 @@ struct Cli {
     snapshot_silent: bool,
     /// Add this to every SecurityID of the capture (its snapshot loop follows): the same capture played as a
     /// second channel, with ids of its own.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true, conflicts_with = "dbn")]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=1_000_000_000), conflicts_with = "dbn")]
     security_id_offset: i32,
     /// Serve an MDP 3.0 instrument definition feed to this address (multicast group or 127.0.0.1:PORT): a loop
     /// of MDInstrumentDefinitionFuture27, one per instrument of --definitions-symbols.
@@ -211,7 +211,15 @@ fn run_pcap(cli: &Cli, shutdown: &AtomicBool) -> Result<mdfan_feedsim::Summary, 
         ..RecoveryConfig::new(addr)
     });
     if let (Some(addr), Some(symbols)) = (cli.definitions, &cli.definitions_symbols) {
-        let instruments = mdfan_feed::symbols::load_symbol_file(symbols)?.iter().cloned().collect();
+        let instruments: Vec<_> = mdfan_feed::symbols::load_symbol_file(symbols)?.iter().cloned().collect();
+        if let Some(d) = instruments.iter().find(|d| d.instrument_id >= i32::MAX as u32) {
+            return Err(format!(
+                "--definitions-symbols {}: security_id {} is past an MDP 3.0 SecurityID (Int32, below 2147483647)",
+                symbols.display(),
+                d.instrument_id
+            )
+            .into());
+        }
         cfg.definitions = Some(DefinitionsConfig { addr, instruments, interval_ms: cli.definitions_interval_ms });
     }
     Ok(run(&cfg, &mut Mdp3 { security_id_offset: cli.security_id_offset }, shutdown)?)

@@ -139,6 +139,8 @@ pub struct LineSocket {
     source_specific: bool,
     /// Sources were listed for a multicast line but the kernel refused the source-specific join.
     ssm_refused: bool,
+    /// The sources the line takes datagrams from (`LineConfig::sources`; empty: any).
+    sources: Vec<Ipv4Addr>,
 }
 
 /// Hardware stamping for `cfg`'s device and, when on, its PHC mapped. `Required` fails where the device cannot
@@ -234,7 +236,15 @@ impl LineSocket {
             phc,
             source_specific,
             ssm_refused,
+            sources: cfg.sources.clone(),
         })
+    }
+
+    /// Whether a datagram from `src` is one this line takes: `src` is among its sources, or it lists none. A
+    /// socket read by the [`crate::LineReceiver`] has the arbiter check this; a side feed's reader (market
+    /// recovery, instrument definitions) checks it itself.
+    pub fn takes_source(&self, src: Ipv4Addr) -> bool {
+        self.sources.is_empty() || self.sources.contains(&src)
     }
 
     /// Whether the multicast join is source-specific (IGMPv3, one membership per `sources` entry): false for a

@@ -192,7 +192,9 @@ pub fn resolve_symbols(symbology: &Symbology, sub: &mut Subscribe) -> Result<(),
         let unknown: Vec<&str> = unknown.iter().map(String::as_str).collect();
         let known: Vec<&str> = symbology.iter().map(|d| d.symbol.as_str()).collect();
         let have = match known.len() {
-            0 => "it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set".to_owned(),
+            0 => {
+                "it knows no symbols yet: no symbol mappings, symbol file or definition the feed gave so far".to_owned()
+            }
             1 => format!("it knows 1 symbol: {}", known[0]),
             n => format!("it knows {n} symbols: {}", text_list(&known)),
         };
@@ -431,7 +433,9 @@ pub(crate) mod tests {
         assert_eq!(e, "field symbols: XYZ not known to this publisher (it knows 1 symbol: ESH4)");
         let e = resolve_symbols(&Symbology::new(), &mut sub(None, Some(&["XYZ"]))).unwrap_err();
         assert!(
-            e.ends_with("(it knows no symbols: the feed has no symbol mappings and no feed.symbols file is set)"),
+            e.ends_with(
+                "(it knows no symbols yet: no symbol mappings, symbol file or definition the feed gave so far)"
+            ),
             "{e}"
         );
         let e = resolve_symbols(&symbology(), &mut sub(None, Some(&[]))).unwrap_err();

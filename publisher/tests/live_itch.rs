@@ -435,8 +435,8 @@ fn stock_directory_messages_on_the_line_let_later_subscribers_subscribe_by_symbo
     let reason = refused(&endpoint, &["META"]);
     assert_eq!(
         reason,
-        "field symbols: META not known to this publisher (it knows no symbols: the feed has no symbol mappings and \
-         no feed.symbols file is set)"
+        "field symbols: META not known to this publisher (it knows no symbols yet: no symbol mappings, symbol file \
+         or definition the feed gave so far)"
     );
     let (early_defs, early) = subscribe_with(SubscriberConfig::new(&endpoint, "early"));
     assert!(early_defs.is_empty(), "{early_defs:?}");
