@@ -41,7 +41,7 @@ use mdfan_tuning::{Agent, IdleStrategy};
 use crate::access::{self, shown, shown_name, AuthThrottle, FailureLog, PeerKey, TokenBucket};
 use crate::agent::{AgentCounters, AgentReport, Command, Event};
 use crate::book_keeper::BookKeeper;
-use crate::config::{Config, FeedFormat};
+use crate::config::Config;
 use crate::conn::{ControlConn, Overflow, Received, Stream, SESSION_FRAME_BYTES, SUBSCRIBE_FRAME_BYTES};
 use crate::counter_sets::{ControlCounters, CounterSet, RunCounters};
 use crate::journal::{FeedState, Journal};
@@ -213,12 +213,10 @@ pub(crate) struct Parts {
     pub(crate) ts_recv_clock: crate::TsRecvClockCell,
     /// The counters file `mdfan-stat` reads.
     pub(crate) counters_file: Option<CountersWriter>,
-    /// A live MDP 3.0 feed's counters, one per channel (empty for another feed).
-    pub(crate) live_feed: Vec<Arc<crate::live::LiveCounters>>,
-    /// A live ITCH 5.0 feed's MoldUDP64 counters.
-    pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
-    /// A LOBSTER replay's check counters (for the report).
-    pub(crate) lobster_feed: Option<Arc<crate::journal::LobsterCounters>>,
+    /// The feed's counters (none, one, or one per live MDP 3.0 channel).
+    pub(crate) feed_counters: Vec<Arc<dyn crate::feeds::FeedCounters>>,
+    /// What the conductor must know of the feed.
+    pub(crate) traits: crate::feeds::FeedTraits,
     pub(crate) clock: quanta::Clock,
 }
 
@@ -237,12 +235,10 @@ pub struct Conductor {
     counters_failure_logged: bool,
     /// What the counters file shows besides the control plane's and the sessions' rows.
     counter_sets: Vec<Box<dyn CounterSet>>,
-    /// A live MDP 3.0 feed's counters, one per channel (for the dump and the report).
-    live_feed: Vec<Arc<crate::live::LiveCounters>>,
-    /// A live ITCH 5.0 feed's MoldUDP64 counters.
-    pub(crate) itch_feed: Option<Arc<crate::live_itch::MoldCounters>>,
-    /// A LOBSTER replay's check counters.
-    lobster_feed: Option<Arc<crate::journal::LobsterCounters>>,
+    /// The feed's counters (for the counters file, the dump and the report).
+    feed_counters: Vec<Arc<dyn crate::feeds::FeedCounters>>,
+    /// What the conductor must know of the feed: live or a file, the book its records build, price-level books.
+    traits: crate::feeds::FeedTraits,
     /// The run report, once the hot loop has finished and the conductor has wrapped up (until taken).
     report: Option<RunReport>,
     /// The hot loop's end has been handled: nothing more to do.
@@ -323,28 +319,19 @@ impl Conductor {
             sender,
             ts_recv_clock,
             counters_file,
-            live_feed,
-            itch_feed,
-            lobster_feed,
+            feed_counters,
+            traits,
             clock,
         } = parts;
-        // Price-level books for snapshots: a live MDP 3.0 channel's instruments, a LOBSTER file's one; none for
-        // the order-level feeds.
-        let price_levels = match (cfg.feed.format, &cfg.lines) {
-            (FeedFormat::Mdp3, Some(l)) => Some(l.instruments * live_feed.len().max(1)),
-            (FeedFormat::Lobster, _) => Some(1),
-            _ => None,
-        };
+        // Price-level books for snapshots, for a feed that carries price levels.
+        let price_levels = traits.price_level_instruments;
         let mut counter_sets: Vec<Box<dyn CounterSet>> = vec![Box::new(RunCounters {
             counters: Arc::clone(&counters),
             journal: Arc::clone(&journal),
             clock: clock.clone(),
         })];
-        for live in &live_feed {
-            counter_sets.push(Box::new(Arc::clone(live)));
-        }
-        if let Some(mold) = &itch_feed {
-            counter_sets.push(Box::new(Arc::clone(mold)));
+        for c in &feed_counters {
+            counter_sets.push(Box::new(Arc::clone(c)));
         }
         let now = Instant::now();
         Conductor {
@@ -358,9 +345,8 @@ impl Conductor {
             counters_written: now,
             counters_failure_logged: false,
             counter_sets,
-            live_feed,
-            itch_feed,
-            lobster_feed,
+            feed_counters,
+            traits,
             report: None,
             finished: false,
             cmd_tx,
@@ -621,7 +607,7 @@ impl Conductor {
     /// last pass, and [`Conductor::attach`] judges an unknown id only against a whole scan. Never for a live feed.
     pub(crate) fn instruments_unsettled(&self, sub: &Subscribe) -> bool {
         let Some(ids) = &sub.instruments else { return false };
-        if self.cfg.lines.is_some() {
+        if self.traits.live {
             return false; // a live feed never settles: an id not seen yet is accepted (it may come)
         }
         let more_to_learn = self.journal.state() == FeedState::Running && !self.journal.is_full();
@@ -756,7 +742,7 @@ impl Conductor {
     /// Holds the journal at `position` for session `id`'s command just sent (its `commands`), unless the feed is
     /// live: a live feed cannot wait (a late joiner whose position is overwritten gets a fresh snapshot).
     fn hold(&mut self, id: u64, position: u64) {
-        if !self.live_feed.is_empty() || self.itch_feed.is_some() {
+        if self.traits.live {
             return;
         }
         let Some(e) = self.sessions.get_mut(&id) else { return };
@@ -786,7 +772,7 @@ impl Conductor {
             heartbeat_interval_ms: self.cfg.publisher.heartbeat_interval_ms,
             definitions: self.definitions_for(filter.as_deref()),
             ts_recv_clock: self.ts_recv_clock.get(),
-            book: self.cfg.feed.format.book(),
+            book: self.traits.book,
         }));
         if let Err(Overflow { waiting, frame }) = conn.queue(&accept) {
             // never with a fresh connection (the buffer holds the largest frame): a bug if seen
@@ -1131,11 +1117,8 @@ impl Conductor {
             to_ns(c.quantile(0.999)),
             to_ns(c.max())
         ));
-        for live in &self.live_feed {
-            lines.push(format!("counters {}", live.report().line()));
-        }
-        if let Some(mold) = &self.itch_feed {
-            lines.push(format!("counters {}", mold.report().line()));
+        for c in &self.feed_counters {
+            lines.extend(c.lines().into_iter().map(|l| format!("counters {l}")));
         }
         let mut out = std::io::stdout().lock();
         for line in lines {
@@ -1339,7 +1322,7 @@ impl Conductor {
         let cycles = &self.counters.cycles;
         let mut reports = std::mem::take(&mut self.ended);
         reports.sort_by_key(|r| r.id);
-        self.report = Some(RunReport {
+        let mut report = RunReport {
             records: agent.records,
             replay_ns: to_ns(agent.replay_ticks),
             sessions: reports,
@@ -1356,10 +1339,14 @@ impl Conductor {
                 .collect(),
             end: agent.end,
             feed_error: (agent.end == CloseReason::FeedError).then(|| self.journal.error()).flatten(),
-            live: self.live_feed.iter().map(|c| c.report()).collect(),
-            moldudp64: self.itch_feed.as_ref().map(|c| c.report()),
-            lobster: self.lobster_feed.as_ref().map(|c| c.report()),
-        });
+            live: Vec::new(),
+            moldudp64: None,
+            lobster: None,
+        };
+        for c in &self.feed_counters {
+            c.report(&mut report);
+        }
+        self.report = Some(report);
     }
 
     /// The run report, once the conductor [is done](Agent::is_done) (taken once).

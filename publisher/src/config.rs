@@ -105,6 +105,8 @@
 use std::path::{Path, PathBuf};
 
 use mdfan_fabric::{FabricConfig, Provider};
+
+pub use crate::feeds::FeedConfig;
 use mdfan_tuning::IdleStrategy;
 use mdfan_wire::control::SlowConsumerPolicy;
 use serde::de::{self, Visitor};
@@ -121,27 +123,173 @@ pub struct ConfigError {
 }
 
 /// The whole config file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// `[publisher]`.
-    #[serde(default)]
     pub publisher: PublisherSection,
-    /// `[feed]`.
-    pub feed: FeedSection,
+    /// `[feed]` (and, for a live feed, `[lines]`), by format ([`crate::feeds`]).
+    pub feed: FeedConfig,
     /// `[fabric]`.
-    #[serde(default)]
     pub fabric: FabricSection,
     /// `[journal]`.
-    #[serde(default)]
     pub journal: JournalSection,
-    /// `[lines]`: the live feed's lines (format `mdp3` only).
-    pub lines: Option<LinesSection>,
     /// `[access]`: who may subscribe, with which token, to what. `None`: anyone, to anything.
     pub access: Option<AccessSection>,
     /// The file this config was loaded from ([`Config::load`]), re-read on SIGHUP for `[access]`.
-    #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// The file as one format reads it: the sections every format shares, its `[feed]` keys `F` and its `[lines]`
+/// `L` (a file format's `L` refuses a `[lines]` section).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Whole<F, L> {
+    #[serde(default)]
+    publisher: PublisherSection,
+    feed: F,
+    #[serde(default)]
+    fabric: FabricSection,
+    #[serde(default)]
+    journal: JournalSection,
+    #[serde(default = "Option::default")]
+    lines: Option<L>,
+    access: Option<AccessSection>,
+}
+
+/// The format alone, read first: which format's keys the rest of the file is read with.
+#[derive(Deserialize)]
+struct Probe {
+    feed: ProbeFeed,
+}
+
+#[derive(Deserialize)]
+struct ProbeFeed {
+    format: FeedFormat,
+}
+
+/// A file format's `[lines]` is an error: a file feed reads no lines.
+fn no_lines<F>(
+    w: &Whole<F, toml::Value>,
+    format: FeedFormat,
+    c: &crate::feeds::Checker<'_>,
+) -> Result<(), ConfigError> {
+    match w.lines {
+        Some(_) => {
+            Err(c.bad("lines", format!("[lines] is for a live feed: feed.format is \"{}\" (a file)", format.name())))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The lines of a live feed's `[lines]`: the keys every line set shares (lines A and B, interfaces, buffers,
+/// stamps, liveness, the arbiter's confirmation), then the format's own keys. Each format's struct has
+/// `deny_unknown_fields`, so a key of another format is an error naming it.
+macro_rules! line_set {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to
+            /// bind; or a table `{ addr = "...", sources = ["ip", ...], interface = "ip" }` listing the addresses
+            /// the venue sends it from and the interface that joins it.
+            #[serde(default)]
+            pub a: Option<$crate::config::LineAddr>,
+            /// Line B, as line A.
+            #[serde(default)]
+            pub b: Option<$crate::config::LineAddr>,
+            /// Address of the interface that joins the groups: every line's, unless the line names its own (or
+            /// `interface_b` names line B's). Default 127.0.0.1.
+            #[serde(default = "crate::config::default_interface")]
+            pub interface: std::net::Ipv4Addr,
+            /// Address of the interface that joins every line B (lines A and B on separate NICs), unless the
+            /// line names its own. Default: `interface`.
+            #[serde(default)]
+            pub interface_b: Option<std::net::Ipv4Addr>,
+            /// Socket receive buffer per line, bytes: what absorbs a burst, or the journal being full for a
+            /// while. 64 KiB to 1 GiB; default 32 MiB.
+            #[serde(default = "crate::config::default_rcvbuf_bytes")]
+            pub rcvbuf_bytes: usize,
+            /// Ends the stream (normally) after this long without a datagram on any line, once one came, in ms.
+            /// 0: never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
+            #[serde(default)]
+            pub end_after_idle_ms: u64,
+            /// After this long without a datagram on any line (once one came), in ms, the feed is *silent*: a
+            /// [`mdfan_wire::Kind::FeedStatus`] record goes to every subscriber, and another when datagrams come
+            /// again (the stream goes on; `mdfan_wire::record`, "Feed status records"). Set it above the
+            /// venue's idle heartbeat interval. Default 5,000; 0: never.
+            #[serde(default = "crate::config::default_silent_after_ms")]
+            pub silent_after_ms: u64,
+            /// Packets at consecutive seqs (either line; the same seq on both lines counts once) that set the
+            /// first expected seq or confirm a jump past the window (`mdfan_arbiter`, "Start" and "Suspect
+            /// jumps"). Default 3: two stray datagrams confirm nothing. 1 to 64.
+            #[serde(default = "crate::config::default_confirm_packets")]
+            pub confirm_packets: usize,
+            /// Hardware receive stamps on the lines' device (`mdfan_lines::hwstamp`): `"off"`,
+            /// `"if_available"` (default: on where the device stamps every packet and has a PHC, else software
+            /// stamps, saying why) or `"required"` (the line does not open without them).
+            #[serde(default)]
+            pub hw_timestamps: $crate::config::HwTimestampsKey,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// How to open `line` (of `role`): its address and sources, its interface (its own, else
+            /// `interface_b` for a line B, else `interface`), this section's receive buffer and hardware stamps.
+            pub fn line_config(
+                &self,
+                line: &$crate::config::LineAddr,
+                role: $crate::config::LineRole,
+            ) -> mdfan_lines::LineConfig {
+                $crate::config::line_config(
+                    line,
+                    role,
+                    self.interface,
+                    self.interface_b,
+                    self.rcvbuf_bytes,
+                    self.hw_timestamps,
+                )
+            }
+
+            /// The checks every line set's keys take; the format checks its own.
+            pub(crate) fn check_shared(&self, c: &$crate::feeds::Checker<'_>) -> Result<(), ConfigError> {
+                if !(1..=64).contains(&self.confirm_packets) {
+                    return Err(c.bad("lines.confirm_packets", format!("{}: must be 1 to 64", self.confirm_packets)));
+                }
+                if !(64 << 10..=1 << 30).contains(&self.rcvbuf_bytes) {
+                    return Err(c.bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", self.rcvbuf_bytes)));
+                }
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use line_set;
+
+/// How to open `line` of `role` ([`line_set`]'s `line_config`).
+pub(crate) fn line_config(
+    line: &LineAddr,
+    role: LineRole,
+    interface: std::net::Ipv4Addr,
+    interface_b: Option<std::net::Ipv4Addr>,
+    rcvbuf_bytes: usize,
+    hw_timestamps: HwTimestampsKey,
+) -> mdfan_lines::LineConfig {
+    let shared = match role {
+        LineRole::B => interface_b.unwrap_or(interface),
+        LineRole::A => interface,
+    };
+    mdfan_lines::LineConfig {
+        addr: line.addr,
+        sources: line.sources.clone(),
+        interface: line.interface.unwrap_or(shared),
+        rcvbuf_bytes,
+        hw_timestamps: match hw_timestamps {
+            HwTimestampsKey::Off => mdfan_lines::HwTimestamps::Off,
+            HwTimestampsKey::IfAvailable => mdfan_lines::HwTimestamps::IfAvailable,
+            HwTimestampsKey::Required => mdfan_lines::HwTimestamps::Required,
+        },
+    }
 }
 
 /// `[access]`: subscriber authentication and entitlements (re-read on SIGHUP; applies to new subscriptions).
@@ -186,98 +334,6 @@ pub const MIN_TOKEN_BYTES: usize = 32;
 pub const MIN_TOKEN_DISTINCT: usize = 8;
 /// The characters a token may hold besides ASCII letters and digits.
 pub const TOKEN_PUNCTUATION: &str = "._~+/=-";
-
-/// `[lines]`: where a live feed comes from (CME MDP 3.0: one channel's incremental feed on lines A and B, and its
-/// market recovery channel). Source: CME Client Systems Wiki, "MDP 3.0 - Market Data Incremental Feed" and
-/// "MDP 3.0 - Market Recovery".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinesSection {
-    /// Line A: a multicast group and port (joined on `interface`), or a unicast address and port to bind; or
-    /// a table `{ addr = "...", sources = ["ip", ...], interface = "ip" }` listing the addresses the venue sends
-    /// it from and the interface that joins it. Required, but for an `mdp3` feed whose channels are listed in
-    /// `[[feed.channels]]` (each with its own lines; `[lines]` then holds what they share).
-    #[serde(default)]
-    pub a: Option<LineAddr>,
-    /// Line B, as line A. Required for `mdp3`; optional for `itch50` (MoldUDP64 arbitrates by sequence number).
-    #[serde(default)]
-    pub b: Option<LineAddr>,
-    /// Address of the interface that joins the groups: every line's, unless the line names its own (or
-    /// `interface_b` names line B's). Default 127.0.0.1.
-    #[serde(default = "default_interface")]
-    pub interface: std::net::Ipv4Addr,
-    /// Address of the interface that joins every line B (CME: lines A and B on separate NICs), unless the line
-    /// names its own. Default: `interface`.
-    #[serde(default)]
-    pub interface_b: Option<std::net::Ipv4Addr>,
-    /// The market recovery (snapshot) channel, as line A. `None`: packets lost on both lines leave their
-    /// instruments stale.
-    #[serde(default)]
-    pub snapshot: Option<LineAddr>,
-    /// `mdp3` only: the channel's instrument definition feed (MDInstrumentDefinitionFuture27, Spread29,
-    /// Option41 in a loop), as line A: each definition's symbol, display factor and tick size go into the
-    /// symbology (replacing a symbol file's entry of the same `SecurityID`). `None`: symbols come from
-    /// `feed.symbols` only.
-    #[serde(default)]
-    pub definitions: Option<LineAddr>,
-    /// Socket receive buffer per line, bytes: what absorbs a burst, or the journal being full for a while.
-    #[serde(default = "default_rcvbuf_bytes")]
-    pub rcvbuf_bytes: usize,
-    /// How long stale instruments wait for the snapshot feed before the recovery is reported as timed out (they
-    /// stay stale; a later snapshot still recovers them), in ms.
-    #[serde(default = "default_recovery_timeout_ms")]
-    pub recovery_timeout_ms: u64,
-    /// A seq missing on both lines while later packets wait this long is a gap, in ms.
-    #[serde(default = "default_gap_timeout_ms")]
-    pub gap_timeout_ms: u64,
-    /// A seq is also a gap once both lines are this many seqs past it.
-    #[serde(default = "default_line_tolerance")]
-    pub line_tolerance: u64,
-    /// Securities the channel reserves room for (sequence table, stale list), before it allocates.
-    #[serde(default = "default_instruments")]
-    pub instruments: usize,
-    /// Ends the stream (normally) after this long without a datagram on any line, once one came, in ms. 0:
-    /// never (a live feed runs until SIGINT/SIGTERM). For tests and demos that play a capture.
-    #[serde(default)]
-    pub end_after_idle_ms: u64,
-    /// After this long without a datagram on any line (once one came), in ms, the feed is *silent*: a
-    /// [`mdfan_wire::Kind::FeedStatus`] record goes to every subscriber, and another when datagrams come again
-    /// (the stream goes on; `mdfan_wire::record`, "Feed status records"). Set it above the venue's idle
-    /// heartbeat interval. Default 5,000; 0: never.
-    #[serde(default = "default_silent_after_ms")]
-    pub silent_after_ms: u64,
-    /// `itch50` only: the MoldUDP64 re-request server (unicast ip:port) gaps are requested from. `None`: a hole
-    /// waits `retransmit_timeout_ms` for the other line, then is given up (its locates marked stale).
-    #[serde(default)]
-    pub retransmit: Option<std::net::SocketAddrV4>,
-    /// `itch50` only: how long a request waits for its answer before it is sent again, in ms. Default 50.
-    #[serde(default = "default_retransmit_timeout_ms")]
-    pub retransmit_timeout_ms: u64,
-    /// `itch50` only: requests sent again after the first times out, before the hole is given up. Default 3.
-    #[serde(default = "default_retransmit_retries")]
-    pub retransmit_retries: u32,
-    /// `itch50` only: the MoldUDP64 session (up to 10 ASCII characters, space-padded). Default: the first
-    /// packet's.
-    #[serde(default)]
-    pub session: Option<String>,
-    /// `itch50` only: `"first_seen"` (default: start at the first packet seen) or `"one"` (expect the session
-    /// from sequence number 1, requesting what came before the first packet).
-    #[serde(default)]
-    pub start: MoldStart,
-    /// `itch50` only: messages that may wait behind a hole (64-byte slots allocated at start). Default 65,536.
-    #[serde(default = "default_window_messages")]
-    pub window_messages: usize,
-    /// Packets at consecutive seqs (either line; the same seq on both lines counts once) that set the first
-    /// expected seq (MDP 3.0; `itch50` under `start = "first_seen"`) or confirm a jump past the window
-    /// (`mdfan_arbiter`, "Start" and "Suspect jumps"). Default 3: two stray datagrams confirm nothing. 1 to 64.
-    #[serde(default = "default_confirm_packets")]
-    pub confirm_packets: usize,
-    /// Hardware receive stamps on the lines' device (`mdfan_lines::hwstamp`): `"off"`, `"if_available"`
-    /// (default: on where the device stamps every packet and has a PHC, else software stamps, saying why) or
-    /// `"required"` (the line does not open without them).
-    #[serde(default)]
-    pub hw_timestamps: HwTimestampsKey,
-}
 
 /// `lines.hw_timestamps`, as [`mdfan_lines::HwTimestamps`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -371,28 +427,6 @@ pub enum LineRole {
     B,
 }
 
-impl LinesSection {
-    /// How to open `line` (of `role`): its address and sources, its interface (its own, else `interface_b` for
-    /// a line B, else `interface`), this section's receive buffer and hardware stamps.
-    pub fn line_config(&self, line: &LineAddr, role: LineRole) -> mdfan_lines::LineConfig {
-        let shared = match role {
-            LineRole::B => self.interface_b.unwrap_or(self.interface),
-            LineRole::A => self.interface,
-        };
-        mdfan_lines::LineConfig {
-            addr: line.addr,
-            sources: line.sources.clone(),
-            interface: line.interface.unwrap_or(shared),
-            rcvbuf_bytes: self.rcvbuf_bytes,
-            hw_timestamps: match self.hw_timestamps {
-                HwTimestampsKey::Off => mdfan_lines::HwTimestamps::Off,
-                HwTimestampsKey::IfAvailable => mdfan_lines::HwTimestamps::IfAvailable,
-                HwTimestampsKey::Required => mdfan_lines::HwTimestamps::Required,
-            },
-        }
-    }
-}
-
 /// `lines.start`: where a MoldUDP64 receiver starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -404,39 +438,39 @@ pub enum MoldStart {
     One,
 }
 
-fn default_silent_after_ms() -> u64 {
+pub(crate) fn default_silent_after_ms() -> u64 {
     5_000
 }
-fn default_retransmit_timeout_ms() -> u64 {
+pub(crate) fn default_retransmit_timeout_ms() -> u64 {
     50
 }
-fn default_retransmit_retries() -> u32 {
+pub(crate) fn default_retransmit_retries() -> u32 {
     3
 }
-fn default_confirm_packets() -> usize {
+pub(crate) fn default_confirm_packets() -> usize {
     mdfan_lines::arbiter::DEFAULT_CONFIRM_COPIES
 }
 
-fn default_window_messages() -> usize {
+pub(crate) fn default_window_messages() -> usize {
     1 << 16
 }
 
-fn default_interface() -> std::net::Ipv4Addr {
+pub(crate) fn default_interface() -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::LOCALHOST
 }
-fn default_rcvbuf_bytes() -> usize {
+pub(crate) fn default_rcvbuf_bytes() -> usize {
     32 << 20
 }
-fn default_recovery_timeout_ms() -> u64 {
+pub(crate) fn default_recovery_timeout_ms() -> u64 {
     5_000
 }
-fn default_gap_timeout_ms() -> u64 {
+pub(crate) fn default_gap_timeout_ms() -> u64 {
     10
 }
-fn default_line_tolerance() -> u64 {
+pub(crate) fn default_line_tolerance() -> u64 {
     8
 }
-fn default_instruments() -> usize {
+pub(crate) fn default_instruments() -> usize {
     4096
 }
 
@@ -581,14 +615,57 @@ pub enum FeedFormat {
 }
 
 impl FeedFormat {
-    /// Which book the format's records build (what each `Accept` says).
-    pub fn book(self) -> mdfan_wire::control::BookKind {
-        use mdfan_wire::control::BookKind;
+    /// Every format.
+    pub const ALL: [FeedFormat; 4] = [FeedFormat::Dbn, FeedFormat::Mdp3, FeedFormat::Itch50, FeedFormat::Lobster];
+
+    /// The name the config spells it with.
+    pub fn name(self) -> &'static str {
         match self {
-            FeedFormat::Dbn | FeedFormat::Itch50 => BookKind::Mbo,
-            FeedFormat::Mdp3 | FeedFormat::Lobster => BookKind::Mbp,
+            FeedFormat::Dbn => "dbn",
+            FeedFormat::Mdp3 => "mdp3",
+            FeedFormat::Itch50 => "itch50",
+            FeedFormat::Lobster => "lobster",
         }
     }
+
+    /// Whether the format reads key `field` of table `table` (`feed` or `lines`): each format module's list.
+    pub fn knows(self, table: &str, field: &str) -> bool {
+        let (feed, lines): (&[&str], &[&str]) = match self {
+            FeedFormat::Dbn => (crate::feeds::dbn::FEED_KEYS, &[]),
+            FeedFormat::Mdp3 => (crate::feeds::mdp3::FEED_KEYS, crate::feeds::mdp3::LINES_KEYS),
+            FeedFormat::Itch50 => (crate::feeds::itch::FEED_KEYS, crate::feeds::itch::LINES_KEYS),
+            FeedFormat::Lobster => (crate::feeds::lobster::FEED_KEYS, &[]),
+        };
+        match table {
+            "feed" => feed.contains(&field),
+            "lines" => lines.contains(&field) || (!lines.is_empty() && LINE_SET_KEYS.contains(&field)),
+            _ => false,
+        }
+    }
+}
+
+/// The `[lines]` keys every live format reads ([`line_set`]).
+pub const LINE_SET_KEYS: &[&str] = &[
+    "a",
+    "b",
+    "interface",
+    "interface_b",
+    "rcvbuf_bytes",
+    "end_after_idle_ms",
+    "silent_after_ms",
+    "confirm_packets",
+    "hw_timestamps",
+];
+
+/// US Eastern midnight of `date` (`YYYY-MM-DD`), ns since the UNIX epoch: what ITCH and LOBSTER times count
+/// from; `None` when `date` is not such a date.
+pub fn session_midnight_ns(date: &str) -> Option<u64> {
+    let mut it = date.splitn(3, '-');
+    let (y, m, day) = (it.next()?, it.next()?, it.next()?);
+    if y.len() != 4 || m.len() != 2 || day.len() != 2 {
+        return None;
+    }
+    mdfan_feed::itch::eastern_midnight_ns(y.parse().ok()?, m.parse().ok()?, day.parse().ok()?)
 }
 
 /// How fast the replay goes.
@@ -636,103 +713,10 @@ impl<'de> Deserialize<'de> for Pace {
     }
 }
 
-/// `[feed]`: what to replay.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FeedSection {
-    /// Feed format.
-    pub format: FeedFormat,
-    /// The trading day of an ITCH 5.0 file (`format = "itch50"`, required), `YYYY-MM-DD`: ITCH timestamps are ns
-    /// since that day's midnight, US Eastern time. For `lobster` (seconds after that midnight), optional: the
-    /// date in the message file's name by default.
-    #[serde(default)]
-    pub session_date: Option<String>,
-    /// File path (formats `dbn`, `itch50`, and `lobster`: the message CSV); relative paths are resolved against
-    /// the config file's folder.
-    #[serde(default)]
-    pub path: PathBuf,
-    /// `lobster` only: the order-book CSV that goes with `path`, relative to the config file's folder. Default:
-    /// `path` with `_message_` replaced by `_orderbook_` in its file name.
-    #[serde(default)]
-    pub orderbook: Option<PathBuf>,
-    /// Replay pace.
-    #[serde(default = "default_pace")]
-    pub pace: Pace,
-    /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
-    #[serde(default = "default_max_gap_ms")]
-    pub max_gap_ms: u64,
-    /// A symbol file (`mdfan_feed::symbols`) whose definitions are added to the feed's, replacing those of the
-    /// same instrument_id; relative paths are resolved against the config file's folder. Default: none.
-    #[serde(default)]
-    pub symbols: Option<PathBuf>,
-    /// `mdp3` only: `[[feed.channels]]`, the CME channels this publisher carries, each with its own lines,
-    /// `MsgSeqNum` sequence, market recovery and definitions; `[lines]` holds what they share (timeouts,
-    /// buffers, the default interfaces). Empty: one channel, from `[lines]` (`lines.a`, `lines.b`, ...).
-    #[serde(default)]
-    pub channels: Vec<ChannelSection>,
-}
-
-/// One `[[feed.channels]]` entry: a CME MDP 3.0 channel (CME's `config.xml`: its incremental feeds A and B, its
-/// market recovery feed, its instrument definition feed). Its records carry `id` in their venue position
-/// (`mdfan_wire::record`, "Venue position"), and its counters carry it as a label.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelSection {
-    /// The channel's number (CME's channel id, 1 to 65535): unique among the channels.
-    pub id: u16,
-    /// Incremental feed A, as `lines.a`.
-    pub a: LineAddr,
-    /// Incremental feed B, as `lines.b`.
-    pub b: LineAddr,
-    /// Market recovery, as `lines.snapshot`.
-    #[serde(default)]
-    pub snapshot: Option<LineAddr>,
-    /// Instrument definitions, as `lines.definitions`.
-    #[serde(default)]
-    pub definitions: Option<LineAddr>,
-    /// A symbol file for this channel's instruments (relative to the config file's folder), added after
-    /// `feed.symbols`; an instrument two channels' files both name is refused at start.
-    #[serde(default)]
-    pub symbols: Option<PathBuf>,
-}
-
-/// One MDP 3.0 channel as the publisher opens it ([`Config::mdp3_channels`]): from `[[feed.channels]]`, or the
-/// one channel `[lines]` names (id 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mdp3ChannelConfig {
-    /// The channel id (0: the one unnamed channel of `[lines]`).
-    pub id: u16,
-    /// Where its keys are in the config: `lines` or `feed.channels[N]` (1-based), for errors.
-    pub key: String,
-    /// Line A.
-    pub a: LineAddr,
-    /// Line B.
-    pub b: LineAddr,
-    /// Market recovery.
-    pub snapshot: Option<LineAddr>,
-    /// Instrument definitions.
-    pub definitions: Option<LineAddr>,
-    /// The channel's own symbol file.
-    pub symbols: Option<PathBuf>,
-}
-
-impl FeedSection {
-    /// `session_date`'s US Eastern midnight in ns since the UNIX epoch, if it is a valid `YYYY-MM-DD`.
-    pub fn session_midnight_ns(&self) -> Option<u64> {
-        let d = self.session_date.as_deref()?;
-        let mut it = d.splitn(3, '-');
-        let (y, m, day) = (it.next()?, it.next()?, it.next()?);
-        if y.len() != 4 || m.len() != 2 || day.len() != 2 {
-            return None;
-        }
-        mdfan_feed::itch::eastern_midnight_ns(y.parse().ok()?, m.parse().ok()?, day.parse().ok()?)
-    }
-}
-
-fn default_pace() -> Pace {
+pub(crate) fn default_pace() -> Pace {
     Pace::Max
 }
-fn default_max_gap_ms() -> u64 {
+pub(crate) fn default_max_gap_ms() -> u64 {
     1000
 }
 
@@ -806,7 +790,7 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 
 /// The 1-based line that sets the dotted `key` (`publisher.hot_core`), or holds the `[table]` header when `key`
 /// names a table (`fabric.verbs`). `None` when the text does not set it (a default).
-fn line_of_key(text: &str, key: &str) -> Option<usize> {
+pub(crate) fn line_of_key(text: &str, key: &str) -> Option<usize> {
     let mut table = String::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -829,7 +813,7 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
 /// The 1-based line that sets `field` in entry `index` (0-based) of the array of tables `table`
 /// (`[[access.subscribers]]` blocks), or the entry's header line when the entry does not set it. `None` when the
 /// text writes the array inline.
-fn line_of_entry_key(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
+pub(crate) fn line_of_entry_key(text: &str, table: &str, index: usize, field: &str) -> Option<usize> {
     let mut seen = 0;
     let mut header = None;
     for (i, line) in text.lines().enumerate() {
@@ -852,279 +836,145 @@ fn line_of_entry_key(text: &str, table: &str, index: usize, field: &str) -> Opti
     header
 }
 
-/// The MDP 3.0 channels' own mistakes, each named with the line of its entry's key: a repeated id, two lines
-/// (of any channels, snapshot and definition feeds included) on one address, an id of 0.
-fn check_mdp3_channels(text: &str, cfg: &Config) -> Result<(), String> {
-    let channels = cfg.mdp3_channels();
-    let at = |c: &Mdp3ChannelConfig, field: &str| {
-        let line = match c.key.strip_prefix("feed.channels[") {
-            Some(n) => {
-                let k: usize = n.trim_end_matches(']').parse().unwrap_or(1);
-                line_of_entry_key(text, "feed.channels", k - 1, field)
+/// `config PATH: line N: key KEY: DETAIL` for a value that parsed but is not allowed (the line that set `key`;
+/// none when the text does not set it).
+pub(crate) fn bad_key(text: &str, path: &Path, key: &str, detail: String) -> ConfigError {
+    let at = line_of_key(text, key).map_or(String::new(), |n| format!("line {n}: "));
+    ConfigError { path: path.display().to_string(), detail: format!("{at}key {key}: {detail}") }
+}
+
+/// A TOML or serde error as `line N: key KEY: MESSAGE`: the key and line of its span; for an unknown key of a
+/// whole table (whose span is the table), the line that sets it and, when another format reads it, which.
+fn toml_error(text: &str, e: &toml::de::Error, format: Option<FeedFormat>) -> String {
+    let msg = e.message().trim();
+    let Some(span) = e.span() else { return msg.to_owned() };
+    let (at, key) = match (key_at(text, span.start), unknown_field(msg), table_at(text, span.start)) {
+        (Some(key), _, _) => (Some(line_of(text, span.start)), key),
+        // An unknown key of a table whose span is the whole table: the line that sets it.
+        (None, Some(field), Some((table, from))) => {
+            if table == field || table.ends_with(&format!(".{field}")) {
+                // The unknown key is this table itself (`[[feed.channels]]` under a format without channels).
+                (Some(line_of(text, from)), table)
+            } else {
+                let key = if table.is_empty() { field.to_owned() } else { format!("{table}.{field}") };
+                (line_of_field(text, from, field), key)
             }
-            None => line_of_key(text, &format!("lines.{field}")),
-        };
-        let key = if c.key == "lines" { format!("lines.{field}") } else { format!("{}.{field}", c.key) };
-        format!("{}key {key}", line.map_or(String::new(), |n| format!("line {n}: ")))
+        }
+        // A missing key or a wrong type of a whole table (`[[feed.channels]]` written as `[feed.channels]`):
+        // the table, at its header.
+        (None, _, Some((table, from))) if !table.is_empty() => {
+            return format!("line {}: key {table}: {msg}", line_of(text, from));
+        }
+        _ => return format!("line {}: {msg}", line_of(text, span.start)),
     };
-    let mut ids = std::collections::BTreeMap::new();
-    let mut addrs: std::collections::BTreeMap<std::net::SocketAddrV4, String> = std::collections::BTreeMap::new();
-    for c in &channels {
-        if c.key != "lines" && c.id == 0 {
-            return Err(format!("{}: 0: a channel id is 1 to 65535", at(c, "id")));
+    let at = at.map_or(String::new(), |n| format!("line {n}: "));
+    let (table, field) = key.rsplit_once('.').unwrap_or(("", &key));
+    let owners: Vec<String> = match (unknown_field(msg), format) {
+        (Some(unknown), Some(format)) if unknown == field => (FeedFormat::ALL.iter())
+            .filter(|f| **f != format && f.knows(table, field))
+            .map(|f| format!("\"{}\"", f.name()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    match owners.as_slice() {
+        [] => format!("{at}key {key}: {msg}"),
+        [one] => format!("{at}key {key}: only for feed.format = {one}"),
+        [first @ .., last] => format!("{at}key {key}: only for feed.format = {} or {last}", first.join(", ")),
+    }
+}
+
+/// The field serde's "unknown field `x`, expected ..." names.
+fn unknown_field(msg: &str) -> Option<&str> {
+    msg.strip_prefix("unknown field `")?.split('`').next()
+}
+
+/// The dotted name of the table (or array of tables) whose header is at or above `offset` (`""` before any
+/// header), and the byte offset of that header's line.
+fn table_at(text: &str, offset: usize) -> Option<(String, usize)> {
+    let offset = offset.min(text.len());
+    let mut found = (String::new(), 0);
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        if start > offset {
+            break;
         }
-        if let Some(first) = ids.insert(c.id, c.key.clone()) {
-            return Err(format!("{}: {}: already the id of {first}", at(c, "id"), c.id));
+        let t = line.trim();
+        if t.starts_with('[') && t.ends_with(']') {
+            found = (t.trim_matches(|c| c == '[' || c == ']').trim().to_owned(), start);
         }
-        let lines = [
-            ("a", Some(&c.a)),
-            ("b", Some(&c.b)),
-            ("snapshot", c.snapshot.as_ref()),
-            ("definitions", c.definitions.as_ref()),
-        ];
-        for (field, line) in lines {
-            let Some(line) = line.filter(|l| l.port() != 0) else { continue };
-            let here = if c.key == "lines" { format!("lines.{field}") } else { format!("{}.{field}", c.key) };
-            if let Some(first) = addrs.insert(line.addr, here) {
-                return Err(format!("{}: {}: the same address as {first}", at(c, field), line.addr));
-            }
+        start += line.len();
+    }
+    Some(found)
+}
+
+/// The 1-based line setting `field` in the table block whose header line starts at byte `from` (up to the next
+/// header).
+fn line_of_field(text: &str, from: usize, field: &str) -> Option<usize> {
+    let first = line_of(text, from);
+    for (i, line) in text[from.min(text.len())..].lines().enumerate() {
+        let t = line.trim();
+        if i > 0 && t.starts_with('[') {
+            return None;
+        }
+        if t.split_once('=').is_some_and(|(k, _)| k.trim() == field) {
+            return Some(first + i);
         }
     }
-    Ok(())
+    None
 }
 
 impl Config {
-    /// The MDP 3.0 channels this config carries, in order: each `[[feed.channels]]` entry, or the one channel of
-    /// `[lines]` (id 0). Empty for another format.
-    pub fn mdp3_channels(&self) -> Vec<Mdp3ChannelConfig> {
-        let Some(lines) = self.lines.as_ref().filter(|_| self.feed.format == FeedFormat::Mdp3) else {
-            return Vec::new();
-        };
-        if self.feed.channels.is_empty() {
-            let (Some(a), Some(b)) = (&lines.a, &lines.b) else { return Vec::new() };
-            return vec![Mdp3ChannelConfig {
-                id: 0,
-                key: "lines".into(),
-                a: a.clone(),
-                b: b.clone(),
-                snapshot: lines.snapshot.clone(),
-                definitions: lines.definitions.clone(),
-                symbols: None,
-            }];
-        }
-        (self.feed.channels.iter().enumerate())
-            .map(|(i, c)| Mdp3ChannelConfig {
-                id: c.id,
-                key: format!("feed.channels[{}]", i + 1),
-                a: c.a.clone(),
-                b: c.b.clone(),
-                snapshot: c.snapshot.clone(),
-                definitions: c.definitions.clone(),
-                symbols: c.symbols.clone(),
-            })
-            .collect()
-    }
-
     /// Parses and validates a config text; `path` is used in errors and to resolve relative feed paths.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the line and key: TOML syntax, an unknown or mistyped key, a bad value.
+    /// [`ConfigError`] naming the line and key: TOML syntax, an unknown or mistyped key (a key of another
+    /// format says which), a bad value.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let err = |detail: String| ConfigError { path: path.display().to_string(), detail };
         // A value that parsed but is not allowed: named with the line that set it, like a parse error.
-        let bad = |key: &str, detail: String| {
-            let at = line_of_key(text, key).map_or(String::new(), |n| format!("line {n}: "));
-            err(format!("{at}key {key}: {detail}"))
+        let bad = |key: &str, detail: String| bad_key(text, path, key, detail);
+        let format = match toml::from_str::<Probe>(text) {
+            Ok(p) => p.feed.format,
+            Err(e) => {
+                // The whole file read as it is, for the first error in it (syntax, a section's key); else the
+                // probe's (no [feed], no or a bad format).
+                let whole = toml::from_str::<Whole<toml::Table, toml::Table>>(text).err().unwrap_or(e);
+                return Err(err(toml_error(text, &whole, None)));
+            }
         };
-        let mut cfg: Config = toml::from_str(text).map_err(|e| {
-            let at = e
-                .span()
-                .map(|s| match key_at(text, s.start) {
-                    Some(key) => format!("line {}: key {key}: ", line_of(text, s.start)),
-                    None => format!("line {}: ", line_of(text, s.start)),
-                })
-                .unwrap_or_default();
-            err(format!("{at}{}", e.message().trim()))
-        })?;
-        if cfg.feed.format != FeedFormat::Mdp3 && !cfg.feed.channels.is_empty() {
-            return Err(bad(
-                "feed.channels",
-                "[[feed.channels]] are CME MDP 3.0 channels (feed.format \"mdp3\")".into(),
-            ));
-        }
-        if cfg.feed.format == FeedFormat::Mdp3 && cfg.lines.is_none() && !cfg.feed.channels.is_empty() {
-            // The channels share [lines]' settings: all defaults without one.
-            cfg.lines = Some(LinesSection::deserialize(toml::Table::new()).expect("every [lines] key has a default"));
-        }
-        match (cfg.feed.format, &cfg.lines) {
-            (FeedFormat::Dbn, _) if cfg.feed.path.as_os_str().is_empty() => {
-                return Err(bad("feed.format", "\"dbn\" needs feed.path (the file to replay)".into()));
+        let checker = crate::feeds::Checker { text, path };
+        let (publisher, feed, fabric, journal, access) = match format {
+            FeedFormat::Dbn => {
+                let w: Whole<crate::feeds::dbn::DbnFeed, toml::Value> = read(text, format).map_err(err)?;
+                no_lines(&w, format, &checker)?;
+                let mut f = w.feed;
+                f.check(&checker)?;
+                (w.publisher, FeedConfig::Dbn(f), w.fabric, w.journal, w.access)
             }
-            (FeedFormat::Dbn, Some(_)) => {
-                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"dbn\" (a file)".into()));
+            FeedFormat::Lobster => {
+                let w: Whole<crate::feeds::lobster::LobsterFeed, toml::Value> = read(text, format).map_err(err)?;
+                no_lines(&w, format, &checker)?;
+                let mut f = w.feed;
+                f.check(&checker)?;
+                (w.publisher, FeedConfig::Lobster(f), w.fabric, w.journal, w.access)
             }
-            (FeedFormat::Dbn, None) => {}
-            (FeedFormat::Itch50, Some(lines)) => {
-                let Some(a) = &lines.a else {
-                    return Err(bad("lines", "a live feed needs line A (lines.a)".into()));
-                };
-                if lines.definitions.is_some() {
-                    return Err(bad(
-                        "lines.definitions",
-                        "MDP 3.0 instrument definitions: an ITCH feed's symbols come with its Stock Directory messages"
-                            .into(),
-                    ));
-                }
-                if !cfg.feed.path.as_os_str().is_empty() {
-                    return Err(bad(
-                        "feed.path",
-                        "a live feed (\"itch50\" with [lines]) reads [lines], not a file".into(),
-                    ));
-                }
-                if cfg.feed.pace != Pace::Max {
-                    return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
-                }
-                if cfg.feed.session_midnight_ns().is_none() {
-                    let date = cfg.feed.session_date.as_deref().unwrap_or_default();
-                    return Err(bad(
-                        "feed.session_date",
-                        format!("{date:?}: \"itch50\" needs the session's trading day as YYYY-MM-DD"),
-                    ));
-                }
-                if lines.snapshot.is_some() {
-                    return Err(bad(
-                        "lines.snapshot",
-                        "MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit".into(),
-                    ));
-                }
-                if lines.b.as_ref().is_some_and(|b| b.addr == a.addr) && a.port() != 0 {
-                    return Err(bad("lines.b", format!("{a}: the same address as line A")));
-                }
-                if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
-                    let v = lines.retransmit_timeout_ms;
-                    return Err(bad("lines.retransmit_timeout_ms", format!("{v}: must be 1 to 60000")));
-                }
-                if lines.retransmit_retries > 100 {
-                    let v = lines.retransmit_retries;
-                    return Err(bad("lines.retransmit_retries", format!("{v}: must be 0 to 100")));
-                }
-                if let Some(s) = &lines.session {
-                    if s.is_empty() || s.len() > 10 || !s.is_ascii() {
-                        return Err(bad("lines.session", format!("{s:?}: must be 1 to 10 ASCII characters")));
-                    }
-                }
-                if !(1..=64).contains(&lines.confirm_packets) {
-                    return Err(bad("lines.confirm_packets", format!("{}: must be 1 to 64", lines.confirm_packets)));
-                }
-                if !(16..=1 << 24).contains(&lines.window_messages) {
-                    let v = lines.window_messages;
-                    return Err(bad("lines.window_messages", format!("{v}: must be 16 to 16777216")));
-                }
-                if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
-                    return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
-                }
+            FeedFormat::Itch50 => {
+                let w: Whole<crate::feeds::itch::ItchFeed, crate::feeds::itch::MoldLines> =
+                    read(text, format).map_err(err)?;
+                let mut f = w.feed;
+                f.lines = w.lines;
+                f.check(&checker)?;
+                (w.publisher, FeedConfig::Itch50(f), w.fabric, w.journal, w.access)
             }
-            (FeedFormat::Itch50, None) => {
-                if cfg.feed.path.as_os_str().is_empty() {
-                    return Err(bad("feed.format", "\"itch50\" needs feed.path (the file to replay)".into()));
-                }
-                let date = cfg.feed.session_date.as_deref().unwrap_or_default();
-                if cfg.feed.session_midnight_ns().is_none() {
-                    return Err(bad(
-                        "feed.session_date",
-                        format!("{date:?}: \"itch50\" needs the file's trading day as YYYY-MM-DD"),
-                    ));
-                }
+            FeedFormat::Mdp3 => {
+                let w: Whole<crate::feeds::mdp3::Mdp3Feed, crate::feeds::mdp3::Mdp3Lines> =
+                    read(text, format).map_err(err)?;
+                let mut f = w.feed;
+                f.check(w.lines, &checker)?;
+                (w.publisher, FeedConfig::Mdp3(f), w.fabric, w.journal, w.access)
             }
-            (FeedFormat::Lobster, Some(_)) => {
-                return Err(bad("lines", "[lines] is for a live feed: feed.format is \"lobster\" (a file)".into()));
-            }
-            (FeedFormat::Lobster, None) => {
-                if cfg.feed.path.as_os_str().is_empty() {
-                    return Err(bad("feed.format", "\"lobster\" needs feed.path (the message CSV to replay)".into()));
-                }
-                if let Some(date) = cfg.feed.session_date.as_deref() {
-                    if cfg.feed.session_midnight_ns().is_none() {
-                        return Err(bad(
-                            "feed.session_date",
-                            format!("{date:?}: want the file's trading day as YYYY-MM-DD"),
-                        ));
-                    }
-                }
-            }
-            (FeedFormat::Mdp3, None) => {
-                return Err(bad(
-                    "feed.format",
-                    "\"mdp3\" needs a [lines] section (lines A and B) or [[feed.channels]]".into(),
-                ));
-            }
-            (FeedFormat::Mdp3, Some(lines)) => {
-                if !cfg.feed.path.as_os_str().is_empty() {
-                    return Err(bad("feed.path", "a live feed (\"mdp3\") reads [lines], not a file".into()));
-                }
-                if cfg.feed.pace != Pace::Max {
-                    return Err(bad("feed.pace", "a live feed is sent as it arrives: only \"max\"".into()));
-                }
-                if cfg.feed.channels.is_empty() {
-                    if lines.a.is_none() {
-                        return Err(bad("lines", "\"mdp3\" needs line A (lines.a), or [[feed.channels]]".into()));
-                    }
-                    if lines.b.is_none() {
-                        return Err(bad("lines", "\"mdp3\" needs line B (lines.b)".into()));
-                    }
-                } else {
-                    for (key, set) in [
-                        ("lines.a", lines.a.is_some()),
-                        ("lines.b", lines.b.is_some()),
-                        ("lines.snapshot", lines.snapshot.is_some()),
-                        ("lines.definitions", lines.definitions.is_some()),
-                    ] {
-                        if set {
-                            return Err(bad(key, "with [[feed.channels]], each channel names its own lines".into()));
-                        }
-                    }
-                }
-                if lines.retransmit.is_some() || lines.session.is_some() {
-                    return Err(bad("lines", "retransmit and session are MoldUDP64 keys (format \"itch50\")".into()));
-                }
-                if !(1..=3_600_000).contains(&lines.recovery_timeout_ms) {
-                    let v = lines.recovery_timeout_ms;
-                    return Err(bad("lines.recovery_timeout_ms", format!("{v}: must be 1 to 3600000")));
-                }
-                if !(1..=64).contains(&lines.confirm_packets) {
-                    return Err(bad("lines.confirm_packets", format!("{}: must be 1 to 64", lines.confirm_packets)));
-                }
-                if !(1..=60_000).contains(&lines.gap_timeout_ms) {
-                    return Err(bad("lines.gap_timeout_ms", format!("{}: must be 1 to 60000", lines.gap_timeout_ms)));
-                }
-                if !(1..=1 << 20).contains(&lines.instruments) {
-                    return Err(bad("lines.instruments", format!("{}: must be 1 to 1048576", lines.instruments)));
-                }
-                if !(64 << 10..=1 << 30).contains(&lines.rcvbuf_bytes) {
-                    return Err(bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", lines.rcvbuf_bytes)));
-                }
-                check_mdp3_channels(text, &cfg).map_err(err)?;
-            }
-        }
-        if cfg.lines.is_none() && cfg.feed.path.is_relative() {
-            let base = path.parent().unwrap_or(Path::new("."));
-            cfg.feed.path = base.join(&cfg.feed.path);
-        }
-        if cfg.feed.format != FeedFormat::Lobster && cfg.feed.orderbook.is_some() {
-            return Err(bad("feed.orderbook", "only for feed.format = \"lobster\"".into()));
-        }
-        if let Some(book) = cfg.feed.orderbook.as_mut().filter(|p| p.is_relative()) {
-            *book = path.parent().unwrap_or(Path::new(".")).join(&*book);
-        }
-        let base = path.parent().unwrap_or(Path::new("."));
-        if let Some(symbols) = cfg.feed.symbols.as_mut().filter(|p| p.is_relative()) {
-            *symbols = base.join(&*symbols);
-        }
-        for c in &mut cfg.feed.channels {
-            if let Some(symbols) = c.symbols.as_mut().filter(|p| p.is_relative()) {
-                *symbols = base.join(&*symbols);
-            }
-        }
+        };
+        let mut cfg = Config { publisher, feed, fabric, journal, access, source: None };
         let (lo, hi) = (cfg.fabric.ring_slots_min, cfg.fabric.ring_slots_max);
         for (key, v) in [("fabric.ring_slots_min", lo), ("fabric.ring_slots_max", hi)] {
             mdfan_wire::ring::check_slot_count(v as u64).map_err(|e| bad(key, e.to_string()))?;
@@ -1132,7 +982,7 @@ impl Config {
         if lo > hi {
             return Err(bad("fabric.ring_slots_min", format!("{lo} is above fabric.ring_slots_max {hi}")));
         }
-        if cfg.publisher.feed_on_hot_thread && cfg.lines.is_some() {
+        if cfg.publisher.feed_on_hot_thread && cfg.feed.is_live() {
             return Err(bad(
                 "publisher.feed_on_hot_thread",
                 "a live feed keeps its own thread (its socket reads are syscalls the hot loop must not make)".into(),
@@ -1143,7 +993,7 @@ impl Config {
             ("publisher.heartbeat_interval_ms", cfg.publisher.heartbeat_interval_ms),
             ("publisher.stall_timeout_ms", cfg.publisher.stall_timeout_ms),
             ("publisher.catchup_hold_ms", cfg.publisher.catchup_hold_ms),
-            ("feed.max_gap_ms", cfg.feed.max_gap_ms.max(1)),
+            ("feed.max_gap_ms", cfg.feed.max_gap_ms().max(1)),
         ] {
             if !(1..=HOUR_MS).contains(&v) {
                 return Err(bad(key, format!("{v}: must be between 1 and {HOUR_MS} (one hour)")));
@@ -1158,7 +1008,7 @@ impl Config {
             let n = cfg.publisher.max_subscribers;
             return Err(bad("publisher.max_subscribers", format!("{n}: must be between 1 and {MAX_SUBSCRIBERS}")));
         }
-        if let Pace::Factor(f) = cfg.feed.pace {
+        if let Pace::Factor(f) = cfg.feed.pace() {
             if !(MIN_PACE..=MAX_PACE).contains(&f) {
                 return Err(bad(
                     "feed.pace",
@@ -1301,6 +1151,14 @@ impl Config {
     }
 }
 
+/// The file as `format` reads it; an error as [`toml_error`] words it.
+fn read<F: serde::de::DeserializeOwned, L: serde::de::DeserializeOwned>(
+    text: &str,
+    format: FeedFormat,
+) -> Result<Whole<F, L>, String> {
+    toml::from_str(text).map_err(|e| toml_error(text, &e, Some(format)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1324,22 +1182,43 @@ provider = "shm"
         Config::parse(text, Path::new("/etc/mdfan/publisher.toml"))
     }
 
+    /// An MDP 3.0 config's `[feed]`.
+    fn mdp3(c: &Config) -> &crate::feeds::mdp3::Mdp3Feed {
+        match &c.feed {
+            FeedConfig::Mdp3(f) => f,
+            other => panic!("not mdp3: {other:?}"),
+        }
+    }
+
+    /// An MDP 3.0 config's `[lines]`.
+    fn lines(c: &Config) -> crate::feeds::mdp3::Mdp3Lines {
+        mdp3(c).lines().clone()
+    }
+
+    /// A live ITCH config's `[lines]`.
+    fn mold(c: &Config) -> crate::feeds::itch::MoldLines {
+        match &c.feed {
+            FeedConfig::Itch50(f) => f.lines.clone().expect("live"),
+            other => panic!("not itch50: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_good_config_parses_with_defaults_and_a_resolved_path() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.publisher.hot_core, Some(1));
         assert_eq!(c.publisher.wait_for_subscribers, 2);
         assert_eq!(c.publisher.max_subscribers, 64);
-        assert_eq!(c.feed.pace, Pace::Factor(10.0));
-        assert_eq!(c.feed.path, PathBuf::from("/etc/mdfan/feed.dbn.zst"));
+        assert_eq!(c.feed.pace(), Pace::Factor(10.0));
+        assert_eq!(c.feed.path(), Some(Path::new("/etc/mdfan/feed.dbn.zst")));
         assert_eq!(c.publisher.hot_idle, HotIdle::Spin);
         assert_eq!(c.publisher.hot_idle.strategy(), IdleStrategy::BusySpin);
-        assert_eq!(c.feed.max_gap_ms, 1000);
-        assert_eq!(c.feed.symbols, None);
+        assert_eq!(c.feed.max_gap_ms(), 1000);
+        assert_eq!(c.feed.symbols(), None);
         assert_eq!(c.fabric.provider, Provider::Shm);
         assert_eq!(c.fabric.ring_slots_max, 1 << 24);
         let c = parse(&GOOD.replace("pace = 10", "pace = \"realtime\"")).unwrap();
-        assert_eq!(c.feed.pace, Pace::Realtime);
+        assert_eq!(c.feed.pace(), Pace::Realtime);
     }
 
     const LIVE: &str = r#"
@@ -1368,19 +1247,19 @@ snapshot = "224.0.31.43:14330"
     #[test]
     fn line_sources_and_confirm_packets_map_onto_the_line_and_arbiter_config() {
         let with = |a: &str| LIVE.replace("a = \"224.0.31.11:14320\"", a);
-        let l = parse(&with(
-            "a = { addr = \"224.0.31.11:14320\", sources = [\"10.0.0.5\", \"10.0.0.6\"] }\nconfirm_packets = 5",
-        ))
-        .unwrap()
-        .lines
-        .unwrap();
+        let l = lines(
+            &parse(&with(
+                "a = { addr = \"224.0.31.11:14320\", sources = [\"10.0.0.5\", \"10.0.0.6\"] }\nconfirm_packets = 5",
+            ))
+            .unwrap(),
+        );
         let a = l.line_config(l.a.as_ref().unwrap(), LineRole::A);
         assert_eq!(
             (a.addr, a.sources.clone()),
             ("224.0.31.11:14320".parse().unwrap(), vec![[10, 0, 0, 5].into(), [10, 0, 0, 6].into()])
         );
         assert!(l.line_config(l.b.as_ref().unwrap(), LineRole::B).sources.is_empty(), "line B takes any source");
-        assert_eq!((l.confirm_packets, parse(LIVE).unwrap().lines.unwrap().confirm_packets), (5, 3));
+        assert_eq!((l.confirm_packets, lines(&parse(LIVE).unwrap()).confirm_packets), (5, 3));
         let nine = (1..=9).map(|i| format!("\"10.0.0.{i}\"")).collect::<Vec<_>>().join(", ");
         let e = parse(&with(&format!("a = {{ addr = \"224.0.31.11:14320\", sources = [{nine}] }}")))
             .unwrap_err()
@@ -1406,7 +1285,7 @@ snapshot = "224.0.31.43:14330"
 
     #[test]
     fn lines_hw_timestamps_maps_onto_the_line_config() {
-        let l = parse(LIVE).unwrap().lines.unwrap();
+        let l = lines(&parse(LIVE).unwrap());
         let a = l.line_config(l.a.as_ref().unwrap(), LineRole::A);
         assert_eq!(
             (a.hw_timestamps, a.rcvbuf_bytes, a.interface),
@@ -1414,10 +1293,7 @@ snapshot = "224.0.31.43:14330"
         );
         for (word, want) in [("off", mdfan_lines::HwTimestamps::Off), ("required", mdfan_lines::HwTimestamps::Required)]
         {
-            let l = parse(&LIVE.replace("[lines]", &format!("[lines]\nhw_timestamps = \"{word}\"")))
-                .unwrap()
-                .lines
-                .unwrap();
+            let l = lines(&parse(&LIVE.replace("[lines]", &format!("[lines]\nhw_timestamps = \"{word}\""))).unwrap());
             assert_eq!(l.line_config(l.a.as_ref().unwrap(), LineRole::A).hw_timestamps, want);
         }
         let e = parse(&LIVE.replace("[lines]", "[lines]\nhw_timestamps = \"yes\"")).unwrap_err().to_string();
@@ -1427,14 +1303,14 @@ snapshot = "224.0.31.43:14330"
     #[test]
     fn a_live_mdp3_config_parses_with_defaults_and_its_mistakes_are_named() {
         let c = parse(LIVE).unwrap();
-        assert_eq!(c.feed.format, FeedFormat::Mdp3);
-        let l = c.lines.as_ref().unwrap();
+        assert_eq!(c.feed.format_name(), "mdp3");
+        let l = &lines(&c);
         let a = l.a.as_ref().unwrap();
         assert_eq!((a.addr, a.sources.len(), a.interface), ("224.0.31.11:14320".parse().unwrap(), 0, None));
         assert_eq!(l.b.as_ref().map(|b| b.addr), Some("224.0.32.11:15320".parse().unwrap()));
         assert_eq!(l.snapshot, Some(LineAddr::new("224.0.31.43:14330".parse().unwrap())));
         assert_eq!(l.definitions, None);
-        let ch = c.mdp3_channels();
+        let ch = mdp3(&c).channels();
         assert_eq!((ch.len(), ch[0].id, ch[0].key.as_str(), &ch[0].a), (1, 0, "lines", a));
         assert_eq!(l.interface, std::net::Ipv4Addr::LOCALHOST);
         assert_eq!((l.rcvbuf_bytes, l.gap_timeout_ms, l.line_tolerance), (32 << 20, 10, 8));
@@ -1447,9 +1323,9 @@ snapshot = "224.0.31.43:14330"
         assert!(e.ends_with("line 11: key lines.snapshot: 224.0.32.11:15320: the same address as lines.b"), "{e}");
         let e =
             parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npath = \"x.pcap\"")).unwrap_err().to_string();
-        assert!(e.ends_with("line 7: key feed.path: a live feed (\"mdp3\") reads [lines], not a file"), "{e}");
+        assert!(e.ends_with("line 7: key feed.path: only for feed.format = \"dbn\", \"itch50\" or \"lobster\""), "{e}");
         let e = parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npace = 2")).unwrap_err().to_string();
-        assert!(e.ends_with("key feed.pace: a live feed is sent as it arrives: only \"max\""), "{e}");
+        assert!(e.ends_with("key feed.pace: only for feed.format = \"dbn\", \"itch50\" or \"lobster\""), "{e}");
         let e = parse(&LIVE[..LIVE.find("[lines]").unwrap()]).unwrap_err().to_string();
         assert!(
             e.ends_with(
@@ -1491,9 +1367,9 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
     #[test]
     fn several_channels_each_have_their_lines_and_share_lines_settings_and_interfaces() {
         let c = parse(CHANNELS).unwrap();
-        let l = c.lines.as_ref().unwrap();
+        let l = &lines(&c);
         assert_eq!((l.a.as_ref(), l.gap_timeout_ms), (None, 5));
-        let ch = c.mdp3_channels();
+        let ch = mdp3(&c).channels();
         assert_eq!(
             ch.iter().map(|c| (c.id, c.key.as_str())).collect::<Vec<_>>(),
             [(310, "feed.channels[1]"), (311, "feed.channels[2]")]
@@ -1512,7 +1388,7 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         let bare = CHANNELS
             .replace("[lines]\ninterface = \"192.0.2.10\"\ninterface_b = \"198.51.100.10\"\ngap_timeout_ms = 5\n", "");
         let c = parse(&bare).unwrap();
-        assert_eq!((c.lines.as_ref().unwrap().gap_timeout_ms, c.mdp3_channels().len()), (10, 2));
+        assert_eq!((lines(&c).gap_timeout_ms, mdp3(&c).channels().len()), (10, 2));
     }
 
     #[test]
@@ -1535,27 +1411,41 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         let e = parse(&CHANNELS.replace("id = 311\n", "id = 311\nsnapshots = \"x\"\n")).unwrap_err().to_string();
         assert!(e.contains("line 20: key feed.channels.snapshots: unknown field `snapshots`"), "{e}");
         let e = parse(&CHANNELS.replace("b = \"233.252.14.2:15310\"\n", "")).unwrap_err().to_string();
-        assert!(e.contains("missing field `b`"), "{e}");
+        assert!(e.ends_with("line 10: key feed.channels: missing field `b`"), "{e}");
+        let e = parse(&CHANNELS.replace("[[feed.channels]]\nid = 311", "[feed.channel]\nid = 311"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 18: key feed.channel: unknown field `channel`, expected one of"), "{e}");
+        let one = "[feed]\nformat = \"mdp3\"\n\n[feed.channels]\nid = 311\na = \"1.2.3.4:1\"\nb = \"1.2.3.4:2\"\n";
+        let e = parse(one).unwrap_err().to_string();
+        assert!(e.ends_with("line 4: key feed.channels: invalid type: map, expected a sequence"), "{e}");
+        let e = parse(&CHANNELS.replace("gap_timeout_ms = 5", "gap_timeout_ms = 5\ninstruments = 1048576"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("line 9: key lines.instruments: 1048576 x 2 channels: at most 1048576 instruments in all (each channel reserves lines.instruments)"),
+            "{e}"
+        );
         let itch =
             "[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\n";
         let e = parse(&format!("{itch}definitions = \"233.54.12.112:1\"\n")).unwrap_err().to_string();
-        assert!(e.contains("key lines.definitions: MDP 3.0 instrument definitions"), "{e}");
+        assert!(e.ends_with("line 7: key lines.definitions: only for feed.format = \"mdp3\""), "{e}");
         let e = parse(&format!("{itch}\n[[feed.channels]]\nid = 1\na = \"1.2.3.4:5\"\nb = \"1.2.3.4:6\"\n"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("key feed.channels: [[feed.channels]] are CME MDP 3.0 channels"), "{e}");
+        assert!(e.ends_with("line 8: key feed.channels: only for feed.format = \"mdp3\""), "{e}");
     }
 
     #[test]
     fn a_live_itch_config_parses_with_defaults_and_its_mistakes_are_named() {
         let live = "[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"itch50\"\nsession_date = \"2023-08-22\"\n\n[lines]\na = \"233.54.12.111:26477\"\nretransmit = \"127.0.0.1:9100\"\n";
         let c = parse(live).unwrap();
-        let l = c.lines.as_ref().unwrap();
+        let l = &mold(&c);
         assert_eq!((l.b.clone(), l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
         assert_eq!((l.retransmit_timeout_ms, l.retransmit_retries, l.window_messages), (50, 3, 65_536));
         assert_eq!((l.start, l.session.as_deref()), (MoldStart::FirstSeen, None));
         let c = parse(&format!("{live}start = \"one\"\nsession = \"000010059B\"\n")).unwrap();
-        let l = c.lines.unwrap();
+        let l = mold(&c);
         assert_eq!((l.start, l.session.as_deref()), (MoldStart::One, Some("000010059B")));
         let e = parse(&format!("{live}retransmit_timeout_ms = 0\n")).unwrap_err().to_string();
         assert!(e.ends_with("line 11: key lines.retransmit_timeout_ms: 0: must be 1 to 60000"), "{e}");
@@ -1565,29 +1455,31 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         assert!(e.contains("key feed.session_date: "), "{e}");
         let e = parse(&LIVE.replace("b = \"224.0.32.11:15320\"\n", "")).unwrap_err().to_string();
         assert!(e.contains("key lines: \"mdp3\" needs line B (lines.b)"), "{e}");
+        // A key of the other live format is named, with the format that reads it.
         let e = parse(&format!("{LIVE}retransmit = \"127.0.0.1:9100\"\n")).unwrap_err().to_string();
-        assert!(e.contains("retransmit and session are MoldUDP64 keys"), "{e}");
+        assert!(e.ends_with("line 12: key lines.retransmit: only for feed.format = \"itch50\""), "{e}");
         let e = parse(&format!("{live}snapshot = \"127.0.0.1:9\"\n")).unwrap_err().to_string();
-        assert!(
-            e.ends_with("key lines.snapshot: MDP 3.0 market recovery: an ITCH feed recovers by lines.retransmit"),
-            "{e}"
-        );
+        assert!(e.ends_with("line 11: key lines.snapshot: only for feed.format = \"mdp3\""), "{e}");
+        let e = parse(&format!("{live}window_messages = 17\ninstruments = 9\n")).unwrap_err().to_string();
+        assert!(e.ends_with("line 12: key lines.instruments: only for feed.format = \"mdp3\""), "{e}");
+        let e = parse(&format!("{live}windows = 17\n")).unwrap_err().to_string();
+        assert!(e.contains("line 11: key lines.windows: unknown field `windows`"), "{e}");
     }
 
     #[test]
     fn the_shipped_live_configs_parse() {
         let ops = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops");
         let c = Config::load(&ops.join("live.toml")).unwrap();
-        assert_eq!((c.feed.format, c.lines.unwrap().end_after_idle_ms), (FeedFormat::Mdp3, 2000));
+        assert_eq!((c.feed.format_name(), lines(&c).end_after_idle_ms), ("mdp3", 2000));
         // The colo example names cores and a provider this machine may not have: checked with those swapped.
         let text = std::fs::read_to_string(ops.join("colo-mdp3.toml")).unwrap();
         let text = text.replace("hot_core = 3", "hot_core = 0").replace("control_core = 2", "control_core = 0");
         let text =
             if cfg!(feature = "verbs") { text } else { text.replace("provider = \"verbs\"", "provider = \"shm\"") };
         let c = Config::parse(&text, &ops.join("colo-mdp3.toml")).unwrap();
-        let ch = c.mdp3_channels();
+        let ch = mdp3(&c).channels();
         assert_eq!(ch.iter().map(|c| (c.id, c.definitions.is_some())).collect::<Vec<_>>(), [(310, true), (311, true)]);
-        let l = c.lines.unwrap();
+        let l = lines(&c);
         assert_eq!((l.gap_timeout_ms, l.rcvbuf_bytes, l.end_after_idle_ms), (5, 64 << 20, 0));
         let nic = |line: &LineAddr, role| l.line_config(line, role).interface.to_string();
         assert_eq!(
@@ -1596,21 +1488,22 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         );
         // The ITCH examples: a file, and live from mdfan-feedsim's MoldUDP64 on loopback.
         let c = Config::load(&ops.join("itch.toml")).unwrap();
-        assert!(c.feed.path.ends_with("12302019_SNIPPET.NASDAQ_ITCH50") && c.feed.path.exists(), "{c:?}");
+        let path = c.feed.path().unwrap();
+        assert!(path.ends_with("12302019_SNIPPET.NASDAQ_ITCH50") && path.exists(), "{c:?}");
         let c = Config::load(&ops.join("live-itch.toml")).unwrap();
-        let l = c.lines.unwrap();
+        let l = mold(&c);
         assert_eq!(
-            (c.feed.format, l.retransmit.map(|a| a.to_string())),
-            (FeedFormat::Itch50, Some("127.0.0.1:26401".into()))
+            (c.feed.format_name(), l.retransmit.map(|a| a.to_string())),
+            ("itch50", Some("127.0.0.1:26401".into()))
         );
     }
 
     #[test]
     fn a_symbol_file_path_is_taken_from_the_config_folder() {
         let c = parse(&GOOD.replace("pace = 10", "symbols = \"mdp3-symbols.csv\"")).unwrap();
-        assert_eq!(c.feed.symbols, Some(PathBuf::from("/etc/mdfan/mdp3-symbols.csv")));
+        assert_eq!(c.feed.symbols(), Some(Path::new("/etc/mdfan/mdp3-symbols.csv")));
         let c = parse(&GOOD.replace("pace = 10", "symbols = \"/srv/symbols.csv\"")).unwrap();
-        assert_eq!(c.feed.symbols, Some(PathBuf::from("/srv/symbols.csv")));
+        assert_eq!(c.feed.symbols(), Some(Path::new("/srv/symbols.csv")));
         let e = parse(&GOOD.replace("pace = 10", "symbols = 7")).unwrap_err().to_string();
         assert!(e.contains("line 10: key feed.symbols: "), "{e}");
     }

@@ -39,10 +39,17 @@ impl CounterSet for RunCounters {
     }
 }
 
-impl CounterSet for Arc<crate::live::LiveCounters> {
-    /// One channel's rows, each labelled `channel="ID"` (a publisher of several channels writes one set each).
+impl CounterSet for Arc<dyn crate::feeds::FeedCounters> {
     fn publish(&self, file: &mut CountersWriter) {
-        let f = self.report();
+        crate::feeds::FeedCounters::publish(&**self, file);
+    }
+}
+
+/// One live MDP 3.0 channel's rows, each labelled `channel="ID"` (a publisher of several channels writes one set
+/// each).
+pub(crate) fn publish_live(c: &crate::live::LiveCounters, file: &mut CountersWriter) {
+    {
+        let f = c.report();
         let ch = format!("channel=\"{}\"", f.channel);
         for (i, line) in ["a", "b"].into_iter().enumerate() {
             let l = format!("{ch},line=\"{line}\"");
@@ -69,15 +76,22 @@ impl CounterSet for Arc<crate::live::LiveCounters> {
             ("mdfan_feed_definitions_total", Counter, f.definitions),
             ("mdfan_feed_bad_definition_packets_total", Counter, f.bad_definition_packets),
             ("mdfan_feed_instrument_collisions_total", Counter, f.instrument_collisions),
+            ("mdfan_feed_definitions_refused_total", Counter, f.definitions_refused),
+            ("mdfan_feed_definitions_dropped_total", Counter, f.definitions_dropped),
         ] {
             file.set(name, &ch, kind, v);
+        }
+        for (i, feed) in ["snapshot", "definitions"].into_iter().enumerate() {
+            let l = format!("{ch},feed=\"{feed}\"");
+            file.set("mdfan_feed_side_foreign_sources_total", &l, Counter, f.side_foreign[i]);
         }
     }
 }
 
-impl CounterSet for Arc<crate::live_itch::MoldCounters> {
-    fn publish(&self, file: &mut CountersWriter) {
-        let f = self.report();
+/// A live ITCH feed's MoldUDP64 rows.
+pub(crate) fn publish_mold(c: &crate::live_itch::MoldCounters, file: &mut CountersWriter) {
+    {
+        let f = c.report();
         for (i, origin) in ["a", "b", "retransmit"].into_iter().enumerate() {
             file.set("mdfan_mold_packets_total", &format!("origin=\"{origin}\""), Counter, f.packets[i]);
         }

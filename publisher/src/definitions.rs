@@ -53,12 +53,14 @@ pub struct DefinitionSender {
 }
 
 impl DefinitionSender {
-    /// Hands `entry` on without waiting: if the queue is full it is dropped and counted.
+    /// Hands `entry` on without waiting: if the queue is full it is dropped and counted (`false`).
     #[inline]
-    pub fn send(&mut self, entry: DefinitionEntry) {
-        if self.tx.push(entry).is_err() {
+    pub fn send(&mut self, entry: DefinitionEntry) -> bool {
+        let sent = self.tx.push(entry).is_ok();
+        if !sent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+        sent
     }
 
     /// Entries dropped so far because the queue was full.

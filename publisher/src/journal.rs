@@ -1,7 +1,7 @@
 //! The journal: a bounded, pre-allocated ring of normalised [`BookUpdate`] records between the feed handler and
 //! its readers.
 //!
-//! One producer, the feed handler ([`FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes and appends
+//! One producer, the feed handler ([`crate::feeds::FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes and appends
 //! each record at the next position (0, 1, 2, ...); position `p` lives in slot `p mod records`. Two readers
 //! follow it by position: the hot loop (the live stream and late joiners' catch-up) and the conductor (it keeps
 //! the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots). The producer never overwrites
@@ -25,8 +25,6 @@
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mdfan_feed::dbn::MboStream;
-use mdfan_tuning::Agent;
 use mdfan_wire::BookUpdate;
 
 /// Records a journal holds by default: 131,072 (2^17, 16 MiB), more than the bundled capture's 68,792.
@@ -35,13 +33,6 @@ pub const DEFAULT_RECORDS: u64 = 1 << 17;
 pub const MIN_RECORDS: u64 = 1 << 10;
 /// Largest journal, in records (2^28: 32 GiB).
 pub const MAX_RECORDS: u64 = 1 << 28;
-/// The feed thread's idle strategy while the journal is full: yield a few times, then sleep from 1 us up to
-/// 100 us (it waits for the hot loop and the conductor, and shares cores with them).
-pub const FEED_IDLE: mdfan_tuning::IdleStrategy =
-    mdfan_tuning::IdleStrategy::Backoff { spins: 0, yields: 16, max_park: std::time::Duration::from_micros(100) };
-/// Records the feed handler appends per duty cycle at most.
-const FEED_BATCH: usize = 256;
-
 /// Whether the feed is still being read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FeedState {
@@ -253,219 +244,6 @@ impl JournalWriter {
             *e = Some(error);
         }
         self.journal.end(FeedState::Failed);
-    }
-}
-
-/// Where a [`FeedAgent`] gets its records.
-pub(crate) enum Source {
-    /// A file, decoded as it goes: the next record, `None` at its end; an error names the file, the byte offset
-    /// and the record or message.
-    File(Box<dyn FnMut() -> Result<Option<BookUpdate>, String> + Send>),
-    /// A live CME MDP 3.0 feed: its channels' UDP lines ([`crate::live`]).
-    Live(Box<crate::live::Mdp3Channels>),
-    /// A live ITCH 5.0 feed over MoldUDP64 ([`crate::live_itch`]).
-    LiveItch(Box<crate::live_itch::LiveItch>),
-}
-
-/// What a LOBSTER replay (`format = "lobster"`) checked, readable from any thread (Relaxed; stored by the feed
-/// thread after each message).
-#[derive(Debug, Default)]
-pub struct LobsterCounters {
-    /// Messages read (= order-book rows read: the files go together row by row).
-    pub messages: std::sync::atomic::AtomicU64,
-    /// Order-book rows equal to the level-1 book the messages rebuilt (rows 2 on: row 1 is where the rebuild
-    /// starts). A row that differs stops the replay (`feed_error`, naming its line).
-    pub rows_checked: std::sync::atomic::AtomicU64,
-}
-
-/// A copy of [`LobsterCounters`] for the run report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LobsterReport {
-    /// See [`LobsterCounters::messages`].
-    pub messages: u64,
-    /// See [`LobsterCounters::rows_checked`].
-    pub rows_checked: u64,
-}
-
-impl LobsterCounters {
-    /// A copy of both counters.
-    pub fn report(&self) -> LobsterReport {
-        use std::sync::atomic::Ordering::Relaxed;
-        LobsterReport { messages: self.messages.load(Relaxed), rows_checked: self.rows_checked.load(Relaxed) }
-    }
-}
-
-impl LobsterReport {
-    /// `feed format=lobster messages=57515 orderbook_rows_checked=57514`: every order-book row after the first
-    /// was equal to the level-1 book the messages gave (the first is where the rebuild starts).
-    pub fn line(&self) -> String {
-        format!("feed format=lobster messages={} orderbook_rows_checked={}", self.messages, self.rows_checked)
-    }
-}
-
-/// The feed handler: an [`Agent`] that decodes the feed and appends each record to the journal, on thread
-/// `mdfan-feed` (or stepped by a test). For a file, one duty cycle appends up to 256 records and returns 0 while
-/// the journal is full; for a live feed, one duty cycle is one poll of the lines ([`crate::live`]). Done once the
-/// feed ended or failed (the error goes into the journal for the conductor), or once `stop` is set (the hot loop
-/// is gone).
-pub struct FeedAgent {
-    pub(crate) source: Source,
-    pub(crate) writer: JournalWriter,
-    pub(crate) pending: Option<BookUpdate>,
-    pub(crate) done: bool,
-    pub(crate) stop: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl FeedAgent {
-    /// A feed handler reading `stream` into `writer`'s journal until `stop` is set.
-    pub fn new<R: std::io::Read + Send + 'static>(
-        mut stream: MboStream<R>,
-        writer: JournalWriter,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> FeedAgent {
-        let source = Source::File(Box::new(move || stream.next_update().map_err(|e| e.to_string())));
-        FeedAgent { source, writer, pending: None, done: false, stop }
-    }
-
-    /// A feed handler reading a Nasdaq TotalView-ITCH 5.0 file (`format = "itch50"`) into `writer`'s journal:
-    /// each message normalised by `normalizer` (order-level records keyed by stock locate; up to three per
-    /// message), the venue seq = the message's position in the file. The file has no capture times, so
-    /// `ts_recv_ns` is the message's own (absolute) timestamp, flagged `BAD_TS_RECV` (paced replays follow the
-    /// exchange's clock; no wire-to-poll is measured).
-    pub fn itch<R: std::io::Read + Send + 'static>(
-        mut file: mdfan_feed::itch::ItchFile<R>,
-        mut normalizer: mdfan_feed::itch::ItchNormalizer,
-        writer: JournalWriter,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> FeedAgent {
-        let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u64);
-        let mut len = 0usize;
-        let mut records = mdfan_feed::itch::Records::default();
-        let source = Source::File(Box::new(move || loop {
-            if next < len {
-                next += 1;
-                return Ok(Some(queued[next - 1]));
-            }
-            let Some((at, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
-            position = position.wrapping_add(1);
-            normalizer.normalize_at(&m, position, 0, at, &mut records);
-            len = records.as_slice().len();
-            next = 0;
-            for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
-                *slot = BookUpdate { ts_recv_ns: r.ts_event_ns, flags: r.flags | mdfan_wire::flags::BAD_TS_RECV, ..*r };
-            }
-        }));
-        FeedAgent { source, writer, pending: None, done: false, stop }
-    }
-
-    /// A feed handler replaying a LOBSTER message file checked against its order-book file (`format =
-    /// "lobster"`; records as `mdfan_feed::lobster` documents: price-level records of the order-book rows and
-    /// trades, `venue_seq` = the message's line, `ts_recv_ns` = `ts_event_ns` flagged `BAD_TS_RECV`). A row the
-    /// messages cannot give stops the replay with the error naming the order-book file and line, as a corrupt
-    /// record of any file does: the two files do not belong together, and a book past that point would be wrong.
-    pub fn lobster(
-        mut feed: mdfan_feed::lobster::LobsterFeed,
-        counters: Arc<LobsterCounters>,
-        writer: JournalWriter,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> FeedAgent {
-        let (mut queued, mut next) = (Vec::new(), 0usize);
-        let source = Source::File(Box::new(move || loop {
-            if next < queued.len() {
-                next += 1;
-                return Ok(Some(queued[next - 1]));
-            }
-            let Some((_, records)) = feed.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
-            queued.clear();
-            queued.extend_from_slice(records.as_slice());
-            next = 0;
-            counters.messages.store(feed.counts().total(), std::sync::atomic::Ordering::Relaxed);
-            let checked = feed.level1().map_or(0, |b| b.consistent);
-            counters.rows_checked.store(checked, std::sync::atomic::Ordering::Relaxed);
-        }));
-        FeedAgent { source, writer, pending: None, done: false, stop }
-    }
-
-    /// A feed handler reading the live MDP 3.0 channels `live` into `writer`'s journal until `stop` is set.
-    pub fn live(
-        live: crate::live::Mdp3Channels,
-        writer: JournalWriter,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> FeedAgent {
-        FeedAgent { source: Source::Live(Box::new(live)), writer, pending: None, done: false, stop }
-    }
-
-    /// A feed handler reading the live ITCH 5.0 feed `live` (MoldUDP64) into `writer`'s journal until `stop` is
-    /// set.
-    pub fn live_itch(
-        live: crate::live_itch::LiveItch,
-        writer: JournalWriter,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> FeedAgent {
-        FeedAgent { source: Source::LiveItch(Box::new(live)), writer, pending: None, done: false, stop }
-    }
-
-    fn live_work(&mut self) -> usize {
-        let step = match &mut self.source {
-            Source::Live(live) => live.step(&mut self.writer),
-            Source::LiveItch(live) => live.step(&mut self.writer),
-            Source::File(_) => return 0,
-        };
-        match step {
-            Ok(crate::live::Step::Work(n)) => n,
-            Ok(crate::live::Step::Ended) => {
-                self.writer.end();
-                self.done = true;
-                1
-            }
-            Err(e) => {
-                self.writer.fail(e.to_string());
-                self.done = true;
-                1
-            }
-        }
-    }
-}
-
-impl Agent for FeedAgent {
-    fn role_name(&self) -> &str {
-        "mdfan-feed"
-    }
-
-    fn do_work(&mut self) -> usize {
-        let next = match &mut self.source {
-            Source::File(next) => next,
-            Source::Live(_) | Source::LiveItch(_) => return if self.done { 0 } else { self.live_work() },
-        };
-        let mut n = 0;
-        while n < FEED_BATCH && !self.done {
-            let record = match self.pending.take() {
-                Some(r) => r,
-                None => match next() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        self.writer.end();
-                        self.done = true;
-                        return n + 1;
-                    }
-                    Err(e) => {
-                        self.writer.fail(e.to_string());
-                        self.done = true;
-                        return n + 1;
-                    }
-                },
-            };
-            if !self.writer.try_push(&record) {
-                self.pending = Some(record);
-                break;
-            }
-            n += 1;
-        }
-        n
-    }
-
-    fn is_done(&self) -> bool {
-        self.done || self.stop.load(Ordering::Relaxed)
     }
 }
 

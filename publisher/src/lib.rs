@@ -30,9 +30,10 @@ pub mod book_keeper;
 pub mod conductor;
 pub mod config;
 pub mod conn;
-mod counter_sets;
+pub(crate) mod counter_sets;
 pub mod cycles;
 pub mod definitions;
+pub mod feeds;
 pub mod journal;
 pub mod live;
 pub mod live_itch;
@@ -50,7 +51,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use mdfan_fabric::AnySender;
-use mdfan_feed::dbn::{FeedError, MboStream};
+use mdfan_feed::dbn::FeedError;
 use mdfan_wire::control::TsRecvClock;
 use mdfan_wire::Symbology;
 
@@ -58,18 +59,15 @@ use mdfan_tuning::{run_agent, run_agent_until, Agent};
 
 use crate::agent::{AgentCounters, AgentTiming, Command, Event, FanoutAgent, Phase};
 pub use crate::conductor::Conductor;
-use crate::config::{Config, FeedFormat};
+use crate::config::Config;
 pub use crate::counter_sets::ControlCounters;
-use crate::journal::{FeedAgent, Journal, JournalWriter};
-use crate::live::{LiveCounters, Mdp3Channels};
+use crate::feeds::FeedAgent;
+use crate::journal::{Journal, JournalWriter};
+use crate::live::LiveCounters;
 
 pub use config::ConfigError;
 pub use pacing::Pacer;
 pub use report::{RunReport, SendCompletionReport, SessionReport, CLOCKS_LINE_NIC, CLOCKS_LINE_NO_NIC};
-
-/// Entries the definition queue holds for a live MDP 3.0 feed with definition feeds: a definition loop's
-/// instruments come again on its next turn, so a burst past this is only late (about 70 bytes an entry).
-pub const MDP3_DEFINITION_QUEUE_ENTRIES: usize = 1 << 16;
 
 /// One live CME MDP 3.0 channel as bound ([`Publisher::channels`]).
 #[derive(Debug, Clone)]
@@ -84,33 +82,6 @@ pub struct ChannelInfo {
     pub snapshot: Option<std::net::SocketAddrV4>,
     /// Its instrument definition feed as bound.
     pub definitions: Option<std::net::SocketAddrV4>,
-}
-
-/// The channels' own symbol files (`[[feed.channels]]` `symbols`), together; an instrument_id two channels'
-/// files both name is refused, naming both files.
-fn channel_symbols(channels: &[config::Mdp3ChannelConfig]) -> Result<Symbology, PublisherError> {
-    let mut all = Symbology::new();
-    let mut from: std::collections::BTreeMap<u32, (&str, &std::path::Path)> = std::collections::BTreeMap::new();
-    for c in channels {
-        let Some(path) = &c.symbols else { continue };
-        let defs = mdfan_feed::symbols::load_symbol_file(path)?;
-        for d in defs.iter() {
-            if let Some((key, first)) = from.insert(d.instrument_id, (&c.key, path)) {
-                return Err(PublisherError::Symbols(mdfan_feed::symbols::SymbolFileError {
-                    path: path.clone(),
-                    line: None,
-                    field: Some("security_id"),
-                    detail: format!(
-                        "{} is also in {key}'s symbol file {}: instrument ids must be unique across channels",
-                        d.instrument_id,
-                        first.display()
-                    ),
-                }));
-            }
-        }
-        all.extend(defs);
-    }
-    Ok(all)
 }
 
 /// How long a new control connection has to send its subscribe message.
@@ -177,6 +148,12 @@ pub struct Publisher {
     listener: TcpListener,
     unix_listener: Option<std::os::unix::net::UnixListener>,
     feed: FeedAgent,
+    /// What the rest of the publisher knows of the feed.
+    traits: feeds::FeedTraits,
+    /// The feed's counters (report, counters file, dumps).
+    feed_counters: Vec<Arc<dyn feeds::FeedCounters>>,
+    /// What the feed is, for logs.
+    feed_name: String,
     symbology: Symbology,
     journal: Arc<Journal>,
     /// Set once the hot loop is gone: the feed handler stops.
@@ -185,14 +162,10 @@ pub struct Publisher {
     reload: Arc<AtomicBool>,
     counters: Arc<AgentCounters>,
     sender: AnySender,
-    /// A live MDP 3.0 feed's channels as bound (empty for another feed).
-    live: Vec<ChannelInfo>,
-    /// A live ITCH 5.0 feed's MoldUDP64 counters and its lines' bound addresses (A, B; B = A without line B).
-    itch: Option<(Arc<crate::live_itch::MoldCounters>, [std::net::SocketAddrV4; 2])>,
-    /// A live ITCH 5.0 feed's Stock Directory queue, the conductor's end.
+    /// A live feed's lines as bound.
+    bound: feeds::Bound,
+    /// A live feed's definitions (ITCH Stock Directory, MDP 3.0 definition feeds), the conductor's end.
     definitions: Option<crate::definitions::DefinitionReceiver>,
-    /// A LOBSTER replay's check counters.
-    lobster: Option<Arc<journal::LobsterCounters>>,
     /// The counters file for `mdfan-stat` (`publisher.counters_dir`).
     counters_file: Option<mdfan_tuning::counters::CountersWriter>,
     ts_recv_clock: TsRecvClockCell,
@@ -263,113 +236,32 @@ impl Publisher {
         let feed_stop = Arc::new(AtomicBool::new(false));
         let writer = JournalWriter::new(Arc::clone(&journal));
         let ts_recv_clock = TsRecvClockCell::default();
-        let mut itch = None;
-        let mut definitions = None;
-        let mut lobster = None;
-        let (feed, live, mut symbology) = match (cfg.feed.format, &cfg.lines) {
-            (FeedFormat::Itch50, Some(lines)) => {
-                ts_recv_clock.set(TsRecvClock::Software);
-                let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
-                // Symbols: the Stock Directory messages as they come, to the conductor (live_itch's module docs).
-                let (to_conductor, from_feed) =
-                    crate::definitions::definition_queue(crate::live_itch::DIRECTORY_QUEUE_ENTRIES);
-                let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone(), to_conductor)?;
-                itch = Some((live.counters(), live.line_addrs()));
-                definitions = Some(from_feed);
-                (FeedAgent::live_itch(live, writer, Arc::clone(&feed_stop)), Vec::new(), Default::default())
-            }
-            (FeedFormat::Mdp3, Some(lines)) => {
-                // The lines ask the kernel for receive stamps (SO_TIMESTAMPING): software at least, until the first
-                // datagrams say which (the feed thread refines it: hardware when the NIC stamps).
-                ts_recv_clock.set(TsRecvClock::Software);
-                let channels = cfg.mdp3_channels();
-                let to_conductor = if channels.iter().any(|c| c.definitions.is_some()) {
-                    let (tx, rx) = crate::definitions::definition_queue(MDP3_DEFINITION_QUEUE_ENTRIES);
-                    definitions = Some(rx);
-                    Some(tx)
-                } else {
-                    None
-                };
-                let live = Mdp3Channels::open(lines, &channels, ts_recv_clock.clone(), to_conductor)?;
-                let info = live
-                    .channels()
-                    .iter()
-                    .map(|c| ChannelInfo {
-                        id: c.id(),
-                        counters: c.counters(),
-                        lines: c.line_addrs(),
-                        snapshot: c.snapshot_addr(),
-                        definitions: c.definitions_addr(),
-                    })
-                    .collect();
-                (FeedAgent::live(live, writer, Arc::clone(&feed_stop)), info, Symbology::new())
-            }
-            (FeedFormat::Itch50, _) => {
-                let file = mdfan_feed::itch::ItchFile::open(&cfg.feed.path)?;
-                let midnight = cfg.feed.session_midnight_ns().expect("checked by the config");
-                let normalizer = mdfan_feed::itch::ItchNormalizer::new(midnight, 1 << 20);
-                // Symbols: a first pass over the file's Stock Directory messages, so that every subscriber,
-                // however early it attaches, gets every definition in its Accept and can subscribe by symbol.
-                // (A table the feed thread filled as it went would race the first attaches, which come before
-                // the replay.) A file cut or corrupt somewhere gives the definitions before that place: the replay
-                // meets the same error there, after the records before it, and ends with feed_error.
-                let (symbology, _stopped) = mdfan_feed::itch::stock_directory(&cfg.feed.path)?;
-                (FeedAgent::itch(file, normalizer, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
-            }
-            (FeedFormat::Lobster, _) => {
-                let name = mdfan_feed::lobster::FileName::parse(&cfg.feed.path)?;
-                let (y, m, d) = name.date;
-                let midnight = match cfg.feed.session_midnight_ns() {
-                    Some(ns) => ns,
-                    None => mdfan_feed::itch::eastern_midnight_ns(y, m, d).ok_or_else(|| {
-                        mdfan_feed::lobster::LobsterError::FileName {
-                            file: cfg.feed.path.clone(),
-                            detail: format!("date {y:04}-{m:02}-{d:02} is not in the calendar"),
-                        }
-                    })?,
-                };
-                let feed =
-                    mdfan_feed::lobster::LobsterFeed::open(&cfg.feed.path, cfg.feed.orderbook.as_deref(), midnight)?;
-                let mut symbology = Symbology::new();
-                symbology.insert(mdfan_wire::InstrumentDef::new(mdfan_feed::lobster::INSTRUMENT_ID, name.ticker));
-                let counters = Arc::new(journal::LobsterCounters::default());
-                lobster = Some(Arc::clone(&counters));
-                (FeedAgent::lobster(feed, counters, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
-            }
-            _ => {
-                let stream = MboStream::open(&cfg.feed.path)?;
-                let symbology = stream.symbology().clone();
-                (FeedAgent::new(stream, writer, Arc::clone(&feed_stop)), Vec::new(), symbology)
-            }
-        };
-        if let Some(path) = &cfg.feed.symbols {
-            symbology.extend(mdfan_feed::symbols::load_symbol_file(path)?);
-        }
-        // A channel's own file after the general one: it names its channel's instruments.
-        symbology.extend(channel_symbols(&cfg.mdp3_channels())?);
+        let opened = feeds::open(&cfg, &ts_recv_clock)?;
+        let feed = FeedAgent::new(opened.source, writer, Arc::clone(&feed_stop));
         let sender = AnySender::open(&cfg.fabric.resolved)
             .map_err(|source| PublisherError::Fabric { provider: cfg.fabric.provider.name(), source })?;
         let listen_err = |source| PublisherError::Listen { endpoint: cfg.publisher.listen.clone(), source };
         let listener = TcpListener::bind(&cfg.publisher.listen).map_err(listen_err)?;
         listener.set_nonblocking(true).map_err(listen_err)?;
         let unix_listener = cfg.publisher.listen_unix.as_deref().map(listen_unix).transpose()?;
-        let counters_file = counters_file(&cfg, listener.local_addr().ok());
+        let counters_file = counters_file(&cfg, listener.local_addr().ok(), opened.counters.len());
         Ok(Publisher {
             cfg,
             listener,
             unix_listener,
             feed,
-            symbology,
+            traits: opened.traits,
+            feed_counters: opened.counters,
+            feed_name: opened.name,
+            symbology: opened.symbology,
             journal,
             feed_stop,
             dump: Arc::new(AtomicBool::new(false)),
             reload: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(AgentCounters::default()),
             sender,
-            live,
-            itch,
-            definitions,
-            lobster,
+            bound: opened.bound,
+            definitions: opened.definitions,
             counters_file,
             ts_recv_clock,
         })
@@ -377,51 +269,36 @@ impl Publisher {
 
     /// A live ITCH 5.0 feed's MoldUDP64 counters (`None` otherwise).
     pub fn mold_counters(&self) -> Option<Arc<crate::live_itch::MoldCounters>> {
-        self.itch.as_ref().map(|(c, _)| Arc::clone(c))
+        self.bound.mold.as_ref().map(|(c, _)| Arc::clone(c))
     }
 
     /// A live MDP 3.0 feed's first channel's counters (`None` for another feed); every channel's:
     /// [`Publisher::channels`].
     pub fn live_counters(&self) -> Option<Arc<LiveCounters>> {
-        self.live.first().map(|c| Arc::clone(&c.counters))
+        self.bound.channels.first().map(|c| Arc::clone(&c.counters))
     }
 
     /// A live MDP 3.0 feed's channels as bound, in config order (empty for another feed).
     pub fn channels(&self) -> &[ChannelInfo] {
-        &self.live
+        &self.bound.channels
     }
 
     /// A live feed's lines as bound (A, B; an MDP 3.0 feed's first channel's): with port 0 in the config, the
     /// ports the system picked. Live ITCH without line B gives A twice.
     pub fn line_addrs(&self) -> Option<[std::net::SocketAddrV4; 2]> {
-        self.live.first().map(|c| c.lines).or(self.itch.as_ref().map(|(_, a)| *a))
+        self.bound.channels.first().map(|c| c.lines).or(self.bound.mold.as_ref().map(|(_, a)| *a))
     }
 
     /// A live MDP 3.0 feed's (first channel's) market recovery (snapshot) feed as bound, if it has one.
     pub fn snapshot_addr(&self) -> Option<std::net::SocketAddrV4> {
-        self.live.first().and_then(|c| c.snapshot)
+        self.bound.channels.first().and_then(|c| c.snapshot)
     }
 
-    /// What the feed is, for logs: the file, `mdp3 line_a=.. line_b=..`, or `itch50 moldudp64 line_a=..
-    /// line_b=..` (`line_b=none` when the config has no line B).
+    /// What the feed is, for logs: the file, `mdp3 line_a=.. line_b=..` (with `channel=ID` before each channel's
+    /// lines when the config lists channels), or `itch50 moldudp64 line_a=.. line_b=..` (`line_b=none` when the
+    /// config has no line B).
     pub fn feed_name(&self) -> String {
-        let has_b = self.cfg.lines.as_ref().is_some_and(|l| l.b.is_some());
-        if !self.live.is_empty() {
-            let each = self.live.iter().map(|c| {
-                let [a, b] = c.lines;
-                if self.cfg.feed.channels.is_empty() {
-                    format!("line_a={a} line_b={b}")
-                } else {
-                    format!("channel={} line_a={a} line_b={b}", c.id)
-                }
-            });
-            return format!("mdp3 {}", each.collect::<Vec<_>>().join(" "));
-        }
-        match self.line_addrs() {
-            Some([a, _]) if !has_b => format!("itch50 moldudp64 line_a={a} line_b=none"),
-            Some([a, b]) => format!("itch50 moldudp64 line_a={a} line_b={b}"),
-            None => self.cfg.feed.path.display().to_string(),
-        }
+        self.feed_name.clone()
     }
 
     /// Says which clock stamps the records' `ts_recv_ns`: every `Accept` sent from now on carries it, so
@@ -453,9 +330,9 @@ impl Publisher {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// The feed file.
-    pub fn feed_path(&self) -> &std::path::Path {
-        &self.cfg.feed.path
+    /// The feed file (a live feed: none).
+    pub fn feed_path(&self) -> Option<&std::path::Path> {
+        self.cfg.feed.path()
     }
 
     /// The instruments the publisher can name (the feed's metadata, then `feed.symbols`): what subscribers'
@@ -491,6 +368,9 @@ impl Publisher {
             listener,
             unix_listener,
             feed,
+            traits,
+            feed_counters,
+            feed_name: _,
             symbology,
             journal,
             feed_stop: _,
@@ -498,14 +378,12 @@ impl Publisher {
             reload,
             counters,
             sender,
-            live,
-            itch,
+            bound: _,
             definitions,
-            lobster,
             counters_file,
             ts_recv_clock,
         } = self;
-        let is_live = !live.is_empty() || itch.is_some();
+        let is_live = traits.live;
         let max = cfg.publisher.max_subscribers;
         let (cmd_tx, cmd_rx) = rtrb::RingBuffer::<Command>::new(max * 4);
         let (evt_tx, evt_rx) = rtrb::RingBuffer::<Event>::new(max * 4);
@@ -513,7 +391,7 @@ impl Publisher {
         let ticks_per_ms = pacing::ticks_per_ms(&clock);
         let fanout = FanoutAgent {
             journal: Arc::clone(&journal),
-            pacer: Pacer::new(cfg.feed.pace, cfg.feed.max_gap_ms),
+            pacer: Pacer::new(cfg.feed.pace(), cfg.feed.max_gap_ms()),
             sessions: Vec::with_capacity(max),
             commands: cmd_rx,
             events: queue::Outbox::new(evt_tx, max * 4),
@@ -556,9 +434,8 @@ impl Publisher {
             sender,
             ts_recv_clock,
             counters_file,
-            live_feed: live.iter().map(|c| Arc::clone(&c.counters)).collect(),
-            itch_feed: itch.as_ref().map(|(c, _)| Arc::clone(c)),
-            lobster_feed: lobster,
+            feed_counters,
+            traits,
             clock,
             cfg,
         });
@@ -581,8 +458,7 @@ impl Publisher {
         let hot_idle = self.cfg.publisher.hot_idle.strategy();
         let lock_memory = self.cfg.publisher.lock_memory;
         // A live feed starts at once (the market does not wait).
-        let wait_for =
-            if !self.live.is_empty() || self.itch.is_some() { 0 } else { self.cfg.publisher.wait_for_subscribers };
+        let wait_for = if self.traits.live { 0 } else { self.cfg.publisher.wait_for_subscribers };
         let feed_on_hot_thread = self.cfg.publisher.feed_on_hot_thread;
         let Agents { mut feed, fanout, mut conductor } = self.into_agents(shutdown);
         let (feed_thread, mut hot_agent) = if feed_on_hot_thread {
@@ -590,7 +466,7 @@ impl Publisher {
         } else {
             let thread = std::thread::Builder::new()
                 .name(feed.role_name().to_owned())
-                .spawn(move || run_agent(&mut feed, journal::FEED_IDLE))
+                .spawn(move || run_agent(&mut feed, feeds::FEED_IDLE))
                 .map_err(|e| PublisherError::Thread("feed", e))?;
             (Some(thread), HotThread { fanout, feed: None })
         };
@@ -698,14 +574,19 @@ pub fn counters_path(dir: &std::path::Path, addr: SocketAddr) -> std::path::Path
 }
 
 /// Creates the counters file (`publisher.counters_dir`), or logs why not: the run goes on without it.
-fn counters_file(cfg: &Config, addr: Option<SocketAddr>) -> Option<mdfan_tuning::counters::CountersWriter> {
+fn counters_file(
+    cfg: &Config,
+    addr: Option<SocketAddr>,
+    feed_sets: usize,
+) -> Option<mdfan_tuning::counters::CountersWriter> {
     let dir = &cfg.publisher.counters_dir;
     let addr = addr?;
     if dir.as_os_str().is_empty() {
         return None;
     }
-    // The run's rows, 24 per MDP 3.0 channel, 14 per live session and as many again for ended ones.
-    let slots = 32 + 24 * cfg.mdp3_channels().len() + 14 * 2 * cfg.publisher.max_subscribers;
+    // The run's rows, 24 per feed counter set (an MDP 3.0 channel's, a MoldUDP64 session's), 14 per live
+    // session and as many again for ended ones.
+    let slots = 32 + 24 * feed_sets + 14 * 2 * cfg.publisher.max_subscribers;
     match mdfan_tuning::counters::CountersWriter::create(
         &counters_path(dir, addr),
         "publisher",

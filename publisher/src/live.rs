@@ -45,8 +45,10 @@ use mdfan_lines::{
 };
 use mdfan_wire::{BookUpdate, FeedState};
 
-use crate::config::{LineAddr, LineRole, LinesSection, Mdp3ChannelConfig};
+use crate::config::{LineAddr, LineRole};
 use crate::definitions::{DefinitionEntry, DefinitionSender};
+use crate::feeds::mdp3::{Mdp3ChannelConfig, Mdp3Lines};
+use crate::feeds::{FeedSource, FeedSourceError, Step};
 use crate::journal::JournalWriter;
 
 /// Datagrams read per duty cycle at most.
@@ -119,6 +121,14 @@ pub struct LiveCounters {
     /// Records of an instrument another channel carries, dropped (the first channel to carry an instrument_id
     /// owns it).
     pub instrument_collisions: AtomicU64,
+    /// Definitions not taken: an instrument another channel owns, a symbol that is empty or not printable
+    /// ASCII, a negative tick size, or past `lines.instruments` defined instruments (a flood).
+    pub definitions_refused: AtomicU64,
+    /// Definitions not handed to the conductor because its queue was full (taken again from the loop's next
+    /// turn).
+    pub definitions_dropped: AtomicU64,
+    /// Datagrams on the snapshot feed, the definition feed, from a source it does not list (`sources`): dropped.
+    pub side_foreign: [AtomicU64; 2],
 }
 
 /// A copy of [`LiveCounters`] for the run report.
@@ -178,6 +188,12 @@ pub struct LiveReport {
     pub definitions: u64,
     /// See [`LiveCounters::instrument_collisions`].
     pub instrument_collisions: u64,
+    /// See [`LiveCounters::definitions_refused`].
+    pub definitions_refused: u64,
+    /// See [`LiveCounters::definitions_dropped`].
+    pub definitions_dropped: u64,
+    /// See [`LiveCounters::side_foreign`]: snapshot feed, definition feed.
+    pub side_foreign: [u64; 2],
 }
 
 impl LiveCounters {
@@ -212,6 +228,9 @@ impl LiveCounters {
             bad_definition_packets: ld(&self.bad_definition_packets),
             definitions: ld(&self.definitions),
             instrument_collisions: ld(&self.instrument_collisions),
+            definitions_refused: ld(&self.definitions_refused),
+            definitions_dropped: ld(&self.definitions_dropped),
+            side_foreign: [ld(&self.side_foreign[0]), ld(&self.side_foreign[1])],
         }
     }
 }
@@ -237,7 +256,7 @@ impl LiveReport {
     /// the channel's arbitrated stream's (a jump is held or taken once, whichever line brought it).
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 channel={} datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} definitions={} definition_packets={} bad_definition_packets={} instrument_collisions={} ts_recv={} stamps={}",
+            "feed format=mdp3 channel={} datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} definitions={} definition_packets={} bad_definition_packets={} definitions_refused={} definitions_dropped={} foreign_side={}/{} instrument_collisions={} ts_recv={} stamps={}",
             self.channel,
             self.datagrams[0],
             self.datagrams[1],
@@ -267,6 +286,10 @@ impl LiveReport {
             self.definitions,
             self.definition_packets,
             self.bad_definition_packets,
+            self.definitions_refused,
+            self.definitions_dropped,
+            self.side_foreign[0],
+            self.side_foreign[1],
             self.instrument_collisions,
             self.stamp_clock(),
             stamps_text(&self.stamps)
@@ -306,15 +329,19 @@ type LineStamp = (&'static str, mdfan_lines::HwStampState, Option<Arc<mdfan_line
 
 impl LineStamps {
     /// Records the lines (`a`, `b`) as opened and logs each.
-    pub(crate) fn set(&self, lines: Vec<(&'static str, &LineSocket)>) {
+    pub(crate) fn set(&self, lines: Vec<(&'static str, &LineSocket)>, channel: Option<u16>) {
+        let ch = channel_label(channel);
         for (n, s) in lines.iter().filter(|(_, s)| s.source_specific_refused()) {
             tracing::warn!(line = n, group = %s.local_addr(),
-                "IP_ADD_SOURCE_MEMBERSHIP refused: the line joined for any source (every datagram's source is still checked)");
+                "IP_ADD_SOURCE_MEMBERSHIP refused{ch}: the line joined for any source (every datagram's source is still checked)");
         }
         let v: Vec<_> = lines.into_iter().map(|(n, s)| (n, s.hw_state().clone(), s.phc_map().cloned())).collect();
         let _ = self.0.set(v);
         for l in self.lines() {
-            tracing::info!("{l}");
+            match channel {
+                Some(c) => tracing::info!("channel={c} {l}"),
+                None => tracing::info!("{l}"),
+            }
         }
     }
 
@@ -331,32 +358,23 @@ impl LineStamps {
     }
 }
 
+/// ` channel=ID` for a log line of channel `channel` (`None`: a feed of one channel, ITCH's).
+pub(crate) fn channel_label(channel: Option<u16>) -> String {
+    channel.map_or(String::new(), |c| format!(" channel={c}"))
+}
+
 /// Names a line that could not be opened as the config names it (`lines.a`, `feed.channels[2].snapshot`), with
 /// the interface that joins it for a multicast group.
-pub(crate) struct LineKeys<'a> {
-    lines: &'a LinesSection,
+#[derive(Default)]
+pub(crate) struct LineKeys {
     keys: Vec<(std::net::SocketAddrV4, String, std::net::Ipv4Addr)>,
 }
 
-impl<'a> LineKeys<'a> {
-    /// No line yet; `lines` gives each line its interface.
-    pub(crate) fn new(lines: &'a LinesSection) -> LineKeys<'a> {
-        LineKeys { lines, keys: Vec::new() }
-    }
-
-    /// Adds `line` (of `role`, under config key `key`).
-    pub(crate) fn with(mut self, line: &LineAddr, key: &str, role: LineRole) -> LineKeys<'a> {
-        let interface = self.lines.line_config(line, role).interface;
+impl LineKeys {
+    /// Adds `line` (under config key `key`, joined on `interface`).
+    pub(crate) fn with(mut self, line: &LineAddr, key: &str, interface: std::net::Ipv4Addr) -> LineKeys {
         self.keys.push((line.addr, key.to_owned(), interface));
         self
-    }
-
-    /// Adds `line` if there is one.
-    pub(crate) fn with_opt(self, line: Option<&LineAddr>, key: &str, role: LineRole) -> LineKeys<'a> {
-        match line {
-            Some(l) => self.with(l, key, role),
-            None => self,
-        }
     }
 
     /// `e` with the config key of its address (and the interface of a multicast join) in its text.
@@ -381,7 +399,7 @@ impl<'a> LineKeys<'a> {
 /// Logs the datagrams the lines dropped for their source (both live feeds), named by source (the first few), at
 /// the first and each time the total doubles (this is the feed thread: a forger's flood must not become a log
 /// flood): an operator tells a misconfigured list from a forger. `logged` is the total last logged.
-pub(crate) fn log_foreign_sources(foreign: &[SourceCounts; 2], logged: &mut u64) {
+pub(crate) fn log_foreign_sources(foreign: &[SourceCounts; 2], logged: &mut u64, channel: Option<u16>) {
     let total = foreign[0].total() + foreign[1].total();
     if total > logged.saturating_mul(2) {
         let by: Vec<String> = (foreign.iter().zip(["A", "B"]))
@@ -390,7 +408,8 @@ pub(crate) fn log_foreign_sources(foreign: &[SourceCounts; 2], logged: &mut u64)
         tracing::warn!(
             dropped_total = total,
             by_source = by.join(","),
-            "datagrams from sources the lines do not list (lines.a.sources, lines.b.sources): dropped"
+            "datagrams from sources the lines do not list (lines.a.sources, lines.b.sources){}: dropped",
+            channel_label(channel)
         );
         *logged = total;
     }
@@ -408,6 +427,8 @@ pub(crate) struct SilenceWatch {
     silences: u32,
     /// The last venue position the feed handed out (what the records carry).
     last_venue_pos: u64,
+    /// The MDP 3.0 channel watched, for the log (`None`: a feed of one channel).
+    channel: Option<u16>,
 }
 
 impl SilenceWatch {
@@ -418,7 +439,15 @@ impl SilenceWatch {
             since_ns: 0,
             silences: 0,
             last_venue_pos: 0,
+            channel: None,
         }
+    }
+
+    /// Watching MDP 3.0 channel `id`: its records' venue positions carry it before any came, and the log names it.
+    pub(crate) fn for_channel(mut self, id: u16) -> SilenceWatch {
+        self.channel = Some(id);
+        self.last_venue_pos = u64::from(id) << mdfan_wire::VENUE_CHANNEL_SHIFT;
+        self
     }
 
     /// After one poll of the lines: `read` datagrams came at `now_ns` (the last before it at `last_datagram_ns`,
@@ -445,7 +474,8 @@ impl SilenceWatch {
                 tracing::info!(
                     silence_ms = silence_ns / 1_000_000,
                     silences = self.silences,
-                    "feed live again: datagrams on the lines"
+                    "feed live again{}: datagrams on the lines",
+                    channel_label(self.channel)
                 );
             }
             if let Some(r) = pending.last() {
@@ -467,7 +497,8 @@ impl SilenceWatch {
             tracing::warn!(
                 silent_after_ms = self.after_ns / 1_000_000,
                 silences = self.silences,
-                "feed silent: no datagram on any line (a FeedStatus record to every subscriber; the stream goes on)"
+                "feed silent{}: no datagram on any line (a FeedStatus record to every subscriber; the stream goes on)",
+                channel_label(self.channel)
             );
         }
     }
@@ -483,14 +514,6 @@ impl SilenceWatch {
     }
 }
 
-/// What a duty cycle of the live feed did.
-pub(crate) enum Step {
-    /// Records written to the journal (0: nothing to do, or the journal is full).
-    Work(usize),
-    /// The feed ended normally (`lines.end_after_idle_ms` passed with no datagram).
-    Ended,
-}
-
 /// Which channel owns each instrument_id, for a publisher of several channels ([`Mdp3Channels`]): the first to
 /// carry it. Sized for `lines.instruments` per channel at start.
 pub(crate) struct Owners {
@@ -500,19 +523,26 @@ pub(crate) struct Owners {
 }
 
 impl Owners {
-    fn with_capacity(n: usize) -> Owners {
-        Owners { by_id: std::collections::HashMap::with_capacity(n), logged: std::collections::HashSet::new() }
+    /// Room for `n` instruments; `seed`: (instrument_id, channel) of the channels' own symbol files, which own
+    /// their instruments from the start.
+    fn with_capacity(n: usize, seed: &[(u32, u16)]) -> Owners {
+        let mut by_id = std::collections::HashMap::with_capacity(n.max(seed.len()));
+        by_id.extend(seed.iter().copied());
+        Owners { by_id, logged: std::collections::HashSet::new() }
     }
 
     /// Whether channel `channel` may write `r` (a record about no instrument always may); logs a collision once.
     fn admit(&mut self, r: &BookUpdate, channel: u16) -> bool {
-        if r.instrument_id == mdfan_wire::CHANNEL_INSTRUMENT_ID {
-            return true;
-        }
-        let owner = *self.by_id.entry(r.instrument_id).or_insert(channel);
-        if owner != channel && self.logged.insert((r.instrument_id, channel)) {
+        r.instrument_id == mdfan_wire::CHANNEL_INSTRUMENT_ID || self.admit_id(r.instrument_id, channel)
+    }
+
+    /// Whether channel `channel` may write about instrument `id` (its records, its definition): it owns it, or
+    /// nobody does yet (it owns it from now on). Logs a collision once.
+    fn admit_id(&mut self, id: u32, channel: u16) -> bool {
+        let owner = *self.by_id.entry(id).or_insert(channel);
+        if owner != channel && self.logged.insert((id, channel)) {
             tracing::error!(
-                instrument_id = r.instrument_id,
+                instrument_id = id,
                 owner_channel = owner,
                 channel,
                 "an instrument_id two channels carry: the later channel's records of it are dropped \
@@ -539,15 +569,18 @@ pub struct Mdp3Channels {
 
 impl Mdp3Channels {
     /// Opens every channel of `channels` (lines, snapshot and definition feeds) as `lines` says; definitions go
-    /// into `definitions` (the conductor holds its other end).
+    /// into `definitions` (the conductor holds its other end). `owned`: (instrument_id, channel id) the channels'
+    /// own symbol files name: with several channels, those instruments are theirs from the start (another
+    /// channel's records or definitions of them are refused).
     ///
     /// # Errors
     /// [`LineError`] naming the line's address, the socket call and its config key.
     pub fn open(
-        lines: &LinesSection,
+        lines: &Mdp3Lines,
         channels: &[Mdp3ChannelConfig],
         ts_recv_clock: crate::TsRecvClockCell,
         definitions: Option<DefinitionSender>,
+        owned: &[(u32, u16)],
     ) -> Result<Mdp3Channels, LineError> {
         let opened =
             channels.iter().map(|c| LiveMdp3::open(lines, c, ts_recv_clock.clone())).collect::<Result<Vec<_>, _>>()?;
@@ -555,7 +588,7 @@ impl Mdp3Channels {
         Ok(Mdp3Channels {
             channels: opened,
             ended: vec![false; n],
-            owners: (n > 1).then(|| Owners::with_capacity(lines.instruments * n)),
+            owners: (n > 1).then(|| Owners::with_capacity(lines.instruments * n, owned)),
             definitions,
             next: 0,
         })
@@ -571,7 +604,7 @@ impl Mdp3Channels {
     ///
     /// # Errors
     /// The first channel's socket read that failed for a reason other than "nothing to read".
-    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
+    pub(crate) fn step_all(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
         let n = self.channels.len();
         let mut work = 0;
         for k in 0..n {
@@ -593,6 +626,12 @@ impl Mdp3Channels {
             return Ok(Step::Ended);
         }
         Ok(Step::Work(work))
+    }
+}
+
+impl FeedSource for Mdp3Channels {
+    fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, FeedSourceError> {
+        Ok(self.step_all(writer)?)
     }
 }
 
@@ -634,9 +673,12 @@ pub struct LiveMdp3 {
     logged: (u64, u64),
     /// Datagrams from foreign sources when last logged.
     logged_foreign: u64,
-    /// Definition packets, definitions handed on, bad definition packets, collisions (the feed thread's own
-    /// counts, published with the others).
-    definition_counts: [u64; 4],
+    /// The side feeds' and the channel set's counts (the feed thread's own, published with the others).
+    side_counts: SideCounts,
+    /// Definitions refused when last logged.
+    refused_logged: u64,
+    /// Instruments the definition feed may define (`lines.instruments`).
+    defined_capacity: usize,
     /// What the accepts say stamped `ts_recv_ns`.
     ts_recv_clock: crate::TsRecvClockCell,
 }
@@ -650,16 +692,20 @@ impl LiveMdp3 {
     /// # Errors
     /// [`LineError`] naming the line's address, the socket call that failed and its config key.
     pub fn open(
-        lines: &LinesSection,
+        lines: &Mdp3Lines,
         ch: &Mdp3ChannelConfig,
         ts_recv_clock: crate::TsRecvClockCell,
     ) -> Result<LiveMdp3, LineError> {
-        let key = |field: &str| format!("{}.{field}", ch.key);
-        let keys = LineKeys::new(lines)
-            .with(&ch.a, &key("a"), LineRole::A)
-            .with(&ch.b, &key("b"), LineRole::B)
-            .with_opt(ch.snapshot.as_ref(), &key("snapshot"), LineRole::A)
-            .with_opt(ch.definitions.as_ref(), &key("definitions"), LineRole::A);
+        let mut keys = LineKeys::default();
+        let named = [("a", Some(&ch.a), LineRole::A), ("b", Some(&ch.b), LineRole::B)].into_iter().chain([
+            ("snapshot", ch.snapshot.as_ref(), LineRole::A),
+            ("definitions", ch.definitions.as_ref(), LineRole::A),
+        ]);
+        for (field, line, role) in named {
+            if let Some(line) = line {
+                keys = keys.with(line, &format!("{}.{field}", ch.key), lines.line_config(line, role).interface);
+            }
+        }
         let mut cfg = ReceiverConfig::new(lines.line_config(&ch.a, LineRole::A), lines.line_config(&ch.b, LineRole::B));
         cfg.arbiter = ArbiterConfig {
             gap_timeout_ns: lines.gap_timeout_ms * 1_000_000,
@@ -691,12 +737,12 @@ impl LiveMdp3 {
         let snapshot = side_feed(&ch.snapshot)?;
         let definitions = side_feed(&ch.definitions)?;
         let counters = Arc::new(LiveCounters { channel: ch.id, ..LiveCounters::default() });
-        counters.hw.set(vec![("a", rx.socket(mdfan_lines::Line::A)), ("b", rx.socket(mdfan_lines::Line::B))]);
+        let lines_named = vec![("a", rx.socket(mdfan_lines::Line::A)), ("b", rx.socket(mdfan_lines::Line::B))];
+        counters.hw.set(lines_named, Some(ch.id));
         let mut channel = Mdp3Channel::with_capacity(lines.instruments);
         channel.set_recovery_timeout_ns(lines.recovery_timeout_ms * 1_000_000);
         let channel_bits = u64::from(ch.id) << mdfan_wire::VENUE_CHANNEL_SHIFT;
-        let mut silence = SilenceWatch::new(lines.silent_after_ms);
-        silence.last_venue_pos = channel_bits;
+        let silence = SilenceWatch::new(lines.silent_after_ms).for_channel(ch.id);
         Ok(LiveMdp3 {
             rx,
             channel_bits,
@@ -717,7 +763,9 @@ impl LiveMdp3 {
             timeouts_logged: 0,
             logged: (0, 0),
             logged_foreign: 0,
-            definition_counts: [0; 4],
+            side_counts: SideCounts::default(),
+            refused_logged: 0,
+            defined_capacity: lines.instruments,
             ts_recv_clock,
         })
     }
@@ -756,6 +804,10 @@ impl LiveMdp3 {
         while read < POLL_BUDGET {
             let Some(r) = sock.recv(&mut self.snapshot_buf)? else { break };
             read += 1;
+            if !sock.takes_source(r.src) {
+                self.side_counts.foreign[0] += 1;
+                continue;
+            }
             if self.channel.needs_recovery() && !r.truncated {
                 let (pending, bits) = (&mut self.pending, self.channel_bits);
                 self.channel.on_snapshot_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, &mut |rec| {
@@ -779,35 +831,70 @@ impl LiveMdp3 {
         Ok(read)
     }
 
-    /// Reads the definition feed (up to `POLL_BUDGET` datagrams): each definition new or changed (by
-    /// `LastUpdateTime`) goes to the conductor. A packet that does not decode is counted and logged once per
-    /// new error. Returns the datagrams read.
-    fn poll_definitions(&mut self, to_conductor: Option<&mut DefinitionSender>) -> Result<usize, LineError> {
-        let (Some(sock), Some(to_conductor)) = (&mut self.definitions, to_conductor) else { return Ok(0) };
+    /// Reads the definition feed (up to `POLL_BUDGET` datagrams), from the sources it lists only: each
+    /// definition new or changed (by `LastUpdateTime`) goes to the conductor, unless another channel owns its
+    /// instrument, its symbol is unusable, its tick size negative, or the channel already defined
+    /// `lines.instruments` instruments (each counted, `definitions_refused`). A delete (`SecurityUpdateAction`
+    /// `D`) changes nothing: the instrument keeps its last definition. One the conductor's full queue drops is
+    /// counted and taken again from the loop's next turn. A packet that does not decode is counted and logged
+    /// once per doubling. Returns the datagrams read.
+    fn poll_definitions(&mut self, shared: &mut Shared<'_>) -> Result<usize, LineError> {
+        let (Some(sock), Some(to_conductor)) = (&mut self.definitions, shared.definitions.as_deref_mut()) else {
+            return Ok(0);
+        };
+        let mut owners = shared.owners.as_deref_mut();
         let mut read = 0;
-        let (defined, counts, channel) = (&mut self.defined, &mut self.definition_counts, self.channel_id);
+        let (defined, c, channel) = (&mut self.defined, &mut self.side_counts, self.channel_id);
+        let capacity = self.defined_capacity;
         while read < POLL_BUDGET {
             let Some(r) = sock.recv(&mut self.snapshot_buf)? else { break };
             read += 1;
-            counts[0] += 1;
+            c.definition_packets += 1;
+            if !sock.takes_source(r.src) {
+                c.foreign[1] += 1;
+                continue;
+            }
             if r.truncated {
-                counts[2] += 1;
+                c.bad_definition_packets += 1;
                 continue;
             }
             let decoded = mdfan_feed::mdp3::decode_definition_packet(&self.snapshot_buf[..r.len], r.ts_recv_ns, |d| {
-                if defined.insert(d.security_id, d.last_update_time_ns) != Some(d.last_update_time_ns) {
-                    counts[1] += 1;
-                    to_conductor.send(DefinitionEntry::Mdp3 { channel, definition: *d });
+                let id = d.security_id as u32;
+                if d.update_action == b'D' || defined.get(&d.security_id) == Some(&d.last_update_time_ns) {
+                    return;
+                }
+                let usable = d.instrument_def().is_some() && d.min_price_increment_e9.is_none_or(|t| t >= 0);
+                let room = defined.len() < capacity || defined.contains_key(&d.security_id);
+                if !usable || !room || owners.as_deref_mut().is_some_and(|o| !o.admit_id(id, channel)) {
+                    c.definitions_refused += 1;
+                    return;
+                }
+                if to_conductor.send(DefinitionEntry::Mdp3 { channel, definition: *d }) {
+                    defined.insert(d.security_id, d.last_update_time_ns);
+                    c.definitions += 1;
+                } else {
+                    c.definitions_dropped += 1;
                 }
             });
             if let Err(e) = decoded {
-                counts[2] += 1;
-                if counts[2] > self.definition_errors_logged.saturating_mul(2) {
-                    self.definition_errors_logged = counts[2];
-                    tracing::warn!(channel, bad_definition_packets = counts[2], cause = %e,
+                c.bad_definition_packets += 1;
+                if c.bad_definition_packets > self.definition_errors_logged.saturating_mul(2) {
+                    self.definition_errors_logged = c.bad_definition_packets;
+                    tracing::warn!(channel, bad_definition_packets = c.bad_definition_packets, cause = %e,
                         "instrument definition packet refused");
                 }
             }
+        }
+        if c.definitions_refused > self.refused_logged.saturating_mul(2) {
+            self.refused_logged = c.definitions_refused;
+            tracing::warn!(
+                channel,
+                definitions_refused = c.definitions_refused,
+                defined = defined.len(),
+                capacity,
+                "instrument definitions refused: another channel's instrument, an unusable symbol or \
+                tick, or more instruments than lines.instruments"
+            );
         }
         Ok(read)
     }
@@ -822,7 +909,7 @@ impl LiveMdp3 {
             return Ok(Step::Work(written)); // the journal is full: the sockets hold the rest
         }
         let now_ns = realtime_ns();
-        let snapshot_read = self.poll_snapshot(now_ns)? + self.poll_definitions(shared.definitions.as_deref_mut())?;
+        let snapshot_read = self.poll_snapshot(now_ns)? + self.poll_definitions(&mut shared)?;
         written += self.drain(writer, &mut shared);
         if self.head < self.pending.len() {
             return Ok(Step::Work(written));
@@ -887,7 +974,7 @@ impl LiveMdp3 {
         match shared.owners.as_deref_mut() {
             None => drain_pending(&mut self.pending, &mut self.head, writer),
             Some(owners) => {
-                let (channel, collisions) = (self.channel_id, &mut self.definition_counts[3]);
+                let (channel, collisions) = (self.channel_id, &mut self.side_counts.collisions);
                 drain_pending_where(&mut self.pending, &mut self.head, writer, |r| {
                     let admit = owners.admit(r, channel);
                     *collisions += u64::from(!admit);
@@ -927,7 +1014,7 @@ impl LiveMdp3 {
         st(&c.foreign[1], checks.foreign[1].total());
         st(&c.copy_mismatches, checks.copy_mismatches);
         st(&c.seq_resets, ch.seq_resets);
-        log_foreign_sources(&checks.foreign, &mut self.logged_foreign);
+        log_foreign_sources(&checks.foreign, &mut self.logged_foreign, Some(self.channel_id));
         st(&c.gap_seqs, arb.gap_seqs);
         st(&c.gap_runs, arb.gap_events);
         st(&c.bad_packets, ch.bad_packets);
@@ -939,11 +1026,15 @@ impl LiveMdp3 {
         st(&c.recovery_timeouts, ch.recovery_timeouts);
         st(&c.silences, u64::from(self.silence.silences()));
         st(&c.silent_now, u64::from(self.silence.is_silent()));
-        let [definition_packets, definitions, bad_definition_packets, collisions] = self.definition_counts;
-        st(&c.definition_packets, definition_packets);
-        st(&c.definitions, definitions);
-        st(&c.bad_definition_packets, bad_definition_packets);
-        st(&c.instrument_collisions, collisions);
+        let side = &self.side_counts;
+        st(&c.definition_packets, side.definition_packets);
+        st(&c.definitions, side.definitions);
+        st(&c.bad_definition_packets, side.bad_definition_packets);
+        st(&c.instrument_collisions, side.collisions);
+        st(&c.definitions_refused, side.definitions_refused);
+        st(&c.definitions_dropped, side.definitions_dropped);
+        st(&c.side_foreign[0], side.foreign[0]);
+        st(&c.side_foreign[1], side.foreign[1]);
         // What an operator must hear of at once (this is the feed thread, not the hot loop): a loss on both lines,
         // and each recovery from the snapshot feed.
         let channel = self.channel_id;
@@ -970,6 +1061,19 @@ impl LiveMdp3 {
             }
         }
     }
+}
+
+/// What a channel counts of its side feeds and its place among the channels (published into [`LiveCounters`]).
+#[derive(Debug, Default)]
+struct SideCounts {
+    definition_packets: u64,
+    definitions: u64,
+    bad_definition_packets: u64,
+    definitions_refused: u64,
+    definitions_dropped: u64,
+    /// Snapshot feed, definition feed.
+    foreign: [u64; 2],
+    collisions: u64,
 }
 
 /// `r` with the channel's id (`bits`, already shifted) in its venue position.

@@ -46,10 +46,11 @@ use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionRecei
 use mdfan_lines::{realtime_ns, LineError, LineSocket, SourceCounts, StampKind};
 use mdfan_wire::{BookUpdate, InstrumentDef};
 
-use crate::config::{LineRole, LinesSection, MoldStart};
+use crate::config::{LineRole, MoldStart};
 use crate::definitions::{DefinitionEntry, DefinitionSender};
+use crate::feeds::itch::MoldLines;
+use crate::feeds::{FeedSource, FeedSourceError, Step};
 use crate::journal::JournalWriter;
-use crate::live::Step;
 
 /// Datagrams read per duty cycle at most.
 const POLL_BUDGET: usize = 16;
@@ -324,7 +325,7 @@ impl Sink<'_> {
                 Ok(m) => {
                     if let Body::StockDirectory(d) = &m.body {
                         let entry = DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 };
-                        self.directory.send(DefinitionEntry::Stock(entry));
+                        let _ = self.directory.send(DefinitionEntry::Stock(entry));
                     }
                     let mut records = Records::default();
                     self.normalizer.normalize_at(&m, seq, ts_recv_ns, seq, &mut records);
@@ -407,17 +408,16 @@ impl LiveItch {
     /// # Errors
     /// [`LineError`] naming the address, the socket call and the config key.
     pub fn open(
-        lines: &LinesSection,
+        lines: &MoldLines,
         midnight_ns: u64,
         ts_recv_clock: crate::TsRecvClockCell,
         directory: DefinitionSender,
     ) -> Result<LiveItch, LineError> {
         let a = lines.a.as_ref().expect("the config requires lines.a for a live feed");
-        let keys = crate::live::LineKeys::new(lines).with(a, "lines.a", LineRole::A).with_opt(
-            lines.b.as_ref(),
-            "lines.b",
-            LineRole::B,
-        );
+        let mut keys = crate::live::LineKeys::default().with(a, "lines.a", lines.line_config(a, LineRole::A).interface);
+        if let Some(b) = &lines.b {
+            keys = keys.with(b, "lines.b", lines.line_config(b, LineRole::B).interface);
+        }
         let mut socks = vec![LineSocket::open(&lines.line_config(a, LineRole::A)).map_err(|e| keys.name(e))?];
         if let Some(b) = &lines.b {
             socks.push(LineSocket::open(&lines.line_config(b, LineRole::B)).map_err(|e| keys.name(e))?);
@@ -464,7 +464,7 @@ impl LiveItch {
             confirm_packets: lines.confirm_packets,
         };
         let counters = Arc::new(MoldCounters::default());
-        counters.hw.set(socks.iter().zip(["a", "b"]).map(|(s, n)| (n, s)).collect());
+        counters.hw.set(socks.iter().zip(["a", "b"]).map(|(s, n)| (n, s)).collect(), None);
         Ok(LiveItch {
             lines: socks,
             sources: [a.sources.clone(), lines.b.as_ref().map_or_else(Vec::new, |b| b.sources.clone())],
@@ -510,7 +510,7 @@ impl LiveItch {
     ///
     /// # Errors
     /// A socket read that failed for a reason other than "nothing to read".
-    pub(crate) fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
+    pub(crate) fn poll(&mut self, writer: &mut JournalWriter) -> Result<Step, LineError> {
         let mut written = self.drain(writer);
         if self.head < self.pending.len() {
             return Ok(Step::Work(written));
@@ -658,7 +658,7 @@ impl LiveItch {
         st(&c.foreign_session, s.foreign_session);
         st(&c.foreign_sources[0], self.foreign_sources[0].total());
         st(&c.foreign_sources[1], self.foreign_sources[1].total());
-        crate::live::log_foreign_sources(&self.foreign_sources, &mut self.logged_foreign);
+        crate::live::log_foreign_sources(&self.foreign_sources, &mut self.logged_foreign, None);
         st(&c.bad_packets, s.bad_packets + self.decode_errors);
         st(&c.records, self.records);
         st(&c.stale_records, self.stale_records);
@@ -725,6 +725,12 @@ impl DropLog {
             return true;
         }
         false
+    }
+}
+
+impl FeedSource for LiveItch {
+    fn step(&mut self, writer: &mut JournalWriter) -> Result<Step, FeedSourceError> {
+        Ok(self.poll(writer)?)
     }
 }
 

@@ -203,7 +203,7 @@ pub struct RunReport {
     /// A live ITCH 5.0 feed's MoldUDP64 counters at the end (packets, gaps, requests, holes); `None` otherwise.
     pub moldudp64: Option<crate::live_itch::MoldReport>,
     /// A LOBSTER replay's check (messages, order-book rows checked); `None` otherwise.
-    pub lobster: Option<crate::journal::LobsterReport>,
+    pub lobster: Option<crate::feeds::lobster::LobsterReport>,
 }
 
 impl RunReport {

@@ -171,7 +171,8 @@ fn the_colo_config_runs_two_channels_over_two_nics_exact_with_symbols_from_the_d
     }
     let hosts = Hosts::make();
     let cfg = colo_config();
-    let channels = cfg.mdp3_channels();
+    let mdfan_publisher::config::FeedConfig::Mdp3(feed) = &cfg.feed else { panic!("the colo config is mdp3") };
+    let channels = feed.channels();
     // The publisher binds in the colo namespace (its sockets stay there; its threads inherit it).
     let (tx, rx) = std::sync::mpsc::channel();
     let colo = hosts.colo.clone();

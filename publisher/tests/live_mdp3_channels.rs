@@ -254,3 +254,107 @@ fn two_channels_in_one_publisher_each_exact_with_their_own_ids_stale_marks_recov
     assert_eq!(a311, Some(l311.delivered[0]), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One definition packet (`MsgSeqNum` `seq`) defining `id` as `symbol` with 6C's display factor and tick.
+fn definition_packet(seq: u32, id: u32, symbol: &str) -> Vec<u8> {
+    let mut p = Vec::new();
+    mdfan_feed::mdp3::write_packet_header(&mut p, seq, 1);
+    let mut symbol_bytes = [0u8; 20];
+    symbol_bytes[..symbol.len()].copy_from_slice(symbol.as_bytes());
+    let d = mdfan_feed::mdp3::InstrumentDefinition {
+        template_id: 27,
+        tot_num_reports: Some(1),
+        update_action: b'A',
+        last_update_time_ns: 7,
+        symbol_bytes,
+        security_id: id as i32,
+        min_price_increment_e9: Some(500_000_000),
+        display_factor_e9: 100_000,
+    };
+    mdfan_feed::mdp3::write_definition_message(&mut p, &d);
+    p
+}
+
+/// A channel's definition feed is trusted for its own instruments only, and only from the sources it lists:
+/// channel 310 owns 174969 by its symbol file; channel 311's definition feed lists 127.0.0.2. A definition of
+/// 174969 from 127.0.0.2 (another channel's instrument), one with a blank symbol, and a forged one from 127.0.0.1
+/// (not listed) are refused and counted; 1174969 from 127.0.0.2 is taken. A subscriber then finds 6CZ6 as the
+/// file says and 6CZ6-311 as the feed says. Two channels' symbol files naming one id, or one symbol, are refused
+/// at start.
+#[test]
+fn a_definition_feed_defines_its_own_channels_instruments_from_its_listed_sources_only() {
+    let dir = std::env::temp_dir().join(format!("mdfan-defs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ops = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/mdp3-symbols.csv");
+    let text = |ch311_symbols: &str| {
+        format!(
+            "[publisher]\nlisten = \"127.0.0.1:0\"\ncounters_dir = \"\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\n\n\
+             [[feed.channels]]\nid = 310\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\nsymbols = {ops:?}\n\n\
+             [[feed.channels]]\nid = 311\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{ch311_symbols}\
+             definitions = {{ addr = \"127.0.0.1:0\", sources = [\"127.0.0.2\"] }}\n\n[fabric]\nprovider = \"shm\"\n"
+        )
+    };
+    // Overlapping symbol files are refused before anything is bound.
+    let same_id = dir.join("same-id.csv");
+    std::fs::write(&same_id, "security_id,symbol,display_factor,tick_size\n174969,OTHER,1,1\n").unwrap();
+    let same_symbol = dir.join("same-symbol.csv");
+    std::fs::write(&same_symbol, "security_id,symbol,display_factor,tick_size\n1174969,6CZ6,1,1\n").unwrap();
+    for (file, want) in [
+        (&same_id, "security_id 174969 (feed.channels[2].symbols) is also in feed.channels[1]'s symbol file"),
+        (&same_symbol, "symbol 6CZ6 (feed.channels[2].symbols) is also in feed.channels[1]'s symbol file"),
+    ] {
+        let cfg = Config::parse(&text(&format!("symbols = {file:?}\n")), Path::new("defs.toml")).unwrap();
+        let e = Publisher::bind(cfg).err().expect("refused").to_string();
+        assert!(e.contains(want), "{e}");
+    }
+
+    let cfg = Config::parse(&text(""), Path::new("defs.toml")).unwrap();
+    let publisher = Publisher::bind(cfg).expect("binds");
+    let endpoint = publisher.local_addr().to_string();
+    let ch311 = publisher.channels()[1].clone();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let stop = Arc::clone(&shutdown);
+    let publisher = std::thread::spawn(move || publisher.run(stop));
+    let to = ch311.definitions.expect("a definition feed");
+    let listed = std::net::UdpSocket::bind("127.0.0.2:0").expect("127.0.0.2 is loopback");
+    let forger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    forger.send_to(&definition_packet(1, SECURITY + OFFSET, "FORGED"), to).unwrap();
+    listed.send_to(&definition_packet(2, SECURITY, "EVIL"), to).unwrap();
+    listed.send_to(&definition_packet(3, SECURITY + 7, ""), to).unwrap();
+    listed.send_to(&definition_packet(4, SECURITY + OFFSET, "6CZ6-311"), to).unwrap();
+    let c = &ch311.counters;
+    let deadline = Instant::now() + WATCHDOG;
+    let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    while ld(&c.definition_packets) < 4 {
+        assert!(Instant::now() < deadline, "watchdog: the definitions were not read");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = c.report();
+    assert_eq!(
+        (r.definition_packets, r.side_foreign, r.definitions_refused, r.definitions, r.bad_definition_packets),
+        (4, [0, 1], 2, 1, 0),
+        "{}",
+        r.line()
+    );
+    let mut cfg = SubscriberConfig::new(&endpoint, "by-symbol");
+    cfg.symbols = Some(vec!["6CZ6".into(), "6CZ6-311".into()]);
+    cfg.ring_slots = 1_024;
+    // The conductor takes the definition in on one of its passes: asked until it knows both symbols.
+    let sub = loop {
+        match Subscriber::connect(&cfg) {
+            Ok(sub) => break sub,
+            Err(e) if e.to_string().contains("6CZ6-311 not known") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("both symbols known: {e}"),
+        }
+    };
+    assert_eq!((sub.symbol(SECURITY), sub.symbol(SECURITY + OFFSET)), (Some("6CZ6"), Some("6CZ6-311")));
+    assert_eq!(sub.format_price(SECURITY, 75_805 * 100_000_000), "0.75805", "the symbol file's, not the forgery's");
+    cfg.symbols = Some(vec!["EVIL".into()]);
+    assert!(Subscriber::connect(&cfg).is_err(), "a definition of another channel's instrument was not taken");
+    drop(sub);
+    shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+    publisher.join().unwrap().expect("the publisher ends on shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,215 @@
+//! `format = "itch50"`: Nasdaq TotalView-ITCH 5.0, from a BinaryFILE (plain or gzip, replayed) or, with a
+//! `[lines]` section, live over MoldUDP64 ([`crate::live_itch`]). Records: order-level, keyed by stock locate
+//! (`mdfan_feed::itch`); symbols from the Stock Directory (`R`) messages.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mdfan_wire::control::BookKind;
+use mdfan_wire::BookUpdate;
+use serde::Deserialize;
+
+use super::{Checker, FeedCounters, FeedTraits, Opened, Records};
+use crate::config::{line_set, ConfigError, FeedFormat, MoldStart, Pace};
+use crate::{PublisherError, RunReport, TsRecvClockCell};
+
+/// The `[feed]` keys of `format = "itch50"`.
+pub const FEED_KEYS: &[&str] = &["format", "path", "session_date", "pace", "max_gap_ms", "symbols"];
+/// The `[lines]` keys of a live ITCH feed besides the ones every line set reads (`config::LINE_SET_KEYS`).
+pub const LINES_KEYS: &[&str] =
+    &["retransmit", "retransmit_timeout_ms", "retransmit_retries", "session", "start", "window_messages"];
+
+/// `[feed]` for `format = "itch50"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItchFeed {
+    #[allow(dead_code)]
+    format: FeedFormat,
+    /// The BinaryFILE (a file feed; none with `[lines]`), resolved against the config file's folder.
+    #[serde(default)]
+    pub path: PathBuf,
+    /// The trading day, `YYYY-MM-DD` (required): ITCH timestamps are ns since its midnight, US Eastern time.
+    #[serde(default)]
+    pub session_date: Option<String>,
+    /// Replay pace (a file).
+    #[serde(default = "crate::config::default_pace")]
+    pub pace: Pace,
+    /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
+    #[serde(default = "crate::config::default_max_gap_ms")]
+    pub max_gap_ms: u64,
+    /// A symbol file whose definitions are added to the Stock Directory's.
+    #[serde(default)]
+    pub symbols: Option<PathBuf>,
+    /// `[lines]`: a live feed over MoldUDP64; `None`: the file.
+    #[serde(skip)]
+    pub lines: Option<MoldLines>,
+}
+
+line_set! {
+    /// `[lines]` of a live ITCH 5.0 feed over MoldUDP64: line A, an optional line B (arbitrated by MoldUDP64
+    /// sequence number), the re-request server. Source: Nasdaq "MoldUDP64 Protocol Specification" 1.00.
+    pub struct MoldLines {
+        /// The MoldUDP64 re-request server (unicast ip:port) gaps are requested from. `None`: a hole waits
+        /// `retransmit_timeout_ms` for the other line, then is given up (its locates marked stale).
+        #[serde(default)]
+        pub retransmit: Option<std::net::SocketAddrV4>,
+        /// How long a request waits for its answer before it is sent again, in ms. 1 to 60,000; default 50.
+        #[serde(default = "crate::config::default_retransmit_timeout_ms")]
+        pub retransmit_timeout_ms: u64,
+        /// Requests sent again after the first times out, before the hole is given up. 0 to 100; default 3.
+        #[serde(default = "crate::config::default_retransmit_retries")]
+        pub retransmit_retries: u32,
+        /// The MoldUDP64 session (up to 10 ASCII characters, space-padded). Default: the first packet's.
+        #[serde(default)]
+        pub session: Option<String>,
+        /// `"first_seen"` (default: start at the first packet seen) or `"one"` (expect the session from
+        /// sequence number 1, requesting what came before the first packet).
+        #[serde(default)]
+        pub start: MoldStart,
+        /// Messages that may wait behind a hole (64-byte slots allocated at start). 16 to 2^24; default 65,536.
+        #[serde(default = "crate::config::default_window_messages")]
+        pub window_messages: usize,
+    }
+}
+
+impl ItchFeed {
+    /// US Eastern midnight of `session_date`, ns since the UNIX epoch (checked by [`ItchFeed::check`]).
+    pub fn midnight_ns(&self) -> Option<u64> {
+        self.session_date.as_deref().and_then(crate::config::session_midnight_ns)
+    }
+
+    /// Checks the keys (and `[lines]`) and resolves the paths.
+    pub(crate) fn check(&mut self, c: &Checker<'_>) -> Result<(), ConfigError> {
+        let date = self.session_date.as_deref().unwrap_or_default();
+        let Some(lines) = &self.lines else {
+            if self.path.as_os_str().is_empty() {
+                return Err(c.bad("feed.format", "\"itch50\" needs feed.path (the file to replay)"));
+            }
+            if self.midnight_ns().is_none() {
+                return Err(c.bad(
+                    "feed.session_date",
+                    format!("{date:?}: \"itch50\" needs the file's trading day as YYYY-MM-DD"),
+                ));
+            }
+            self.path = c.resolve(&self.path);
+            self.symbols = self.symbols.as_deref().map(|p| c.resolve(p));
+            return Ok(());
+        };
+        let Some(a) = &lines.a else {
+            return Err(c.bad("lines", "a live feed needs line A (lines.a)"));
+        };
+        if !self.path.as_os_str().is_empty() {
+            return Err(c.bad("feed.path", "a live feed (\"itch50\" with [lines]) reads [lines], not a file"));
+        }
+        if self.pace != Pace::Max {
+            return Err(c.bad("feed.pace", "a live feed is sent as it arrives: only \"max\""));
+        }
+        if self.midnight_ns().is_none() {
+            return Err(c.bad(
+                "feed.session_date",
+                format!("{date:?}: \"itch50\" needs the session's trading day as YYYY-MM-DD"),
+            ));
+        }
+        if lines.b.as_ref().is_some_and(|b| b.addr == a.addr) && a.port() != 0 {
+            return Err(c.bad("lines.b", format!("{a}: the same address as line A")));
+        }
+        if !(1..=60_000).contains(&lines.retransmit_timeout_ms) {
+            let v = lines.retransmit_timeout_ms;
+            return Err(c.bad("lines.retransmit_timeout_ms", format!("{v}: must be 1 to 60000")));
+        }
+        if lines.retransmit_retries > 100 {
+            let v = lines.retransmit_retries;
+            return Err(c.bad("lines.retransmit_retries", format!("{v}: must be 0 to 100")));
+        }
+        if let Some(s) = &lines.session {
+            if s.is_empty() || s.len() > 10 || !s.is_ascii() {
+                return Err(c.bad("lines.session", format!("{s:?}: must be 1 to 10 ASCII characters")));
+            }
+        }
+        if !(16..=1 << 24).contains(&lines.window_messages) {
+            let v = lines.window_messages;
+            return Err(c.bad("lines.window_messages", format!("{v}: must be 16 to 16777216")));
+        }
+        lines.check_shared(c)?;
+        self.symbols = self.symbols.as_deref().map(|p| c.resolve(p));
+        Ok(())
+    }
+}
+
+impl FeedCounters for crate::live_itch::MoldCounters {
+    fn publish(&self, file: &mut mdfan_tuning::counters::CountersWriter) {
+        crate::counter_sets::publish_mold(self, file);
+    }
+
+    fn report(&self, into: &mut RunReport) {
+        into.moldudp64 = Some(crate::live_itch::MoldCounters::report(self));
+    }
+
+    fn lines(&self) -> Vec<String> {
+        vec![crate::live_itch::MoldCounters::report(self).line()]
+    }
+}
+
+/// Opens the file (its Stock Directory read first) or binds the lines.
+pub(crate) fn open(f: &ItchFeed, ts_recv_clock: &TsRecvClockCell) -> Result<Opened, PublisherError> {
+    let midnight = f.midnight_ns().expect("checked by the config");
+    let Some(lines) = &f.lines else { return open_file(f, midnight) };
+    super::live_clock(ts_recv_clock);
+    // Symbols: the Stock Directory messages as they come, to the conductor (live_itch's module docs).
+    let (to_conductor, from_feed) = crate::definitions::definition_queue(crate::live_itch::DIRECTORY_QUEUE_ENTRIES);
+    let live = crate::live_itch::LiveItch::open(lines, midnight, ts_recv_clock.clone(), to_conductor)?;
+    let (counters, addrs) = (live.counters(), live.line_addrs());
+    let name = match lines.b {
+        Some(_) => format!("itch50 moldudp64 line_a={} line_b={}", addrs[0], addrs[1]),
+        None => format!("itch50 moldudp64 line_a={} line_b=none", addrs[0]),
+    };
+    Ok(Opened {
+        source: Box::new(live),
+        traits: FeedTraits { live: true, book: BookKind::Mbo, price_level_instruments: None },
+        counters: vec![Arc::clone(&counters) as Arc<dyn FeedCounters>],
+        symbology: Default::default(),
+        definitions: Some(from_feed),
+        name,
+        bound: super::Bound { channels: Vec::new(), mold: Some((counters, addrs)) },
+    })
+}
+
+/// A BinaryFILE: each message normalised (order-level records keyed by stock locate; up to three per message),
+/// the venue seq = the message's position in the file. The file has no capture times, so `ts_recv_ns` is the
+/// message's own (absolute) timestamp, flagged `BAD_TS_RECV` (paced replays follow the exchange's clock; no
+/// wire-to-poll is measured). Symbols: a first pass over the file's Stock Directory messages, so that every
+/// subscriber, however early it attaches, gets every definition in its Accept (a table the feed thread filled as
+/// it went would race the first attaches, which come before the replay). A file cut or corrupt somewhere gives
+/// the definitions before that place: the replay meets the same error there, after the records before it, and
+/// ends with feed_error.
+fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
+    let mut file = mdfan_feed::itch::ItchFile::open(&f.path)?;
+    let mut normalizer = mdfan_feed::itch::ItchNormalizer::new(midnight, 1 << 20);
+    let (symbology, _stopped) = mdfan_feed::itch::stock_directory(&f.path)?;
+    let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u64);
+    let mut len = 0usize;
+    let mut records = mdfan_feed::itch::Records::default();
+    let source = Records::new(move || loop {
+        if next < len {
+            next += 1;
+            return Ok(Some(queued[next - 1]));
+        }
+        let Some((at, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
+        position = position.wrapping_add(1);
+        normalizer.normalize_at(&m, position, 0, at, &mut records);
+        len = records.as_slice().len();
+        next = 0;
+        for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
+            *slot = BookUpdate { ts_recv_ns: r.ts_event_ns, flags: r.flags | mdfan_wire::flags::BAD_TS_RECV, ..*r };
+        }
+    });
+    Ok(Opened {
+        source: Box::new(source),
+        traits: FeedTraits { live: false, book: BookKind::Mbo, price_level_instruments: None },
+        counters: Vec::new(),
+        symbology,
+        definitions: None,
+        name: f.path.display().to_string(),
+        bound: Default::default(),
+    })
+}
