@@ -467,7 +467,7 @@ impl FanoutAgent {
         }
         // A live feed cannot wait for a late joiner: it overwrites, and the joiner gets a fresh snapshot.
         self.catchup_floor = if self.hold_for_catchup { floor } else { u64::MAX };
-        self.journal.hot_done(pos.min(self.catchup_floor));
+        self.journal.done(crate::journal::HOT_LOOP, pos.min(self.catchup_floor));
         behind
     }
 
@@ -557,7 +557,7 @@ impl FanoutAgent {
             self.reap_dead();
         }
         if commands {
-            // serve_catchup has stored the hot_done that covers the new positions: the conductor may let go
+            // serve_catchup has stored the hot loop's cursor that covers the new positions: the conductor may let go
             for s in self.sessions.iter_mut().filter(|s| s.adopt_pending > 0) {
                 let adopted = &s.counters.adopted;
                 adopted.store(adopted.load(Ordering::Relaxed) + s.adopt_pending, Ordering::Release);
@@ -662,7 +662,7 @@ impl FanoutAgent {
         }
         self.pos = pos + 1;
         self.counters.records.store(pos + 1, Ordering::Relaxed);
-        self.journal.hot_done((pos + 1).min(self.catchup_floor));
+        self.journal.done(crate::journal::HOT_LOOP, (pos + 1).min(self.catchup_floor));
         if now.wrapping_sub(self.last_heartbeat_check) >= self.timing.heartbeat_ticks / 8 {
             // A hot loop running behind its schedule (or at pace `max`) has no pacing wait to send them from.
             self.heartbeat_if_due(pos + 1);

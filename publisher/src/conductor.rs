@@ -702,13 +702,13 @@ impl Conductor {
             work += 1;
         }
         // Holds the hot loop has taken over are let go (Acquire: pairs with its Release of `adopted`, after its
-        // `hot_done`); the others keep the journal at their positions.
+        // the hot loop's cursor); the others keep the journal at their positions.
         let mut held = u64::MAX;
         for e in self.sessions.values_mut() {
             e.holds.retain(|h| h.counters.adopted.load(Ordering::Acquire) < h.command);
             held = e.holds.iter().map(|h| h.position).fold(held, u64::min);
         }
-        self.journal.conductor_done(self.keeper.applied().min(held));
+        self.journal.done(crate::journal::CONDUCTOR, self.keeper.applied().min(held));
         work
     }
 

@@ -1,13 +1,16 @@
 //! The journal: a bounded, pre-allocated ring of normalised [`BookUpdate`] records between the feed handler and
 //! its readers.
 //!
-//! One producer, the feed handler ([`crate::feeds::FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes and appends
-//! each record at the next position (0, 1, 2, ...); position `p` lives in slot `p mod records`. Two readers
-//! follow it by position: the hot loop (the live stream and late joiners' catch-up) and the conductor (it keeps
-//! the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots). The producer never overwrites
-//! a position either reader still needs: it waits while `published - min(hot, conductor) == records`, where
-//! `hot` and `conductor` are the positions each reader has finished with. So memory is `records` x 128 B
-//! whatever the feed's length, and a feed longer than the journal keeps running. The hot loop's `hot` is held
+//! One producer, the feed handler ([`crate::feeds::FeedAgent`], thread `mdfan-feed`), decodes the feed as it goes
+//! and appends each record at the next position (0, 1, 2, ...); position `p` lives in slot `p mod records`.
+//! Readers follow it by position, each registered when the journal is made ([`ReaderSpec`], [`ReaderId`]) with its
+//! own cursor (the positions it is done with) and a declaration: whether it may be lapped. The publisher's are
+//! the hot loop ([`HOT_LOOP`]: the live stream and late joiners' catch-up) and the conductor ([`CONDUCTOR`]: it
+//! keeps the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots), neither of which may be
+//! lapped; a reader that may be (a recorder that must never slow the feed) is not waited for, and finds what it
+//! missed with [`Journal::oldest`]. The producer never overwrites a position a reader that may not be lapped still
+//! needs: it waits while `published - min(cursors) == records`. So memory is `records` x 128 B whatever the
+//! feed's length, and a feed longer than the journal keeps running. The hot loop's cursor is held
 //! back to the lowest position a session catching up still has to send (a late joiner after its snapshot), so the
 //! file feed waits for it rather than overwriting what it needs; while it waits, the live stream waits too, for at
 //! most the stall timeout of a session that stops reading. (Without that floor a snapshot that takes longer to
@@ -66,7 +69,7 @@ struct Slot {
 
 /// A value on a cache-line pair of its own (128 bytes: adjacent-line prefetchers move lines in pairs), so that
 /// the writer of one position counter does not take the line of another from its readers: the feed handler
-/// stores `published` per record, the hot loop `hot_done` per record, the conductor `conductor_done`.
+/// stores `published` per record, each reader its cursor (the hot loop per record).
 #[repr(align(128))]
 struct Padded<T>(T);
 
@@ -76,23 +79,59 @@ pub struct Journal {
     mask: u64,
     /// Records appended (the next position), stored with Release after the slot's stamp.
     published: Padded<AtomicU64>,
-    /// Positions the hot loop is done with (it reads `hot_done..` only), stored with Release by the hot loop.
-    hot_done: Padded<AtomicU64>,
-    /// Positions the conductor is done with (applied to its books), stored with Release by the conductor.
-    conductor_done: Padded<AtomicU64>,
+    /// Each reader's cursor: the positions it is done with (it reads from there on), stored with Release by it.
+    cursors: Box<[Padded<AtomicU64>]>,
+    /// Each reader's declaration, in registration order.
+    readers: Box<[ReaderSpec]>,
     /// [`FeedState`] as a byte, stored with Release after the last `published`.
     state: AtomicU8,
     /// Why the feed failed (read by the conductor, off the hot path).
     error: Mutex<Option<String>>,
 }
 
+/// A reader of the journal, as it is registered ([`Journal::with_readers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderSpec {
+    /// Its name, for logs and reports.
+    pub name: &'static str,
+    /// Whether the producer may overwrite positions it has not read: a reader that must never slow the feed
+    /// (a recorder) may be lapped, and learns what it missed from [`Journal::oldest`]; one that may not (the hot
+    /// loop, the conductor) makes the producer wait.
+    pub may_be_lapped: bool,
+}
+
+/// A registered reader: its index in the registration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderId(pub usize);
+
+/// The hot loop's cursor ([`Journal::new`] registers it first).
+pub const HOT_LOOP: ReaderId = ReaderId(0);
+/// The conductor's cursor ([`Journal::new`] registers it second).
+pub const CONDUCTOR: ReaderId = ReaderId(1);
+
+/// The publisher's readers: the hot loop, then the conductor; neither may be lapped. The conductor hands a late
+/// joiner's position over to the hot loop (it lets go of it once the hot loop's cursor holds it,
+/// `SessionCounters::adopted`), and the producer loads the cursors from the last registered to the first, so a
+/// conductor cursor that no longer holds a position is followed by a hot-loop cursor that does.
+pub const PUBLISHER_READERS: [ReaderSpec; 2] =
+    [ReaderSpec { name: "hot_loop", may_be_lapped: false }, ReaderSpec { name: "conductor", may_be_lapped: false }];
+
 impl Journal {
-    /// A journal of `records` slots (a power of two), allocated and written once here (pre-faulted).
+    /// A journal of `records` slots (a power of two) with the publisher's readers ([`PUBLISHER_READERS`]).
+    ///
+    /// # Errors
+    /// As [`Journal::with_readers`].
+    pub fn new(records: u64) -> Result<Arc<Journal>, JournalAllocError> {
+        Journal::with_readers(records, &PUBLISHER_READERS)
+    }
+
+    /// A journal of `records` slots (a power of two), allocated and written once here (pre-faulted), read by
+    /// `readers` (their [`ReaderId`]s are their indices; every cursor starts at 0).
     ///
     /// # Errors
     /// [`JournalAllocError`] (naming `journal.records` and the bytes wanted) when the host cannot give the
     /// memory: the allocation is fallible, so a journal too large for the host is an error, not an abort.
-    pub fn new(records: u64) -> Result<Arc<Journal>, JournalAllocError> {
+    pub fn with_readers(records: u64, readers: &[ReaderSpec]) -> Result<Arc<Journal>, JournalAllocError> {
         assert!(records.is_power_of_two(), "journal records must be a power of two (checked by the config)");
         let bytes = u128::from(records) * std::mem::size_of::<Slot>() as u128;
         let too_big = || JournalAllocError { records, bytes };
@@ -105,8 +144,8 @@ impl Journal {
             slots,
             mask: records - 1,
             published: Padded(AtomicU64::new(0)),
-            hot_done: Padded(AtomicU64::new(0)),
-            conductor_done: Padded(AtomicU64::new(0)),
+            cursors: readers.iter().map(|_| Padded(AtomicU64::new(0))).collect(),
+            readers: readers.into(),
             state: AtomicU8::new(0),
             error: Mutex::new(None),
         }))
@@ -163,23 +202,50 @@ impl Journal {
         Some(BookUpdate::from_bytes(&bytes))
     }
 
+    /// The lowest position the producer must keep (the lowest cursor of the readers that may not be lapped),
+    /// loading them from the last registered to the first (see [`PUBLISHER_READERS`]). Acquire: pairs with
+    /// their Release stores; their reads of the positions below happen before the producer reuses the slots.
+    fn kept_from(&self) -> u64 {
+        let mut low = u64::MAX;
+        for (c, r) in self.cursors.iter().zip(self.readers.iter()).rev() {
+            if !r.may_be_lapped {
+                low = low.min(c.0.load(Ordering::Acquire));
+            }
+        }
+        if low == u64::MAX {
+            self.published() // every reader may be lapped: nothing holds the producer
+        } else {
+            low
+        }
+    }
+
     /// Whether the producer must wait for a reader before it can append (every slot holds a record a reader
-    /// still needs).
+    /// that may not be lapped still needs).
     pub fn is_full(&self) -> bool {
-        let done = self.hot_done.0.load(Ordering::Acquire).min(self.conductor_done.0.load(Ordering::Acquire));
-        self.published() - done >= self.capacity()
+        self.published() - self.kept_from().min(self.published()) >= self.capacity()
     }
 
-    /// The hot loop is done with every position below `pos`. Release: its reads of them happen before the
-    /// producer (Acquire) reuses their slots.
+    /// Reader `id` is done with every position below `pos`. Release: its reads of them happen before the
+    /// producer (Acquire) reuses their slots. Allocation-free, one store.
     #[inline]
-    pub fn hot_done(&self, pos: u64) {
-        self.hot_done.0.store(pos, Ordering::Release);
+    pub fn done(&self, id: ReaderId, pos: u64) {
+        self.cursors[id.0].0.store(pos, Ordering::Release);
     }
 
-    /// The conductor is done with every position below `pos` (as [`Journal::hot_done`]).
-    pub fn conductor_done(&self, pos: u64) {
-        self.conductor_done.0.store(pos, Ordering::Release);
+    /// Reader `id`'s cursor (the positions it said it is done with).
+    pub fn cursor(&self, id: ReaderId) -> u64 {
+        self.cursors[id.0].0.load(Ordering::Acquire)
+    }
+
+    /// The readers, in registration order.
+    pub fn readers(&self) -> &[ReaderSpec] {
+        &self.readers
+    }
+
+    /// The oldest position still in the journal (`published - capacity`, or 0): a reader that may be lapped and
+    /// is behind it lost the positions between its cursor and it.
+    pub fn oldest(&self) -> u64 {
+        self.published().saturating_sub(self.capacity())
     }
 
     fn end(&self, state: FeedState) {
@@ -202,18 +268,12 @@ impl JournalWriter {
         JournalWriter { journal, next: 0, readers_done: 0 }
     }
 
-    /// Appends `record` if a slot is free (both readers done with the position it replaces); `false` when the
-    /// journal is full (try again later).
+    /// Appends `record` if a slot is free (every reader that may not be lapped is done with the position it
+    /// replaces); `false` when the journal is full (try again later).
     pub fn try_push(&mut self, record: &BookUpdate) -> bool {
         let j = &*self.journal;
         if self.next - self.readers_done >= j.capacity() {
-            // Acquire: pairs with the readers' Release stores; their reads of the slot happen before we reuse it.
-            // The conductor's first: it lets go of a late joiner's position only once the hot loop's `hot_done`
-            // holds it (`SessionCounters::adopted`), so a `conductor_done` that no longer holds it is followed by a
-            // `hot_done` that does.
-            let conductor = j.conductor_done.0.load(Ordering::Acquire);
-            let hot = j.hot_done.0.load(Ordering::Acquire);
-            self.readers_done = hot.min(conductor);
+            self.readers_done = j.kept_from();
             if self.next - self.readers_done >= j.capacity() {
                 return false;
             }
@@ -270,9 +330,9 @@ mod tests {
         }
         assert!(j.is_full());
         assert!(!w.try_push(&rec(MIN_RECORDS)), "full: neither reader is done with position 0");
-        j.hot_done(10);
+        j.done(HOT_LOOP, 10);
         assert!(!w.try_push(&rec(MIN_RECORDS)), "the conductor still needs position 0");
-        j.conductor_done(3);
+        j.done(CONDUCTOR, 3);
         for i in MIN_RECORDS..MIN_RECORDS + 3 {
             assert!(w.try_push(&rec(i)), "positions 0..3 are free");
         }
@@ -288,6 +348,33 @@ mod tests {
             (j.state(), j.error().as_deref()),
             (FeedState::Failed, Some("feed x: record 9 at byte 99: truncated"))
         );
+    }
+
+    #[test]
+    fn a_reader_that_may_be_lapped_never_holds_the_producer_and_learns_what_it_lost() {
+        let readers = [
+            ReaderSpec { name: "hot_loop", may_be_lapped: false },
+            ReaderSpec { name: "recorder", may_be_lapped: true },
+        ];
+        let (hot, recorder) = (ReaderId(0), ReaderId(1));
+        let j = Journal::with_readers(MIN_RECORDS, &readers).unwrap();
+        let mut w = JournalWriter::new(Arc::clone(&j));
+        for i in 0..MIN_RECORDS {
+            assert!(w.try_push(&rec(i)));
+        }
+        assert!(!w.try_push(&rec(MIN_RECORDS)), "the hot loop still needs position 0; the recorder is not waited for");
+        j.done(hot, MIN_RECORDS);
+        for i in MIN_RECORDS..MIN_RECORDS + 100 {
+            assert!(w.try_push(&rec(i)), "the recorder at 0 does not hold position {i}");
+        }
+        assert_eq!((j.cursor(recorder), j.oldest()), (0, 100), "it was lapped: positions 0..100 are gone");
+        assert_eq!(j.read(99), None);
+        assert_eq!(j.read(100), Some(rec(100)));
+        // Only readers that may be lapped: nothing holds the producer.
+        let free = Journal::with_readers(MIN_RECORDS, &readers[1..]).unwrap();
+        let mut w = JournalWriter::new(Arc::clone(&free));
+        assert!((0..3 * MIN_RECORDS).all(|i| w.try_push(&rec(i))));
+        assert_eq!(free.readers(), &readers[1..]);
     }
 
     #[test]
@@ -316,8 +403,8 @@ mod tests {
                     if pos < j.published() {
                         assert_eq!(j.read(pos), Some(rec(pos)), "position {pos}");
                         pos += 1;
-                        j.hot_done(pos);
-                        j.conductor_done(pos);
+                        j.done(HOT_LOOP, pos);
+                        j.done(CONDUCTOR, pos);
                     } else {
                         std::thread::yield_now();
                     }

@@ -40,7 +40,7 @@ pub struct SessionCounters {
     /// The subscriber's consumed seq, as last read by the hot loop (lag = last_seq - consumed_seq).
     pub consumed_seq: AtomicU64,
     /// Commands for this session (its `Add`, then each `Snapshot`) the hot loop has taken and covers with its
-    /// journal floor, stored (Release) after the `hot_done` that holds that floor: until it counts a command,
+    /// journal floor, stored (Release) after the hot loop's journal cursor that holds that floor: until it counts a command,
     /// the conductor holds the journal at that command's position itself, so a late joiner's position is never
     /// overwritten on its way to the hot loop (a file feed).
     pub adopted: AtomicU64,
