@@ -16,13 +16,17 @@
 //! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
 //! - [`mold_session`]: a MoldUDP64 session receiver: messages in sequence order, gaps, retransmission requests,
 //!   holes given up and reported (sans I/O).
+//! - [`capture`]: mdfan's own capture format (the normalised stream a subscriber received, in checksummed blocks
+//!   and segments): its writer, its reader (following a segment as it grows), recovery of a torn end, report.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
-//! clocks or threads live here: decoders take bytes or a file and give records.
+//! clocks or threads live here: decoders take bytes or a file and give records (and the capture writer, given the
+//! time, writes files).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod dbn;
 pub mod itch;
 pub mod lobster;

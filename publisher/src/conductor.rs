@@ -1342,6 +1342,7 @@ impl Conductor {
             live: Vec::new(),
             moldudp64: None,
             lobster: None,
+            capture: None,
         };
         for c in &self.feed_counters {
             c.report(&mut report);

@@ -612,11 +612,14 @@ pub enum FeedFormat {
     /// A LOBSTER message CSV (`path`) with its order-book CSV (`orderbook`), replayed: price-level (MBP) records
     /// of the order-book file and trades, every message checked against its row (`mdfan_feed::lobster`).
     Lobster,
+    /// An mdfan capture (`mdfan_feed::capture`), replayed.
+    Capture,
 }
 
 impl FeedFormat {
     /// Every format.
-    pub const ALL: [FeedFormat; 4] = [FeedFormat::Dbn, FeedFormat::Mdp3, FeedFormat::Itch50, FeedFormat::Lobster];
+    pub const ALL: [FeedFormat; 5] =
+        [FeedFormat::Dbn, FeedFormat::Mdp3, FeedFormat::Itch50, FeedFormat::Lobster, FeedFormat::Capture];
 
     /// The name the config spells it with.
     pub fn name(self) -> &'static str {
@@ -625,6 +628,7 @@ impl FeedFormat {
             FeedFormat::Mdp3 => "mdp3",
             FeedFormat::Itch50 => "itch50",
             FeedFormat::Lobster => "lobster",
+            FeedFormat::Capture => "capture",
         }
     }
 
@@ -635,6 +639,7 @@ impl FeedFormat {
             FeedFormat::Mdp3 => (crate::feeds::mdp3::FEED_KEYS, crate::feeds::mdp3::LINES_KEYS),
             FeedFormat::Itch50 => (crate::feeds::itch::FEED_KEYS, crate::feeds::itch::LINES_KEYS),
             FeedFormat::Lobster => (crate::feeds::lobster::FEED_KEYS, &[]),
+            FeedFormat::Capture => (crate::feeds::capture::FEED_KEYS, &[]),
         };
         match table {
             "feed" => feed.contains(&field),
@@ -957,6 +962,13 @@ impl Config {
                 let mut f = w.feed;
                 f.check(&checker)?;
                 (w.publisher, FeedConfig::Lobster(f), w.fabric, w.journal, w.access)
+            }
+            FeedFormat::Capture => {
+                let w: Whole<crate::feeds::capture::CaptureFeed, toml::Value> = read(text, format).map_err(err)?;
+                no_lines(&w, format, &checker)?;
+                let mut f = w.feed;
+                f.check(&checker)?;
+                (w.publisher, FeedConfig::Capture(f), w.fabric, w.journal, w.access)
             }
             FeedFormat::Itch50 => {
                 let w: Whole<crate::feeds::itch::ItchFeed, crate::feeds::itch::MoldLines> =

@@ -105,6 +105,9 @@ pub enum PublisherError {
     /// The LOBSTER files cannot be opened, or their names are not LOBSTER's.
     #[error(transparent)]
     Lobster(#[from] mdfan_feed::lobster::LobsterError),
+    /// A capture (`format = "capture"`) cannot be read.
+    #[error(transparent)]
+    Capture(mdfan_feed::capture::CaptureError),
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),

@@ -204,6 +204,8 @@ pub struct RunReport {
     pub moldudp64: Option<crate::live_itch::MoldReport>,
     /// A LOBSTER replay's check (messages, order-book rows checked); `None` otherwise.
     pub lobster: Option<crate::feeds::lobster::LobsterReport>,
+    /// A capture replay's counts (records, gaps, records left out); `None` otherwise.
+    pub capture: Option<crate::feeds::capture::CaptureReport>,
 }
 
 impl RunReport {
@@ -253,6 +255,7 @@ mod tests {
             live: Vec::new(),
             moldudp64: None,
             lobster: None,
+            capture: None,
         }
     }
 

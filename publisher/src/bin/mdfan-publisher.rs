@@ -143,6 +143,9 @@ fn run(args: &Args) -> Result<i32, mdfan_publisher::PublisherError> {
     if let Some(lobster) = &report.lobster {
         out!("{}", lobster.line());
     }
+    if let Some(capture) = &report.capture {
+        out!("{}", capture.line());
+    }
     for f in &preflight.warnings {
         out!("host_warning {}", mdfan_publisher::preflight::line(f));
     }

@@ -11,7 +11,8 @@
 //! | [`FeedAgent`] | the feed thread's agent: it holds the source and runs its duty cycles |
 //!
 //! Formats: [`dbn`] (a DBN MBO file), [`itch`] (an ITCH 5.0 file, or live over MoldUDP64 with `[lines]`:
-//! [`crate::live_itch`]), [`lobster`] (LOBSTER CSVs), [`mdp3`] (live CME MDP 3.0 channels: [`crate::live`]).
+//! [`crate::live_itch`]), [`lobster`] (LOBSTER CSVs), [`mdp3`] (live CME MDP 3.0 channels: [`crate::live`]),
+//! [`capture`] (an mdfan capture, replayed).
 //!
 //! ## Adding a feed
 //!
@@ -28,6 +29,7 @@
 //!
 //! Nothing else in the publisher names a format.
 
+pub mod capture;
 pub mod dbn;
 pub mod itch;
 pub mod lobster;
@@ -145,6 +147,8 @@ pub enum FeedConfig {
     Lobster(lobster::LobsterFeed),
     /// `format = "mdp3"`.
     Mdp3(mdp3::Mdp3Feed),
+    /// `format = "capture"`.
+    Capture(capture::CaptureFeed),
 }
 
 impl FeedConfig {
@@ -155,13 +159,14 @@ impl FeedConfig {
             FeedConfig::Itch50(_) => "itch50",
             FeedConfig::Lobster(_) => "lobster",
             FeedConfig::Mdp3(_) => "mdp3",
+            FeedConfig::Capture(_) => "capture",
         }
     }
 
     /// Whether it is a live feed (from `[lines]`).
     pub fn is_live(&self) -> bool {
         match self {
-            FeedConfig::Dbn(_) | FeedConfig::Lobster(_) => false,
+            FeedConfig::Dbn(_) | FeedConfig::Lobster(_) | FeedConfig::Capture(_) => false,
             FeedConfig::Itch50(f) => f.lines.is_some(),
             FeedConfig::Mdp3(_) => true,
         }
@@ -173,6 +178,7 @@ impl FeedConfig {
             FeedConfig::Dbn(f) => f.pace,
             FeedConfig::Itch50(f) => f.pace,
             FeedConfig::Lobster(f) => f.pace,
+            FeedConfig::Capture(f) => f.pace,
             FeedConfig::Mdp3(_) => Pace::Max,
         }
     }
@@ -183,6 +189,7 @@ impl FeedConfig {
             FeedConfig::Dbn(f) => f.max_gap_ms,
             FeedConfig::Itch50(f) => f.max_gap_ms,
             FeedConfig::Lobster(f) => f.max_gap_ms,
+            FeedConfig::Capture(f) => f.max_gap_ms,
             FeedConfig::Mdp3(_) => crate::config::default_max_gap_ms(),
         }
     }
@@ -194,6 +201,7 @@ impl FeedConfig {
             FeedConfig::Itch50(f) => f.symbols.as_deref(),
             FeedConfig::Lobster(f) => f.symbols.as_deref(),
             FeedConfig::Mdp3(f) => f.symbols.as_deref(),
+            FeedConfig::Capture(f) => f.symbols.as_deref(),
         }
     }
 
@@ -203,6 +211,7 @@ impl FeedConfig {
             FeedConfig::Dbn(f) => Some(&f.path),
             FeedConfig::Itch50(f) => f.lines.is_none().then_some(f.path.as_path()),
             FeedConfig::Lobster(f) => Some(&f.path),
+            FeedConfig::Capture(f) => Some(&f.path),
             FeedConfig::Mdp3(_) => None,
         }
     }
@@ -221,6 +230,7 @@ pub fn open(cfg: &crate::config::Config, ts_recv_clock: &TsRecvClockCell) -> Res
         FeedConfig::Itch50(f) => itch::open(f, ts_recv_clock)?,
         FeedConfig::Lobster(f) => lobster::open(f)?,
         FeedConfig::Mdp3(f) => mdp3::open(f, ts_recv_clock)?,
+        FeedConfig::Capture(f) => capture::open(f)?,
     };
     if let Some(path) = cfg.feed.symbols() {
         let general = mdfan_feed::symbols::load_symbol_file(path)?;

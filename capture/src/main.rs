@@ -1,0 +1,359 @@
+//! `mdfan-capture`: keeps what an mdfan publisher sends on disk, in mdfan's capture format
+//! (`mdfan_feed::capture`, docs/CAPTURE.md), and reads captures back.
+//!
+//! - `mdfan-capture record --connect EP --dir DIR --name NAME`: subscribes as any strategy does (the library,
+//!   policy `resync` by default) and writes every record it receives (heartbeats aside), each gap, and how it
+//!   stopped, in checksummed blocks; segments rotate by size and time and are closed (indexed, zstd-compressed)
+//!   on a thread of their own. A segment a killed earlier run left open is cut after its last whole block first,
+//!   and said so (`capture recovered ...`).
+//! - `mdfan-capture report DIR`: what a capture holds (records per kind, sizes, gaps, first and last times).
+//! - `mdfan-capture cat DIR [--follow]`: its records, one line each (following the segment being written).
+//!
+//! Exit status: 0 after end of stream (or a whole read); 1 on a setup or write error (one line on stderr naming
+//! the endpoint or the file and the bytes); 2 for bad usage; 3 when the session ended otherwise (dropped,
+//! publisher gone); 130 on SIGINT/SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use mdfan_feed::capture::{close_segment, Fsync, Item, Reader, SegmentMeta, StopReason, Writer, WriterConfig};
+use mdfan_subscriber::{Event, Health, Kind, SlowConsumerPolicy, Subscriber, SubscriberConfig};
+
+#[derive(Parser)]
+#[command(name = "mdfan-capture", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Subscribe and write the stream to DIR as it arrives.
+    Record {
+        /// Publisher control endpoint: HOST:PORT, or unix:PATH.
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        connect: String,
+        /// The capture's folder (it must exist).
+        #[arg(long)]
+        dir: PathBuf,
+        /// The capture's name: segments are NAME-NNNNNN.mdcap (letters, digits, '_', '.', '-' not at the end).
+        #[arg(long, default_value = "capture", value_parser = capture_name)]
+        name: String,
+        /// The session's name at the publisher.
+        #[arg(long, default_value = "mdfan-capture")]
+        session: String,
+        /// Ring size in slots (power of two; 64 B each).
+        #[arg(long, default_value_t = 131_072)]
+        ring_slots: u32,
+        /// Slow-consumer policy: resync (default: skipped records come back as a snapshot, the gap recorded),
+        /// disconnect, block (where the publisher allows it).
+        #[arg(long, default_value = "resync", value_parser = policy)]
+        policy: SlowConsumerPolicy,
+        /// Close a segment once it holds this many MiB.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+        rotate_mb: u64,
+        /// ... or once it has been open this many seconds (0: never by time).
+        #[arg(long, default_value_t = 3600)]
+        rotate_s: u64,
+        /// Records a block holds (1 to 4096).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096))]
+        block_records: u64,
+        /// The longest a record waits before its block is written, ms.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        block_ms: u64,
+        /// When the capture is made durable: block (fsync after every block), every_ms:N, rotation.
+        #[arg(long, default_value = "every_ms:100", value_parser = fsync)]
+        fsync: Fsync,
+        /// Leave closed segments uncompressed.
+        #[arg(long)]
+        no_compress: bool,
+    },
+    /// What a capture holds: records per kind and their sizes, gaps, first and last times, how it stopped.
+    Report {
+        /// The capture's folder.
+        dir: PathBuf,
+        /// The capture's name (default: the folder's only one).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// A capture's records, one line each.
+    Cat {
+        /// The capture's folder.
+        dir: PathBuf,
+        /// The capture's name (default: the folder's only one).
+        #[arg(long)]
+        name: Option<String>,
+        /// Follow the segment being written (until SIGINT/SIGTERM).
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+fn capture_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+        && !s.ends_with('-');
+    ok.then(|| s.to_owned()).ok_or_else(|| format!("{s:?}: 1 to 64 of A-Z a-z 0-9 _ . - (not ending in -)"))
+}
+
+fn policy(s: &str) -> Result<SlowConsumerPolicy, String> {
+    match s {
+        "resync" => Ok(SlowConsumerPolicy::Resync),
+        "disconnect" => Ok(SlowConsumerPolicy::Disconnect),
+        "block" => Ok(SlowConsumerPolicy::Block),
+        _ => Err(format!("{s:?}: resync, disconnect or block")),
+    }
+}
+
+fn fsync(s: &str) -> Result<Fsync, String> {
+    Fsync::parse(s).ok_or_else(|| format!("{s:?}: block, every_ms:N (N > 0) or rotation"))
+}
+
+/// `CLOCK_REALTIME`, ns since the UNIX epoch.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&shutdown)) {
+            eprintln!("mdfan-capture: cannot install the SIGINT/SIGTERM handler: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let result = match args.command {
+        Command::Record {
+            connect,
+            dir,
+            name,
+            session,
+            ring_slots,
+            policy,
+            rotate_mb,
+            rotate_s,
+            block_records,
+            block_ms,
+            fsync,
+            no_compress,
+        } => {
+            let mut cfg = SubscriberConfig::new(&connect, &session);
+            cfg.ring_slots = ring_slots;
+            cfg.policy = policy;
+            let writer = WriterConfig {
+                dir,
+                name,
+                rotate_bytes: rotate_mb << 20,
+                rotate_ns: rotate_s.saturating_mul(1_000_000_000),
+                block_records: block_records as usize,
+                block_ms,
+                fsync,
+                compress: !no_compress,
+            };
+            record(&cfg, writer, &shutdown)
+        }
+        Command::Report { dir, name } => mdfan_feed::capture::report(&dir, name.as_deref())
+            .map(|r| {
+                for l in r.lines() {
+                    println!("{l}");
+                }
+                0
+            })
+            .map_err(|e| e.to_string()),
+        Command::Cat { dir, name, follow } => cat(&dir, name.as_deref(), follow, &shutdown),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("mdfan-capture: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Closes segments handed to it (index, zstd) off the recording thread; returns the errors.
+type Closer = (std::sync::mpsc::Sender<PathBuf>, std::thread::JoinHandle<Vec<String>>);
+
+fn closer(compress: bool) -> Result<Closer, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+    let thread = std::thread::Builder::new()
+        .name("mdfan-capture-close".into())
+        .spawn(move || {
+            let mut errors = Vec::new();
+            while let Ok(path) = rx.recv() {
+                if let Err(e) = close_segment(&path, compress) {
+                    errors.push(e.to_string());
+                }
+            }
+            errors
+        })
+        .map_err(|e| format!("cannot start the segment-closing thread: {e}"))?;
+    Ok((tx, thread))
+}
+
+/// Subscribes; while the publisher still holds a session of this name (an earlier run just killed: the
+/// publisher notices its closed connection within a pass or two), tries again for up to 5 s.
+fn connect(cfg: &SubscriberConfig, shutdown: &AtomicBool) -> Result<Subscriber, String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match Subscriber::connect(cfg) {
+            Err(mdfan_subscriber::SubscribeError::Rejected { reason, .. })
+                if reason.contains("is attached already")
+                    && std::time::Instant::now() < deadline
+                    && !shutdown.load(Ordering::Relaxed) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -> Result<u8, String> {
+    let mut sub = connect(cfg, shutdown)?;
+    let meta = SegmentMeta {
+        format_version: mdfan_feed::capture::FORMAT_VERSION,
+        name: String::new(),
+        segment: 0,
+        created_ns: 0,
+        source: sub.endpoint().to_owned(),
+        session: cfg.name.clone(),
+        book: format!("{:?}", sub.book_kind()).to_lowercase(),
+        symbology: sub.symbology().iter().cloned().collect(),
+        fsync: String::new(),
+        first_record: 0,
+    };
+    let (compress, fsync, dir, name) = (writer.compress, writer.fsync, writer.dir.clone(), writer.name.clone());
+    let (mut w, recovered) = Writer::open(writer, meta, now_ns()).map_err(|e| e.to_string())?;
+    let (to_closer, closing) = closer(compress)?;
+    for r in recovered {
+        println!(
+            "capture recovered segment={} kept_blocks={} kept_records={} cut_bytes={}",
+            r.path.display(),
+            r.scan.blocks,
+            r.scan.records,
+            r.cut_bytes
+        );
+        let _ = to_closer.send(r.path);
+    }
+    println!(
+        "capture recording dir={} name={name} segment={} fsync={}",
+        dir.display(),
+        w.path().display(),
+        fsync.as_string()
+    );
+    let mut failure: Option<String> = None;
+    let end = loop {
+        if shutdown.load(Ordering::Relaxed) {
+            break StopReason::Interrupted;
+        }
+        let now = now_ns();
+        let mut err = None;
+        let n = sub.poll(1024, |e| {
+            if err.is_some() {
+                return;
+            }
+            let r = match e {
+                Event::Record(r) if r.kind() == Some(Kind::Heartbeat) => return,
+                Event::Record(r) => w.record(r, now),
+                Event::Gap { expected, got } => w.gap(expected, got, now),
+                _ => return,
+            };
+            err = r.err();
+        });
+        if let Some(e) = err.or_else(|| w.tick(now).err()) {
+            failure = Some(e.to_string());
+            break StopReason::WriteFailed;
+        }
+        for closed in w.take_closed() {
+            let _ = to_closer.send(closed);
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        match sub.maintain_if_due() {
+            Some(Health::Ended(end)) => {
+                break match end.reason() {
+                    Some(mdfan_subscriber::CloseReason::EndOfStream) => StopReason::EndOfStream,
+                    _ => StopReason::SessionEnded,
+                };
+            }
+            _ => continue,
+        }
+    };
+    let before = w.stats();
+    let (stats, last) = match w.stop(end, now_ns()) {
+        Ok(done) => done,
+        Err(e) => {
+            failure.get_or_insert(e.to_string());
+            (before, Vec::new())
+        }
+    };
+    for p in last {
+        let _ = to_closer.send(p);
+    }
+    drop(to_closer);
+    let errors = closing.join().unwrap_or_default();
+    for e in &errors {
+        eprintln!("mdfan-capture: closing a segment: {e} (it stays readable as it is)");
+    }
+    let st = sub.stats();
+    println!(
+        "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} end={}",
+        stats.records,
+        stats.blocks,
+        stats.gaps,
+        stats.missed,
+        stats.segments,
+        stats.bytes,
+        stats.fsyncs,
+        st.gaps,
+        end.as_str()
+    );
+    if let Some(f) = failure {
+        return Err(format!("{f}: the capture stopped there (the stream went on without it)"));
+    }
+    Ok(match end {
+        StopReason::EndOfStream => 0,
+        StopReason::Interrupted => 130,
+        StopReason::SessionEnded | StopReason::WriteFailed => 3,
+    })
+}
+
+fn cat(dir: &std::path::Path, name: Option<&str>, follow: bool, shutdown: &AtomicBool) -> Result<u8, String> {
+    let mut r = Reader::open(dir, name, follow).map_err(|e| e.to_string())?;
+    loop {
+        match r.next().map_err(|e| e.to_string())? {
+            Some(Item::Segment(m)) => println!("segment {} name={} source={} session={} first_record={}", m.segment, m.name, m.source, m.session, m.first_record),
+            Some(Item::Record(x)) => println!(
+                "record seq={} kind={} instrument={} side={} price_e9={} size={} order_id={} level={} flags=0x{:02x} venue_pos={} ts_event_ns={} ts_recv_ns={}",
+                x.seq,
+                x.kind().map_or_else(|| format!("unknown_{}", x.kind), |k| format!("{k:?}")),
+                x.instrument_id,
+                x.side as char,
+                x.price_e9,
+                x.size,
+                x.order_id,
+                x.level,
+                x.flags,
+                x.venue_pos,
+                x.ts_event_ns,
+                x.ts_recv_ns
+            ),
+            Some(Item::Gap { expected, got }) => println!("gap expected={expected} got={got}"),
+            Some(Item::Stop { reason, at_ns }) => println!("stop reason={} at_ns={at_ns}", reason.map_or("unknown", StopReason::as_str)),
+            None if follow && !shutdown.load(Ordering::Relaxed) => std::thread::sleep(Duration::from_millis(5)),
+            None => break,
+        }
+    }
+    if let Some(t) = r.torn() {
+        eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block)");
+    }
+    Ok(if shutdown.load(Ordering::Relaxed) { 130 } else { 0 })
+}

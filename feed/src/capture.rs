@@ -1,0 +1,1234 @@
+//! mdfan's capture format: the normalised stream a subscriber received, kept on disk as it arrives, read back
+//! for replay (`format = "capture"`), research export and incident work. Layout and rules: docs/CAPTURE.md.
+//!
+//! A capture is a folder of segments `NAME-NNNNNN.mdcap` (NNNNNN from 000001), each a header then blocks:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | magic `MDFANCAP` |
+//! | 8 | 2 | format version (u16 LE, [`FORMAT_VERSION`]) |
+//! | 10 | 4 | metadata bytes `n` (u32 LE) |
+//! | 14 | 4 | CRC-32 (IEEE) of the metadata |
+//! | 18 | `n` | metadata, JSON ([`SegmentMeta`]: what was captured, from where, its symbology, when) |
+//! | 18 + `n` | .. | blocks, back to back |
+//!
+//! A block is a 64-byte header then its payload:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 4 | magic `MDCB` |
+//! | 4 | 1 | kind ([`BlockKind`]: 1 records, 2 gap, 3 stop) |
+//! | 5 | 3 | 0 |
+//! | 8 | 4 | records in the payload (u32 LE; 0 for a gap or stop) |
+//! | 12 | 4 | payload bytes (u32 LE) |
+//! | 16 | 8 | records: the first record's `seq`; gap: the seq that was due; stop: the reason ([`StopReason`]) |
+//! | 24 | 8 | records: the last record's `seq`; gap: the seq that came |
+//! | 32 | 8 | the first record's `ts_recv_ns` (gap, stop: the capture's clock when it was written) |
+//! | 40 | 8 | the last record's `ts_recv_ns` (as above) |
+//! | 48 | 8 | the first record's `venue_pos` (0 for a gap or stop) |
+//! | 56 | 4 | CRC-32 of the payload |
+//! | 60 | 4 | CRC-32 of bytes 0..60 |
+//!
+//! A records block's payload is its records, 64 bytes each, as the subscriber received them
+//! (`mdfan_wire::BookUpdate`, little-endian, `seq` the subscriber stream's). A block is whole only when both CRCs
+//! hold: a reader stops at the first block that is not (a writer killed mid-block left it), and the next writer
+//! cuts the segment there before it goes on ([`recover`]). Closed segments are compressed with zstd
+//! (`NAME-NNNNNN.mdcap.zst`, the same bytes) next to an index of their blocks (`NAME-NNNNNN.mdidx`: per block its
+//! offset in the uncompressed segment, first seq, first `ts_recv_ns` and first venue position, 32 bytes LE each),
+//! from which a reader finds where to start by time or venue position without decoding records.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use mdfan_wire::{BookUpdate, InstrumentDef};
+use serde::{Deserialize, Serialize};
+
+/// The segment magic.
+pub const MAGIC: &[u8; 8] = b"MDFANCAP";
+/// The format version this module writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// The block magic.
+pub const BLOCK_MAGIC: &[u8; 4] = b"MDCB";
+/// Bytes of a block header.
+pub const BLOCK_HEADER_BYTES: usize = 64;
+/// Bytes of a segment header before its metadata.
+pub const SEGMENT_HEADER_BYTES: usize = 18;
+/// Records a block holds at most.
+pub const MAX_BLOCK_RECORDS: usize = 1 << 12;
+/// Largest metadata a segment may carry (a symbology of a few hundred thousand instruments).
+pub const MAX_META_BYTES: usize = 64 << 20;
+/// Bytes of one index entry.
+pub const INDEX_ENTRY_BYTES: usize = 32;
+/// Extension of an open (or not yet compressed) segment.
+pub const SEGMENT_EXT: &str = "mdcap";
+/// Extension of a closed, compressed segment.
+pub const COMPRESSED_EXT: &str = "mdcap.zst";
+/// Extension of a closed segment's index.
+pub const INDEX_EXT: &str = "mdidx";
+
+/// What a block holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// Records, as received.
+    Records = 1,
+    /// Records the stream did not deliver: seqs `expected..got` (the subscriber's `Event::Gap`).
+    Gap = 2,
+    /// The capture stopped here ([`StopReason`]).
+    Stop = 3,
+}
+
+impl BlockKind {
+    fn from_u8(v: u8) -> Option<BlockKind> {
+        match v {
+            1 => Some(BlockKind::Records),
+            2 => Some(BlockKind::Gap),
+            3 => Some(BlockKind::Stop),
+            _ => None,
+        }
+    }
+}
+
+/// Why a capture stopped, in its stop block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    /// The stream ended (the publisher's end of stream).
+    EndOfStream = 1,
+    /// The capture process was asked to stop (SIGINT, SIGTERM).
+    Interrupted = 2,
+    /// A write failed (a full disk): what came after is not in the capture.
+    WriteFailed = 3,
+    /// The session ended otherwise (dropped, publisher gone).
+    SessionEnded = 4,
+}
+
+impl StopReason {
+    /// From the stop block's number.
+    pub fn from_u64(v: u64) -> Option<StopReason> {
+        match v {
+            1 => Some(StopReason::EndOfStream),
+            2 => Some(StopReason::Interrupted),
+            3 => Some(StopReason::WriteFailed),
+            4 => Some(StopReason::SessionEnded),
+            _ => None,
+        }
+    }
+
+    /// As the report prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndOfStream => "end_of_stream",
+            StopReason::Interrupted => "interrupted",
+            StopReason::WriteFailed => "write_failed",
+            StopReason::SessionEnded => "session_ended",
+        }
+    }
+}
+
+/// What a segment says about itself (its header's JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentMeta {
+    /// The format version ([`FORMAT_VERSION`]).
+    pub format_version: u16,
+    /// The capture's name (`NAME` in the file names).
+    pub name: String,
+    /// The segment's number in the capture, from 1.
+    pub segment: u64,
+    /// `CLOCK_REALTIME` when the segment was opened, ns since the UNIX epoch.
+    pub created_ns: u64,
+    /// Where the stream came from (the publisher's endpoint).
+    pub source: String,
+    /// The session it was captured as (the subscriber's name).
+    pub session: String,
+    /// The book its records build (`mbo` or `mbp`).
+    pub book: String,
+    /// The instruments the publisher named when the session began.
+    pub symbology: Vec<InstrumentDef>,
+    /// The fsync policy it was written with (`block`, `every_ms:N`, `rotation`).
+    pub fsync: String,
+    /// The capture-wide index of the segment's first record (records of the segments before it).
+    pub first_record: u64,
+}
+
+/// A capture file that cannot be used, or a write that failed: named with the path and what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// A file could not be read, opened or listed.
+    #[error("capture {path}: {what}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The call.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A write failed (a full disk: `ENOSPC`): the bytes that did not go in.
+    #[error("capture {path}: cannot write {bytes} bytes at offset {offset}: {source}")]
+    Write {
+        /// The segment.
+        path: PathBuf,
+        /// Bytes that were being written.
+        bytes: usize,
+        /// Where.
+        offset: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A segment's bytes are not what the format says.
+    #[error("capture {path}: offset {offset}: {detail}")]
+    Format {
+        /// The segment.
+        path: PathBuf,
+        /// The byte offset in the (uncompressed) segment.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// A block header, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    /// What it holds.
+    pub kind: BlockKind,
+    /// Records in it.
+    pub count: u32,
+    /// Payload bytes.
+    pub payload_bytes: u32,
+    /// Records: first seq; gap: the seq due; stop: the reason number.
+    pub first: u64,
+    /// Records: last seq; gap: the seq that came.
+    pub last: u64,
+    /// First `ts_recv_ns` (gap, stop: when written).
+    pub first_ts_recv_ns: u64,
+    /// Last `ts_recv_ns`.
+    pub last_ts_recv_ns: u64,
+    /// First venue position (records).
+    pub first_venue_pos: u64,
+    /// CRC-32 of the payload.
+    pub payload_crc: u32,
+}
+
+impl BlockHeader {
+    /// The header's 64 bytes (its own CRC in the last four).
+    pub fn encode(&self) -> [u8; BLOCK_HEADER_BYTES] {
+        let mut h = [0u8; BLOCK_HEADER_BYTES];
+        h[0..4].copy_from_slice(BLOCK_MAGIC);
+        h[4] = self.kind as u8;
+        h[8..12].copy_from_slice(&self.count.to_le_bytes());
+        h[12..16].copy_from_slice(&self.payload_bytes.to_le_bytes());
+        h[16..24].copy_from_slice(&self.first.to_le_bytes());
+        h[24..32].copy_from_slice(&self.last.to_le_bytes());
+        h[32..40].copy_from_slice(&self.first_ts_recv_ns.to_le_bytes());
+        h[40..48].copy_from_slice(&self.last_ts_recv_ns.to_le_bytes());
+        h[48..56].copy_from_slice(&self.first_venue_pos.to_le_bytes());
+        h[56..60].copy_from_slice(&self.payload_crc.to_le_bytes());
+        let c = crc(&h[..60]);
+        h[60..64].copy_from_slice(&c.to_le_bytes());
+        h
+    }
+
+    /// Decodes a header; `Err` says what is wrong (magic, CRC, kind, sizes).
+    pub fn decode(h: &[u8; BLOCK_HEADER_BYTES]) -> Result<BlockHeader, String> {
+        if &h[0..4] != BLOCK_MAGIC {
+            return Err(format!("block magic {:02x?}, not \"MDCB\"", &h[0..4]));
+        }
+        if crc(&h[..60]) != le_u32(h, 60) {
+            return Err("block header CRC does not match".into());
+        }
+        let kind = BlockKind::from_u8(h[4]).ok_or_else(|| format!("block kind {}", h[4]))?;
+        let (count, payload_bytes) = (le_u32(h, 8), le_u32(h, 12));
+        let want = match kind {
+            BlockKind::Records => count as usize * 64,
+            BlockKind::Gap | BlockKind::Stop => 0,
+        };
+        if count as usize > MAX_BLOCK_RECORDS || payload_bytes as usize != want {
+            return Err(format!("block of {count} records with {payload_bytes} payload bytes"));
+        }
+        Ok(BlockHeader {
+            kind,
+            count,
+            payload_bytes,
+            first: le_u64(h, 16),
+            last: le_u64(h, 24),
+            first_ts_recv_ns: le_u64(h, 32),
+            last_ts_recv_ns: le_u64(h, 40),
+            first_venue_pos: le_u64(h, 48),
+            payload_crc: le_u32(h, 56),
+        })
+    }
+}
+
+/// The segment header's bytes for `meta`.
+pub fn segment_header(meta: &SegmentMeta) -> Vec<u8> {
+    let json = serde_json::to_vec(meta).expect("a SegmentMeta serialises");
+    let mut out = Vec::with_capacity(SEGMENT_HEADER_BYTES + json.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc(&json).to_le_bytes());
+    out.extend_from_slice(&json);
+    out
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` at a clean end before the first byte, an error at an end inside.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads a segment header from `r`; returns the metadata and the header's bytes.
+fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u64), CaptureError> {
+    let bad = |offset: u64, detail: String| CaptureError::Format { path: path.to_owned(), offset, detail };
+    let io = |source| CaptureError::Io { path: path.to_owned(), what: "read", source };
+    let mut h = [0u8; SEGMENT_HEADER_BYTES];
+    if read_full(r, &mut h).map_err(io)? < SEGMENT_HEADER_BYTES {
+        return Err(bad(0, "shorter than a segment header".into()));
+    }
+    if &h[0..8] != MAGIC {
+        return Err(bad(0, format!("magic {:02x?}, not \"MDFANCAP\": not an mdfan capture", &h[0..8])));
+    }
+    let version = u16::from_le_bytes([h[8], h[9]]);
+    if version != FORMAT_VERSION {
+        return Err(bad(8, format!("format version {version}, this build reads {FORMAT_VERSION}")));
+    }
+    let n = le_u32(&h, 10) as usize;
+    if n > MAX_META_BYTES {
+        return Err(bad(10, format!("metadata of {n} bytes, at most {MAX_META_BYTES}")));
+    }
+    let mut json = vec![0u8; n];
+    if read_full(r, &mut json).map_err(io)? < n {
+        return Err(bad(SEGMENT_HEADER_BYTES as u64, format!("metadata cut short (of {n} bytes)")));
+    }
+    if crc(&json) != le_u32(&h, 14) {
+        return Err(bad(14, "metadata CRC does not match".into()));
+    }
+    let meta: SegmentMeta =
+        serde_json::from_slice(&json).map_err(|e| bad(SEGMENT_HEADER_BYTES as u64, format!("metadata: {e}")))?;
+    Ok((meta, (SEGMENT_HEADER_BYTES + n) as u64))
+}
+
+/// One item of a capture, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// A segment begins (its metadata).
+    Segment(Box<SegmentMeta>),
+    /// A record, as received.
+    Record(BookUpdate),
+    /// Seqs `expected..got` did not reach the capture.
+    Gap {
+        /// The seq that was due.
+        expected: u64,
+        /// The seq that came.
+        got: u64,
+    },
+    /// The capture stopped.
+    Stop {
+        /// Why (`None`: a number this build does not know).
+        reason: Option<StopReason>,
+        /// The capture's clock then, ns since the UNIX epoch.
+        at_ns: u64,
+    },
+}
+
+/// What reading one segment's blocks found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentScan {
+    /// Whole blocks.
+    pub blocks: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Bytes up to the end of the last whole block (header included).
+    pub good_bytes: u64,
+    /// Bytes after it (a block cut short or damaged: a writer killed mid-write).
+    pub torn_bytes: u64,
+}
+
+/// A segment's bytes: a plain file (which a writer may still be appending to) or a compressed one.
+enum Source {
+    Plain(BufReader<File>),
+    Compressed(Box<zstd::stream::read::Decoder<'static, BufReader<File>>>),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Plain(r) => r.read(buf),
+            Source::Compressed(r) => r.read(buf),
+        }
+    }
+}
+
+/// Reads a segment's blocks in order.
+struct SegmentReader {
+    path: PathBuf,
+    src: Source,
+    offset: u64,
+    header: [u8; BLOCK_HEADER_BYTES],
+    payload: Vec<u8>,
+}
+
+/// What the next block read gave.
+enum Next {
+    Block(BlockHeader),
+    /// The segment ends cleanly here.
+    End,
+    /// A block cut short or damaged starts here (`detail` says how).
+    Torn(String),
+}
+
+impl SegmentReader {
+    fn open(path: &Path) -> Result<(SegmentReader, SegmentMeta), CaptureError> {
+        let file =
+            File::open(path).map_err(|source| CaptureError::Io { path: path.to_owned(), what: "open", source })?;
+        let compressed = path.to_string_lossy().ends_with(COMPRESSED_EXT);
+        let mut src = if compressed {
+            let d = zstd::stream::read::Decoder::new(file).map_err(|source| CaptureError::Io {
+                path: path.to_owned(),
+                what: "zstd",
+                source,
+            })?;
+            Source::Compressed(Box::new(d))
+        } else {
+            Source::Plain(BufReader::with_capacity(1 << 20, file))
+        };
+        let (meta, offset) = read_segment_header(&mut src, path)?;
+        let r = SegmentReader {
+            path: path.to_owned(),
+            src,
+            offset,
+            header: [0; BLOCK_HEADER_BYTES],
+            payload: Vec::with_capacity(MAX_BLOCK_RECORDS * 64),
+        };
+        Ok((r, meta))
+    }
+
+    /// Back to the end of the last whole block (a plain segment a writer is still appending to: what was read of
+    /// a block not whole yet is read again).
+    fn rewind(&mut self) -> Result<(), CaptureError> {
+        if let Source::Plain(r) = &mut self.src {
+            r.seek(SeekFrom::Start(self.offset)).map_err(|source| CaptureError::Io {
+                path: self.path.clone(),
+                what: "seek",
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The next whole block (its payload in `self.payload`).
+    fn next(&mut self) -> Result<Next, CaptureError> {
+        let io = |source| CaptureError::Io { path: self.path.clone(), what: "read", source };
+        let got = read_full(&mut self.src, &mut self.header).map_err(io)?;
+        if got == 0 {
+            return Ok(Next::End);
+        }
+        if got < BLOCK_HEADER_BYTES {
+            return Ok(Next::Torn(format!("block header cut short ({got} of 64 bytes)")));
+        }
+        let h = match BlockHeader::decode(&self.header) {
+            Ok(h) => h,
+            Err(detail) => return Ok(Next::Torn(detail)),
+        };
+        self.payload.resize(h.payload_bytes as usize, 0);
+        let got = read_full(&mut self.src, &mut self.payload).map_err(io)?;
+        if got < self.payload.len() {
+            return Ok(Next::Torn(format!("block payload cut short ({got} of {} bytes)", self.payload.len())));
+        }
+        if crc(&self.payload) != h.payload_crc {
+            return Ok(Next::Torn("block payload CRC does not match".into()));
+        }
+        self.offset += (BLOCK_HEADER_BYTES + self.payload.len()) as u64;
+        Ok(Next::Block(h))
+    }
+}
+
+/// Reads one segment (plain or compressed) to its end or its first block that is not whole.
+///
+/// # Errors
+/// [`CaptureError`] for a file that cannot be read or whose segment header is not the format's.
+pub fn scan_segment(path: &Path) -> Result<(SegmentMeta, SegmentScan), CaptureError> {
+    let (mut r, meta) = SegmentReader::open(path)?;
+    let mut scan = SegmentScan { good_bytes: r.offset, ..SegmentScan::default() };
+    loop {
+        match r.next()? {
+            Next::Block(h) => {
+                scan.blocks += 1;
+                scan.records += u64::from(h.count);
+                scan.good_bytes = r.offset;
+            }
+            Next::End => break,
+            Next::Torn(_) => {
+                if let Ok(m) = std::fs::metadata(path) {
+                    if !path.to_string_lossy().ends_with(COMPRESSED_EXT) {
+                        scan.torn_bytes = m.len().saturating_sub(scan.good_bytes);
+                    }
+                }
+                break;
+            }
+        }
+    }
+    Ok((meta, scan))
+}
+
+/// The segments of capture `name` in `dir`, in order (a segment present both compressed and plain is read from
+/// the plain file: its compression had not finished).
+///
+/// # Errors
+/// [`CaptureError::Io`] when the folder cannot be listed.
+pub fn segments(dir: &Path, name: &str) -> Result<Vec<(u64, PathBuf)>, CaptureError> {
+    let rd =
+        std::fs::read_dir(dir).map_err(|source| CaptureError::Io { path: dir.to_owned(), what: "list", source })?;
+    let mut found: std::collections::BTreeMap<u64, PathBuf> = std::collections::BTreeMap::new();
+    for e in rd.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(name).and_then(|r| r.strip_prefix('-')) else { continue };
+        let (num, plain) = if let Some(n) = rest.strip_suffix(&format!(".{COMPRESSED_EXT}")) {
+            (n, false)
+        } else if let Some(n) = rest.strip_suffix(&format!(".{SEGMENT_EXT}")) {
+            (n, true)
+        } else {
+            continue;
+        };
+        let Ok(n) = num.parse::<u64>() else { continue };
+        if plain || !found.contains_key(&n) {
+            found.insert(n, e.path());
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// The name of the capture in `dir` (the prefix of its segments), when there is exactly one.
+///
+/// # Errors
+/// [`CaptureError::Format`] when the folder holds no capture, or several.
+pub fn only_capture(dir: &Path) -> Result<String, CaptureError> {
+    let rd =
+        std::fs::read_dir(dir).map_err(|source| CaptureError::Io { path: dir.to_owned(), what: "list", source })?;
+    let mut names = std::collections::BTreeSet::new();
+    for e in rd.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        for ext in [COMPRESSED_EXT, SEGMENT_EXT] {
+            if let Some(stem) = file.strip_suffix(&format!(".{ext}")) {
+                if let Some((name, num)) = stem.rsplit_once('-') {
+                    if num.len() == 6 && num.bytes().all(|b| b.is_ascii_digit()) {
+                        names.insert(name.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let bad = |detail: String| CaptureError::Format { path: dir.to_owned(), offset: 0, detail };
+    match names.len() {
+        1 => Ok(names.pop_first().expect("one")),
+        0 => Err(bad("no capture segment (NAME-NNNNNN.mdcap or .mdcap.zst) in this folder".into())),
+        _ => Err(bad(format!(
+            "several captures in this folder ({}): name one",
+            names.into_iter().collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Reads a capture's items in order, segment after segment: records, gaps, stops and each segment's metadata.
+/// With `follow`, the last segment is read as it grows (a writer appends to it): at its end [`Reader::next`]
+/// returns `Ok(None)` until more whole blocks come (call again later), and a new segment is taken up once it
+/// appears. Without `follow`, a block that is not whole ends the capture (reported by [`Reader::torn`]).
+pub struct Reader {
+    dir: PathBuf,
+    name: String,
+    follow: bool,
+    /// Segments taken up so far (by number).
+    done: u64,
+    cur: Option<(u64, SegmentReader)>,
+    /// Records of the current block not handed out yet: (payload index, count).
+    pending: (usize, usize),
+    queued: std::collections::VecDeque<Item>,
+    torn: Option<String>,
+}
+
+impl Reader {
+    /// A reader of capture `name` in `dir` (`None`: the folder's only capture).
+    ///
+    /// # Errors
+    /// As [`only_capture`] and [`segments`].
+    pub fn open(dir: &Path, name: Option<&str>, follow: bool) -> Result<Reader, CaptureError> {
+        let name = match name {
+            Some(n) => n.to_owned(),
+            None => only_capture(dir)?,
+        };
+        Ok(Reader {
+            dir: dir.to_owned(),
+            name,
+            follow,
+            done: 0,
+            cur: None,
+            pending: (0, 0),
+            queued: std::collections::VecDeque::new(),
+            torn: None,
+        })
+    }
+
+    /// Where the capture ended on a block that was not whole (not following): the segment and what was wrong.
+    pub fn torn(&self) -> Option<&str> {
+        self.torn.as_deref()
+    }
+
+    /// The next item; `Ok(None)` at the end (following: nothing more yet, ask again later: so this is not an
+    /// `Iterator`).
+    ///
+    /// # Errors
+    /// [`CaptureError`] for a segment that cannot be read or is not the format's.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Item>, CaptureError> {
+        loop {
+            if let Some(item) = self.queued.pop_front() {
+                return Ok(Some(item));
+            }
+            let Some((_, r)) = self.cur.as_mut() else {
+                // The next segment, if there is one.
+                let next = segments(&self.dir, &self.name)?.into_iter().find(|(n, _)| *n > self.done);
+                let Some((n, path)) = next else { return Ok(None) };
+                let (r, meta) = SegmentReader::open(&path)?;
+                self.done = n;
+                self.cur = Some((n, r));
+                self.queued.push_back(Item::Segment(Box::new(meta)));
+                continue;
+            };
+            let (at, left) = self.pending;
+            if left > 0 {
+                let bytes: &[u8; 64] = r.payload[at * 64..at * 64 + 64].try_into().expect("64 bytes");
+                self.pending = (at + 1, left - 1);
+                return Ok(Some(Item::Record(BookUpdate::from_bytes(bytes))));
+            }
+            let (path, offset) = (r.path.display().to_string(), r.offset);
+            match r.next()? {
+                Next::Block(h) => match h.kind {
+                    BlockKind::Records => self.pending = (0, h.count as usize),
+                    BlockKind::Gap => return Ok(Some(Item::Gap { expected: h.first, got: h.last })),
+                    BlockKind::Stop => {
+                        let reason = StopReason::from_u64(h.first);
+                        return Ok(Some(Item::Stop { reason, at_ns: h.first_ts_recv_ns }));
+                    }
+                },
+                step => {
+                    if self.follow && !self.newer_segment()? {
+                        // The writer may still be appending: what was read of a block not whole is read again.
+                        if let Some((_, r)) = self.cur.as_mut() {
+                            r.rewind()?;
+                        }
+                        return Ok(None);
+                    }
+                    self.cur = None;
+                    if let Next::Torn(detail) = step {
+                        if !self.newer_segment()? {
+                            self.torn = Some(format!("{path}: offset {offset}: {detail}"));
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a segment after the current one exists (the writer moved on: the current one is complete).
+    fn newer_segment(&self) -> Result<bool, CaptureError> {
+        Ok(segments(&self.dir, &self.name)?.iter().any(|(n, _)| *n > self.done))
+    }
+}
+
+/// How often the writer makes its segment durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fsync {
+    /// After every block.
+    Block,
+    /// At most this many ms after a block was written.
+    EveryMs(u64),
+    /// When a segment is closed (rotation, stop).
+    Rotation,
+}
+
+impl Fsync {
+    /// As configs and reports spell it: `block`, `every_ms:N`, `rotation`.
+    pub fn as_string(self) -> String {
+        match self {
+            Fsync::Block => "block".into(),
+            Fsync::EveryMs(ms) => format!("every_ms:{ms}"),
+            Fsync::Rotation => "rotation".into(),
+        }
+    }
+
+    /// Parses [`Fsync::as_string`]'s spellings.
+    pub fn parse(s: &str) -> Option<Fsync> {
+        match s {
+            "block" => Some(Fsync::Block),
+            "rotation" => Some(Fsync::Rotation),
+            _ => s.strip_prefix("every_ms:")?.parse().ok().filter(|ms| *ms > 0).map(Fsync::EveryMs),
+        }
+    }
+}
+
+/// A capture writer's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// The folder (it must exist).
+    pub dir: PathBuf,
+    /// The capture's name: segments are `NAME-NNNNNN.mdcap`. Letters, digits, `_` and `.` only.
+    pub name: String,
+    /// A segment is closed once it holds this many bytes (then compressed beside its index).
+    pub rotate_bytes: u64,
+    /// ... or once it has been open this long, ns (0: never by time).
+    pub rotate_ns: u64,
+    /// Records a block holds (1 to [`MAX_BLOCK_RECORDS`]): a block is written when full, or when
+    /// `block_ms` passed since its first record.
+    pub block_records: usize,
+    /// The longest a record waits in the writer before its block is written, ms.
+    pub block_ms: u64,
+    /// The fsync policy.
+    pub fsync: Fsync,
+    /// Compress closed segments (zstd, on a thread of their own).
+    pub compress: bool,
+}
+
+/// What [`recover`] did to a segment a writer left unfinished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The segment.
+    pub path: PathBuf,
+    /// Its whole blocks and records, kept.
+    pub scan: SegmentScan,
+    /// Bytes cut off its end (a block a killed writer left unfinished).
+    pub cut_bytes: u64,
+}
+
+/// Finds the segments of capture `name` a writer left open (plain `.mdcap`, no compressed twin finished) and
+/// cuts each after its last whole block, so every block in it is whole; returns what was done to each, and the
+/// highest segment number of the capture (0 for a new one).
+///
+/// # Errors
+/// [`CaptureError`] for a segment that cannot be read, whose header is damaged, or that cannot be cut.
+pub fn recover(dir: &Path, name: &str) -> Result<(Vec<Recovered>, u64), CaptureError> {
+    let mut out = Vec::new();
+    let mut last = 0;
+    for (n, path) in segments(dir, name)? {
+        last = last.max(n);
+        if path.to_string_lossy().ends_with(COMPRESSED_EXT) {
+            continue;
+        }
+        let (_, scan) = scan_segment(&path)?;
+        if scan.torn_bytes > 0 {
+            let f = OpenOptions::new().write(true).open(&path).map_err(|source| CaptureError::Io {
+                path: path.clone(),
+                what: "open to cut",
+                source,
+            })?;
+            f.set_len(scan.good_bytes).map_err(|source| CaptureError::Io {
+                path: path.clone(),
+                what: "cut",
+                source,
+            })?;
+            f.sync_all().map_err(|source| CaptureError::Io { path: path.clone(), what: "fsync", source })?;
+        }
+        out.push(Recovered { path, scan, cut_bytes: scan.torn_bytes });
+    }
+    // Leftovers of a compression the writer did not finish.
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let f = e.file_name().to_string_lossy().into_owned();
+            if f.starts_with(name) && f.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok((out, last))
+}
+
+/// Compresses a closed segment (`.mdcap` → `.mdcap.zst`, written beside it then renamed, the plain file then
+/// removed) and writes its index (`.mdidx`). Either file present alone is a readable segment.
+///
+/// # Errors
+/// [`CaptureError`] naming the file that could not be read or written.
+pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
+    let index = index_of(path)?;
+    let stem = path.to_string_lossy().trim_end_matches(&format!(".{SEGMENT_EXT}")).to_owned();
+    let idx = PathBuf::from(format!("{stem}.{INDEX_EXT}"));
+    std::fs::write(&idx, &index).map_err(|source| CaptureError::Io { path: idx.clone(), what: "write", source })?;
+    if !compress {
+        return Ok(());
+    }
+    let zst = PathBuf::from(format!("{stem}.{COMPRESSED_EXT}"));
+    let tmp = PathBuf::from(format!("{stem}.{COMPRESSED_EXT}.tmp"));
+    let io = |p: &Path, what: &'static str| {
+        let p = p.to_owned();
+        move |source| CaptureError::Io { path: p, what, source }
+    };
+    let mut src = File::open(path).map_err(io(path, "open"))?;
+    let out = File::create(&tmp).map_err(io(&tmp, "create"))?;
+    let mut enc = zstd::stream::write::Encoder::new(out, 3).map_err(io(&tmp, "zstd"))?;
+    std::io::copy(&mut src, &mut enc).map_err(io(&tmp, "compress"))?;
+    let out = enc.finish().map_err(io(&tmp, "zstd finish"))?;
+    out.sync_all().map_err(io(&tmp, "fsync"))?;
+    std::fs::rename(&tmp, &zst).map_err(io(&zst, "rename"))?;
+    std::fs::remove_file(path).map_err(io(path, "remove"))?;
+    Ok(())
+}
+
+/// A segment's index: per whole block its offset, first seq, first `ts_recv_ns`, first venue position.
+///
+/// # Errors
+/// As [`scan_segment`].
+pub fn index_of(path: &Path) -> Result<Vec<u8>, CaptureError> {
+    let (mut r, _) = SegmentReader::open(path)?;
+    let mut out = Vec::new();
+    loop {
+        let at = r.offset;
+        match r.next()? {
+            Next::Block(h) => {
+                for v in [at, h.first, h.first_ts_recv_ns, h.first_venue_pos] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Next::End | Next::Torn(_) => return Ok(out),
+        }
+    }
+}
+
+/// What a writer has written so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Records written.
+    pub records: u64,
+    /// Blocks written.
+    pub blocks: u64,
+    /// Gap blocks written, and the seqs they cover.
+    pub gaps: u64,
+    /// Seqs missing in them.
+    pub missed: u64,
+    /// Segments opened.
+    pub segments: u64,
+    /// Bytes written (all segments, uncompressed).
+    pub bytes: u64,
+    /// fsyncs made.
+    pub fsyncs: u64,
+}
+
+/// Writes a capture: records into blocks, blocks into segments, segments rotated by size and time and closed
+/// (indexed, compressed on a thread of their own). Allocation-free per record after the first block.
+pub struct Writer {
+    cfg: WriterConfig,
+    meta: SegmentMeta,
+    file: File,
+    path: PathBuf,
+    /// Bytes in the current segment.
+    seg_bytes: u64,
+    seg_opened_ns: u64,
+    /// The current block's records.
+    block: Vec<u8>,
+    block_count: usize,
+    block_first: BookUpdate,
+    block_last: BookUpdate,
+    block_started_ns: u64,
+    dirty_since_ns: Option<u64>,
+    stats: WriterStats,
+    /// Segments closed (rotated) that wait for the caller to index and compress ([`close_segment`]).
+    closed: Vec<PathBuf>,
+}
+
+impl Writer {
+    /// Starts a capture in `cfg.dir`: first cuts what an earlier writer of the same name left open after its last
+    /// whole block ([`recover`]; the caller closes those segments, [`close_segment`]), then opens the next
+    /// segment with `meta` (its `name`, `fsync`, `segment`, `created_ns` and `first_record` set here). Returns
+    /// the writer and what was recovered.
+    ///
+    /// # Errors
+    /// [`CaptureError`] naming the file that could not be read, cut or created.
+    pub fn open(
+        cfg: WriterConfig,
+        mut meta: SegmentMeta,
+        now_ns: u64,
+    ) -> Result<(Writer, Vec<Recovered>), CaptureError> {
+        let (recovered, last) = recover(&cfg.dir, &cfg.name)?;
+        meta.name = cfg.name.clone();
+        meta.fsync = cfg.fsync.as_string();
+        meta.first_record = 0;
+        meta.segment = last + 1;
+        meta.created_ns = now_ns;
+        let (file, path) = create_segment(&cfg, &meta)?;
+        let mut w = Writer {
+            block: Vec::with_capacity(cfg.block_records.clamp(1, MAX_BLOCK_RECORDS) * 64),
+            cfg,
+            meta,
+            file,
+            path,
+            seg_bytes: 0,
+            seg_opened_ns: now_ns,
+            block_count: 0,
+            block_first: BookUpdate::control(mdfan_wire::Kind::NoAction),
+            block_last: BookUpdate::control(mdfan_wire::Kind::NoAction),
+            block_started_ns: 0,
+            dirty_since_ns: None,
+            stats: WriterStats::default(),
+            closed: Vec::new(),
+        };
+        w.stats.segments = 1;
+        let header = segment_header(&w.meta);
+        w.write_bytes(&header)?;
+        w.sync(now_ns, true)?;
+        Ok((w, recovered))
+    }
+
+    /// The segment being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What was written so far.
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    fn open_segment(&mut self, now_ns: u64) -> Result<(), CaptureError> {
+        self.meta.segment += 1;
+        self.meta.created_ns = now_ns;
+        self.meta.first_record = self.stats.records;
+        (self.file, self.path) = create_segment(&self.cfg, &self.meta)?;
+        self.seg_bytes = 0;
+        self.seg_opened_ns = now_ns;
+        self.stats.segments += 1;
+        let header = segment_header(&self.meta);
+        self.write_bytes(&header)?;
+        self.sync(now_ns, true)
+    }
+
+    fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), CaptureError> {
+        self.file.write_all(bytes).map_err(|source| CaptureError::Write {
+            path: self.path.clone(),
+            bytes: bytes.len(),
+            offset: self.seg_bytes,
+            source,
+        })?;
+        self.seg_bytes += bytes.len() as u64;
+        self.stats.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self, now_ns: u64, force: bool) -> Result<(), CaptureError> {
+        let due = force
+            || match self.cfg.fsync {
+                Fsync::Block => true,
+                Fsync::EveryMs(ms) => self.dirty_since_ns.is_some_and(|t| now_ns.saturating_sub(t) >= ms * 1_000_000),
+                Fsync::Rotation => false,
+            };
+        if due && (force || self.dirty_since_ns.is_some()) {
+            self.file.sync_data().map_err(|source| CaptureError::Io {
+                path: self.path.clone(),
+                what: "fsync",
+                source,
+            })?;
+            self.stats.fsyncs += 1;
+            self.dirty_since_ns = None;
+        }
+        Ok(())
+    }
+
+    fn write_block(&mut self, h: BlockHeader, payload_len: usize, now_ns: u64) -> Result<(), CaptureError> {
+        let header = h.encode();
+        self.write_bytes(&header)?;
+        if payload_len > 0 {
+            let payload = std::mem::take(&mut self.block);
+            let r = self.write_bytes(&payload[..payload_len]);
+            self.block = payload;
+            r?;
+        }
+        self.stats.blocks += 1;
+        self.dirty_since_ns.get_or_insert(now_ns);
+        self.sync(now_ns, false)?;
+        if self.seg_bytes >= self.cfg.rotate_bytes
+            || (self.cfg.rotate_ns > 0 && now_ns.saturating_sub(self.seg_opened_ns) >= self.cfg.rotate_ns)
+        {
+            self.rotate(now_ns)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the records waiting in the current block, if any.
+    ///
+    /// # Errors
+    /// [`CaptureError::Write`] (a full disk: the path, the bytes and where); the capture should stop.
+    pub fn flush(&mut self, now_ns: u64) -> Result<(), CaptureError> {
+        if self.block_count == 0 {
+            return Ok(());
+        }
+        let n = self.block_count;
+        let bytes = n * 64;
+        let h = BlockHeader {
+            kind: BlockKind::Records,
+            count: n as u32,
+            payload_bytes: bytes as u32,
+            first: self.block_first.seq,
+            last: self.block_last.seq,
+            first_ts_recv_ns: self.block_first.ts_recv_ns,
+            last_ts_recv_ns: self.block_last.ts_recv_ns,
+            first_venue_pos: self.block_first.venue_pos,
+            payload_crc: crc(&self.block[..bytes]),
+        };
+        self.block_count = 0;
+        let written = self.write_block(h, bytes, now_ns);
+        self.block.clear();
+        if written.is_ok() {
+            self.stats.records += n as u64;
+        }
+        written
+    }
+
+    /// Appends one record as received.
+    ///
+    /// # Errors
+    /// As [`Writer::flush`], when the block it fills is written.
+    pub fn record(&mut self, r: &BookUpdate, now_ns: u64) -> Result<(), CaptureError> {
+        if self.block_count == 0 {
+            self.block_first = *r;
+            self.block_started_ns = now_ns;
+        }
+        self.block_last = *r;
+        self.block.extend_from_slice(r.as_bytes());
+        self.block_count += 1;
+        if self.block_count >= self.cfg.block_records.clamp(1, MAX_BLOCK_RECORDS) {
+            self.flush(now_ns)?;
+        }
+        Ok(())
+    }
+
+    /// Notes that seqs `expected..got` did not reach the capture (after the records before them).
+    ///
+    /// # Errors
+    /// As [`Writer::flush`].
+    pub fn gap(&mut self, expected: u64, got: u64, now_ns: u64) -> Result<(), CaptureError> {
+        self.flush(now_ns)?;
+        self.stats.gaps += 1;
+        self.stats.missed += got.saturating_sub(expected);
+        let h = BlockHeader {
+            kind: BlockKind::Gap,
+            count: 0,
+            payload_bytes: 0,
+            first: expected,
+            last: got,
+            first_ts_recv_ns: now_ns,
+            last_ts_recv_ns: now_ns,
+            first_venue_pos: 0,
+            payload_crc: crc(&[]),
+        };
+        self.write_block(h, 0, now_ns)
+    }
+
+    /// Time-driven work, called between polls: a block whose first record waited `block_ms` is written, an
+    /// `every_ms` fsync that is due is made, a segment open `rotate_ns` is rotated.
+    ///
+    /// # Errors
+    /// As [`Writer::flush`].
+    pub fn tick(&mut self, now_ns: u64) -> Result<(), CaptureError> {
+        if self.block_count > 0 && now_ns.saturating_sub(self.block_started_ns) >= self.cfg.block_ms * 1_000_000 {
+            self.flush(now_ns)?;
+        }
+        self.sync(now_ns, false)?;
+        if self.cfg.rotate_ns > 0
+            && now_ns.saturating_sub(self.seg_opened_ns) >= self.cfg.rotate_ns
+            && self.seg_bytes > 0
+        {
+            self.rotate(now_ns)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the current segment (fsync; it waits in [`Writer::take_closed`]) and opens the next.
+    fn rotate(&mut self, now_ns: u64) -> Result<(), CaptureError> {
+        self.sync(now_ns, true)?;
+        self.closed.push(self.path.clone());
+        self.open_segment(now_ns)
+    }
+
+    /// The segments closed since the last call, for the caller to index and compress ([`close_segment`]) off
+    /// the thread that takes records (it reads and writes the segment whole).
+    pub fn take_closed(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.closed)
+    }
+
+    /// Ends the capture: the waiting records, a stop block saying why, fsync. Returns what was written and every
+    /// segment not yet handed out by [`Writer::take_closed`], the last one included, for the caller to close.
+    ///
+    /// # Errors
+    /// As [`Writer::flush`]; on a write failure the stop block is tried anyway (it may not fit either).
+    pub fn stop(mut self, reason: StopReason, now_ns: u64) -> Result<(WriterStats, Vec<PathBuf>), CaptureError> {
+        let flushed = self.flush(now_ns);
+        let h = BlockHeader {
+            kind: BlockKind::Stop,
+            count: 0,
+            payload_bytes: 0,
+            first: reason as u64,
+            last: 0,
+            first_ts_recv_ns: now_ns,
+            last_ts_recv_ns: now_ns,
+            first_venue_pos: 0,
+            payload_crc: crc(&[]),
+        };
+        let stopped = self.write_bytes(&h.encode()).and_then(|_| self.sync(now_ns, true));
+        flushed?;
+        stopped?;
+        self.stats.blocks += 1;
+        self.closed.push(self.path.clone());
+        Ok((self.stats, std::mem::take(&mut self.closed)))
+    }
+}
+
+/// Creates segment `meta.segment` of `cfg`'s capture (never an existing file).
+fn create_segment(cfg: &WriterConfig, meta: &SegmentMeta) -> Result<(File, PathBuf), CaptureError> {
+    let path = cfg.dir.join(format!("{}-{:06}.{SEGMENT_EXT}", cfg.name, meta.segment));
+    let file = OpenOptions::new().write(true).create_new(true).open(&path).map_err(|source| CaptureError::Io {
+        path: path.clone(),
+        what: "create",
+        source,
+    })?;
+    Ok((file, path))
+}
+
+/// What a whole capture holds ([`report`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// Segments read.
+    pub segments: u64,
+    /// Records, by `Kind` byte (0 for a byte no kind has).
+    pub by_kind: std::collections::BTreeMap<u8, u64>,
+    /// Records in all.
+    pub records: u64,
+    /// Sum of the records' `size` by kind byte (book kinds: the quantities).
+    pub size_by_kind: std::collections::BTreeMap<u8, u64>,
+    /// Gap blocks, and the seqs they say are missing.
+    pub gaps: u64,
+    /// Seqs missing.
+    pub missed: u64,
+    /// The first and last venue record's `ts_recv_ns` (0 without one): records the publisher makes for one
+    /// session ([`is_session_record`]) aside.
+    pub first_ts_recv_ns: u64,
+    /// See `first_ts_recv_ns`.
+    pub last_ts_recv_ns: u64,
+    /// The first and last record's `ts_event_ns`.
+    pub first_ts_event_ns: u64,
+    /// See `first_ts_event_ns`.
+    pub last_ts_event_ns: u64,
+    /// How it stopped (its last stop block), if it did.
+    pub stop: Option<StopReason>,
+    /// Where it ended on a block that was not whole.
+    pub torn: Option<String>,
+}
+
+impl Report {
+    /// `capture segments=.. records=.. gaps=.. missed=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..` then
+    /// one `capture kind=NAME records=.. size=..` line per kind.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "capture segments={} records={} gaps={} missed={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={}{}",
+            self.segments,
+            self.records,
+            self.gaps,
+            self.missed,
+            self.first_ts_recv_ns,
+            self.last_ts_recv_ns,
+            self.first_ts_event_ns,
+            self.last_ts_event_ns,
+            self.stop.map_or("none", StopReason::as_str),
+            self.torn.as_ref().map_or(String::new(), |t| format!(" torn=\"{t}\"")),
+        )];
+        for (k, n) in &self.by_kind {
+            let name = mdfan_wire::Kind::from_u8(*k).map_or_else(|| format!("unknown_{k}"), |k| format!("{k:?}"));
+            out.push(format!(
+                "capture kind={name} records={n} size={}",
+                self.size_by_kind.get(k).copied().unwrap_or(0)
+            ));
+        }
+        out
+    }
+}
+
+/// Whether `r` is a record the publisher made for one session, not a venue event: a heartbeat, the end of
+/// stream, a snapshot's begin or end marker (a replay leaves them out; the snapshot's own records stay).
+pub fn is_session_record(r: &BookUpdate) -> bool {
+    use mdfan_wire::Kind;
+    matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream | Kind::SnapshotBegin | Kind::SnapshotEnd))
+}
+
+/// Reads capture `name` in `dir` (`None`: its only capture) whole and sums it up.
+///
+/// # Errors
+/// As [`Reader::next`].
+pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
+    let mut r = Reader::open(dir, name, false)?;
+    let mut rep = Report::default();
+    while let Some(item) = r.next()? {
+        match item {
+            Item::Segment(_) => rep.segments += 1,
+            Item::Record(rec) => {
+                if !is_session_record(&rec) {
+                    if rep.first_ts_recv_ns == 0 {
+                        rep.first_ts_recv_ns = rec.ts_recv_ns;
+                        rep.first_ts_event_ns = rec.ts_event_ns;
+                    }
+                    rep.last_ts_recv_ns = rec.ts_recv_ns;
+                    rep.last_ts_event_ns = rec.ts_event_ns;
+                }
+                rep.records += 1;
+                *rep.by_kind.entry(rec.kind).or_default() += 1;
+                *rep.size_by_kind.entry(rec.kind).or_default() += u64::from(rec.size);
+            }
+            Item::Gap { expected, got } => {
+                rep.gaps += 1;
+                rep.missed += got.saturating_sub(expected);
+            }
+            Item::Stop { reason, .. } => rep.stop = reason,
+        }
+    }
+    rep.torn = r.torn().map(str::to_owned);
+    Ok(rep)
+}
+
+/// The byte offset in a plain segment where the block at `block_offset` ends (for tests that cut a segment
+/// mid-block as a killed writer would).
+///
+/// # Errors
+/// [`CaptureError::Io`] when the file cannot be read.
+pub fn block_end(path: &Path, block_offset: u64) -> Result<u64, CaptureError> {
+    let mut f = File::open(path).map_err(|source| CaptureError::Io { path: path.to_owned(), what: "open", source })?;
+    f.seek(SeekFrom::Start(block_offset)).map_err(|source| CaptureError::Io {
+        path: path.to_owned(),
+        what: "seek",
+        source,
+    })?;
+    let mut h = [0u8; BLOCK_HEADER_BYTES];
+    f.read_exact(&mut h).map_err(|source| CaptureError::Io { path: path.to_owned(), what: "read", source })?;
+    let header = BlockHeader::decode(&h).map_err(|detail| CaptureError::Format {
+        path: path.to_owned(),
+        offset: block_offset,
+        detail,
+    })?;
+    Ok(block_offset + BLOCK_HEADER_BYTES as u64 + u64::from(header.payload_bytes))
+}

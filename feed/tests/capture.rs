@@ -1,0 +1,254 @@
+//! The capture format (`mdfan_feed::capture`, docs/CAPTURE.md) on the bundled ESH4 file's 68,792 records: written
+//! in blocks and rotated segments, closed segments compressed and indexed, read back record for record; a writer
+//! killed mid-block (its segment cut inside a block) leaves every whole block readable and the next writer says
+//! what it cut and goes on; a reader follows a segment as it grows; a full disk is an error naming the segment
+//! and the bytes.
+
+#[path = "support/esh4.rs"]
+mod esh4;
+
+use std::path::{Path, PathBuf};
+
+use mdfan_feed::capture::{
+    block_end, close_segment, report, segments, Fsync, Item, Reader, SegmentMeta, StopReason, Writer, WriterConfig,
+    BLOCK_HEADER_BYTES,
+};
+use mdfan_feed::dbn::MboStream;
+use mdfan_wire::{BookUpdate, Books, InstrumentDef, Side};
+
+/// ESH4's records as a subscriber would have received them (seq from 1).
+fn records() -> Vec<BookUpdate> {
+    let mut s = MboStream::open(&esh4::main_file()).unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = s.next_update().unwrap() {
+        out.push(BookUpdate { seq: out.len() as u64 + 1, ..r });
+    }
+    assert_eq!(out.len() as u64, esh4::RECORDS);
+    out
+}
+
+fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mdfan-capture-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn meta() -> SegmentMeta {
+    SegmentMeta {
+        format_version: mdfan_feed::capture::FORMAT_VERSION,
+        name: String::new(),
+        segment: 0,
+        created_ns: 0,
+        source: "127.0.0.1:7700".into(),
+        session: "capture".into(),
+        book: "mbo".into(),
+        symbology: vec![InstrumentDef::new(esh4::INSTRUMENT_ID, "ESH4")],
+        fsync: String::new(),
+        first_record: 0,
+    }
+}
+
+fn config(dir: &Path, rotate_bytes: u64) -> WriterConfig {
+    WriterConfig {
+        dir: dir.to_owned(),
+        name: "esh4".into(),
+        rotate_bytes,
+        rotate_ns: 0,
+        block_records: 256,
+        block_ms: 1,
+        fsync: Fsync::Rotation,
+        compress: true,
+    }
+}
+
+/// Every item of the capture in `dir`.
+fn read_all(dir: &Path) -> (Vec<BookUpdate>, Vec<Item>) {
+    let mut r = Reader::open(dir, None, false).unwrap();
+    let (mut recs, mut other) = (Vec::new(), Vec::new());
+    while let Some(item) = r.next().unwrap() {
+        match item {
+            Item::Record(rec) => recs.push(rec),
+            item => other.push(item),
+        }
+    }
+    assert_eq!(r.torn(), None);
+    (recs, other)
+}
+
+fn final_book(recs: &[BookUpdate]) -> Books {
+    let mut books = Books::new();
+    for r in recs {
+        books.apply(r).unwrap();
+    }
+    books
+}
+
+#[test]
+fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
+    let recs = records();
+    let d = dir("rotate");
+    // 1 MiB segments: 68,792 records of 64 bytes (4.4 MB with block headers) make five.
+    let (mut w, recovered) = Writer::open(config(&d, 1 << 20), meta(), 1).unwrap();
+    assert!(recovered.is_empty());
+    for (i, r) in recs.iter().enumerate() {
+        if i == 30_000 {
+            w.gap(30_001, 30_004, 2).unwrap(); // as a subscriber reports a gap before record 30,004
+        }
+        w.record(r, 2).unwrap();
+        for closed in w.take_closed() {
+            close_segment(&closed, true).unwrap();
+        }
+    }
+    let (stats, last) = w.stop(StopReason::EndOfStream, 3).unwrap();
+    for closed in last {
+        close_segment(&closed, true).unwrap();
+    }
+    assert_eq!((stats.records, stats.gaps, stats.missed, stats.segments), (esh4::RECORDS, 1, 3, 5));
+    let segs = segments(&d, "esh4").unwrap();
+    assert_eq!(segs.len(), 5);
+    assert!(segs.iter().all(|(_, p)| p.to_string_lossy().ends_with(".mdcap.zst")), "{segs:?}");
+    for (n, _) in &segs {
+        let idx = std::fs::metadata(d.join(format!("esh4-{n:06}.mdidx"))).unwrap().len();
+        assert!(idx > 0 && idx.is_multiple_of(32), "segment {n}: index of {idx} bytes");
+    }
+    let (back, other) = read_all(&d);
+    assert_eq!(back.len(), recs.len());
+    assert!(back == recs, "every record back, in order, byte for byte");
+    let metas: Vec<(u64, u64)> = other
+        .iter()
+        .filter_map(|i| match i {
+            Item::Segment(m) => Some((m.segment, m.first_record)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(metas.len(), 5);
+    assert_eq!(metas[0], (1, 0));
+    assert!(other.contains(&Item::Gap { expected: 30_001, got: 30_004 }));
+    assert_eq!(other.last(), Some(&Item::Stop { reason: Some(StopReason::EndOfStream), at_ns: 3 }));
+    let book = final_book(&back);
+    let b = book.get(esh4::INSTRUMENT_ID).unwrap();
+    assert_eq!(b.order_count(), 11_217);
+    let top = b.top(Side::Bid, 1);
+    assert_eq!((top[0].price_e9, top[0].size), (esh4::TOP_BIDS[0].0, esh4::TOP_BIDS[0].1));
+    let rep = report(&d, None).unwrap();
+    assert_eq!((rep.segments, rep.records, rep.gaps, rep.missed), (5, esh4::RECORDS, 1, 3));
+    assert_eq!((rep.last_ts_recv_ns, rep.stop), (esh4::LAST_TS_RECV_NS, Some(StopReason::EndOfStream)));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_writer_killed_mid_block_leaves_every_whole_block_and_the_next_says_what_it_cut() {
+    let recs = records();
+    let d = dir("torn");
+    let (mut w, _) = Writer::open(config(&d, u64::MAX), meta(), 1).unwrap();
+    for r in &recs[..1_000] {
+        w.record(r, 2).unwrap();
+    }
+    w.flush(2).unwrap(); // 3 blocks of 256 and one of 232
+    let path = w.path().to_owned();
+    drop(w); // a SIGKILL: nothing more written, nothing closed
+             // The last block cut 100 bytes short, as a kill inside its write would leave it.
+    let len = std::fs::metadata(&path).unwrap().len();
+    let last_block = len - (BLOCK_HEADER_BYTES as u64 + 232 * 64);
+    assert_eq!(block_end(&path, last_block).unwrap(), len);
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 100).unwrap();
+    // A reader stops at the torn block and says where.
+    let mut r = Reader::open(&d, None, false).unwrap();
+    let mut n = 0;
+    while let Some(item) = r.next().unwrap() {
+        n += u64::from(matches!(item, Item::Record(_)));
+    }
+    assert_eq!(n, 768, "the three whole blocks");
+    assert!(r.torn().is_some_and(|t| t.contains("esh4-000001.mdcap") && t.contains("cut short")), "{:?}", r.torn());
+    // The next writer cuts the torn block off, says so, and goes on in a new segment.
+    let (mut w, recovered) = Writer::open(config(&d, u64::MAX), meta(), 5).unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!((recovered[0].scan.blocks, recovered[0].scan.records), (3, 768));
+    assert_eq!(recovered[0].cut_bytes, BLOCK_HEADER_BYTES as u64 + 232 * 64 - 100);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), last_block, "cut at the end of the last whole block");
+    assert!(w.path().ends_with("esh4-000002.mdcap"));
+    for r in &recs[768..] {
+        w.record(r, 6).unwrap();
+    }
+    let _ = w.stop(StopReason::EndOfStream, 7).unwrap();
+    let (back, _) = read_all(&d);
+    assert_eq!(back.len(), recs.len());
+    assert!(back == recs, "the records the torn block lost were written again by the new run");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_reader_follows_a_segment_as_it_is_written_and_never_hands_out_half_a_block() {
+    let recs = records();
+    let d = dir("follow");
+    let (mut w, _) = Writer::open(config(&d, u64::MAX), meta(), 1).unwrap();
+    let mut r = Reader::open(&d, Some("esh4"), true).unwrap();
+    assert!(matches!(r.next().unwrap(), Some(Item::Segment(_))));
+    assert_eq!(r.next().unwrap(), None, "nothing written yet");
+    for rec in &recs[..300] {
+        w.record(rec, 2).unwrap(); // one block of 256 written, 44 waiting in the writer
+    }
+    let mut seen = Vec::new();
+    while let Some(Item::Record(rec)) = r.next().unwrap() {
+        seen.push(rec);
+    }
+    assert_eq!(seen.len(), 256);
+    // Half a block on disk (as a writer mid-write): not handed out, and read whole once it is.
+    let path = w.path().to_owned();
+    w.flush(3).unwrap();
+    let whole = std::fs::read(&path).unwrap();
+    let cut = whole.len() - 44 * 64 + 10;
+    std::fs::write(&path, &whole[..cut]).unwrap();
+    assert_eq!(r.next().unwrap(), None);
+    std::fs::write(&path, &whole).unwrap();
+    while let Some(Item::Record(rec)) = r.next().unwrap() {
+        seen.push(rec);
+    }
+    assert!(seen == recs[..300], "the 300 records, once each, in order");
+    let _ = w.stop(StopReason::Interrupted, 4).unwrap();
+    assert_eq!(r.next().unwrap(), Some(Item::Stop { reason: Some(StopReason::Interrupted), at_ns: 4 }));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes() {
+    if !std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
+    {
+        eprintln!("SKIP capture full disk: needs root (a 256 KiB tmpfs)");
+        return;
+    }
+    let d = dir("full");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&d)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(mounted, "mount a 256 KiB tmpfs on {}", d.display());
+    let recs = records();
+    let (mut w, _) = Writer::open(config(&d, u64::MAX), meta(), 1).unwrap();
+    let err = recs.iter().find_map(|r| w.record(r, 2).err()).expect("256 KiB fill up");
+    let text = err.to_string();
+    assert!(
+        text.contains("esh4-000001.mdcap") && text.contains("cannot write") && text.contains("No space left"),
+        "{text}"
+    );
+    assert!(w.stats().records > 3_000, "the blocks before it were written: {:?}", w.stats());
+    let written = w.stats().records;
+    drop(w);
+    let (back, _) = {
+        let mut r = Reader::open(&d, None, false).unwrap();
+        let mut recs_back = Vec::new();
+        while let Some(item) = r.next().unwrap() {
+            if let Item::Record(rec) = item {
+                recs_back.push(rec);
+            }
+        }
+        (recs_back, ())
+    };
+    assert_eq!(back.len() as u64, written, "every whole block before the full disk reads back");
+    assert!(back == recs[..written as usize], "the records read back are the ones written");
+    let _ = std::process::Command::new("umount").arg(&d).status();
+    let _ = std::fs::remove_dir_all(&d);
+}

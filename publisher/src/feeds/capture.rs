@@ -1,0 +1,233 @@
+//! `format = "capture"`: an mdfan capture (`mdfan_feed::capture`, docs/CAPTURE.md) replayed as a feed: the
+//! records a subscriber received, in order, at the recorded pace (`ts_recv_ns`), a speed-up or as fast as
+//! possible, optionally from and to a `ts_recv_ns` or a venue position. Records the publisher makes for one
+//! session (heartbeats, end of stream, snapshot markers) are left out; a snapshot's own records (flagged
+//! `SNAPSHOT`: the books rebuilt after a gap or a late join) are replayed as they came, so books built from the
+//! replay equal the captured session's. A gap the capture recorded is counted (the replay cannot give what
+//! the session never had) and logged. The subscriber stream's `seq` and the publisher's `ts_send_ticks` are set
+//! anew by this publisher.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mdfan_feed::capture::{Item, Reader};
+use mdfan_wire::control::BookKind;
+use mdfan_wire::{BookUpdate, Symbology};
+use serde::Deserialize;
+
+use super::{Checker, FeedCounters, FeedTraits, Opened, Records};
+use crate::config::{ConfigError, FeedFormat, Pace};
+use crate::{PublisherError, RunReport};
+
+/// The `[feed]` keys of `format = "capture"`.
+pub const FEED_KEYS: &[&str] = &[
+    "format",
+    "path",
+    "name",
+    "pace",
+    "max_gap_ms",
+    "symbols",
+    "from_ts_recv_ns",
+    "to_ts_recv_ns",
+    "from_venue_pos",
+    "to_venue_pos",
+];
+
+/// `[feed]` for `format = "capture"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureFeed {
+    #[allow(dead_code)]
+    format: FeedFormat,
+    /// The capture's folder (required), resolved against the config file's folder.
+    #[serde(default)]
+    pub path: PathBuf,
+    /// The capture's name (its segments' prefix); default: the folder's only capture.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Replay pace.
+    #[serde(default = "crate::config::default_pace")]
+    pub pace: Pace,
+    /// Under realtime or factor pacing, gaps in ts_recv longer than this are shortened to it, in ms.
+    #[serde(default = "crate::config::default_max_gap_ms")]
+    pub max_gap_ms: u64,
+    /// A symbol file added to the capture's own symbology.
+    #[serde(default)]
+    pub symbols: Option<PathBuf>,
+    /// Replay records from this `ts_recv_ns` on (ns since the UNIX epoch); default: the first.
+    #[serde(default)]
+    pub from_ts_recv_ns: Option<u64>,
+    /// ... up to this `ts_recv_ns` (inclusive); default: the last.
+    #[serde(default)]
+    pub to_ts_recv_ns: Option<u64>,
+    /// Replay records from this venue position on (`mdfan_wire::record`, "Venue position"); default: the first.
+    #[serde(default)]
+    pub from_venue_pos: Option<u64>,
+    /// ... up to this venue position (inclusive).
+    #[serde(default)]
+    pub to_venue_pos: Option<u64>,
+}
+
+impl CaptureFeed {
+    /// Checks the keys and resolves the paths.
+    pub(crate) fn check(&mut self, c: &Checker<'_>) -> Result<(), ConfigError> {
+        if self.path.as_os_str().is_empty() {
+            return Err(c.bad("feed.format", "\"capture\" needs feed.path (the capture's folder)"));
+        }
+        if let (Some(a), Some(b)) = (self.from_ts_recv_ns, self.to_ts_recv_ns) {
+            if a > b {
+                return Err(c.bad("feed.to_ts_recv_ns", format!("{b} is before feed.from_ts_recv_ns {a}")));
+            }
+        }
+        if let (Some(a), Some(b)) = (self.from_venue_pos, self.to_venue_pos) {
+            if a > b {
+                return Err(c.bad("feed.to_venue_pos", format!("{b} is before feed.from_venue_pos {a}")));
+            }
+        }
+        self.path = c.resolve(&self.path);
+        self.symbols = self.symbols.as_deref().map(|p| c.resolve(p));
+        Ok(())
+    }
+
+    /// Whether `r` is inside the replay's bounds.
+    fn wanted(&self, r: &BookUpdate) -> bool {
+        self.from_ts_recv_ns.is_none_or(|t| r.ts_recv_ns >= t)
+            && self.to_ts_recv_ns.is_none_or(|t| r.ts_recv_ns <= t)
+            && self.from_venue_pos.is_none_or(|p| r.venue_pos >= p)
+            && self.to_venue_pos.is_none_or(|p| r.venue_pos <= p)
+    }
+}
+
+/// What a capture replay counted, readable from any thread.
+#[derive(Debug, Default)]
+pub struct CaptureCounters {
+    /// Records read from the capture.
+    pub read: AtomicU64,
+    /// Records replayed.
+    pub replayed: AtomicU64,
+    /// Records left out: made by the publisher for one session (heartbeats, end of stream, snapshot markers) or
+    /// outside the bounds.
+    pub left_out: AtomicU64,
+    /// Gaps the capture recorded (the session missed records there), and the seqs they cover.
+    pub gaps: AtomicU64,
+    /// See `gaps`.
+    pub missed: AtomicU64,
+}
+
+/// A copy of [`CaptureCounters`] for the run report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureReport {
+    /// See [`CaptureCounters::read`].
+    pub read: u64,
+    /// See [`CaptureCounters::replayed`].
+    pub replayed: u64,
+    /// See [`CaptureCounters::left_out`].
+    pub left_out: u64,
+    /// See [`CaptureCounters::gaps`].
+    pub gaps: u64,
+    /// See [`CaptureCounters::missed`].
+    pub missed: u64,
+}
+
+impl CaptureReport {
+    /// `feed format=capture read=.. replayed=.. left_out=.. gaps=.. missed=..`.
+    pub fn line(&self) -> String {
+        format!(
+            "feed format=capture read={} replayed={} left_out={} gaps={} missed={}",
+            self.read, self.replayed, self.left_out, self.gaps, self.missed
+        )
+    }
+}
+
+impl CaptureCounters {
+    fn report(&self) -> CaptureReport {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CaptureReport {
+            read: ld(&self.read),
+            replayed: ld(&self.replayed),
+            left_out: ld(&self.left_out),
+            gaps: ld(&self.gaps),
+            missed: ld(&self.missed),
+        }
+    }
+}
+
+impl FeedCounters for CaptureCounters {
+    fn publish(&self, file: &mut mdfan_tuning::counters::CountersWriter) {
+        use mdfan_tuning::counters::MetricKind::Counter;
+        let r = self.report();
+        file.set("mdfan_capture_replayed_total", "", Counter, r.replayed);
+        file.set("mdfan_capture_left_out_total", "", Counter, r.left_out);
+        file.set("mdfan_capture_gaps_total", "", Counter, r.gaps);
+    }
+
+    fn report(&self, into: &mut RunReport) {
+        into.capture = Some(CaptureCounters::report(self));
+    }
+
+    fn lines(&self) -> Vec<String> {
+        vec![CaptureCounters::report(self).line()]
+    }
+}
+
+/// Opens the capture (its first segment's header is read here: the book its records build, its symbology).
+pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
+    let capture_err = |e: mdfan_feed::capture::CaptureError| PublisherError::Capture(e);
+    let mut reader = Reader::open(&f.path, f.name.as_deref(), false).map_err(capture_err)?;
+    let Some(Item::Segment(meta)) = reader.next().map_err(capture_err)? else {
+        return Err(PublisherError::Capture(mdfan_feed::capture::CaptureError::Format {
+            path: f.path.clone(),
+            offset: 0,
+            detail: "no segment to replay".into(),
+        }));
+    };
+    let book = if meta.book == "mbp" { BookKind::Mbp } else { BookKind::Mbo };
+    let mut symbology = Symbology::new();
+    for d in &meta.symbology {
+        symbology.insert(d.clone());
+    }
+    let counters = Arc::new(CaptureCounters::default());
+    let c = Arc::clone(&counters);
+    let bounds = f.clone();
+    let name = format!("capture {} ({})", f.path.display(), meta.name);
+    let source = Records::new(move || loop {
+        let item = reader.next().map_err(|e| e.to_string())?;
+        match item {
+            None => {
+                if let Some(t) = reader.torn() {
+                    tracing::warn!(torn = t, "the capture ends on a block that is not whole: replayed up to it");
+                }
+                return Ok(None);
+            }
+            Some(Item::Record(r)) => {
+                c.read.fetch_add(1, Ordering::Relaxed);
+                if mdfan_feed::capture::is_session_record(&r) || !bounds.wanted(&r) {
+                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                c.replayed.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(BookUpdate { seq: 0, ts_send_ticks: 0, ..r }));
+            }
+            Some(Item::Gap { expected, got }) => {
+                c.gaps.fetch_add(1, Ordering::Relaxed);
+                c.missed.fetch_add(got.saturating_sub(expected), Ordering::Relaxed);
+                tracing::warn!(expected, got, "the capture recorded a gap: the session missed these records");
+            }
+            Some(Item::Segment(_) | Item::Stop { .. }) => {}
+        }
+    });
+    Ok(Opened {
+        source: Box::new(source),
+        traits: FeedTraits {
+            live: false,
+            book,
+            price_level_instruments: (book == BookKind::Mbp).then_some(symbology.len().max(4096)),
+        },
+        counters: vec![counters],
+        symbology,
+        definitions: None,
+        name,
+        bound: Default::default(),
+    })
+}
