@@ -191,7 +191,7 @@ fn a_definition_loop_defines_the_symbol_files_instruments_and_namespace_routing_
         .args(["--pcap", CAPTURE, "--send-a", &lines, "--send-b", &lines, "--speed", "0"])
         .args([
             "--security-id-offset",
-            "-100",
+            "100",
             "--definitions",
             &dest,
             "--definitions-symbols",
@@ -213,6 +213,13 @@ fn a_definition_loop_defines_the_symbol_files_instruments_and_namespace_routing_
         want.iter().cloned().collect::<Vec<_>>(),
         "the symbol file as written (the offset moves the capture's ids only)"
     );
+
+    // A negative offset is bad usage.
+    let out = feedsim()
+        .args(["--pcap", CAPTURE, "--send-a", &lines, "--send-b", &lines, "--security-id-offset=-100"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 
     let out = feedsim()
         .args(["--pcap", CAPTURE, "--send-a", "239.255.0.1:9", "--send-b", "239.255.0.2:9", "--netns-multicast"])

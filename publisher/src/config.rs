@@ -1335,9 +1335,17 @@ snapshot = "224.0.31.43:14330"
         assert!(e.ends_with("line 11: key lines.snapshot: 224.0.32.11:15320: the same address as lines.b"), "{e}");
         let e =
             parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npath = \"x.pcap\"")).unwrap_err().to_string();
-        assert!(e.ends_with("line 7: key feed.path: only for feed.format = \"dbn\", \"itch50\" or \"lobster\""), "{e}");
+        assert!(
+            e.ends_with(
+                "line 7: key feed.path: only for feed.format = \"dbn\", \"itch50\", \"lobster\" or \"capture\""
+            ),
+            "{e}"
+        );
         let e = parse(&LIVE.replace("format = \"mdp3\"", "format = \"mdp3\"\npace = 2")).unwrap_err().to_string();
-        assert!(e.ends_with("key feed.pace: only for feed.format = \"dbn\", \"itch50\" or \"lobster\""), "{e}");
+        assert!(
+            e.ends_with("key feed.pace: only for feed.format = \"dbn\", \"itch50\", \"lobster\" or \"capture\""),
+            "{e}"
+        );
         let e = parse(&LIVE[..LIVE.find("[lines]").unwrap()]).unwrap_err().to_string();
         assert!(
             e.ends_with(
