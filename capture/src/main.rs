@@ -8,10 +8,14 @@
 //!   and said so (`capture recovered ...`).
 //! - `mdfan-capture report DIR`: what a capture holds (records per kind, sizes, gaps, first and last times).
 //! - `mdfan-capture cat DIR [--follow]`: its records, one line each (following the segment being written).
+//! - `mdfan-capture export DIR --parquet FILE`: the capture as one Parquet file, a row per record (module
+//!   `parquet`).
 //!
 //! Exit status: 0 after end of stream (or a whole read); 1 on a setup or write error (one line on stderr naming
 //! the endpoint or the file and the bytes); 2 for bad usage; 3 when the session ended otherwise (dropped,
 //! publisher gone); 130 on SIGINT/SIGTERM.
+
+mod parquet;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,6 +83,21 @@ enum Command {
         /// The capture's name (default: the folder's only one).
         #[arg(long)]
         name: Option<String>,
+    },
+    /// Write a capture as one Parquet file for research (one row per record; gaps and symbology in the file's
+    /// metadata; docs/CAPTURE.md, "Parquet").
+    Export {
+        /// The capture's folder.
+        dir: PathBuf,
+        /// The capture's name (default: the folder's only one).
+        #[arg(long)]
+        name: Option<String>,
+        /// The Parquet file to write (it must not exist; written as FILE.partial and renamed when whole).
+        #[arg(long, value_name = "FILE")]
+        parquet: PathBuf,
+        /// Rows per row group.
+        #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 28)))]
+        row_group_rows: u64,
     },
     /// A capture's records, one line each.
     Cat {
@@ -166,6 +185,22 @@ fn main() -> ExitCode {
                 0
             })
             .map_err(|e| e.to_string()),
+        Command::Export { dir, name, parquet: out, row_group_rows } => {
+            parquet::export(&dir, name.as_deref(), &out, row_group_rows as usize).map(|(done, torn)| {
+                if let Some(t) = torn {
+                    eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block)");
+                }
+                println!(
+                    "export parquet={} rows={} row_groups={} gaps={} bytes={}",
+                    out.display(),
+                    done.rows,
+                    done.row_groups,
+                    done.gaps,
+                    done.bytes
+                );
+                0
+            })
+        }
         Command::Cat { dir, name, follow } => cat(&dir, name.as_deref(), follow, &shutdown),
     };
     match result {

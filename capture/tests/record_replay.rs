@@ -81,6 +81,79 @@ fn assert_final_book(who: &str, records: &[BookUpdate]) {
     assert_eq!(top(Side::Ask), esh4::TOP_ASKS, "{who}: asks");
 }
 
+/// A Parquet export's rows as records (`ts_send_ticks`, which it leaves out, 0) with their `symbol`; the file's
+/// metadata checked.
+fn parquet_rows(path: &Path) -> Vec<(BookUpdate, Option<String>)> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Decimal128Type, TimestampNanosecondType, UInt32Type, UInt64Type, UInt8Type};
+    use arrow_array::Array;
+    let file = std::fs::File::open(path).unwrap();
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let kv: std::collections::HashMap<String, Option<String>> = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .iter()
+        .map(|k| (k.key.clone(), k.value.clone()))
+        .collect();
+    assert_eq!(kv["mdfan.gaps"].as_deref(), Some("[]"));
+    assert_eq!(kv["mdfan.stop"].as_deref(), Some("end_of_stream"));
+    assert_eq!(kv["mdfan.book"].as_deref(), Some("mbo"));
+    assert!(kv["mdfan.symbology"].as_deref().unwrap().contains("\"ESH4\""), "{kv:?}");
+    let mut out = Vec::new();
+    for batch in builder.build().unwrap() {
+        let b = batch.unwrap();
+        let col = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).clone();
+        let (idx, seq, venue_pos, order_id) = (col("capture_index"), col("seq"), col("venue_pos"), col("order_id"));
+        let (idx, seq) = (idx.as_primitive::<UInt64Type>(), seq.as_primitive::<UInt64Type>());
+        let (venue_pos, order_id) = (venue_pos.as_primitive::<UInt64Type>(), order_id.as_primitive::<UInt64Type>());
+        let (ts_event, ts_recv) = (col("ts_event"), col("ts_recv"));
+        let ts_event = ts_event.as_primitive::<TimestampNanosecondType>();
+        let ts_recv = ts_recv.as_primitive::<TimestampNanosecondType>();
+        let (instrument, size) = (col("instrument_id"), col("size"));
+        let (instrument, size) = (instrument.as_primitive::<UInt32Type>(), size.as_primitive::<UInt32Type>());
+        let (level, flags, price) = (col("level"), col("flags"), col("price"));
+        let (level, flags) = (level.as_primitive::<UInt8Type>(), flags.as_primitive::<UInt8Type>());
+        let price = price.as_primitive::<Decimal128Type>();
+        let (symbol, kind, side) = (col("symbol"), col("kind"), col("side"));
+        let (symbol, kind, side) = (symbol.as_string::<i32>(), kind.as_string::<i32>(), side.as_string::<i32>());
+        for i in 0..b.num_rows() {
+            assert_eq!(idx.value(i), out.len() as u64, "capture_index counts rows from 0");
+            let kind_byte = match kind.value(i) {
+                "add" => Kind::Add,
+                "modify" => Kind::Modify,
+                "cancel" => Kind::Cancel,
+                "trade" => Kind::Trade,
+                "fill" => Kind::Fill,
+                "clear" => Kind::Clear,
+                "snapshot_begin" => Kind::SnapshotBegin,
+                "snapshot_end" => Kind::SnapshotEnd,
+                "end_of_stream" => Kind::EndOfStream,
+                "no_action" => Kind::NoAction,
+                other => panic!("row {i}: kind {other} in an MBO capture"),
+            } as u8;
+            let r = BookUpdate {
+                seq: seq.value(i),
+                ts_event_ns: ts_event.value(i) as u64,
+                ts_recv_ns: ts_recv.value(i) as u64,
+                venue_pos: venue_pos.value(i),
+                price_e9: if price.is_null(i) { i64::MAX } else { i64::try_from(price.value(i)).unwrap() },
+                order_id: order_id.value(i),
+                instrument_id: instrument.value(i),
+                size: size.value(i),
+                ts_send_ticks: 0,
+                kind: kind_byte,
+                side: side.value(i).as_bytes()[0],
+                flags: flags.value(i),
+                level: level.value(i),
+            };
+            out.push((r, symbol.is_valid(i).then(|| symbol.value(i).to_owned())));
+        }
+    }
+    out
+}
+
 fn capture(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mdfan-capture"));
     c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -131,6 +204,26 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     );
     assert!(rep.contains("capture kind=EndOfStream records=1 "), "{rep}");
     assert!(rep.lines().next().unwrap().starts_with("capture segments=5 "), "1 MiB segments: {rep}");
+
+    // Exported to Parquet: a row per record, whose values give back the records and the book.
+    let pq = d.join("esh4.parquet");
+    let export = ["export", d.to_str().unwrap(), "--parquet", pq.to_str().unwrap(), "--row-group-rows", "20000"];
+    let out = capture(&export).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(&format!("export parquet={} rows=68793 row_groups=4 gaps=0 ", pq.display())), "{text}");
+    let rows = parquet_rows(&pq);
+    assert_eq!(rows.len() as u64, esh4::RECORDS + 1);
+    let (last, venue_rows) = rows.split_last().unwrap();
+    assert!(venue_rows.iter().all(|(_, sym)| sym.as_deref() == Some("ESH4")), "every venue row names ESH4");
+    assert_eq!((last.0.kind(), last.1.as_deref()), (Some(Kind::EndOfStream), None), "the end: no instrument");
+    let back: Vec<BookUpdate> = venue_rows.iter().map(|(r, _)| venue(r)).collect();
+    assert!(back == direct.iter().map(venue).collect::<Vec<_>>(), "the rows are the records, field for field");
+    assert_final_book("parquet rows", &back);
+    // Never over an existing file.
+    let out = capture(&export).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("esh4.parquet: exists already"));
 
     // The capture replayed to two subscribers: the same venue records, the same book.
     let (endpoint, second) = publisher(&format!("format = \"capture\"\npath = {d:?}"), 2);
@@ -191,5 +284,12 @@ fn a_capture_killed_mid_stream_says_what_it_kept_on_restart_and_both_runs_replay
         replay.iter().any(|r| r.flags & mdfan_subscriber::flags::SNAPSHOT != 0),
         "the second run began with a snapshot"
     );
+    // Exported, both runs in one file: its rows give the same book.
+    let pq = d.join("run.parquet");
+    let out = capture(&["export", d.to_str().unwrap(), "--parquet", pq.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<BookUpdate> = parquet_rows(&pq).into_iter().map(|(r, _)| r).collect();
+    assert_eq!(rows.len() as u64, all.records);
+    assert_final_book("parquet rows of both runs", &rows);
     let _ = std::fs::remove_dir_all(&d);
 }

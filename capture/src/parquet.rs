@@ -1,0 +1,402 @@
+//! `mdfan-capture export --parquet`: a capture as one Parquet file for research (pyarrow, polars, DuckDB,
+//! Spark), one row per record, in capture order.
+//!
+//! Columns (all non-null except `symbol` and `price`):
+//!
+//! | column          | Arrow type                   | from the record (`mdfan_wire::BookUpdate`)                    |
+//! |-----------------|------------------------------|---------------------------------------------------------------|
+//! | `capture_index` | UInt64                       | the record's index in the capture, from 0                     |
+//! | `seq`           | UInt64                       | `seq`: the subscriber stream's sequence                       |
+//! | `ts_event`      | Timestamp(ns, "UTC")         | `ts_event_ns`                                                 |
+//! | `ts_recv`       | Timestamp(ns, "UTC")         | `ts_recv_ns`                                                  |
+//! | `venue_pos`     | UInt64                       | `venue_pos` as sent (venue seq << 16 \| index; MDP 3.0: channel in the top 16 bits) |
+//! | `instrument_id` | UInt32                       | `instrument_id`                                               |
+//! | `symbol`        | Utf8, null if not named      | the segment's symbology (what the publisher named at session start) |
+//! | `kind`          | Utf8                         | `kind` in snake case (`add`, `level_change`, ...; `unknown_N`) |
+//! | `side`          | Utf8                         | `side`: `B`, `A`, `N` (DBN's characters)                      |
+//! | `price`         | Decimal128(19, 9), nullable  | `price_e9` exactly; null for `i64::MAX` (undefined)            |
+//! | `size`          | UInt32                       | `size`                                                        |
+//! | `order_id`      | UInt64                       | `order_id`                                                    |
+//! | `level`         | UInt8                        | `level`                                                       |
+//! | `flags`         | UInt8                        | `flags` (DBN flags: 0x80 last, 0x20 snapshot, ...)            |
+//!
+//! The file's key-value metadata carries what is not a row: `mdfan.source`, `mdfan.session`, `mdfan.book`,
+//! `mdfan.symbology` (JSON, as in the segment header), `mdfan.gaps` (JSON list of `{"expected", "got"}`: seqs
+//! that never reached the capture), `mdfan.stop` (how the capture stopped, or `none` for one still being
+//! written). Row groups hold `--row-group-rows` rows (default 1 Mi); every column has min/max statistics, so a
+//! reader filtering on `ts_recv` or `instrument_id` skips what it does not need. Compression: zstd.
+//!
+//! The file is written beside the target as `OUT.partial` and renamed when whole: a reader never sees half a
+//! file, and an existing OUT is never overwritten.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    Decimal128Builder, StringBuilder, TimestampNanosecondBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use mdfan_feed::capture::{Item, Reader, StopReason};
+use mdfan_wire::{BookUpdate, Kind};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+
+/// Rows per Arrow batch handed to the writer (bounds memory; row groups are cut by the writer).
+const BATCH_ROWS: usize = 65_536;
+
+/// Decimal precision and scale of `price`: every `i64` fits in 19 digits; 9 decimals is the record's 1e-9.
+pub const PRICE_PRECISION: u8 = 19;
+/// See [`PRICE_PRECISION`].
+pub const PRICE_SCALE: i8 = 9;
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    /// Rows (records).
+    pub rows: u64,
+    /// Row groups.
+    pub row_groups: usize,
+    /// Gaps the capture recorded (in `mdfan.gaps`).
+    pub gaps: u64,
+    /// The file's size, bytes.
+    pub bytes: u64,
+}
+
+/// The file's schema (module docs).
+pub fn schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("capture_index", DataType::UInt64, false),
+        Field::new("seq", DataType::UInt64, false),
+        Field::new("ts_event", ts.clone(), false),
+        Field::new("ts_recv", ts, false),
+        Field::new("venue_pos", DataType::UInt64, false),
+        Field::new("instrument_id", DataType::UInt32, false),
+        Field::new("symbol", DataType::Utf8, true),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("side", DataType::Utf8, false),
+        Field::new("price", DataType::Decimal128(PRICE_PRECISION, PRICE_SCALE), true),
+        Field::new("size", DataType::UInt32, false),
+        Field::new("order_id", DataType::UInt64, false),
+        Field::new("level", DataType::UInt8, false),
+        Field::new("flags", DataType::UInt8, false),
+    ]))
+}
+
+/// A record kind's name in the `kind` column.
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Add => "add",
+        Kind::Modify => "modify",
+        Kind::Cancel => "cancel",
+        Kind::Trade => "trade",
+        Kind::Fill => "fill",
+        Kind::Clear => "clear",
+        Kind::SnapshotBegin => "snapshot_begin",
+        Kind::SnapshotEnd => "snapshot_end",
+        Kind::Heartbeat => "heartbeat",
+        Kind::EndOfStream => "end_of_stream",
+        Kind::LevelNew => "level_new",
+        Kind::LevelChange => "level_change",
+        Kind::LevelDelete => "level_delete",
+        Kind::LevelDeleteThru => "level_delete_thru",
+        Kind::LevelDeleteFrom => "level_delete_from",
+        Kind::InstrumentStale => "instrument_stale",
+        Kind::NoAction => "no_action",
+        Kind::TradingStatus => "trading_status",
+        Kind::FeedStatus => "feed_status",
+    }
+}
+
+/// One batch's columns being filled.
+struct Columns {
+    capture_index: UInt64Builder,
+    seq: UInt64Builder,
+    ts_event: TimestampNanosecondBuilder,
+    ts_recv: TimestampNanosecondBuilder,
+    venue_pos: UInt64Builder,
+    instrument_id: UInt32Builder,
+    symbol: StringBuilder,
+    kind: StringBuilder,
+    side: StringBuilder,
+    price: Decimal128Builder,
+    size: UInt32Builder,
+    order_id: UInt64Builder,
+    level: UInt8Builder,
+    flags: UInt8Builder,
+    rows: usize,
+}
+
+impl Columns {
+    fn new() -> Columns {
+        let ts = || TimestampNanosecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC");
+        Columns {
+            capture_index: UInt64Builder::with_capacity(BATCH_ROWS),
+            seq: UInt64Builder::with_capacity(BATCH_ROWS),
+            ts_event: ts(),
+            ts_recv: ts(),
+            venue_pos: UInt64Builder::with_capacity(BATCH_ROWS),
+            instrument_id: UInt32Builder::with_capacity(BATCH_ROWS),
+            symbol: StringBuilder::new(),
+            kind: StringBuilder::new(),
+            side: StringBuilder::new(),
+            price: Decimal128Builder::with_capacity(BATCH_ROWS)
+                .with_precision_and_scale(PRICE_PRECISION, PRICE_SCALE)
+                .expect("19, 9 is a valid decimal"),
+            size: UInt32Builder::with_capacity(BATCH_ROWS),
+            order_id: UInt64Builder::with_capacity(BATCH_ROWS),
+            level: UInt8Builder::with_capacity(BATCH_ROWS),
+            flags: UInt8Builder::with_capacity(BATCH_ROWS),
+            rows: 0,
+        }
+    }
+
+    fn push(&mut self, index: u64, r: &BookUpdate, symbol: Option<&str>) {
+        self.capture_index.append_value(index);
+        self.seq.append_value(r.seq);
+        self.ts_event.append_value(r.ts_event_ns as i64);
+        self.ts_recv.append_value(r.ts_recv_ns as i64);
+        self.venue_pos.append_value(r.venue_pos);
+        self.instrument_id.append_value(r.instrument_id);
+        self.symbol.append_option(symbol);
+        match r.kind() {
+            Some(k) => self.kind.append_value(kind_name(k)),
+            None => self.kind.append_value(format!("unknown_{}", r.kind)),
+        }
+        let side = [r.side];
+        self.side.append_value(std::str::from_utf8(&side).unwrap_or("?"));
+        self.price.append_option((r.price_e9 != i64::MAX).then_some(i128::from(r.price_e9)));
+        self.size.append_value(r.size);
+        self.order_id.append_value(r.order_id);
+        self.level.append_value(r.level);
+        self.flags.append_value(r.flags);
+        self.rows += 1;
+    }
+
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, String> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.capture_index.finish()),
+            Arc::new(self.seq.finish()),
+            Arc::new(self.ts_event.finish()),
+            Arc::new(self.ts_recv.finish()),
+            Arc::new(self.venue_pos.finish()),
+            Arc::new(self.instrument_id.finish()),
+            Arc::new(self.symbol.finish()),
+            Arc::new(self.kind.finish()),
+            Arc::new(self.side.finish()),
+            Arc::new(self.price.finish()),
+            Arc::new(self.size.finish()),
+            Arc::new(self.order_id.finish()),
+            Arc::new(self.level.finish()),
+            Arc::new(self.flags.finish()),
+        ];
+        self.rows = 0;
+        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| format!("building a batch: {e}"))
+    }
+}
+
+/// Writes the capture `name` in `dir` (default: the folder's only one) to `out` as Parquet (module docs).
+///
+/// Errors: the capture cannot be read (named by segment and offset), `out` exists, or it cannot be written
+/// (named with the path). A capture a killed writer left torn is exported up to its last whole block; the
+/// returned `torn` says where it was cut.
+pub fn export(
+    dir: &Path,
+    name: Option<&str>,
+    out: &Path,
+    row_group_rows: usize,
+) -> Result<(Exported, Option<String>), String> {
+    if out.exists() {
+        return Err(format!("{}: exists already (an export never overwrites a file)", out.display()));
+    }
+    let mut partial_name = out.as_os_str().to_owned();
+    partial_name.push(".partial");
+    let partial = std::path::PathBuf::from(partial_name);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .map_err(|e| format!("{}: cannot create: {e}", partial.display()))?;
+    let result = write(dir, name, file, &partial, row_group_rows);
+    match result {
+        Ok(done) => {
+            std::fs::rename(&partial, out)
+                .map_err(|e| format!("{}: cannot rename to {}: {e}", partial.display(), out.display()))?;
+            Ok(done)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+fn write(
+    dir: &Path,
+    name: Option<&str>,
+    file: File,
+    path: &Path,
+    row_group_rows: usize,
+) -> Result<(Exported, Option<String>), String> {
+    let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
+    let schema = schema();
+    let zstd = ZstdLevel::try_new(3).map_err(|e| e.to_string())?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(zstd))
+        .set_max_row_group_row_count(Some(row_group_rows.max(1)))
+        .build();
+    let io = |e: parquet::errors::ParquetError| format!("{}: {e}", path.display());
+    let mut writer = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
+    let mut cols = Columns::new();
+    let mut symbols: HashMap<u32, String> = HashMap::new();
+    let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
+    let mut gaps = Vec::new();
+    let mut stop = "none".to_owned();
+    let mut rows = 0u64;
+    while let Some(item) = reader.next().map_err(|e| e.to_string())? {
+        match item {
+            Item::Segment(m) => {
+                symbols = m.symbology.iter().map(|d| (d.instrument_id, d.symbol.clone())).collect();
+                symbology = serde_json::to_string(&m.symbology).map_err(|e| e.to_string())?;
+                (source, session, book) = (m.source, m.session, m.book);
+            }
+            Item::Record(r) => {
+                cols.push(rows, &r, symbols.get(&r.instrument_id).map(String::as_str));
+                rows += 1;
+                if cols.rows == BATCH_ROWS {
+                    writer.write(&cols.finish(&schema)?).map_err(io)?;
+                }
+            }
+            Item::Gap { expected, got } => gaps.push(serde_json::json!({ "expected": expected, "got": got })),
+            Item::Stop { reason, .. } => stop = reason.map_or("unknown", StopReason::as_str).to_owned(),
+        }
+    }
+    if cols.rows > 0 {
+        writer.write(&cols.finish(&schema)?).map_err(io)?;
+    }
+    let gap_count = gaps.len() as u64;
+    for (k, v) in [
+        ("mdfan.source", source),
+        ("mdfan.session", session),
+        ("mdfan.book", book),
+        ("mdfan.symbology", symbology),
+        ("mdfan.gaps", serde_json::Value::Array(gaps).to_string()),
+        ("mdfan.stop", stop),
+    ] {
+        writer.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
+    }
+    let row_groups = writer.close().map_err(io)?.num_row_groups();
+    file.sync_all().map_err(|e| format!("{}: fsync: {e}", path.display()))?;
+    let bytes = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    let exported = Exported { rows, row_groups, gaps: gap_count, bytes };
+    Ok((exported, reader.torn().map(str::to_owned)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Decimal128Type;
+    use arrow_array::Array;
+    use mdfan_feed::capture::{Fsync, SegmentMeta, Writer, WriterConfig, FORMAT_VERSION};
+    use mdfan_wire::{InstrumentDef, Side};
+
+    fn record(seq: u64, instrument_id: u32, kind: Kind, price_e9: i64) -> BookUpdate {
+        BookUpdate {
+            seq,
+            ts_event_ns: 1_000 + seq,
+            ts_recv_ns: 2_000 + seq,
+            venue_pos: seq << 16,
+            price_e9,
+            order_id: 70 + seq,
+            instrument_id,
+            size: 3,
+            ts_send_ticks: 9,
+            kind: kind as u8,
+            side: Side::Ask as u8,
+            flags: 0x80,
+            level: 0,
+        }
+    }
+
+    /// A capture with a gap, a record of an instrument the symbology does not name, one without a price and one
+    /// of a kind this build does not know: each lands in its column or in the metadata as the docs say.
+    #[test]
+    fn gaps_unnamed_instruments_missing_prices_and_unknown_kinds_are_kept() {
+        let dir = std::env::temp_dir().join(format!("mdfan-parquet-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = WriterConfig {
+            dir: dir.clone(),
+            name: "t".into(),
+            rotate_bytes: 1 << 20,
+            rotate_ns: 0,
+            block_records: 2,
+            block_ms: 10,
+            fsync: Fsync::Rotation,
+            compress: false,
+        };
+        let meta = SegmentMeta {
+            format_version: FORMAT_VERSION,
+            name: String::new(),
+            segment: 0,
+            created_ns: 0,
+            source: "127.0.0.1:7700".into(),
+            session: "unit".into(),
+            book: "mbo".into(),
+            symbology: vec![InstrumentDef::new(7, "ESH4")],
+            fsync: String::new(),
+            first_record: 0,
+        };
+        let (mut w, _) = Writer::open(cfg, meta, 1).unwrap();
+        w.record(&record(1, 7, Kind::Add, 4_810_250_000_000), 1).unwrap();
+        w.gap(2, 5, 1).unwrap();
+        w.record(&record(5, 8, Kind::Trade, i64::MAX), 1).unwrap();
+        let mut odd = record(6, 7, Kind::Add, -1);
+        odd.kind = 200;
+        w.record(&odd, 1).unwrap();
+        w.stop(StopReason::Interrupted, 2).unwrap();
+
+        let out = dir.join("t.parquet");
+        let (done, torn) = export(&dir, None, &out, 2).unwrap();
+        assert_eq!((done.rows, done.row_groups, done.gaps, torn), (3, 2, 1, None));
+        assert!(!dir.join("t.parquet.partial").exists());
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        let kv: HashMap<String, String> = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .map(|k| (k.key.clone(), k.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(kv["mdfan.gaps"], r#"[{"expected":2,"got":5}]"#);
+        assert_eq!((kv["mdfan.stop"].as_str(), kv["mdfan.session"].as_str()), ("interrupted", "unit"));
+        let (mut symbols, mut kinds, mut prices) = (Vec::new(), Vec::new(), Vec::new());
+        for b in reader.build().unwrap() {
+            let b = b.unwrap();
+            let col = |c: &str| b.column_by_name(c).unwrap().clone();
+            let (symbol, kind, price) = (col("symbol"), col("kind"), col("price"));
+            let (symbol, kind) = (symbol.as_string::<i32>(), kind.as_string::<i32>());
+            let price = price.as_primitive::<Decimal128Type>();
+            for i in 0..b.num_rows() {
+                symbols.push(symbol.is_valid(i).then(|| symbol.value(i).to_owned()));
+                kinds.push(kind.value(i).to_owned());
+                prices.push(price.is_valid(i).then(|| price.value_as_string(i)));
+            }
+        }
+        assert_eq!(symbols, [Some("ESH4".to_owned()), None, Some("ESH4".to_owned())]);
+        assert_eq!(kinds, ["add", "trade", "unknown_200"]);
+        assert_eq!(prices, [Some("4810.250000000".to_owned()), None, Some("-0.000000001".to_owned())]);
+        // Never over an existing file; nothing left behind.
+        let e = export(&dir, None, &out, 2).unwrap_err();
+        assert!(e.ends_with("t.parquet: exists already (an export never overwrites a file)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
