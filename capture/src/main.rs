@@ -8,13 +8,15 @@
 //!   and said so (`capture recovered ...`).
 //! - `mdfan-capture report DIR`: what a capture holds (records per kind, sizes, gaps, first and last times).
 //! - `mdfan-capture cat DIR [--follow]`: its records, one line each (following the segment being written).
-//! - `mdfan-capture export DIR --parquet FILE`: the capture as one Parquet file, a row per record (module
-//!   `parquet`).
+//! - `mdfan-capture export DIR --parquet FILE --dbn FILE.dbn.zst`: the capture as one Parquet file, a row per
+//!   record (module `parquet`), and/or as DBN MBO (module `dbn`).
 //!
 //! Exit status: 0 after end of stream (or a whole read); 1 on a setup or write error (one line on stderr naming
 //! the endpoint or the file and the bytes); 2 for bad usage; 3 when the session ended otherwise (dropped,
 //! publisher gone); 130 on SIGINT/SIGTERM.
 
+mod dbn;
+mod output;
 mod parquet;
 
 use std::path::PathBuf;
@@ -84,20 +86,30 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Write a capture as one Parquet file for research (one row per record; gaps and symbology in the file's
-    /// metadata; docs/CAPTURE.md, "Parquet").
+    /// Write a capture for research: one Parquet file (a row per record; gaps and symbology in the file's
+    /// metadata) and/or, for an order-level capture, a DBN MBO file (docs/CAPTURE.md, "Exports").
+    #[command(group(clap::ArgGroup::new("to").required(true).multiple(true).args(["parquet", "dbn"])))]
     Export {
         /// The capture's folder.
         dir: PathBuf,
         /// The capture's name (default: the folder's only one).
         #[arg(long)]
         name: Option<String>,
-        /// The Parquet file to write (it must not exist; written as FILE.partial and renamed when whole).
+        /// The Parquet file to write (it must not exist; written as FILE.partial and put in place when whole).
         #[arg(long, value_name = "FILE")]
-        parquet: PathBuf,
-        /// Rows per row group.
+        parquet: Option<PathBuf>,
+        /// Rows at most per Parquet row group.
         #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 28)))]
         row_group_rows: u64,
+        /// A Parquet row group ends where ts_recv enters a new span of this many seconds (0: by rows only).
+        #[arg(long, default_value_t = 3600)]
+        row_group_s: u64,
+        /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist).
+        #[arg(long, value_name = "FILE")]
+        dbn: Option<PathBuf>,
+        /// The dataset the DBN metadata names (e.g. GLBX.MDP3; a capture does not record it).
+        #[arg(long, default_value = "", requires = "dbn")]
+        dataset: String,
     },
     /// A capture's records, one line each.
     Cat {
@@ -185,21 +197,16 @@ fn main() -> ExitCode {
                 0
             })
             .map_err(|e| e.to_string()),
-        Command::Export { dir, name, parquet: out, row_group_rows } => {
-            parquet::export(&dir, name.as_deref(), &out, row_group_rows as usize).map(|(done, torn)| {
-                if let Some(t) = torn {
-                    eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block)");
-                }
-                println!(
-                    "export parquet={} rows={} row_groups={} gaps={} bytes={}",
-                    out.display(),
-                    done.rows,
-                    done.row_groups,
-                    done.gaps,
-                    done.bytes
-                );
-                0
-            })
+        Command::Export { dir, name, parquet: to_parquet, row_group_rows, row_group_s, dbn: to_dbn, dataset } => {
+            export(
+                &dir,
+                name.as_deref(),
+                to_parquet.as_deref(),
+                row_group_rows,
+                row_group_s,
+                to_dbn.as_deref(),
+                &dataset,
+            )
         }
         Command::Cat { dir, name, follow } => cat(&dir, name.as_deref(), follow, &shutdown),
     };
@@ -359,6 +366,48 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         StopReason::Interrupted => 130,
         StopReason::SessionEnded | StopReason::WriteFailed => 3,
     })
+}
+
+fn export(
+    dir: &std::path::Path,
+    name: Option<&str>,
+    to_parquet: Option<&std::path::Path>,
+    row_group_rows: u64,
+    row_group_s: u64,
+    to_dbn: Option<&std::path::Path>,
+    dataset: &str,
+) -> Result<u8, String> {
+    let torn = |t: Option<String>| {
+        if let Some(t) = t {
+            eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block); exported up to it");
+        }
+    };
+    if let Some(out) = to_parquet {
+        let groups =
+            parquet::RowGroups { rows: row_group_rows as usize, span_ns: row_group_s.saturating_mul(1_000_000_000) };
+        let (done, t) = parquet::export(dir, name, out, groups)?;
+        torn(t);
+        println!(
+            "export parquet={} rows={} row_groups={} gaps={} bytes={}",
+            out.display(),
+            done.rows,
+            done.row_groups,
+            done.gaps,
+            done.bytes
+        );
+    }
+    if let Some(out) = to_dbn {
+        let (done, t) = dbn::export(dir, name, out, dataset)?;
+        torn(t);
+        println!(
+            "export dbn={} records={} left_out={} gaps_not_in_dbn={}",
+            out.display(),
+            done.records,
+            done.left_out,
+            done.gaps
+        );
+    }
+    Ok(0)
 }
 
 fn cat(dir: &std::path::Path, name: Option<&str>, follow: bool, shutdown: &AtomicBool) -> Result<u8, String> {

@@ -23,14 +23,16 @@
 //! The file's key-value metadata carries what is not a row: `mdfan.source`, `mdfan.session`, `mdfan.book`,
 //! `mdfan.symbology` (JSON, as in the segment header), `mdfan.gaps` (JSON list of `{"expected", "got"}`: seqs
 //! that never reached the capture), `mdfan.stop` (how the capture stopped, or `none` for one still being
-//! written). Row groups hold `--row-group-rows` rows (default 1 Mi); every column has min/max statistics, so a
-//! reader filtering on `ts_recv` or `instrument_id` skips what it does not need. Compression: zstd.
+//! written). A row group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is
+//! about 24 groups) or after `--row-group-rows` rows (default 1 Mi), whichever comes first; every column has
+//! min/max statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
+//! Compression: zstd.
 //!
-//! The file is written beside the target as `OUT.partial` and renamed when whole: a reader never sees half a
-//! file, and an existing OUT is never overwritten.
+//! The file is written as `OUT.partial` and put in place when whole (`crate::output`): a reader never sees
+//! half a file, and an existing OUT is never overwritten.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,7 +41,7 @@ use arrow_array::builder::{
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use mdfan_feed::capture::{Item, Reader, StopReason};
+use mdfan_feed::capture::{is_session_record, Item, Reader, StopReason};
 use mdfan_wire::{BookUpdate, Kind};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -53,6 +55,16 @@ const BATCH_ROWS: usize = 65_536;
 pub const PRICE_PRECISION: u8 = 19;
 /// See [`PRICE_PRECISION`].
 pub const PRICE_SCALE: i8 = 9;
+
+/// How rows are grouped: a row group ends after `rows` rows, and where the records' `ts_recv` enters a new span
+/// of `span_ns` (since the UNIX epoch; 0: by rows only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowGroups {
+    /// Rows at most per row group.
+    pub rows: usize,
+    /// The time span per row group, ns (0: none).
+    pub span_ns: u64,
+}
 
 /// What an export wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,31 +221,9 @@ pub fn export(
     dir: &Path,
     name: Option<&str>,
     out: &Path,
-    row_group_rows: usize,
+    groups: RowGroups,
 ) -> Result<(Exported, Option<String>), String> {
-    if out.exists() {
-        return Err(format!("{}: exists already (an export never overwrites a file)", out.display()));
-    }
-    let mut partial_name = out.as_os_str().to_owned();
-    partial_name.push(".partial");
-    let partial = std::path::PathBuf::from(partial_name);
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&partial)
-        .map_err(|e| format!("{}: cannot create: {e}", partial.display()))?;
-    let result = write(dir, name, file, &partial, row_group_rows);
-    match result {
-        Ok(done) => {
-            std::fs::rename(&partial, out)
-                .map_err(|e| format!("{}: cannot rename to {}: {e}", partial.display(), out.display()))?;
-            Ok(done)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(e)
-        }
-    }
+    crate::output::write_new(out, |file, partial| write(dir, name, file, partial, groups))
 }
 
 fn write(
@@ -241,14 +231,14 @@ fn write(
     name: Option<&str>,
     file: File,
     path: &Path,
-    row_group_rows: usize,
+    groups: RowGroups,
 ) -> Result<(Exported, Option<String>), String> {
     let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
     let schema = schema();
     let zstd = ZstdLevel::try_new(3).map_err(|e| e.to_string())?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(zstd))
-        .set_max_row_group_row_count(Some(row_group_rows.max(1)))
+        .set_max_row_group_row_count(Some(groups.rows.max(1)))
         .build();
     let io = |e: parquet::errors::ParquetError| format!("{}: {e}", path.display());
     let mut writer = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
@@ -258,6 +248,7 @@ fn write(
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
     let mut rows = 0u64;
+    let mut span = u64::MAX;
     while let Some(item) = reader.next().map_err(|e| e.to_string())? {
         match item {
             Item::Segment(m) => {
@@ -266,6 +257,19 @@ fn write(
                 (source, session, book) = (m.source, m.session, m.book);
             }
             Item::Record(r) => {
+                if groups.span_ns > 0 && !is_session_record(&r) {
+                    let bucket = r.ts_recv_ns / groups.span_ns;
+                    if bucket != span && span != u64::MAX {
+                        // A new time span: what is pending closes the row group.
+                        if cols.rows > 0 {
+                            writer.write(&cols.finish(&schema)?).map_err(io)?;
+                        }
+                        if writer.in_progress_rows() > 0 {
+                            writer.flush().map_err(io)?;
+                        }
+                    }
+                    span = bucket;
+                }
                 cols.push(rows, &r, symbols.get(&r.instrument_id).map(String::as_str));
                 rows += 1;
                 if cols.rows == BATCH_ROWS {
@@ -363,7 +367,7 @@ mod tests {
         w.stop(StopReason::Interrupted, 2).unwrap();
 
         let out = dir.join("t.parquet");
-        let (done, torn) = export(&dir, None, &out, 2).unwrap();
+        let (done, torn) = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap();
         assert_eq!((done.rows, done.row_groups, done.gaps, torn), (3, 2, 1, None));
         assert!(!dir.join("t.parquet.partial").exists());
         let reader =
@@ -394,8 +398,13 @@ mod tests {
         assert_eq!(symbols, [Some("ESH4".to_owned()), None, Some("ESH4".to_owned())]);
         assert_eq!(kinds, ["add", "trade", "unknown_200"]);
         assert_eq!(prices, [Some("4810.250000000".to_owned()), None, Some("-0.000000001".to_owned())]);
+        // By time: spans of 3 ns are [2001, 2004), [2004, 2007): seq 1 (ts_recv 2001) alone, then seqs 5 and 6
+        // (2005, 2006) together.
+        let by_time = dir.join("t-by-time.parquet");
+        let (done, _) = export(&dir, None, &by_time, RowGroups { rows: 1000, span_ns: 3 }).unwrap();
+        assert_eq!((done.rows, done.row_groups), (3, 2));
         // Never over an existing file; nothing left behind.
-        let e = export(&dir, None, &out, 2).unwrap_err();
+        let e = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap_err();
         assert!(e.ends_with("t.parquet: exists already (an export never overwrites a file)"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -205,13 +205,32 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     assert!(rep.contains("capture kind=EndOfStream records=1 "), "{rep}");
     assert!(rep.lines().next().unwrap().starts_with("capture segments=5 "), "1 MiB segments: {rep}");
 
-    // Exported to Parquet: a row per record, whose values give back the records and the book.
-    let pq = d.join("esh4.parquet");
-    let export = ["export", d.to_str().unwrap(), "--parquet", pq.to_str().unwrap(), "--row-group-rows", "20000"];
+    // Exported to Parquet (a row per record, whose values give back the records and the book) and to DBN MBO
+    // (the bundled file's own records back, but for the fields a record does not carry).
+    let (pq, dbn_out) = (d.join("esh4.parquet"), d.join("esh4.dbn.zst"));
+    let export = [
+        "export",
+        d.to_str().unwrap(),
+        "--parquet",
+        pq.to_str().unwrap(),
+        "--dbn",
+        dbn_out.to_str().unwrap(),
+        "--dataset",
+        "GLBX.MDP3",
+    ];
     let out = capture(&export).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.starts_with(&format!("export parquet={} rows=68793 row_groups=4 gaps=0 ", pq.display())), "{text}");
+    // Hourly row groups: the snapshot at midnight, then the hours with records.
+    let groups = text.split("row_groups=").nth(1).and_then(|t| t.split(' ').next()).unwrap();
+    assert!(
+        text.starts_with(&format!("export parquet={} rows=68793 row_groups={groups} gaps=0 ", pq.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("export dbn={} records=68792 left_out=1 gaps_not_in_dbn=0\n", dbn_out.display())),
+        "{text}"
+    );
     let rows = parquet_rows(&pq);
     assert_eq!(rows.len() as u64, esh4::RECORDS + 1);
     let (last, venue_rows) = rows.split_last().unwrap();
@@ -220,6 +239,41 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     let back: Vec<BookUpdate> = venue_rows.iter().map(|(r, _)| venue(r)).collect();
     assert!(back == direct.iter().map(venue).collect::<Vec<_>>(), "the rows are the records, field for field");
     assert_final_book("parquet rows", &back);
+    let hours: std::collections::BTreeSet<u64> = back
+        .iter()
+        .filter(|r| r.flags & mdfan_subscriber::flags::SNAPSHOT == 0)
+        .map(|r| r.ts_recv_ns / 3_600_000_000_000)
+        .collect();
+    assert_eq!(
+        groups.parse::<usize>().unwrap(),
+        1 + hours.len(),
+        "{text}: the snapshot's hour and each hour with records"
+    );
+    let original = mdfan_feed::dbn::load_mbo_file(&esh4::main_file()).unwrap();
+    let mut exported = mdfan_feed::dbn::MboStream::open(&dbn_out).unwrap();
+    assert_eq!(exported.dataset(), "GLBX.MDP3");
+    assert_eq!(exported.symbology().get(esh4::INSTRUMENT_ID).map(|d| d.symbol.as_str()), Some("ESH4"));
+    let mut n = 0;
+    while let Some(m) = exported.next_msg().unwrap() {
+        let o = &original.records[n];
+        let carried = |m: &dbn::MboMsg| {
+            (
+                m.hd.instrument_id,
+                m.hd.ts_event,
+                m.order_id,
+                m.price,
+                m.size,
+                m.flags.raw(),
+                m.action,
+                m.side,
+                m.ts_recv,
+                m.sequence,
+            )
+        };
+        assert_eq!(carried(&m), carried(o), "DBN record {n}");
+        n += 1;
+    }
+    assert_eq!(n, original.records.len());
     // Never over an existing file.
     let out = capture(&export).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

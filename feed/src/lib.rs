@@ -28,6 +28,7 @@
 
 pub mod capture;
 pub mod dbn;
+pub mod dbn_export;
 pub mod itch;
 pub mod lobster;
 pub mod mdp3;

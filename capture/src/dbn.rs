@@ -1,0 +1,125 @@
+//! `mdfan-capture export --dbn`: an order-level (MBO) capture as a DBN MBO file (`mdfan_feed::dbn_export`:
+//! the field mapping, the metadata), plain or zstd-compressed by the file name (`.zst`).
+//!
+//! Two passes over the capture: the first finds the book kind (a price-level capture is refused: DBN MBO
+//! has no form for level records), the instruments (every segment's symbology) and the `ts_recv` span the
+//! metadata states; the second writes the records. Records with no MBO form (snapshot markers, the end of
+//! stream, stale marks, trading and feed status) are left out and counted; gaps cannot be said in DBN MBO
+//! and are counted too (the Parquet export keeps them).
+
+use std::path::Path;
+
+use mdfan_feed::capture::{is_session_record, Item, Reader};
+use mdfan_feed::dbn_export::{metadata, MboWriter};
+use mdfan_wire::InstrumentDef;
+
+/// What a DBN export wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exported {
+    /// MBO records written.
+    pub records: u64,
+    /// Records left out (no MBO form).
+    pub left_out: u64,
+    /// Gaps in the capture, which DBN cannot carry.
+    pub gaps: u64,
+}
+
+/// Writes capture `name` in `dir` to `out` as DBN MBO with `dataset` in its metadata.
+///
+/// # Errors
+/// The capture cannot be read or holds a price-level book, or `out` cannot be written (or exists), named.
+pub fn export(dir: &Path, name: Option<&str>, out: &Path, dataset: &str) -> Result<(Exported, Option<String>), String> {
+    let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
+    let mut symbology: Vec<InstrumentDef> = Vec::new();
+    let (mut first_ns, mut last_ns, mut gaps) = (u64::MAX, 0u64, 0u64);
+    while let Some(item) = reader.next().map_err(|e| e.to_string())? {
+        match item {
+            Item::Segment(m) => {
+                if m.book != "mbo" {
+                    return Err(format!(
+                        "capture {} segment {}: its book is {:?}: DBN MBO holds order-level records only (--parquet \
+                         takes any capture)",
+                        m.name, m.segment, m.book
+                    ));
+                }
+                for d in m.symbology {
+                    if !symbology.iter().any(|s| s.instrument_id == d.instrument_id) {
+                        symbology.push(d);
+                    }
+                }
+            }
+            Item::Record(r) if !is_session_record(&r) => {
+                first_ns = first_ns.min(r.ts_recv_ns);
+                last_ns = last_ns.max(r.ts_recv_ns);
+            }
+            Item::Gap { .. } => gaps += 1,
+            Item::Record(_) | Item::Stop { .. } => {}
+        }
+    }
+    if first_ns == u64::MAX {
+        (first_ns, last_ns) = (0, 0);
+    }
+    let meta = metadata(dataset, &symbology, first_ns, last_ns.saturating_add(1));
+    let zstd = out.extension().is_some_and(|e| e == "zst");
+    let done = crate::output::write_new(out, |file, partial| {
+        let mut w = MboWriter::new(file, partial, &meta, zstd).map_err(|e| e.to_string())?;
+        let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
+        while let Some(item) = reader.next().map_err(|e| e.to_string())? {
+            if let Item::Record(r) = item {
+                w.push(&r).map_err(|e| e.to_string())?;
+            }
+        }
+        let done = Exported { records: w.written, left_out: w.left_out, gaps };
+        w.finish().map_err(|e| e.to_string())?;
+        Ok(done)
+    })?;
+    Ok((done, reader.torn().map(str::to_owned)))
+}
+
+#[cfg(test)]
+mod tests {
+    use mdfan_feed::capture::{Fsync, SegmentMeta, StopReason, Writer, WriterConfig, FORMAT_VERSION};
+    use mdfan_wire::{BookUpdate, Kind};
+
+    /// A price-level capture has no DBN MBO form: refused naming the segment, and no file is left behind.
+    #[test]
+    fn a_price_level_capture_is_refused_and_leaves_no_file() {
+        let dir = std::env::temp_dir().join(format!("mdfan-dbn-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = WriterConfig {
+            dir: dir.clone(),
+            name: "levels".into(),
+            rotate_bytes: 1 << 20,
+            rotate_ns: 0,
+            block_records: 4,
+            block_ms: 10,
+            fsync: Fsync::Rotation,
+            compress: false,
+        };
+        let meta = SegmentMeta {
+            format_version: FORMAT_VERSION,
+            name: String::new(),
+            segment: 0,
+            created_ns: 0,
+            source: "127.0.0.1:7700".into(),
+            session: "unit".into(),
+            book: "mbp".into(),
+            symbology: Vec::new(),
+            fsync: String::new(),
+            first_record: 0,
+        };
+        let (mut w, _) = Writer::open(cfg, meta, 1).unwrap();
+        w.record(&BookUpdate { seq: 1, level: 1, ..BookUpdate::control(Kind::LevelNew) }, 1).unwrap();
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let out = dir.join("levels.dbn");
+        let e = super::export(&dir, None, &out, "").unwrap_err();
+        assert_eq!(
+            e,
+            "capture levels segment 1: its book is \"mbp\": DBN MBO holds order-level records only (--parquet takes \
+             any capture)"
+        );
+        assert!(!out.exists() && !dir.join("levels.dbn.partial").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

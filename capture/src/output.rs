@@ -1,0 +1,32 @@
+//! Writing an export file whole or not at all: beside the target as `FILE.partial`, then linked into place
+//! (which fails, never overwrites, when the target exists) and the partial file removed.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+/// Runs `write` on a new `out.partial` and puts the file at `out` when it succeeds; removes it when not.
+///
+/// # Errors
+/// `out` exists (before or after the write), the partial file cannot be created or linked, or `write`'s own
+/// error; each names the path.
+pub fn write_new<T>(out: &Path, write: impl FnOnce(File, &Path) -> Result<T, String>) -> Result<T, String> {
+    let exists = || format!("{}: exists already (an export never overwrites a file)", out.display());
+    if out.exists() {
+        return Err(exists());
+    }
+    let mut name = out.as_os_str().to_owned();
+    name.push(".partial");
+    let partial = PathBuf::from(name);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .map_err(|e| format!("{}: cannot create: {e}", partial.display()))?;
+    let done = write(file, &partial).and_then(|done| match std::fs::hard_link(&partial, out) {
+        Ok(()) => Ok(done),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+        Err(e) => Err(format!("{}: cannot link to {}: {e}", partial.display(), out.display())),
+    });
+    let _ = std::fs::remove_file(&partial);
+    done
+}
