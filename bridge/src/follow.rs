@@ -1,0 +1,254 @@
+//! [`Follower`]: one instrument's book from its messages, in stream order (crate docs, "Why a late or lagging
+//! consumer is exact"). Sans I/O: the caller reads the messages (async-nats, any client) and hands over each
+//! one's headers and payload.
+
+use mdfan_wire::record::format_price_e9;
+use mdfan_wire::{BookUpdate, Books, MbpBooks, Side};
+
+use crate::message::{records, MessageKind, Meta};
+
+/// What a follower has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    /// Snapshots applied.
+    pub snapshots: u64,
+    /// Update messages applied.
+    pub updates: u64,
+    /// Records applied (snapshots' and updates').
+    pub records: u64,
+    /// Holes in the instrument's update numbers (a publish that was lost).
+    pub gaps: u64,
+    /// `stale` and `gap` messages.
+    pub stale_marks: u64,
+    /// Update messages left out: already applied (a number at or below the last) or while the book was stale.
+    pub skipped: u64,
+    /// Records a book refused (the book is stale until the next snapshot).
+    pub book_errors: u64,
+}
+
+/// One instrument's book, kept from its subject's messages.
+#[derive(Debug, Clone)]
+pub struct Follower {
+    books: Books,
+    mbp: MbpBooks,
+    /// The update number due next (0: none seen yet).
+    expected: u64,
+    stale: bool,
+    ended: bool,
+    stats: FollowStats,
+}
+
+impl Default for Follower {
+    fn default() -> Follower {
+        Follower::new()
+    }
+}
+
+impl Follower {
+    /// No book yet: from the first snapshot, or from update 1 (a stream read from its start).
+    pub fn new() -> Follower {
+        Follower {
+            books: Books::new(),
+            mbp: MbpBooks::with_capacity(1),
+            expected: 0,
+            stale: false,
+            ended: false,
+            stats: FollowStats::default(),
+        }
+    }
+
+    /// Applies one message of the instrument's subjects (or `PREFIX.status`).
+    ///
+    /// # Errors
+    /// A payload that is not records (named); the book is then stale until the next snapshot.
+    pub fn apply(&mut self, meta: &Meta, payload: &[u8]) -> Result<(), String> {
+        match meta.kind {
+            MessageKind::Snapshot => {
+                let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
+                self.books = Books::new();
+                self.mbp = MbpBooks::with_capacity(1);
+                self.stale = false;
+                self.apply_records(&rs);
+                self.expected = meta.inst_seq + 1;
+                self.stats.snapshots += 1;
+            }
+            MessageKind::Update => {
+                let due = if self.expected == 0 { 1 } else { self.expected };
+                if meta.inst_seq < due && self.expected != 0 {
+                    self.stats.skipped += 1;
+                    return Ok(());
+                }
+                if meta.inst_seq > due {
+                    self.stats.gaps += 1;
+                    self.stale = true;
+                }
+                self.expected = meta.inst_seq + 1;
+                if self.stale {
+                    self.stats.skipped += 1;
+                    return Ok(());
+                }
+                let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
+                self.apply_records(&rs);
+                self.stats.updates += 1;
+            }
+            MessageKind::Stale | MessageKind::Gap => {
+                self.stale = true;
+                self.stats.stale_marks += 1;
+            }
+            MessageKind::End => self.ended = true,
+            MessageKind::Status => {}
+        }
+        Ok(())
+    }
+
+    fn apply_records(&mut self, rs: &[BookUpdate]) {
+        for r in rs {
+            let mbo = self.books.apply(r);
+            let mbp = self.mbp.apply(r);
+            if mbo.is_err() || mbp.is_err() {
+                self.stats.book_errors += 1;
+                self.stale = true;
+            }
+            self.stats.records += 1;
+        }
+    }
+
+    /// Whether the book is not known good: a hole, a stale mark or a refused record since the last snapshot,
+    /// or nothing applied yet.
+    pub fn stale(&self) -> bool {
+        self.stale || self.expected == 0
+    }
+
+    /// Whether the `end` message came.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// What it has seen.
+    pub fn stats(&self) -> FollowStats {
+        self.stats
+    }
+
+    /// The order book (order-level feeds).
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// The price-level book (price-level feeds).
+    pub fn mbp(&self) -> &MbpBooks {
+        &self.mbp
+    }
+
+    /// `orders=.. levels_bid=.. levels_ask=.. bbo=BIDxSIZE/ASKxSIZE` of `instrument_id`'s order book, or
+    /// `book=mbp bbo=..` of its price-level book, prices as `format_price_e9` writes them (`-` for an empty
+    /// side).
+    pub fn summary(&self, instrument_id: u32) -> String {
+        let px = |l: Option<(i64, u64)>| l.map_or("-".to_owned(), |(p, s)| format!("{}x{s}", format_price_e9(p)));
+        if let Some(b) = self.books.get(instrument_id) {
+            let (bid, ask) = b.bbo();
+            return format!(
+                "orders={} levels_bid={} levels_ask={} bbo={}/{}",
+                b.order_count(),
+                b.level_count(Side::Bid),
+                b.level_count(Side::Ask),
+                px(bid.map(|l| (l.price_e9, l.size))),
+                px(ask.map(|l| (l.price_e9, l.size)))
+            );
+        }
+        if let Some(b) = self.mbp.get(instrument_id) {
+            let (bid, ask) = b.bbo();
+            let top = |l: Option<mdfan_wire::MbpLevel>| l.map(|l| (l.price_e9, u64::from(l.size)));
+            return format!(
+                "book=mbp levels_bid={} levels_ask={} bbo={}/{}",
+                b.filled_depth(Side::Bid),
+                b.filled_depth(Side::Ask),
+                px(top(bid)),
+                px(top(ask))
+            );
+        }
+        "orders=0 levels_bid=0 levels_ask=0 bbo=-/-".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{compress, push_record};
+    use mdfan_wire::Kind;
+
+    const ID: u32 = 7;
+
+    fn add(order_id: u64, price: i64, size: u32) -> BookUpdate {
+        BookUpdate {
+            instrument_id: ID,
+            order_id,
+            price_e9: price * 1_000_000_000,
+            size,
+            side: Side::Bid as u8,
+            ..BookUpdate::control(Kind::Add)
+        }
+    }
+
+    fn payload(rs: &[BookUpdate]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for r in rs {
+            push_record(&mut out, r);
+        }
+        out
+    }
+
+    fn meta(kind: MessageKind, inst_seq: u64) -> Meta {
+        Meta { kind, inst_seq, zstd: kind == MessageKind::Snapshot }
+    }
+
+    /// From update 1; a duplicate is left out; a hole makes the book stale and later updates are left out
+    /// until a snapshot, which the updates after it continue; a stale mark waits for a snapshot too.
+    #[test]
+    fn holes_and_stale_marks_wait_for_a_snapshot_and_duplicates_are_left_out() {
+        let mut f = Follower::new();
+        assert!(f.stale(), "nothing yet");
+        f.apply(&meta(MessageKind::Update, 1), &payload(&[add(1, 100, 5)])).unwrap();
+        f.apply(&meta(MessageKind::Update, 2), &payload(&[add(2, 101, 1)])).unwrap();
+        f.apply(&meta(MessageKind::Update, 2), &payload(&[add(9, 99, 1)])).unwrap();
+        assert!(!f.stale());
+        assert_eq!(f.summary(ID), "orders=2 levels_bid=2 levels_ask=0 bbo=101.00x1/-");
+        f.apply(&meta(MessageKind::Update, 4), &payload(&[add(3, 102, 1)])).unwrap();
+        assert!(f.stale());
+        f.apply(&meta(MessageKind::Update, 5), &payload(&[add(4, 103, 1)])).unwrap();
+        assert_eq!(f.summary(ID), "orders=2 levels_bid=2 levels_ask=0 bbo=101.00x1/-", "nothing applied while stale");
+        let mut snap = vec![BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) }];
+        snap.extend([add(1, 100, 5), add(2, 101, 1), add(3, 102, 1), add(4, 103, 1)]);
+        f.apply(&meta(MessageKind::Snapshot, 5), &compress(&snap)).unwrap();
+        assert!(!f.stale());
+        f.apply(&meta(MessageKind::Update, 6), &payload(&[add(5, 104, 2)])).unwrap();
+        assert_eq!(f.summary(ID), "orders=5 levels_bid=5 levels_ask=0 bbo=104.00x2/-");
+        f.apply(&meta(MessageKind::Stale, 6), &[]).unwrap();
+        assert!(f.stale());
+        f.apply(&meta(MessageKind::End, 6), &[]).unwrap();
+        assert!(f.ended());
+        assert_eq!(
+            f.stats(),
+            FollowStats { snapshots: 1, updates: 3, records: 8, gaps: 1, stale_marks: 1, skipped: 3, book_errors: 0 }
+        );
+    }
+
+    /// A late consumer starts from a snapshot: the updates at or below its number are left out.
+    #[test]
+    fn a_late_start_from_a_snapshot_leaves_out_what_it_holds() {
+        let mut f = Follower::new();
+        let snap = [BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) }, add(1, 100, 5)];
+        f.apply(&meta(MessageKind::Snapshot, 10), &compress(&snap)).unwrap();
+        f.apply(&meta(MessageKind::Update, 10), &payload(&[add(1, 100, 5)])).unwrap();
+        f.apply(&meta(MessageKind::Update, 11), &payload(&[add(2, 100, 1)])).unwrap();
+        assert_eq!(f.summary(ID), "orders=2 levels_bid=1 levels_ask=0 bbo=100.00x6/-");
+        assert!(!f.stale());
+        // A first update other than 1 with no snapshot: stale.
+        let mut g = Follower::new();
+        g.apply(&meta(MessageKind::Update, 3), &payload(&[add(1, 100, 5)])).unwrap();
+        assert!(g.stale());
+        // A payload that is not records: an error, and stale.
+        let mut h = Follower::new();
+        assert!(h.apply(&meta(MessageKind::Update, 1), &[0u8; 10]).is_err());
+        assert!(h.stale());
+    }
+}
