@@ -78,38 +78,13 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, dataset: &str) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use mdfan_feed::capture::{Fsync, SegmentMeta, StopReason, Writer, WriterConfig, FORMAT_VERSION};
+    use mdfan_feed::capture::StopReason;
     use mdfan_wire::{BookUpdate, Kind};
 
     /// A price-level capture has no DBN MBO form: refused naming the segment, and no file is left behind.
     #[test]
     fn a_price_level_capture_is_refused_and_leaves_no_file() {
-        let dir = std::env::temp_dir().join(format!("mdfan-dbn-unit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = WriterConfig {
-            dir: dir.clone(),
-            name: "levels".into(),
-            rotate_bytes: 1 << 20,
-            rotate_ns: 0,
-            block_records: 4,
-            block_ms: 10,
-            fsync: Fsync::Rotation,
-            compress: false,
-        };
-        let meta = SegmentMeta {
-            format_version: FORMAT_VERSION,
-            name: String::new(),
-            segment: 0,
-            created_ns: 0,
-            source: "127.0.0.1:7700".into(),
-            session: "unit".into(),
-            book: "mbp".into(),
-            symbology: Vec::new(),
-            fsync: String::new(),
-            first_record: 0,
-        };
-        let (mut w, _) = Writer::open(cfg, meta, 1).unwrap();
+        let (dir, mut w) = crate::test_support::writer("dbn", "levels", "mbp", Vec::new());
         w.record(&BookUpdate { seq: 1, level: 1, ..BookUpdate::control(Kind::LevelNew) }, 1).unwrap();
         w.stop(StopReason::EndOfStream, 2).unwrap();
         let out = dir.join("levels.dbn");

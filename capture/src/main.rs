@@ -18,6 +18,8 @@
 mod dbn;
 mod output;
 mod parquet;
+#[cfg(test)]
+mod test_support;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -307,7 +307,6 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Decimal128Type;
     use arrow_array::Array;
-    use mdfan_feed::capture::{Fsync, SegmentMeta, Writer, WriterConfig, FORMAT_VERSION};
     use mdfan_wire::{InstrumentDef, Side};
 
     fn record(seq: u64, instrument_id: u32, kind: Kind, price_e9: i64) -> BookUpdate {
@@ -332,32 +331,7 @@ mod tests {
     /// of a kind this build does not know: each lands in its column or in the metadata as the docs say.
     #[test]
     fn gaps_unnamed_instruments_missing_prices_and_unknown_kinds_are_kept() {
-        let dir = std::env::temp_dir().join(format!("mdfan-parquet-unit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = WriterConfig {
-            dir: dir.clone(),
-            name: "t".into(),
-            rotate_bytes: 1 << 20,
-            rotate_ns: 0,
-            block_records: 2,
-            block_ms: 10,
-            fsync: Fsync::Rotation,
-            compress: false,
-        };
-        let meta = SegmentMeta {
-            format_version: FORMAT_VERSION,
-            name: String::new(),
-            segment: 0,
-            created_ns: 0,
-            source: "127.0.0.1:7700".into(),
-            session: "unit".into(),
-            book: "mbo".into(),
-            symbology: vec![InstrumentDef::new(7, "ESH4")],
-            fsync: String::new(),
-            first_record: 0,
-        };
-        let (mut w, _) = Writer::open(cfg, meta, 1).unwrap();
+        let (dir, mut w) = crate::test_support::writer("parquet", "t", "mbo", vec![InstrumentDef::new(7, "ESH4")]);
         w.record(&record(1, 7, Kind::Add, 4_810_250_000_000), 1).unwrap();
         w.gap(2, 5, 1).unwrap();
         w.record(&record(5, 8, Kind::Trade, i64::MAX), 1).unwrap();

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use mdfan_feedsim::{run, DefinitionsConfig, Mdp3, MulticastScope, RecoveryConfig, SimConfig};
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
-use mdfan_subscriber::{CloseReason, Event, Health, InstrumentDef, MbpBooks, Side, Subscriber, SubscriberConfig};
+use mdfan_subscriber::{CloseReason, Event, Health, InstrumentDef, MbpBooks, Subscriber, SubscriberConfig};
 
 #[path = "../../feed/tests/support/mdp3.rs"]
 mod mdp3_ref;
-use mdp3_ref::{reference_asks, reference_bids, SECURITY};
+use mdp3_ref::SECURITY;
 
 const OFFSET: u32 = 1_000_000;
 const WATCHDOG: Duration = Duration::from_secs(180);
@@ -157,10 +157,7 @@ fn subscribe(
 }
 
 fn exact(who: &str, seen: &Seen, id: u32) {
-    let b = seen.books.get(id).unwrap_or_else(|| panic!("{who}: no book for {id}"));
-    assert_eq!(b.top(Side::Bid, 5), reference_bids(), "{who} {id}: bids");
-    assert_eq!(b.top(Side::Ask, 5), reference_asks(), "{who} {id}: asks");
-    assert!(!b.is_stale(), "{who} {id}");
+    mdp3_ref::assert_reference_book(who, seen.books.get(id), id);
 }
 
 #[test]

@@ -23,12 +23,12 @@ use mdfan_feedsim::{run, DefinitionsConfig, Impairment, Mdp3, RecoveryConfig, Si
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
 use mdfan_subscriber::{
-    flags, CloseReason, Event, Health, InstrumentDef, Kind, MbpBooks, Side, Subscriber, SubscriberConfig,
+    flags, CloseReason, Event, Health, InstrumentDef, Kind, MbpBooks, Subscriber, SubscriberConfig,
 };
 
 #[path = "../../feed/tests/support/mdp3.rs"]
 mod mdp3_ref;
-use mdp3_ref::{reference_asks, reference_bids, SECURITY};
+use mdp3_ref::SECURITY;
 
 const PACKETS: u64 = 5_000;
 const LEVEL_RECORDS: u64 = 5_848;
@@ -112,10 +112,7 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
 }
 
 fn assert_reference(who: &str, seen: &Seen, id: u32) {
-    let b = seen.books.get(id).unwrap_or_else(|| panic!("{who}: no book for {id}"));
-    assert_eq!(b.top(Side::Bid, 5), reference_bids(), "{who} {id}: bids");
-    assert_eq!(b.top(Side::Ask, 5), reference_asks(), "{who} {id}: asks");
-    assert!(!b.is_stale(), "{who} {id}");
+    mdp3_ref::assert_reference_book(who, seen.books.get(id), id);
 }
 
 #[test]

@@ -29,3 +29,12 @@ pub fn reference_bids() -> [Option<MbpLevel>; 5] {
 pub fn reference_asks() -> [Option<MbpLevel>; 5] {
     [lv(75_815, 19, 9), lv(75_820, 9, 6), lv(75_825, 18, 5), lv(75_830, 6, 3), lv(75_835, 7, 4)]
 }
+
+/// Asserts that `book` (instrument `id`'s, as `who` kept it) is the README's book: top 5 bids and asks, not
+/// stale.
+pub fn assert_reference_book(who: &str, book: Option<&mdfan_wire::MbpBook>, id: u32) {
+    let b = book.unwrap_or_else(|| panic!("{who}: no book for {id}"));
+    assert_eq!(b.top(mdfan_wire::Side::Bid, 5), reference_bids(), "{who} {id}: bids");
+    assert_eq!(b.top(mdfan_wire::Side::Ask, 5), reference_asks(), "{who} {id}: asks");
+    assert!(!b.is_stale(), "{who} {id}");
+}
