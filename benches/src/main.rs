@@ -63,6 +63,7 @@ mod aeron;
 mod aeron_c;
 mod book_apply;
 mod callgrind;
+mod consumers;
 mod fanout;
 mod host;
 #[cfg(feature = "iceoryx2")]
@@ -141,6 +142,20 @@ enum Cmd {
         case: String,
         #[arg(long, default_value_t = 3)]
         passes: u32,
+    },
+    /// The plant's consumers (capture, exports, the NATS bridge) against the publisher's max replay of the same
+    /// stream, in one run: writes OUT/consumers.md (benches/src/consumers.rs). Needs the release binaries of
+    /// mdfan-capture and mdfan-bridge beside this one, and nats-server on PATH for the bridge.
+    Consumers {
+        /// Report folder (created).
+        #[arg(long)]
+        out: PathBuf,
+        /// Rounds (the figures are their medians).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+        rounds: u32,
+        /// ESH4's records this many times over (an instrument each).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeats: u32,
     },
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
@@ -389,6 +404,7 @@ fn main() {
         Cmd::Run(a) => Scenario::from_args(&a).and_then(|s| run(&a.out, &s)),
         Cmd::Decode { case, passes } => callgrind::decode(&repo_root(), &case, passes),
         Cmd::Compare { a, b } => compare(&a, &b),
+        Cmd::Consumers { out, rounds, repeats } => consumers::run(&out, rounds, repeats),
     };
     if let Err(e) = result {
         eprintln!("mdfan-bench: error: {e:#}");

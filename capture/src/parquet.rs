@@ -26,7 +26,7 @@
 //! written). A row group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is
 //! about 24 groups) or after `--row-group-rows` rows (default 1 Mi), whichever comes first; every column has
 //! min/max statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
-//! Compression: zstd.
+//! Compression: zstd level 1; the rising columns delta-encoded, `order_id` plain, the others dictionary-encoded.
 //!
 //! The file is written as `OUT.partial` and put in place when whole (`crate::output`): a reader never sees
 //! half a file, and an existing OUT is never overwritten.
@@ -44,9 +44,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use mdfan_feed::capture::{is_session_record, Item, Reader, StopReason};
 use mdfan_wire::{BookUpdate, Kind};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 
 /// Rows per Arrow batch handed to the writer (bounds memory; row groups are cut by the writer).
 const BATCH_ROWS: usize = 65_536;
@@ -235,11 +236,18 @@ fn write(
 ) -> Result<(Exported, Option<String>), String> {
     let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
     let schema = schema();
-    let zstd = ZstdLevel::try_new(3).map_err(|e| e.to_string())?;
-    let props = WriterProperties::builder()
+    let zstd = ZstdLevel::try_new(1).map_err(|e| e.to_string())?;
+    let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(zstd))
-        .set_max_row_group_row_count(Some(groups.rows.max(1)))
-        .build();
+        .set_max_row_group_row_count(Some(groups.rows.max(1)));
+    // Columns that rise record by record (or nearly): deltas, not a dictionary that would only overflow.
+    for col in ["capture_index", "seq", "ts_event", "ts_recv", "venue_pos"] {
+        props = props
+            .set_column_dictionary_enabled(ColumnPath::from(col), false)
+            .set_column_encoding(ColumnPath::from(col), Encoding::DELTA_BINARY_PACKED);
+    }
+    // Order ids are nearly all distinct.
+    let props = props.set_column_dictionary_enabled(ColumnPath::from("order_id"), false).build();
     let io = |e: parquet::errors::ParquetError| format!("{}: {e}", path.display());
     let mut writer = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
     let mut cols = Columns::new();
