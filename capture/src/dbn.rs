@@ -94,7 +94,7 @@ mod tests {
             "capture levels segment 1: its book is \"mbp\": DBN MBO holds order-level records only (--parquet takes \
              any capture)"
         );
-        assert!(!out.exists() && !dir.join("levels.dbn.partial").exists());
+        assert!(!out.exists() && !dir.join(format!("levels.dbn.partial.{}", std::process::id())).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

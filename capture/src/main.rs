@@ -21,6 +21,7 @@ mod parquet;
 #[cfg(test)]
 mod test_support;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,7 +98,7 @@ enum Command {
         /// The capture's name (default: the folder's only one).
         #[arg(long)]
         name: Option<String>,
-        /// The Parquet file to write (it must not exist; written as FILE.partial and put in place when whole).
+        /// The Parquet file to write (it must not exist; written as FILE.partial.PID and put in place when whole).
         #[arg(long, value_name = "FILE")]
         parquet: Option<PathBuf>,
         /// Rows at most per Parquet row group.
@@ -193,8 +194,11 @@ fn main() -> ExitCode {
         }
         Command::Report { dir, name } => mdfan_feed::capture::report(&dir, name.as_deref())
             .map(|r| {
+                let mut out = std::io::stdout().lock();
                 for l in r.lines() {
-                    println!("{l}");
+                    if writeln!(out, "{l}").is_err() {
+                        break; // a reader that went away (`| head`): nothing more to say
+                    }
                 }
                 0
             })
@@ -414,10 +418,12 @@ fn export(
 
 fn cat(dir: &std::path::Path, name: Option<&str>, follow: bool, shutdown: &AtomicBool) -> Result<u8, String> {
     let mut r = Reader::open(dir, name, follow).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
     loop {
-        match r.next().map_err(|e| e.to_string())? {
-            Some(Item::Segment(m)) => println!("segment {} name={} source={} session={} first_record={}", m.segment, m.name, m.source, m.session, m.first_record),
-            Some(Item::Record(x)) => println!(
+        let written = match r.next().map_err(|e| e.to_string())? {
+            Some(Item::Segment(m)) => writeln!(out, "segment {} name={} source={} session={} first_record={}", m.segment, m.name, m.source, m.session, m.first_record),
+            Some(Item::Record(x)) => writeln!(
+                out,
                 "record seq={} kind={} instrument={} side={} price_e9={} size={} order_id={} level={} flags=0x{:02x} venue_pos={} ts_event_ns={} ts_recv_ns={}",
                 x.seq,
                 x.kind().map_or_else(|| format!("unknown_{}", x.kind), |k| format!("{k:?}")),
@@ -432,10 +438,19 @@ fn cat(dir: &std::path::Path, name: Option<&str>, follow: bool, shutdown: &Atomi
                 x.ts_event_ns,
                 x.ts_recv_ns
             ),
-            Some(Item::Gap { expected, got }) => println!("gap expected={expected} got={got}"),
-            Some(Item::Stop { reason, at_ns }) => println!("stop reason={} at_ns={at_ns}", reason.map_or("unknown", StopReason::as_str)),
-            None if follow && !shutdown.load(Ordering::Relaxed) => std::thread::sleep(Duration::from_millis(5)),
+            Some(Item::Gap { expected, got }) => writeln!(out, "gap expected={expected} got={got}"),
+            Some(Item::Stop { reason, at_ns }) => {
+                writeln!(out, "stop reason={} at_ns={at_ns}", reason.map_or("unknown", StopReason::as_str))
+            }
+            None if follow && !shutdown.load(Ordering::Relaxed) => {
+                let _ = out.flush();
+                std::thread::sleep(Duration::from_millis(5));
+                Ok(())
+            }
             None => break,
+        };
+        if written.is_err() {
+            return Ok(0); // a reader that went away (`| head`, `grep -m`): nothing more to say
         }
     }
     if let Some(t) = r.torn() {

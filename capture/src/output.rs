@@ -1,10 +1,11 @@
-//! Writing an export file whole or not at all: beside the target as `FILE.partial`, then linked into place
-//! (which fails, never overwrites, when the target exists) and the partial file removed.
+//! Writing an export file whole or not at all: beside the target as `FILE.partial.PID`, then linked into place
+//! (which fails, never overwrites, when the target exists) and the partial file removed. An export killed
+//! midway leaves its `FILE.partial.PID` behind (never `FILE`); the next one writes its own.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-/// Runs `write` on a new `out.partial` and puts the file at `out` when it succeeds; removes it when not.
+/// Runs `write` on a new `out.partial.PID` and puts the file at `out` when it succeeds; removes it when not.
 ///
 /// # Errors
 /// `out` exists (before or after the write), the partial file cannot be created or linked, or `write`'s own
@@ -15,7 +16,7 @@ pub fn write_new<T>(out: &Path, write: impl FnOnce(File, &Path) -> Result<T, Str
         return Err(exists());
     }
     let mut name = out.as_os_str().to_owned();
-    name.push(".partial");
+    name.push(format!(".partial.{}", std::process::id()));
     let partial = PathBuf::from(name);
     let file = OpenOptions::new()
         .write(true)

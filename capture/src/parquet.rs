@@ -28,7 +28,7 @@
 //! min/max statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
 //! Compression: zstd level 1; the rising columns delta-encoded, `order_id` plain, the others dictionary-encoded.
 //!
-//! The file is written as `OUT.partial` and put in place when whole (`crate::output`): a reader never sees
+//! The file is written as `OUT.partial.PID` and put in place when whole (`crate::output`): a reader never sees
 //! half a file, and an existing OUT is never overwritten.
 
 use std::collections::HashMap;
@@ -351,7 +351,7 @@ mod tests {
         let out = dir.join("t.parquet");
         let (done, torn) = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap();
         assert_eq!((done.rows, done.row_groups, done.gaps, torn), (3, 2, 1, None));
-        assert!(!dir.join("t.parquet.partial").exists());
+        assert!(!dir.join(format!("t.parquet.partial.{}", std::process::id())).exists());
         let reader =
             parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
         let kv: HashMap<String, String> = reader

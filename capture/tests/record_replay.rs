@@ -274,6 +274,16 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         n += 1;
     }
     assert_eq!(n, original.records.len());
+    // A reader that goes away early (`| head`): cat stops quietly.
+    let mut cat = capture(&["cat", d.to_str().unwrap()]).spawn().unwrap();
+    {
+        use std::io::BufRead;
+        let mut first = String::new();
+        std::io::BufReader::new(cat.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.starts_with("segment 1 name=esh4 "), "{first}");
+    }
+    let out = cat.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // Never over an existing file.
     let out = capture(&export).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -395,8 +395,10 @@ enum Next {
     Block(BlockHeader),
     /// The segment ends cleanly here.
     End,
-    /// A block cut short or damaged starts here (`detail` says how).
+    /// A block cut short starts here: the file ends inside it (a writer killed mid-block; `detail` says how).
     Torn(String),
+    /// A whole block here is damaged (a bad header, a payload whose CRC does not match): not a torn end.
+    Corrupt(String),
 }
 
 impl SegmentReader {
@@ -450,7 +452,10 @@ impl SegmentReader {
         }
         let h = match BlockHeader::decode(&self.header) {
             Ok(h) => h,
-            Err(detail) => return Ok(Next::Torn(detail)),
+            // A zero-filled header is what a crash leaves past the last write (the filesystem extended the file,
+            // the data never came): the end, cut short. Any other bad header is damage.
+            Err(_) if self.header.iter().all(|b| *b == 0) => return Ok(Next::Torn("zero-filled block header".into())),
+            Err(detail) => return Ok(Next::Corrupt(detail)),
         };
         self.payload.resize(h.payload_bytes as usize, 0);
         let got = read_full(&mut self.src, &mut self.payload).map_err(io)?;
@@ -458,17 +463,27 @@ impl SegmentReader {
             return Ok(Next::Torn(format!("block payload cut short ({got} of {} bytes)", self.payload.len())));
         }
         if crc(&self.payload) != h.payload_crc {
-            return Ok(Next::Torn("block payload CRC does not match".into()));
+            return Ok(Next::Corrupt("block payload CRC does not match".into()));
         }
         self.offset += (BLOCK_HEADER_BYTES + self.payload.len()) as u64;
         Ok(Next::Block(h))
     }
 }
 
-/// Reads one segment (plain or compressed) to its end or its first block that is not whole.
+/// A damaged block: the segment, where, and what (never taken for a torn end).
+fn damaged(path: &Path, offset: u64, detail: &str) -> CaptureError {
+    CaptureError::Format {
+        path: path.to_owned(),
+        offset,
+        detail: format!("{detail}: a damaged block, not a torn end (the blocks after it are not read)"),
+    }
+}
+
+/// Reads one segment (plain or compressed) to its end or to a block cut short by the end of the file.
 ///
 /// # Errors
-/// [`CaptureError`] for a file that cannot be read or whose segment header is not the format's.
+/// [`CaptureError`] for a file that cannot be read, whose segment header is not the format's, or with a damaged
+/// block (a bad header or CRC; named with its offset).
 pub fn scan_segment(path: &Path) -> Result<(SegmentMeta, SegmentScan), CaptureError> {
     let (mut r, meta) = SegmentReader::open(path)?;
     let mut scan = SegmentScan { good_bytes: r.offset, ..SegmentScan::default() };
@@ -480,6 +495,7 @@ pub fn scan_segment(path: &Path) -> Result<(SegmentMeta, SegmentScan), CaptureEr
                 scan.good_bytes = r.offset;
             }
             Next::End => break,
+            Next::Corrupt(detail) => return Err(damaged(path, r.offset, &detail)),
             Next::Torn(_) => {
                 if let Ok(m) = std::fs::metadata(path) {
                     if !path.to_string_lossy().ends_with(COMPRESSED_EXT) {
@@ -512,6 +528,9 @@ pub fn segments(dir: &Path, name: &str) -> Result<Vec<(u64, PathBuf)>, CaptureEr
         } else {
             continue;
         };
+        if num.len() != 6 || !num.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
         let Ok(n) = num.parse::<u64>() else { continue };
         if plain || !found.contains_key(&n) {
             found.insert(n, e.path());
@@ -566,6 +585,8 @@ pub struct Reader {
     pending: (usize, usize),
     queued: std::collections::VecDeque<Item>,
     torn: Option<String>,
+    /// The current segment's `first_record` plus the records read of it: where the next segment must begin.
+    next_first_record: Option<u64>,
 }
 
 impl Reader {
@@ -587,6 +608,7 @@ impl Reader {
             pending: (0, 0),
             queued: std::collections::VecDeque::new(),
             torn: None,
+            next_first_record: None,
         })
     }
 
@@ -611,6 +633,19 @@ impl Reader {
                 let next = segments(&self.dir, &self.name)?.into_iter().find(|(n, _)| *n > self.done);
                 let Some((n, path)) = next else { return Ok(None) };
                 let (r, meta) = SegmentReader::open(&path)?;
+                // Segments follow one another without a hole, each starting where the one before ended (the
+                // first one read may be any: older ones may have been deleted on purpose).
+                let missing = |detail: String| CaptureError::Format { path: path.clone(), offset: 0, detail };
+                if self.done > 0 && n != self.done + 1 {
+                    return Err(missing(format!("segment {} to {} of this capture are missing", self.done + 1, n - 1)));
+                }
+                if let Some(want) = self.next_first_record.filter(|w| *w != meta.first_record) {
+                    return Err(missing(format!(
+                        "its first_record is {} but the segments before it hold {want} records: records are missing",
+                        meta.first_record
+                    )));
+                }
+                self.next_first_record = Some(meta.first_record);
                 self.done = n;
                 self.cur = Some((n, r));
                 self.queued.push_back(Item::Segment(Box::new(meta)));
@@ -620,6 +655,9 @@ impl Reader {
             if left > 0 {
                 let bytes: &[u8; 64] = r.payload[at * 64..at * 64 + 64].try_into().expect("64 bytes");
                 self.pending = (at + 1, left - 1);
+                if let Some(n) = self.next_first_record.as_mut() {
+                    *n += 1;
+                }
                 return Ok(Some(Item::Record(BookUpdate::from_bytes(bytes))));
             }
             let (path, offset) = (r.path.display().to_string(), r.offset);
@@ -632,8 +670,10 @@ impl Reader {
                         return Ok(Some(Item::Stop { reason, at_ns: h.first_ts_recv_ns }));
                     }
                 },
+                Next::Corrupt(detail) => return Err(damaged(Path::new(&path), offset, &detail)),
                 step => {
-                    if self.follow && !self.newer_segment()? {
+                    let newer = self.newer_segment()?;
+                    if self.follow && !newer {
                         // The writer may still be appending: what was read of a block not whole is read again.
                         if let Some((_, r)) = self.cur.as_mut() {
                             r.rewind()?;
@@ -642,10 +682,16 @@ impl Reader {
                     }
                     self.cur = None;
                     if let Next::Torn(detail) = step {
-                        if !self.newer_segment()? {
-                            self.torn = Some(format!("{path}: offset {offset}: {detail}"));
-                            return Ok(None);
+                        if newer {
+                            // A writer closes a segment whole before it opens the next: this one was cut since.
+                            return Err(CaptureError::Format {
+                                path: PathBuf::from(&path),
+                                offset,
+                                detail: format!("{detail}, and a later segment follows: this one was cut or damaged"),
+                            });
                         }
+                        self.torn = Some(format!("{path}: offset {offset}: {detail}"));
+                        return Ok(None);
                     }
                 }
             }
@@ -722,23 +768,53 @@ pub struct Recovered {
     pub cut_bytes: u64,
 }
 
-/// Finds the segments of capture `name` a writer left open (plain `.mdcap`, no compressed twin finished) and
-/// cuts each after its last whole block, so every block in it is whole; returns what was done to each, and the
-/// highest segment number of the capture (0 for a new one).
+/// What [`recover`] found: the segments it made whole, the capture's highest segment number (0 for a new
+/// capture), and the number of records its segments hold (where the next segment's `first_record` starts).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recovery {
+    /// Segments a writer left open or did not close (plain, no index), each made whole; the caller closes them
+    /// ([`close_segment`]).
+    pub recovered: Vec<Recovered>,
+    /// The highest segment number.
+    pub last: u64,
+    /// Records of all the segments (the last one's `first_record` plus its records).
+    pub records: u64,
+}
+
+/// Readies capture `name` for a writer after one that stopped without closing it (killed, a crash): the
+/// segments not closed (plain `.mdcap` without its `.mdidx` index) are checked, and the last one is cut after
+/// its last whole block when the file ends inside a block. A closed segment is never touched.
 ///
 /// # Errors
-/// [`CaptureError`] for a segment that cannot be read, whose header is damaged, or that cannot be cut.
-pub fn recover(dir: &Path, name: &str) -> Result<(Vec<Recovered>, u64), CaptureError> {
-    let mut out = Vec::new();
-    let mut last = 0;
-    for (n, path) in segments(dir, name)? {
-        last = last.max(n);
-        if path.to_string_lossy().ends_with(COMPRESSED_EXT) {
+/// [`CaptureError`] for a segment that cannot be read, whose header is damaged, that holds a damaged block
+/// (named with its offset: a damaged block is never cut away, it must be looked at), that is not the last and
+/// ends cut short, or that cannot be cut.
+pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
+    let mut out = Recovery::default();
+    let all = segments(dir, name)?;
+    let last = all.last().map_or(0, |(n, _)| *n);
+    out.last = last;
+    for (n, path) in &all {
+        let closed = path.to_string_lossy().ends_with(COMPRESSED_EXT) || index_path(path).exists();
+        if closed && *n != last {
             continue;
         }
-        let (_, scan) = scan_segment(&path)?;
+        let (meta, scan) = scan_segment(path)?;
+        if *n == last {
+            out.records = meta.first_record + scan.records;
+        }
+        if closed {
+            continue;
+        }
         if scan.torn_bytes > 0 {
-            let f = OpenOptions::new().write(true).open(&path).map_err(|source| CaptureError::Io {
+            if *n != last {
+                return Err(CaptureError::Format {
+                    path: path.clone(),
+                    offset: scan.good_bytes,
+                    detail: "ends inside a block, and a later segment follows: damaged, not cut".into(),
+                });
+            }
+            let f = OpenOptions::new().write(true).open(path).map_err(|source| CaptureError::Io {
                 path: path.clone(),
                 what: "open to cut",
                 source,
@@ -750,7 +826,7 @@ pub fn recover(dir: &Path, name: &str) -> Result<(Vec<Recovered>, u64), CaptureE
             })?;
             f.sync_all().map_err(|source| CaptureError::Io { path: path.clone(), what: "fsync", source })?;
         }
-        out.push(Recovered { path, scan, cut_bytes: scan.torn_bytes });
+        out.recovered.push(Recovered { path: path.clone(), scan, cut_bytes: scan.torn_bytes });
     }
     // Leftovers of a compression the writer did not finish.
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -761,7 +837,14 @@ pub fn recover(dir: &Path, name: &str) -> Result<(Vec<Recovered>, u64), CaptureE
             }
         }
     }
-    Ok((out, last))
+    Ok(out)
+}
+
+/// The index file of segment `path` (`NAME-NNNNNN.mdidx`).
+fn index_path(path: &Path) -> PathBuf {
+    let s = path.to_string_lossy();
+    let stem = s.trim_end_matches(&format!(".{COMPRESSED_EXT}")).trim_end_matches(&format!(".{SEGMENT_EXT}"));
+    PathBuf::from(format!("{stem}.{INDEX_EXT}"))
 }
 
 /// Compresses a closed segment (`.mdcap` → `.mdcap.zst`, written beside it then renamed, the plain file then
@@ -786,6 +869,8 @@ pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
     let mut src = File::open(path).map_err(io(path, "open"))?;
     let out = File::create(&tmp).map_err(io(&tmp, "create"))?;
     let mut enc = zstd::stream::write::Encoder::new(out, 3).map_err(io(&tmp, "zstd"))?;
+    // A frame checksum: damage to the compressed file is found by zstd too, not only by the block CRCs.
+    enc.include_checksum(true).map_err(io(&tmp, "zstd"))?;
     std::io::copy(&mut src, &mut enc).map_err(io(&tmp, "compress"))?;
     let out = enc.finish().map_err(io(&tmp, "zstd finish"))?;
     out.sync_all().map_err(io(&tmp, "fsync"))?;
@@ -810,6 +895,7 @@ pub fn index_of(path: &Path) -> Result<Vec<u8>, CaptureError> {
                 }
             }
             Next::End | Next::Torn(_) => return Ok(out),
+            Next::Corrupt(detail) => return Err(damaged(path, at, &detail)),
         }
     }
 }
@@ -853,25 +939,46 @@ pub struct Writer {
     stats: WriterStats,
     /// Segments closed (rotated) that wait for the caller to index and compress ([`close_segment`]).
     closed: Vec<PathBuf>,
+    /// Records of the capture's segments before this writer's first.
+    base_records: u64,
+    /// `DIR/NAME.lock`, locked (flock) while this writer lives: one writer per capture.
+    _lock: nix::fcntl::Flock<File>,
 }
 
 impl Writer {
-    /// Starts a capture in `cfg.dir`: first cuts what an earlier writer of the same name left open after its last
-    /// whole block ([`recover`]; the caller closes those segments, [`close_segment`]), then opens the next
-    /// segment with `meta` (its `name`, `fsync`, `segment`, `created_ns` and `first_record` set here). Returns
-    /// the writer and what was recovered.
+    /// Starts a capture in `cfg.dir`: takes the capture's lock (`DIR/NAME.lock`, flock, held while the writer
+    /// lives: a second writer of the same name is refused, never lets two interleave), cuts what an earlier
+    /// writer of the same name left open after its last whole block ([`recover`]; the caller closes those
+    /// segments, [`close_segment`]), then opens the next segment with `meta` (its `name`, `fsync`, `segment`,
+    /// `created_ns` and `first_record` set here). Returns the writer and what was recovered.
     ///
     /// # Errors
-    /// [`CaptureError`] naming the file that could not be read, cut or created.
+    /// [`CaptureError`] naming the lock held by another writer, or the file that could not be read, cut or
+    /// created.
     pub fn open(
         cfg: WriterConfig,
         mut meta: SegmentMeta,
         now_ns: u64,
     ) -> Result<(Writer, Vec<Recovered>), CaptureError> {
-        let (recovered, last) = recover(&cfg.dir, &cfg.name)?;
+        let lock_path = cfg.dir.join(format!("{}.lock", cfg.name));
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|source| CaptureError::Io { path: lock_path.clone(), what: "open the lock", source })?;
+        let lock =
+            nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+                CaptureError::Io {
+                    path: lock_path.clone(),
+                    what: "lock (another mdfan-capture writes this capture; one writer per name)",
+                    source: e.into(),
+                }
+            })?;
+        let Recovery { recovered, last, records } = recover(&cfg.dir, &cfg.name)?;
         meta.name = cfg.name.clone();
         meta.fsync = cfg.fsync.as_string();
-        meta.first_record = 0;
+        meta.first_record = records;
         meta.segment = last + 1;
         meta.created_ns = now_ns;
         let (file, path) = create_segment(&cfg, &meta)?;
@@ -890,6 +997,8 @@ impl Writer {
             dirty_since_ns: None,
             stats: WriterStats::default(),
             closed: Vec::new(),
+            base_records: records,
+            _lock: lock,
         };
         w.stats.segments = 1;
         let header = segment_header(&w.meta);
@@ -911,7 +1020,7 @@ impl Writer {
     fn open_segment(&mut self, now_ns: u64) -> Result<(), CaptureError> {
         self.meta.segment += 1;
         self.meta.created_ns = now_ns;
-        self.meta.first_record = self.stats.records;
+        self.meta.first_record = self.base_records + self.stats.records;
         (self.file, self.path) = create_segment(&self.cfg, &self.meta)?;
         self.seg_bytes = 0;
         self.seg_opened_ns = now_ns;
@@ -952,7 +1061,15 @@ impl Writer {
         Ok(())
     }
 
-    fn write_block(&mut self, h: BlockHeader, payload_len: usize, now_ns: u64) -> Result<(), CaptureError> {
+    /// Writes a block (its payload the first `payload_len` bytes of the current block; `records` of them), then
+    /// syncs and rotates as due.
+    fn write_block(
+        &mut self,
+        h: BlockHeader,
+        payload_len: usize,
+        records: u64,
+        now_ns: u64,
+    ) -> Result<(), CaptureError> {
         let header = h.encode();
         self.write_bytes(&header)?;
         if payload_len > 0 {
@@ -961,6 +1078,8 @@ impl Writer {
             self.block = payload;
             r?;
         }
+        // Counted before a rotation, which starts the next segment's first_record here.
+        self.stats.records += records;
         self.stats.blocks += 1;
         self.dirty_since_ns.get_or_insert(now_ns);
         self.sync(now_ns, false)?;
@@ -994,11 +1113,8 @@ impl Writer {
             payload_crc: crc(&self.block[..bytes]),
         };
         self.block_count = 0;
-        let written = self.write_block(h, bytes, now_ns);
+        let written = self.write_block(h, bytes, n as u64, now_ns);
         self.block.clear();
-        if written.is_ok() {
-            self.stats.records += n as u64;
-        }
         written
     }
 
@@ -1039,7 +1155,7 @@ impl Writer {
             first_venue_pos: 0,
             payload_crc: crc(&[]),
         };
-        self.write_block(h, 0, now_ns)
+        self.write_block(h, 0, 0, now_ns)
     }
 
     /// Time-driven work, called between polls: a block whose first record waited `block_ms` is written, an

@@ -124,6 +124,16 @@ fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
         .collect();
     assert_eq!(metas.len(), 5);
     assert_eq!(metas[0], (1, 0));
+    // Each segment's first_record is the records of the segments before it.
+    let mut r = Reader::open(&d, None, false).unwrap();
+    let mut seen = 0u64;
+    while let Some(item) = r.next().unwrap() {
+        match item {
+            Item::Segment(m) => assert_eq!(m.first_record, seen, "segment {}", m.segment),
+            Item::Record(_) => seen += 1,
+            _ => {}
+        }
+    }
     assert!(other.contains(&Item::Gap { expected: 30_001, got: 30_004 }));
     assert_eq!(other.last(), Some(&Item::Stop { reason: Some(StopReason::EndOfStream), at_ns: 3 }));
     let book = final_book(&back);
@@ -250,5 +260,84 @@ fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes() {
     assert_eq!(back.len() as u64, written, "every whole block before the full disk reads back");
     assert!(back == recs[..written as usize], "the records read back are the ones written");
     let _ = std::process::Command::new("umount").arg(&d).status();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// ESH4 in five closed plain segments (indexed, not compressed).
+fn five_plain_segments(tag: &str) -> PathBuf {
+    let d = dir(tag);
+    let (mut w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 20) }, meta(), 1).unwrap();
+    for r in records() {
+        w.record(&r, 2).unwrap();
+        for closed in w.take_closed() {
+            close_segment(&closed, false).unwrap();
+        }
+    }
+    let (_, last) = w.stop(StopReason::EndOfStream, 3).unwrap();
+    for closed in last {
+        close_segment(&closed, false).unwrap();
+    }
+    d
+}
+
+fn read_error(d: &Path) -> String {
+    let mut r = Reader::open(d, None, false).unwrap();
+    loop {
+        match r.next() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("read to the end without an error (torn: {:?})", r.torn()),
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+/// A damaged block inside the capture, or a segment missing, is an error naming the segment and the offset,
+/// never a shorter capture read as whole; recovery never cuts a closed segment; a second writer of the same
+/// capture is refused while the first lives.
+#[test]
+fn damage_or_a_missing_segment_is_an_error_and_recovery_never_cuts_a_closed_segment() {
+    // One byte flipped in the middle of segment 2 (of 5).
+    let d = five_plain_segments("damage");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let mut bytes = std::fs::read(&seg2).unwrap();
+    bytes[500_000] ^= 0xff;
+    std::fs::write(&seg2, &bytes).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000002.mdcap") && e.contains("CRC does not match") && e.contains("damaged block"), "{e}");
+    let e = report(&d, None).unwrap_err().to_string();
+    assert!(e.contains("esh4-000002.mdcap"), "{e}");
+    // A writer started on it refuses nothing of the closed segments' content and cuts none of them: the new
+    // segment follows, numbered on from all five's records.
+    let sizes = |d: &Path| {
+        segments(d, "esh4").unwrap().iter().map(|(_, p)| std::fs::metadata(p).unwrap().len()).collect::<Vec<_>>()
+    };
+    let before = sizes(&d);
+    let (w, recovered) = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 20) }, meta(), 4).unwrap();
+    assert!(recovered.is_empty(), "closed segments are not recovered: {recovered:?}");
+    assert_eq!(sizes(&d)[..5], before[..], "no segment cut");
+    // One writer per capture.
+    let second = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 20) }, meta(), 5);
+    let e = second.err().expect("a second writer is refused").to_string();
+    assert!(e.contains("esh4.lock") && e.contains("another mdfan-capture writes this capture"), "{e}");
+    let (_, last) = w.stop(StopReason::Interrupted, 6).unwrap();
+    assert_eq!(last.len(), 1);
+    let (m6, _) = mdfan_feed::capture::scan_segment(&last[0]).unwrap();
+    assert_eq!((m6.segment, m6.first_record), (6, esh4::RECORDS), "after the five segments' records");
+    let _ = std::fs::remove_dir_all(&d);
+
+    // Segment 3 of 5 gone.
+    let d = five_plain_segments("missing");
+    std::fs::remove_file(d.join("esh4-000003.mdcap")).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000004.mdcap") && e.contains("segment 3 to 3 of this capture are missing"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+
+    // Segment 2 cut short while segment 3 follows.
+    let d = five_plain_segments("cut");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let len = std::fs::metadata(&seg2).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&seg2).unwrap().set_len(len - 100).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000002.mdcap") && e.contains("a later segment follows"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
