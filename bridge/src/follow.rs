@@ -20,8 +20,11 @@ pub struct FollowStats {
     pub gaps: u64,
     /// `stale` and `gap` messages.
     pub stale_marks: u64,
-    /// Update messages left out: already applied (a number at or below the last) or while the book was stale.
+    /// Update messages left out: already applied (a number at or below the last) or while the book was stale;
+    /// and `end` messages that did not match the book (another run, another update number).
     pub skipped: u64,
+    /// Updates of another bridge run than the book's (a restarted bridge): the book is stale until a snapshot.
+    pub other_run: u64,
     /// Records a book refused (the book is stale until the next snapshot).
     pub book_errors: u64,
 }
@@ -33,6 +36,8 @@ pub struct Follower {
     mbp: MbpBooks,
     /// The update number due next (0: none seen yet).
     expected: u64,
+    /// The bridge run the book follows (its last snapshot's, or its first update's).
+    run: Option<String>,
     stale: bool,
     ended: bool,
     stats: FollowStats,
@@ -51,6 +56,7 @@ impl Follower {
             books: Books::new(),
             mbp: MbpBooks::with_capacity(1),
             expected: 0,
+            run: None,
             stale: false,
             ended: false,
             stats: FollowStats::default(),
@@ -62,6 +68,22 @@ impl Follower {
     /// # Errors
     /// A payload that is not records (named); the book is then stale until the next snapshot.
     pub fn apply(&mut self, meta: &Meta, payload: &[u8]) -> Result<(), String> {
+        // A message of another run than the book's (a restarted bridge numbers its updates anew): only a snapshot
+        // can be applied to this book; an update of another run makes it stale, anything else of it is left out.
+        if self.run.as_ref().is_some_and(|r| *r != meta.run) {
+            match meta.kind {
+                MessageKind::Update => {
+                    self.stats.other_run += 1;
+                    self.stale = true;
+                    return Ok(());
+                }
+                MessageKind::Stale | MessageKind::Gap | MessageKind::End => {
+                    self.stats.skipped += 1;
+                    return Ok(());
+                }
+                MessageKind::Snapshot | MessageKind::Status => {}
+            }
+        }
         match meta.kind {
             MessageKind::Snapshot => {
                 let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
@@ -70,6 +92,7 @@ impl Follower {
                 self.stale = false;
                 self.apply_records(&rs);
                 self.expected = meta.inst_seq + 1;
+                self.run = Some(meta.run.clone());
                 self.stats.snapshots += 1;
             }
             MessageKind::Update => {
@@ -83,6 +106,7 @@ impl Follower {
                     self.stale = true;
                 }
                 self.expected = meta.inst_seq + 1;
+                self.run.get_or_insert_with(|| meta.run.clone());
                 if self.stale {
                     self.stats.skipped += 1;
                     return Ok(());
@@ -95,7 +119,10 @@ impl Follower {
                 self.stale = true;
                 self.stats.stale_marks += 1;
             }
-            MessageKind::End => self.ended = true,
+            // The end of the run the book follows, after the update the book is at; anything else (a forged or
+            // stray end) is left out.
+            MessageKind::End if self.expected != 0 && meta.inst_seq + 1 == self.expected => self.ended = true,
+            MessageKind::End => self.stats.skipped += 1,
             MessageKind::Status => {}
         }
         Ok(())
@@ -198,7 +225,7 @@ mod tests {
     }
 
     fn meta(kind: MessageKind, inst_seq: u64) -> Meta {
-        Meta { kind, inst_seq, zstd: kind == MessageKind::Snapshot }
+        Meta { kind, run: "r1".into(), inst_seq, zstd: kind == MessageKind::Snapshot }
     }
 
     /// From update 1; a duplicate is left out; a hole makes the book stale and later updates are left out
@@ -228,7 +255,16 @@ mod tests {
         assert!(f.ended());
         assert_eq!(
             f.stats(),
-            FollowStats { snapshots: 1, updates: 3, records: 8, gaps: 1, stale_marks: 1, skipped: 3, book_errors: 0 }
+            FollowStats {
+                snapshots: 1,
+                updates: 3,
+                records: 8,
+                gaps: 1,
+                stale_marks: 1,
+                skipped: 3,
+                other_run: 0,
+                book_errors: 0
+            }
         );
     }
 
@@ -250,5 +286,33 @@ mod tests {
         let mut h = Follower::new();
         assert!(h.apply(&meta(MessageKind::Update, 1), &[0u8; 10]).is_err());
         assert!(h.stale());
+    }
+
+    /// A restarted bridge numbers its updates anew: its messages make the book stale until its snapshot, and an
+    /// `end` counts only from the book's run at the book's update number.
+    #[test]
+    fn another_runs_messages_wait_for_its_snapshot_and_a_stray_end_is_left_out() {
+        let mut f = Follower::new();
+        let snap = [BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) }];
+        f.apply(&meta(MessageKind::Snapshot, 0), &compress(&snap)).unwrap();
+        f.apply(&meta(MessageKind::Update, 1), &payload(&[add(1, 100, 5)])).unwrap();
+        f.apply(&meta(MessageKind::Update, 2), &payload(&[add(2, 101, 5)])).unwrap();
+        // A forged end with an old number: left out.
+        f.apply(&meta(MessageKind::End, 1), &[]).unwrap();
+        assert!(!f.ended());
+        let run2 = |kind, inst_seq| Meta { run: "r2".into(), ..meta(kind, inst_seq) };
+        f.apply(&run2(MessageKind::Update, 1), &payload(&[add(3, 99, 1)])).unwrap();
+        assert!(f.stale(), "a new run's update is not applied to the old run's book");
+        assert_eq!(f.summary(ID), "orders=2 levels_bid=2 levels_ask=0 bbo=101.00x5/-");
+        let snap2 = [BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) }, add(3, 99, 1)];
+        f.apply(&run2(MessageKind::Snapshot, 1), &compress(&snap2)).unwrap();
+        assert!(!f.stale());
+        f.apply(&run2(MessageKind::Update, 2), &payload(&[add(4, 98, 1)])).unwrap();
+        f.apply(&meta(MessageKind::End, 2), &[]).unwrap();
+        assert!(!f.ended(), "the old run's end");
+        f.apply(&run2(MessageKind::End, 2), &[]).unwrap();
+        assert!(f.ended());
+        assert_eq!(f.summary(ID), "orders=2 levels_bid=2 levels_ask=0 bbo=99.00x1/-");
+        assert_eq!((f.stats().other_run, f.stats().skipped), (1, 2));
     }
 }

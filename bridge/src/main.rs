@@ -27,7 +27,7 @@ use async_nats::jetstream;
 use async_nats::HeaderMap;
 use clap::Parser;
 use mdfan_bridge::message::{self, MessageKind};
-use mdfan_bridge::subject::{id_token, token, Subjects};
+use mdfan_bridge::subject::{token, Subjects};
 use mdfan_subscriber::{
     BookKind, BookUpdate, Books, Event, Health, Kind, MbpBooks, SlowConsumerPolicy, Subscriber, SubscriberConfig,
     Symbology,
@@ -85,6 +85,8 @@ struct Args {
 
 /// What the session thread hands the NATS thread, in upstream order.
 enum Item {
+    /// The session's symbology (first: the subjects are named by it).
+    Symbology(Box<Symbology>),
     /// A record of an instrument.
     Record(BookUpdate),
     /// The records that rebuild `instrument_id`'s book (from the session thread's book, after every record
@@ -99,8 +101,9 @@ enum Item {
     /// Send every pending batch, wait for every acknowledgement, then say so on the drained channel (the
     /// session thread resyncs what failed before it sends `End`).
     Drain,
-    /// The upstream stream ended.
-    End,
+    /// The bridge stops: `end` messages go out on every instrument's subject when the upstream stream ended
+    /// (not when the bridge is stopped or its session was lost: the stream goes on without it).
+    End { upstream_ended: bool },
 }
 
 /// Counters both threads bump and the reporter reads.
@@ -118,6 +121,8 @@ struct Counters {
     snapshots: AtomicU64,
     too_large: AtomicU64,
     connects: AtomicU64,
+    /// A publish found no stream for its subject (deleted, or a server restarted without its store).
+    stream_missing: AtomicBool,
 }
 
 impl Counters {
@@ -167,12 +172,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, String> {
-    let mut cfg = SubscriberConfig::new(&args.connect, &args.session);
-    cfg.ring_slots = args.ring_slots;
-    cfg.policy = SlowConsumerPolicy::Resync;
-    let mut sub = Subscriber::connect(&cfg).map_err(|e| e.to_string())?;
+    // NATS first (the stream made or checked): a bridge that cannot publish never takes a session at the
+    // publisher.
     let counters = Arc::new(Counters::default());
-    let (to_nats, from_session) = rtrb::RingBuffer::<Item>::new(args.queue as usize);
+    let (mut to_nats, from_session) = rtrb::RingBuffer::<Item>::new(args.queue as usize);
     let (resync_tx, resync_rx) = mpsc::channel::<u32>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
@@ -186,8 +189,9 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         batch_age: Duration::from_micros(args.batch_us),
         in_flight: args.in_flight as usize,
         ack_timeout: Duration::from_millis(args.ack_timeout_ms),
-        symbology: sub.symbology().clone(),
+        symbology: Symbology::new(),
         counters: Arc::clone(&counters),
+        run: run_id(),
     };
     let nats_thread = std::thread::Builder::new()
         .name("mdfan-bridge-nats".into())
@@ -198,6 +202,19 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("the NATS thread stopped before it was ready".into()),
     }
+    let mut cfg = SubscriberConfig::new(&args.connect, &args.session);
+    cfg.ring_slots = args.ring_slots;
+    cfg.policy = SlowConsumerPolicy::Resync;
+    let mut sub = match Subscriber::connect(&cfg) {
+        Ok(sub) => sub,
+        Err(e) => {
+            let _ = to_nats.push(Item::End { upstream_ended: false });
+            let _ = nats_thread.join();
+            return Err(e.to_string());
+        }
+    };
+    // The symbols the subjects are named by, before any record.
+    let _ = to_nats.push(Item::Symbology(Box::new(sub.symbology().clone())));
     println!("bridge stream={} subjects={}.> nats={} upstream={}", args.stream, args.prefix, args.nats, sub.endpoint());
     let mut session = Session {
         out: to_nats,
@@ -209,6 +226,8 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         dirty: BTreeSet::new(),
         last_seq: 0,
         in_snapshot: false,
+        last_resync: HashMap::new(),
+        resync_every: Duration::from_secs(1),
         counters: Arc::clone(&counters),
     };
     let report_every = (args.report_s > 0).then(|| Duration::from_secs(args.report_s));
@@ -229,8 +248,8 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         }
         session.resync();
         if ended {
-            session.finish(&resync_rx, &drained_rx);
-            break (0, true);
+            let complete = session.finish(&resync_rx, &drained_rx, true);
+            break (if complete { 0 } else { 4 }, true);
         }
         if snapshot_every.is_some_and(|every| last_snapshots.elapsed() >= every) {
             session.periodic_snapshots();
@@ -248,13 +267,19 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         }
     };
     if !ended {
-        session.finish(&resync_rx, &drained_rx);
+        session.finish(&resync_rx, &drained_rx, false);
     }
     drop(session);
     let nats_result = nats_thread.join().map_err(|_| "the NATS thread panicked".to_owned())?;
     println!("{}", counters.line(&args.stream));
     nats_result?;
     Ok(code)
+}
+
+/// A value for this run's `Mdfan-Run`: the start time (ns) and the process id, in hex.
+fn run_id() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    format!("{now:x}-{:x}", std::process::id())
 }
 
 /// The session thread's side (module docs).
@@ -272,13 +297,17 @@ struct Session {
     last_seq: u64,
     /// Between an upstream SnapshotBegin and SnapshotEnd (a resync of the session: every book rebuilt).
     in_snapshot: bool,
+    /// When each instrument was last resynced: one resync per `resync_every` at most (a NATS outage fails many
+    /// publishes of an instrument; one snapshot after it is enough).
+    last_resync: HashMap<u32, Instant>,
+    resync_every: Duration,
     counters: Arc<Counters>,
 }
 
 impl Session {
     /// Takes one upstream record; true at the end of stream.
     fn record(&mut self, r: &BookUpdate) -> bool {
-        self.last_seq = r.seq;
+        let before = std::mem::replace(&mut self.last_seq, r.seq);
         match r.kind() {
             Some(Kind::Heartbeat) => return false,
             Some(Kind::EndOfStream) => return true,
@@ -302,13 +331,18 @@ impl Session {
             _ => {}
         }
         self.counters.records_in.fetch_add(1, Ordering::Relaxed);
+        let id = r.instrument_id;
+        if self.known.insert(id) && !self.in_snapshot {
+            // An instrument's first record in this run: a snapshot of its book before it (empty, unless the
+            // session began with a snapshot), so every run begins each instrument with one (crate docs).
+            let records = self.snapshot_of(id);
+            self.push(Item::Snapshot { instrument_id: id, records, last_seq: before }, Some(id));
+        }
         let mbo = self.books.apply(r);
         let mbp = self.mbp.apply(r);
         if mbo.is_err() || mbp.is_err() {
             self.counters.book_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let id = r.instrument_id;
-        self.known.insert(id);
         if self.in_snapshot {
             self.dirty.insert(id);
             return false;
@@ -348,11 +382,19 @@ impl Session {
         if self.in_snapshot {
             return;
         }
-        while let Some(&id) = self.dirty.first() {
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .dirty
+            .iter()
+            .copied()
+            .filter(|id| self.last_resync.get(id).is_none_or(|t| now.duration_since(*t) >= self.resync_every))
+            .collect();
+        for id in due {
             if self.out.slots() < 2 {
                 return;
             }
             self.dirty.remove(&id);
+            self.last_resync.insert(id, now);
             self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
             let _ = self.out.push(Item::Stale(id));
             let records = self.snapshot_of(id);
@@ -401,10 +443,12 @@ impl Session {
 
     /// Ends the bridge's stream exactly: until nothing is lost (or 30 s passed), resyncs every instrument that
     /// lost records, asks the NATS thread to send everything and wait for every acknowledgement, and takes the
-    /// failures it reports; then queues the end. An instrument still waiting for its resync then gets a stale
-    /// mark, so no consumer takes its book for good.
-    fn finish(&mut self, resync: &mpsc::Receiver<u32>, drained: &mpsc::Receiver<()>) {
+    /// failures it reports; then queues the end (`end` messages only if the upstream stream ended). An
+    /// instrument still waiting for its resync then gets a stale mark, so no consumer takes its book for good;
+    /// false then.
+    fn finish(&mut self, resync: &mpsc::Receiver<u32>, drained: &mpsc::Receiver<()>, upstream_ended: bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
+        self.resync_every = Duration::ZERO;
         loop {
             while !self.dirty.is_empty() && Instant::now() < deadline {
                 self.resync();
@@ -425,10 +469,15 @@ impl Session {
             }
         }
         let dirty: Vec<u32> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let complete = dirty.is_empty();
         for id in dirty {
             self.wait_push(Item::Stale(id), deadline);
         }
-        self.wait_push(Item::End, deadline + Duration::from_secs(5));
+        self.wait_push(Item::End { upstream_ended }, deadline + Duration::from_secs(5));
+        if !complete {
+            eprintln!("mdfan-bridge: the end: some instruments could not be resent whole (NATS not taking messages); their subjects say stale");
+        }
+        complete
     }
 
     /// Queues `item`, waiting for room until `deadline`; false if there was none.
@@ -462,6 +511,8 @@ struct NatsSide {
     ack_timeout: Duration,
     symbology: Symbology,
     counters: Arc<Counters>,
+    /// This run's `Mdfan-Run` (crate docs).
+    run: String,
 }
 
 /// One instrument's batch being filled.
@@ -479,7 +530,7 @@ struct Batch {
 
 impl NatsSide {
     fn run(
-        self,
+        mut self,
         mut from_session: rtrb::Consumer<Item>,
         resync: mpsc::Sender<u32>,
         ready: mpsc::Sender<Result<(), String>>,
@@ -501,16 +552,17 @@ impl NatsSide {
                 }
             };
             let mut batches: HashMap<u32, Batch> = HashMap::new();
-            let mut taken: HashMap<String, u32> = HashMap::new();
             let mut acks = tokio::task::JoinSet::new();
             let mut last_sweep = Instant::now();
+            let mut last_create = Instant::now();
             loop {
                 let mut got = 0;
                 while let Ok(item) = from_session.pop() {
                     got += 1;
                     match item {
+                        Item::Symbology(sym) => self.symbology = *sym,
                         Item::Record(r) => {
-                            let b = self.batch(&mut batches, &mut taken, r.instrument_id);
+                            let b = self.batch(&mut batches, r.instrument_id);
                             if b.bytes.is_empty() {
                                 (b.first_seq, b.first_pos, b.started) = (r.seq, r.venue_pos, Instant::now());
                             }
@@ -521,13 +573,10 @@ impl NatsSide {
                             }
                         }
                         Item::Snapshot { instrument_id, records, last_seq } => {
-                            self.batch(&mut batches, &mut taken, instrument_id);
+                            self.batch(&mut batches, instrument_id);
                             self.flush(&js, &mut acks, &resync, instrument_id, &mut batches).await;
                             let b = &batches[&instrument_id];
-                            let mut h = HeaderMap::new();
-                            h.insert(message::KIND, MessageKind::Snapshot.as_str());
-                            h.insert(message::INSTRUMENT_ID, instrument_id.to_string().as_str());
-                            h.insert(message::INST_SEQ, b.inst_seq.to_string().as_str());
+                            let mut h = self.headers(MessageKind::Snapshot, Some(instrument_id), b.inst_seq);
                             h.insert(message::SEQ, message::span(last_seq, last_seq).as_str());
                             let pos = records.first().map_or(0, |r| r.venue_pos);
                             h.insert(message::VENUE_POS, message::span(pos, pos).as_str());
@@ -538,7 +587,7 @@ impl NatsSide {
                             self.publish(&js, &mut acks, &resync, subject, h, payload, Some(instrument_id), 0).await;
                         }
                         Item::Stale(id) => {
-                            self.batch(&mut batches, &mut taken, id);
+                            self.batch(&mut batches, id);
                             self.flush(&js, &mut acks, &resync, id, &mut batches).await;
                             let b = &batches[&id];
                             let h = self.headers(MessageKind::Stale, Some(id), b.inst_seq);
@@ -566,10 +615,13 @@ impl NatsSide {
                             while acks.join_next().await.is_some() {}
                             let _ = drained.send(());
                         }
-                        Item::End => {
+                        Item::End { upstream_ended } => {
                             let ids: Vec<u32> = batches.keys().copied().collect();
                             for id in ids {
                                 self.flush(&js, &mut acks, &resync, id, &mut batches).await;
+                                if !upstream_ended {
+                                    continue;
+                                }
                                 let b = &batches[&id];
                                 let h = self.headers(MessageKind::End, Some(id), b.inst_seq);
                                 let subject = self.subjects.update(&b.token);
@@ -595,6 +647,20 @@ impl NatsSide {
                     last_sweep = Instant::now();
                 }
                 while acks.try_join_next().is_some() {}
+                if self.counters.stream_missing.load(Ordering::Relaxed)
+                    && last_create.elapsed() >= Duration::from_secs(1)
+                {
+                    // The stream is gone (deleted, or a server restarted without its store): made again, and the
+                    // instruments whose publishes failed are resent as snapshots (their resync requests).
+                    last_create = Instant::now();
+                    match js.get_or_create_stream(self.stream_config()).await {
+                        Ok(_) => {
+                            self.counters.stream_missing.store(false, Ordering::Relaxed);
+                            eprintln!("mdfan-bridge: stream {} made again", self.stream);
+                        }
+                        Err(e) => eprintln!("mdfan-bridge: stream {}: cannot make it again: {e}", self.stream),
+                    }
+                }
                 if got == 0 {
                     tokio::time::sleep(Duration::from_micros(50)).await;
                 }
@@ -628,20 +694,24 @@ impl NatsSide {
             .max_ack_inflight(self.in_flight)
             .backpressure_on_inflight(true)
             .build(client);
-        let config = jetstream::stream::Config {
-            name: self.stream.clone(),
-            subjects: vec![self.subjects.all()],
-            storage: jetstream::stream::StorageType::File,
-            num_replicas: self.replicas,
-            max_age: self.max_age,
-            allow_direct: true,
-            ..Default::default()
-        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             // A cluster elects its JetStream leader a moment after it starts: retry for a while.
-            match js.get_or_create_stream(config.clone()).await {
-                Ok(_) => return Ok(js),
+            match js.get_or_create_stream(self.stream_config()).await {
+                Ok(stream) => {
+                    // An existing stream of that name must take this bridge's subjects, or every publish fails.
+                    let taken = &stream.cached_info().config.subjects;
+                    if !taken.iter().any(|p| mdfan_bridge::subject::covers(p, &self.subjects.all())) {
+                        return Err(format!(
+                            "NATS {}: stream {} exists and takes subjects {taken:?}, not {}: name another stream or \
+                             prefix",
+                            self.urls,
+                            self.stream,
+                            self.subjects.all()
+                        ));
+                    }
+                    return Ok(js);
+                }
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("mdfan-bridge: stream {}: {e} (retrying)", self.stream);
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -651,34 +721,35 @@ impl NatsSide {
         }
     }
 
-    fn batch<'a>(
-        &self,
-        batches: &'a mut HashMap<u32, Batch>,
-        taken: &mut HashMap<String, u32>,
-        id: u32,
-    ) -> &'a mut Batch {
-        batches.entry(id).or_insert_with(|| {
-            let mut t = token(self.symbology.symbol(id), id);
-            if taken.get(&t).is_some_and(|other| *other != id) {
-                t = id_token(id);
-            }
-            taken.insert(t.clone(), id);
-            Batch {
-                token: t,
-                bytes: Vec::with_capacity(self.batch_bytes),
-                first_seq: 0,
-                last_seq: 0,
-                first_pos: 0,
-                last_pos: 0,
-                started: Instant::now(),
-                inst_seq: 0,
-            }
+    fn stream_config(&self) -> jetstream::stream::Config {
+        jetstream::stream::Config {
+            name: self.stream.clone(),
+            subjects: vec![self.subjects.all()],
+            storage: jetstream::stream::StorageType::File,
+            num_replicas: self.replicas,
+            max_age: self.max_age,
+            allow_direct: true,
+            ..Default::default()
+        }
+    }
+
+    fn batch<'a>(&self, batches: &'a mut HashMap<u32, Batch>, id: u32) -> &'a mut Batch {
+        batches.entry(id).or_insert_with(|| Batch {
+            token: token(self.symbology.symbol(id), id),
+            bytes: Vec::with_capacity(self.batch_bytes),
+            first_seq: 0,
+            last_seq: 0,
+            first_pos: 0,
+            last_pos: 0,
+            started: Instant::now(),
+            inst_seq: 0,
         })
     }
 
     fn headers(&self, kind: MessageKind, instrument_id: Option<u32>, inst_seq: u64) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(message::KIND, kind.as_str());
+        h.insert(message::RUN, self.run.as_str());
         if let Some(id) = instrument_id {
             h.insert(message::INSTRUMENT_ID, id.to_string().as_str());
             h.insert(message::INST_SEQ, inst_seq.to_string().as_str());
@@ -737,6 +808,9 @@ impl NatsSide {
                         }
                         Err(e) => {
                             counters.failed.fetch_add(1, Ordering::Relaxed);
+                            if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound {
+                                counters.stream_missing.store(true, Ordering::Relaxed);
+                            }
                             eprintln!("mdfan-bridge: {subject}: not acknowledged: {e}");
                             if let Some(id) = resync_id {
                                 let _ = resync.send(id);
@@ -791,6 +865,8 @@ mod tests {
             dirty: BTreeSet::new(),
             last_seq: 0,
             in_snapshot: false,
+            last_resync: HashMap::new(),
+            resync_every: Duration::ZERO,
             counters: Arc::new(Counters::default()),
         };
         (s, rx)
@@ -808,7 +884,8 @@ mod tests {
                 Item::Gap { expected, got } => format!("gap {expected}-{got}"),
                 Item::Status(_) => "status".into(),
                 Item::Drain => "drain".into(),
-                Item::End => "end".into(),
+                Item::Symbology(_) => "symbology".into(),
+                Item::End { upstream_ended } => format!("end {upstream_ended}"),
             });
         }
         out
@@ -818,18 +895,22 @@ mod tests {
     /// there is room the instrument gets a stale mark and a snapshot of the book, which holds what was dropped.
     #[test]
     fn a_full_queue_drops_counts_and_resyncs_the_instrument_from_its_book() {
-        let (mut s, mut rx) = session(2);
-        s.record(&add(1, 7, 1));
+        let (mut s, mut rx) = session(4);
+        s.record(&add(1, 7, 1)); // first sight: a snapshot of the empty book, then the record
         s.record(&add(2, 8, 2));
         s.record(&add(3, 7, 3)); // full: dropped, 7 marked
         s.record(&add(4, 8, 4)); // full: dropped, 8 marked
         assert_eq!(s.counters.dropped.load(Ordering::Relaxed), 2);
-        assert_eq!(drain(&mut rx), ["record 7 1", "record 8 2"]);
+        assert_eq!(
+            drain(&mut rx),
+            ["snapshot 7 orders=0 last_seq=0", "record 7 1", "snapshot 8 orders=0 last_seq=1", "record 8 2"]
+        );
         s.record(&add(5, 7, 5)); // 7 waits for its resync: not queued on its own
-        s.resync(); // room for 7's stale mark and snapshot, not yet for 8's
-        assert_eq!(drain(&mut rx), ["stale 7", "snapshot 7 orders=3 last_seq=5"]);
         s.resync();
-        assert_eq!(drain(&mut rx), ["stale 8", "snapshot 8 orders=2 last_seq=5"]);
+        assert_eq!(
+            drain(&mut rx),
+            ["stale 7", "snapshot 7 orders=3 last_seq=5", "stale 8", "snapshot 8 orders=2 last_seq=5"]
+        );
         s.record(&add(6, 7, 6));
         assert_eq!(drain(&mut rx), ["record 7 6"]);
         assert_eq!(s.counters.resyncs.load(Ordering::Relaxed), 2);
@@ -843,7 +924,18 @@ mod tests {
         s.record(&add(1, 7, 1));
         s.record(&add(2, 8, 2));
         s.gap(3, 10);
-        assert_eq!(drain(&mut rx), ["record 7 1", "record 8 2", "gap 3-10", "stale 7", "stale 8"]);
+        assert_eq!(
+            drain(&mut rx),
+            [
+                "snapshot 7 orders=0 last_seq=0",
+                "record 7 1",
+                "snapshot 8 orders=0 last_seq=1",
+                "record 8 2",
+                "gap 3-10",
+                "stale 7",
+                "stale 8"
+            ]
+        );
         s.record(&BookUpdate { seq: 10, ..BookUpdate::control(Kind::SnapshotBegin) });
         s.record(&add(11, 7, 1));
         s.record(&add(12, 7, 9));

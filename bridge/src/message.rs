@@ -5,6 +5,8 @@ use mdfan_wire::BookUpdate;
 
 /// Header: the message's kind ([`MessageKind::as_str`]).
 pub const KIND: &str = "Mdfan-Kind";
+/// Header: the bridge run that sent the message (a value per run, in hex).
+pub const RUN: &str = "Mdfan-Run";
 /// Header: the instrument's id (absent on `PREFIX.status`).
 pub const INSTRUMENT_ID: &str = "Mdfan-Instrument-Id";
 /// Header: the instrument's update number (crate docs).
@@ -64,11 +66,17 @@ impl MessageKind {
     }
 }
 
+/// The most a snapshot may hold once decompressed: 64 MiB (a book of a million orders). A larger one is refused
+/// (a forged payload that would expand without bound).
+pub const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
+
 /// What a message's headers say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
     /// `Mdfan-Kind`.
     pub kind: MessageKind,
+    /// `Mdfan-Run` (empty when absent).
+    pub run: String,
     /// `Mdfan-Inst-Seq` (0 when absent).
     pub inst_seq: u64,
     /// `Mdfan-Encoding` is `zstd`.
@@ -92,7 +100,8 @@ impl Meta {
             Some("zstd") => true,
             Some(other) => return Err(format!("{ENCODING}: {other:?}: only zstd is known")),
         };
-        Ok(Meta { kind, inst_seq, zstd })
+        let run = get(RUN).unwrap_or_default().to_owned();
+        Ok(Meta { kind, run, inst_seq, zstd })
     }
 }
 
@@ -114,8 +123,9 @@ pub fn push_record(out: &mut Vec<u8>, r: &BookUpdate) {
 pub fn records(payload: &[u8], zstd: bool) -> Result<Vec<BookUpdate>, String> {
     let plain;
     let bytes = if zstd {
-        plain = zstd::stream::decode_all(payload)
-            .map_err(|e| format!("payload of {} bytes: not zstd data: {e}", payload.len()))?;
+        plain = zstd::bulk::decompress(payload, MAX_SNAPSHOT_BYTES).map_err(|e| {
+            format!("payload of {} bytes: not zstd data of at most {MAX_SNAPSHOT_BYTES} bytes: {e}", payload.len())
+        })?;
         &plain[..]
     } else {
         payload
@@ -160,13 +170,23 @@ mod tests {
             records(&raw[..100], false).unwrap_err(),
             "payload of 100 bytes: not a whole number of 64-byte records"
         );
-        assert!(records(&raw, true).unwrap_err().starts_with("payload of 192 bytes: not zstd data"));
+        assert!(
+            records(&raw, true).unwrap_err().starts_with("payload of 192 bytes: not zstd data"),
+            "{:?}",
+            records(&raw, true)
+        );
         let h = |k: &str| match k {
             KIND => Some("update"),
             INST_SEQ => Some("7"),
             _ => None,
         };
-        assert_eq!(Meta::read(h).unwrap(), Meta { kind: MessageKind::Update, inst_seq: 7, zstd: false });
+        assert_eq!(
+            Meta::read(h).unwrap(),
+            Meta { kind: MessageKind::Update, run: String::new(), inst_seq: 7, zstd: false }
+        );
+        // A zstd frame that would expand past the limit is refused, not allocated.
+        let bomb = zstd::stream::encode_all(&vec![0u8; MAX_SNAPSHOT_BYTES + 64][..], 19).unwrap();
+        assert!(records(&bomb, true).unwrap_err().contains("not zstd data of at most 67108864 bytes"));
         assert_eq!(Meta::read(|_| None).unwrap_err(), "no Mdfan-Kind header");
         assert_eq!(
             Meta::read(|k| (k == KIND).then_some("bogus")).unwrap_err(),

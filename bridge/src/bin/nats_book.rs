@@ -57,6 +57,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let (tok, shown) = match (&args.symbol, args.instrument_id) {
+        (Some(s), _) if s.is_empty() => {
+            eprintln!("mdfan-nats-book: --symbol is empty");
+            return ExitCode::from(2);
+        }
         (Some(s), _) => (token(Some(s), 0), s.clone()),
         (None, Some(id)) => (id_token(id), id_token(id)),
         (None, None) => {
@@ -89,7 +93,6 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
     let client = async_nats::ConnectOptions::new()
         .name("mdfan-nats-book")
         .max_reconnects(None)
-        .retry_on_initial_connect()
         .connect(urls)
         .await
         .map_err(|e| format!("NATS {}: cannot connect: {e}", args.nats))?;
@@ -98,8 +101,12 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
     let stream = loop {
         match js.get_stream(&args.stream).await {
             Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("mdfan-nats-book: stream {}: {e} (retrying)", args.stream);
+            // Not there yet (the bridge makes it): wait a while; any other answer (a bad name) is final.
+            Err(e) if e.to_string().contains("not found") && Instant::now() < deadline => {
+                if shutdown.load(Ordering::Relaxed) {
+                    return Ok(130);
+                }
+                eprintln!("mdfan-nats-book: stream {}: {e} (waiting for it)", args.stream);
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(format!("NATS {}: stream {}: {e}", args.nats, args.stream)),
@@ -107,14 +114,26 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
     };
     let mut f = Follower::new();
     let mut instrument_id = args.instrument_id;
-    // The last snapshot, if the bridge sent one: the updates after it follow.
+    // The last snapshot, if the bridge sent one: the updates after it follow. One that cannot be read (damaged,
+    // forged) is passed over: the instrument's messages are read from the stream's start instead.
     let start_seq = match stream.get_last_raw_message_by_subject(&subjects.snapshot(tok)).await {
         Ok(m) => {
-            let meta = Meta::read(|k| m.headers.get(k).map(|v| v.as_str()))
-                .map_err(|e| format!("{} seq {}: {e}", m.subject, m.sequence))?;
-            instrument_id = instrument_id.or_else(|| header_id(&m.headers));
-            f.apply(&meta, &m.payload).map_err(|e| format!("{} seq {}: {e}", m.subject, m.sequence))?;
-            m.sequence + 1
+            let applied =
+                Meta::read(|k| m.headers.get(k).map(|v| v.as_str())).and_then(|meta| f.apply(&meta, &m.payload));
+            match applied {
+                Ok(()) => {
+                    instrument_id = instrument_id.or_else(|| header_id(&m.headers));
+                    m.sequence + 1
+                }
+                Err(e) => {
+                    eprintln!(
+                        "mdfan-nats-book: {} seq {}: {e}: reading {tok} from the stream's start",
+                        m.subject, m.sequence
+                    );
+                    f = Follower::new();
+                    1
+                }
+            }
         }
         Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => 1,
         Err(e) => return Err(format!("stream {}: the last snapshot of {tok}: {e}", args.stream)),
@@ -138,11 +157,19 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
             id.map_or("orders=0 levels_bid=0 levels_ask=0 bbo=-/-".to_owned(), |i| f.summary(i))
         )
     };
-    let (mut last_print, mut last_message) = (Instant::now(), Instant::now());
+    let (mut last_print, mut last_message, mut hinted) = (Instant::now(), Instant::now(), false);
+    let mut last_check = Instant::now();
     loop {
         if shutdown.load(Ordering::Relaxed) {
             println!("{}", line(&f, instrument_id));
             return Ok(130);
+        }
+        if !hinted && last_seq == start_seq.saturating_sub(1) && last_message.elapsed() >= Duration::from_secs(10) {
+            hinted = true;
+            eprintln!(
+                "mdfan-nats-book: nothing on {filter} yet after 10 s: the bridge names an instrument by its symbol \
+                 ({tok} here) or, without one, _id<instrument_id> (--instrument-id); is the symbol the publisher's?"
+            );
         }
         if args.idle_exit_s > 0 && last_message.elapsed() >= Duration::from_secs(args.idle_exit_s) {
             println!("{}", line(&f, instrument_id));
@@ -153,7 +180,27 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
             last_print = Instant::now();
         }
         let next = match tokio::time::timeout(Duration::from_millis(200), messages.next()).await {
-            Err(_) => continue,
+            Err(_) => {
+                // Quiet for a while: if the stream holds a message of this instrument past the last one taken,
+                // the consumer is stuck (a cluster node died under it without a word): a new one from there.
+                if last_message.elapsed() >= STUCK_AFTER && last_check.elapsed() >= STUCK_AFTER {
+                    last_check = Instant::now();
+                    let mut newest = 0;
+                    for subject in [subjects.update(tok), subjects.snapshot(tok)] {
+                        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await {
+                            newest = newest.max(m.sequence);
+                        }
+                    }
+                    if newest > last_seq {
+                        eprintln!(
+                            "mdfan-nats-book: the stream holds {filter} up to sequence {newest}, the consumer gave {last_seq}: reading again from {}",
+                            last_seq + 1
+                        );
+                        messages = read_from(&stream, &filter, last_seq + 1, shutdown).await?;
+                    }
+                }
+                continue;
+            }
             Ok(Some(Ok(m))) => m,
             failed => {
                 // The consumer is gone (a server restart loses an ephemeral consumer; a node died): a new one
@@ -213,6 +260,10 @@ async fn read_from(
         };
         match attempt.await {
             Ok(m) => return Ok(m),
+            // A filter the stream does not take (a wrong --prefix) is final.
+            Err(e) if e.contains("filter subject") => {
+                return Err(format!("a consumer of {filter}: {e} (is --prefix the bridge's?)"))
+            }
             Err(e) if !shutdown.load(Ordering::Relaxed) => {
                 eprintln!("mdfan-nats-book: a consumer of {filter} from {from}: {e} (retrying)");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -221,6 +272,9 @@ async fn read_from(
         }
     }
 }
+
+/// How long without a message before the stream is asked whether the consumer fell behind it.
+const STUCK_AFTER: Duration = Duration::from_secs(3);
 
 fn header_id(h: &async_nats::HeaderMap) -> Option<u32> {
     h.get(mdfan_bridge::message::INSTRUMENT_ID).and_then(|v| v.as_str().parse().ok())
