@@ -1,5 +1,6 @@
-//! Captures of the other feeds, replayed: the bundled ITCH 5.0 snippet (order level, by stock locate) and the live CME MDP 3.0 feed from lines A and B with 2% loss on each (price level, arbitrated,
-//! `mdfan-feedsim` on loopback). `mdfan-capture record` (the binary) keeps what a publisher sends while a direct
+//! Captures of the other feeds, replayed: the bundled ITCH 5.0 snippet (order level, by stock locate) and the
+//! live CME MDP 3.0 feed from lines A and B with 2% loss on each (price level, arbitrated, `mdfan-feedsim` on
+//! loopback). `mdfan-capture record` (the binary) keeps what a publisher sends while a direct
 //! subscriber takes the same stream; a second publisher replays the capture (`format = "capture"`) to two
 //! subscribers, whose record streams equal the direct subscriber's record for record (the publisher's own
 //! fields, `seq` and `ts_send_ticks`, aside), so their books equal it after every record.
@@ -7,54 +8,20 @@
 
 #[path = "../../feed/tests/support/mdp3.rs"]
 mod mdp3_ref;
+mod support;
 
 use std::net::SocketAddrV4;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mdfan_feedsim::{Impairment, Mdp3, SimConfig};
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
-use mdfan_subscriber::{BookUpdate, Event, Health, Kind, MbpBooks, Subscriber, SubscriberConfig};
-
-const WATCHDOG: Duration = Duration::from_secs(180);
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mdfan-capture-feeds-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Every record of a session (heartbeats and the end of stream aside), until the stream ends.
-fn subscribe(endpoint: &str, name: &str) -> JoinHandle<Vec<BookUpdate>> {
-    let mut cfg = SubscriberConfig::new(endpoint, name);
-    cfg.ring_slots = 1 << 17;
-    let mut sub = Subscriber::connect(&cfg).expect("subscribes");
-    std::thread::spawn(move || {
-        let (mut out, deadline) = (Vec::new(), Instant::now() + WATCHDOG);
-        loop {
-            assert!(Instant::now() < deadline, "watchdog: {} not ended", sub.endpoint());
-            let n = sub.poll(1024, |e| {
-                if let Event::Record(r) = e {
-                    if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) {
-                        out.push(*r);
-                    }
-                }
-            });
-            if n == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            if let Some(Health::Ended(_)) = sub.maintain_if_due() {
-                return out;
-            }
-        }
-    })
-}
+use mdfan_subscriber::{BookUpdate, MbpBooks};
+use support::{dir, subscribe, venue, WATCHDOG};
 
 /// `mdfan-capture record` of `endpoint` into `d` (name `cap`), attached once its first segment exists.
 fn recorder(endpoint: &str, d: &Path) -> Child {
@@ -75,11 +42,6 @@ fn recorder(endpoint: &str, d: &Path) -> Child {
 fn wait_ok(child: Child) {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-}
-
-/// The record as a venue event: the publisher's own fields cleared.
-fn venue(r: &BookUpdate) -> BookUpdate {
-    BookUpdate { seq: 0, ts_send_ticks: 0, ..*r }
 }
 
 /// Replays capture `d` through a publisher to two subscribers; each one's records equal `direct`'s.

@@ -6,8 +6,9 @@
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
+mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -16,16 +17,8 @@ use std::time::{Duration, Instant};
 
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
-use mdfan_subscriber::{BookUpdate, Books, Event, Health, Kind, Side, Subscriber, SubscriberConfig};
-
-const WATCHDOG: Duration = Duration::from_secs(180);
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mdfan-capture-bin-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use mdfan_subscriber::{BookUpdate, Books, Kind, Side};
+use support::{dir, subscribe, venue, WATCHDOG};
 
 /// A publisher of `feed` (a `[feed]` section's body) waiting for `wait_for` subscribers; its endpoint and thread.
 fn publisher(feed: &str, wait_for: usize) -> (String, JoinHandle<mdfan_publisher::RunReport>) {
@@ -35,38 +28,6 @@ fn publisher(feed: &str, wait_for: usize) -> (String, JoinHandle<mdfan_publisher
     let p = Publisher::bind(Config::parse(&text, Path::new("capture-test.toml")).unwrap()).expect("binds");
     let endpoint = p.local_addr().to_string();
     (endpoint, std::thread::spawn(move || p.run(Arc::new(AtomicBool::new(false))).expect("runs")))
-}
-
-/// A subscriber's records (heartbeats and the end of stream aside), until the stream ends.
-fn subscribe(endpoint: &str, name: &str) -> JoinHandle<Vec<BookUpdate>> {
-    let mut cfg = SubscriberConfig::new(endpoint, name);
-    cfg.ring_slots = 1 << 17;
-    let mut sub = Subscriber::connect(&cfg).expect("subscribes");
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let deadline = Instant::now() + WATCHDOG;
-        loop {
-            assert!(Instant::now() < deadline, "watchdog: {} not ended", sub.endpoint());
-            let n = sub.poll(1024, |e| {
-                if let Event::Record(r) = e {
-                    if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream)) {
-                        out.push(*r);
-                    }
-                }
-            });
-            if n == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            if let Some(Health::Ended(_)) = sub.maintain_if_due() {
-                return out;
-            }
-        }
-    })
-}
-
-/// The record as a venue event: the publisher's own fields cleared.
-fn venue(r: &BookUpdate) -> BookUpdate {
-    BookUpdate { seq: 0, ts_send_ticks: 0, ..*r }
 }
 
 fn assert_final_book(who: &str, records: &[BookUpdate]) {
