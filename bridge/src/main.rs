@@ -39,9 +39,10 @@ struct Args {
     /// Publisher control endpoint: HOST:PORT, or unix:PATH.
     #[arg(long, default_value = "127.0.0.1:7700")]
     connect: String,
-    /// The session's name at the publisher.
-    #[arg(long, default_value = "mdfan-bridge")]
-    session: String,
+    /// The session's name at the publisher (default mdfan-bridge-STREAM: one per stream; the publisher refuses a
+    /// second session of the same name unless it allows duplicate names).
+    #[arg(long)]
+    session: Option<String>,
     /// Ring size in slots (power of two; 64 B each).
     #[arg(long, default_value_t = 131_072)]
     ring_slots: u32,
@@ -202,7 +203,15 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("the NATS thread stopped before it was ready".into()),
     }
-    let mut cfg = SubscriberConfig::new(&args.connect, &args.session);
+    // At most 64 bytes (a session name's limit).
+    let session = args.session.clone().unwrap_or_else(|| {
+        let mut s = format!("mdfan-bridge-{}", args.stream);
+        while s.len() > 64 {
+            s.pop();
+        }
+        s
+    });
+    let mut cfg = SubscriberConfig::new(&args.connect, &session);
     cfg.ring_slots = args.ring_slots;
     cfg.policy = SlowConsumerPolicy::Resync;
     let mut sub = match Subscriber::connect(&cfg) {
@@ -271,7 +280,13 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
     }
     drop(session);
     let nats_result = nats_thread.join().map_err(|_| "the NATS thread panicked".to_owned())?;
-    println!("{}", counters.line(&args.stream));
+    let end = match code {
+        0 => "end_of_stream",
+        4 => "end_of_stream_incomplete",
+        130 => "interrupted",
+        _ => "session_ended",
+    };
+    println!("{} end={end}", counters.line(&args.stream));
     nats_result?;
     Ok(code)
 }

@@ -39,7 +39,7 @@ struct Args {
     /// The instrument's symbol (as the publisher names it).
     #[arg(long, conflicts_with = "instrument_id")]
     symbol: Option<String>,
-    /// The instrument's id, for an instrument without a symbol (its subject token is id<N>).
+    /// The instrument's id, for an instrument the publisher names no symbol for (its subject token is _id<N>).
     #[arg(long)]
     instrument_id: Option<u32>,
     /// Print the book line this often too, s (0: only at the end).
@@ -164,10 +164,12 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
             println!("{}", line(&f, instrument_id));
             return Ok(130);
         }
-        if !hinted && last_seq == start_seq.saturating_sub(1) && last_message.elapsed() >= Duration::from_secs(10) {
+        let hint_after =
+            Duration::from_secs(if args.idle_exit_s > 0 { (args.idle_exit_s / 2).clamp(1, 10) } else { 10 });
+        if !hinted && last_seq == start_seq.saturating_sub(1) && last_message.elapsed() >= hint_after {
             hinted = true;
             eprintln!(
-                "mdfan-nats-book: nothing on {filter} yet after 10 s: the bridge names an instrument by its symbol \
+                "mdfan-nats-book: nothing on {filter} yet: the bridge names an instrument by its symbol \
                  ({tok} here) or, without one, _id<instrument_id> (--instrument-id); is the symbol the publisher's?"
             );
         }
