@@ -4,9 +4,9 @@ the form of `mdfan-capture report`, so CI can compare the two line by line.
 
     python3 ops/check-exports.py FILE.parquet [FILE.dbn[.zst]]
 
-Parquet (pyarrow): `capture records=N first_ts_recv_ns=.. last_ts_recv_ns=.. first_ts_event_ns=..
-last_ts_event_ns=..` (first and last in capture order, the session's own records aside, as the report counts
-them), then `capture kind=Name records=N size=S` per kind. DBN (databento-dbn, the zstd frame read with
+Parquet (pyarrow): `capture rows=N first_ts_recv_ns=.. last_ts_recv_ns=.. first_ts_event_ns=..
+last_ts_event_ns=..` (first and last in capture order, as the report gives them for the venue's records), then
+`capture kind=Name records=N size=S` per kind (the session's own records are not rows). DBN (databento-dbn, the zstd frame read with
 zstandard): `dbn dataset=.. schema=.. records=N first_ts_recv_ns=.. last_ts_recv_ns=.. symbols=SYMBOL:ID,..`.
 Needs pyarrow (and databento-dbn, zstandard for a DBN file) from PyPI.
 """
@@ -27,7 +27,7 @@ def parquet_lines(path: str) -> list:
     venue = t.filter(pc.invert(pc.is_in(t["kind"], value_set=__import__("pyarrow").array(SESSION_KINDS))))
     ns = lambda col, i: venue[col].cast("int64")[i].as_py() if venue.num_rows else 0
     out = [
-        f"capture records={t.num_rows} first_ts_recv_ns={ns('ts_recv', 0)} last_ts_recv_ns={ns('ts_recv', -1)} "
+        f"capture rows={t.num_rows} first_ts_recv_ns={ns('ts_recv', 0)} last_ts_recv_ns={ns('ts_recv', -1)} "
         f"first_ts_event_ns={ns('ts_event', 0)} last_ts_event_ns={ns('ts_event', -1)}"
     ]
     by_kind = t.group_by("kind").aggregate([("size", "count"), ("size", "sum")])

@@ -29,7 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use mdfan_feed::capture::{close_segment, Fsync, Item, Reader, SegmentMeta, StopReason, Writer, WriterConfig};
+use mdfan_feed::capture::{
+    close_segment, CaptureLock, Fsync, Item, Reader, SegmentMeta, StopReason, Writer, WriterConfig,
+};
 use mdfan_subscriber::{Event, Health, Kind, SlowConsumerPolicy, Subscriber, SubscriberConfig};
 
 #[derive(Parser)]
@@ -52,9 +54,10 @@ enum Command {
         /// The capture's name: segments are NAME-NNNNNN.mdcap (letters, digits, '_', '.', '-' not at the end).
         #[arg(long, default_value = "capture", value_parser = capture_name)]
         name: String,
-        /// The session's name at the publisher.
-        #[arg(long, default_value = "mdfan-capture")]
-        session: String,
+        /// The session's name at the publisher (default mdfan-capture-NAME: one per capture; the publisher refuses
+        /// a second session of the same name unless it allows duplicate names).
+        #[arg(long)]
+        session: Option<String>,
         /// Ring size in slots (power of two; 64 B each).
         #[arg(long, default_value_t = 131_072)]
         ring_slots: u32,
@@ -107,10 +110,10 @@ enum Command {
         /// A Parquet row group ends where ts_recv enters a new span of this many seconds (0: by rows only).
         #[arg(long, default_value_t = 3600)]
         row_group_s: u64,
-        /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist).
-        #[arg(long, value_name = "FILE")]
+        /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist); needs --dataset.
+        #[arg(long, value_name = "FILE", requires = "dataset")]
         dbn: Option<PathBuf>,
-        /// The dataset the DBN metadata names (e.g. GLBX.MDP3; a capture does not record it).
+        /// The dataset the DBN metadata names (e.g. GLBX.MDP3: a capture does not record it).
         #[arg(long, default_value = "", requires = "dbn")]
         dataset: String,
     },
@@ -177,6 +180,8 @@ fn main() -> ExitCode {
             fsync,
             no_compress,
         } => {
+            // At most 64 bytes (a session name's limit); the name is ASCII.
+            let session = session.unwrap_or_else(|| format!("mdfan-capture-{name}").chars().take(64).collect());
             let mut cfg = SubscriberConfig::new(&connect, &session);
             cfg.ring_slots = ring_slots;
             cfg.policy = policy;
@@ -264,6 +269,11 @@ fn connect(cfg: &SubscriberConfig, shutdown: &AtomicBool) -> Result<Subscriber, 
 }
 
 fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -> Result<u8, String> {
+    // The folder and the lock first: a recorder that cannot write never takes a session at the publisher.
+    if !writer.dir.is_dir() {
+        return Err(format!("--dir {}: no such folder (it must exist)", writer.dir.display()));
+    }
+    let lock = CaptureLock::acquire(&writer.dir, &writer.name).map_err(|e| e.to_string())?;
     let mut sub = connect(cfg, shutdown)?;
     let meta = SegmentMeta {
         format_version: mdfan_feed::capture::FORMAT_VERSION,
@@ -278,7 +288,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         first_record: 0,
     };
     let (compress, fsync, dir, name) = (writer.compress, writer.fsync, writer.dir.clone(), writer.name.clone());
-    let (mut w, recovered) = Writer::open(writer, meta, now_ns()).map_err(|e| e.to_string())?;
+    let (mut w, recovered) = Writer::open_locked(lock, writer, meta, now_ns()).map_err(|e| e.to_string())?;
     let (to_closer, closing) = closer(compress)?;
     for r in recovered {
         println!(

@@ -5,7 +5,7 @@
 //!
 //! | column          | Arrow type                   | from the record (`mdfan_wire::BookUpdate`)                    |
 //! |-----------------|------------------------------|---------------------------------------------------------------|
-//! | `capture_index` | UInt64                       | the record's index in the capture, from 0                     |
+//! | `capture_index` | UInt64                       | the record's index in the capture, from 0 (session records count) |
 //! | `seq`           | UInt64                       | `seq`: the subscriber stream's sequence                       |
 //! | `ts_event`      | Timestamp(ns, "UTC")         | `ts_event_ns`                                                 |
 //! | `ts_recv`       | Timestamp(ns, "UTC")         | `ts_recv_ns`                                                  |
@@ -20,10 +20,13 @@
 //! | `level`         | UInt8                        | `level`                                                       |
 //! | `flags`         | UInt8                        | `flags` (DBN flags: 0x80 last, 0x20 snapshot, ...)            |
 //!
-//! The file's key-value metadata carries what is not a row: `mdfan.source`, `mdfan.session`, `mdfan.book`,
+//! The records the publisher makes for one session (heartbeats, the end of stream, snapshot markers) are not
+//! rows. The file's key-value metadata carries what is not a row: `mdfan.source`, `mdfan.session`, `mdfan.book`,
 //! `mdfan.symbology` (JSON, as in the segment header), `mdfan.gaps` (JSON list of `{"expected", "got"}`: seqs
-//! that never reached the capture), `mdfan.stop` (how the capture stopped, or `none` for one still being
-//! written). A row group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is
+//! that never reached the capture), `mdfan.restarts` (JSON list of `{"record", "last_ts_recv_ns",
+//! "next_ts_recv_ns"}`: where a writer started again; what came between is not in the capture),
+//! `mdfan.session_records` (how many were left out), `mdfan.stop` (how the capture stopped, or `none` for one
+//! still being written). A row group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is
 //! about 24 groups) or after `--row-group-rows` rows (default 1 Mi), whichever comes first; every column has
 //! min/max statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
 //! Compression: zstd level 1; the rising columns delta-encoded, `order_id` plain, the others dictionary-encoded.
@@ -255,8 +258,9 @@ fn write(
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
-    let mut rows = 0u64;
+    let (mut rows, mut index) = (0u64, 0u64);
     let mut span = u64::MAX;
+    let (mut restarts, mut session_records) = (mdfan_feed::capture::Restarts::default(), 0u64);
     while let Some(item) = reader.next().map_err(|e| e.to_string())? {
         match item {
             Item::Segment(m) => {
@@ -265,8 +269,16 @@ fn write(
                 (source, session, book) = (m.source, m.session, m.book);
             }
             Item::Record(r) => {
-                if groups.span_ns > 0 && !is_session_record(&r) {
-                    let bucket = r.ts_recv_ns / groups.span_ns;
+                restarts.record(&r);
+                let capture_index = index;
+                index += 1;
+                if is_session_record(&r) {
+                    // Made by the publisher for one session (heartbeats, the end, snapshot markers): not market
+                    // data, and their zero timestamps would spoil the columns' statistics.
+                    session_records += 1;
+                    continue;
+                }
+                if let Some(bucket) = r.ts_recv_ns.checked_div(groups.span_ns) {
                     if bucket != span && span != u64::MAX {
                         // A new time span: what is pending closes the row group.
                         if cols.rows > 0 {
@@ -278,7 +290,7 @@ fn write(
                     }
                     span = bucket;
                 }
-                cols.push(rows, &r, symbols.get(&r.instrument_id).map(String::as_str));
+                cols.push(capture_index, &r, symbols.get(&r.instrument_id).map(String::as_str));
                 rows += 1;
                 if cols.rows == BATCH_ROWS {
                     writer.write(&cols.finish(&schema)?).map_err(io)?;
@@ -298,6 +310,8 @@ fn write(
         ("mdfan.book", book),
         ("mdfan.symbology", symbology),
         ("mdfan.gaps", serde_json::Value::Array(gaps).to_string()),
+        ("mdfan.restarts", serde_json::to_string(&restarts.found).map_err(|e| e.to_string())?),
+        ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
     ] {
         writer.append_key_value_metadata(KeyValue::new(k.to_owned(), v));

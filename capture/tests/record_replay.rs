@@ -59,10 +59,11 @@ fn parquet_rows(path: &Path) -> Vec<(BookUpdate, Option<String>)> {
         .map(|k| (k.key.clone(), k.value.clone()))
         .collect();
     assert_eq!(kv["mdfan.gaps"].as_deref(), Some("[]"));
+    assert!(kv["mdfan.restarts"].is_some() && kv["mdfan.session_records"].is_some(), "{kv:?}");
     assert_eq!(kv["mdfan.stop"].as_deref(), Some("end_of_stream"));
     assert_eq!(kv["mdfan.book"].as_deref(), Some("mbo"));
     assert!(kv["mdfan.symbology"].as_deref().unwrap().contains("\"ESH4\""), "{kv:?}");
-    let mut out = Vec::new();
+    let (mut out, mut last_index) = (Vec::new(), None);
     for batch in builder.build().unwrap() {
         let b = batch.unwrap();
         let col = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).clone();
@@ -80,7 +81,9 @@ fn parquet_rows(path: &Path) -> Vec<(BookUpdate, Option<String>)> {
         let (symbol, kind, side) = (col("symbol"), col("kind"), col("side"));
         let (symbol, kind, side) = (symbol.as_string::<i32>(), kind.as_string::<i32>(), side.as_string::<i32>());
         for i in 0..b.num_rows() {
-            assert_eq!(idx.value(i), out.len() as u64, "capture_index counts rows from 0");
+            // The record's index in the capture: rising, past the session's own records (not rows).
+            assert!(idx.value(i) >= out.len() as u64 && last_index.is_none_or(|l| idx.value(i) > l), "capture_index");
+            last_index = Some(idx.value(i));
             let kind_byte = match kind.value(i) {
                 "add" => Kind::Add,
                 "modify" => Kind::Modify,
@@ -185,7 +188,7 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     // Hourly row groups: the snapshot at midnight, then the hours with records.
     let groups = text.split("row_groups=").nth(1).and_then(|t| t.split(' ').next()).unwrap();
     assert!(
-        text.starts_with(&format!("export parquet={} rows=68793 row_groups={groups} gaps=0 ", pq.display())),
+        text.starts_with(&format!("export parquet={} rows=68792 row_groups={groups} gaps=0 ", pq.display())),
         "{text}"
     );
     assert!(
@@ -193,11 +196,9 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         "{text}"
     );
     let rows = parquet_rows(&pq);
-    assert_eq!(rows.len() as u64, esh4::RECORDS + 1);
-    let (last, venue_rows) = rows.split_last().unwrap();
-    assert!(venue_rows.iter().all(|(_, sym)| sym.as_deref() == Some("ESH4")), "every venue row names ESH4");
-    assert_eq!((last.0.kind(), last.1.as_deref()), (Some(Kind::EndOfStream), None), "the end: no instrument");
-    let back: Vec<BookUpdate> = venue_rows.iter().map(|(r, _)| venue(r)).collect();
+    assert_eq!(rows.len() as u64, esh4::RECORDS, "the end of stream is not a row (mdfan.session_records)");
+    assert!(rows.iter().all(|(_, sym)| sym.as_deref() == Some("ESH4")), "every row names ESH4");
+    let back: Vec<BookUpdate> = rows.iter().map(|(r, _)| venue(r)).collect();
     assert!(back == direct.iter().map(venue).collect::<Vec<_>>(), "the rows are the records, field for field");
     assert_final_book("parquet rows", &back);
     let hours: std::collections::BTreeSet<u64> = back
@@ -267,6 +268,31 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         assert!(got == want, "{who}: the replayed records equal the direct subscriber's, record for record");
         assert_final_book(who, &got);
     }
+
+    // A replay of records 40,000 to 40,999 only (by ts_recv): an opening snapshot of the books before, then those
+    // records: the books equal the direct subscriber's after the same records.
+    let (from, to) = (direct[40_000].ts_recv_ns, direct[40_999].ts_recv_ns);
+    let (endpoint, third) =
+        publisher(&format!("format = \"capture\"\npath = {d:?}\nfrom_ts_recv_ns = {from}\nto_ts_recv_ns = {to}"), 1);
+    let bounded = subscribe(&endpoint, "bounded").join().unwrap();
+    let report = third.join().unwrap().capture.unwrap();
+    let last = direct.iter().rposition(|r| r.ts_recv_ns <= to).unwrap();
+    let first = direct.iter().position(|r| r.ts_recv_ns >= from).unwrap();
+    assert_eq!(report.replayed as usize, last + 1 - first, "{}", report.line());
+    assert!(report.opening_snapshot > 10_000, "the books before record {first}: {}", report.line());
+    assert!(report.read < esh4::RECORDS, "the replay stops past its bound: {}", report.line());
+    let (mut want, mut got) = (Books::new(), Books::new());
+    for r in &direct[..=last] {
+        want.apply(r).unwrap();
+    }
+    for r in &bounded {
+        got.apply(r).unwrap_or_else(|e| panic!("the bounded replay's book refused a record: {e}"));
+    }
+    let (w, g) = (want.get(esh4::INSTRUMENT_ID).unwrap(), got.get(esh4::INSTRUMENT_ID).unwrap());
+    assert_eq!(g.order_count(), w.order_count());
+    for side in [Side::Bid, Side::Ask] {
+        assert_eq!(g.top(side, usize::MAX), w.top(side, usize::MAX), "{side:?}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -314,7 +340,14 @@ fn a_capture_killed_mid_stream_says_what_it_kept_on_restart_and_both_runs_replay
     let out = capture(&["export", d.to_str().unwrap(), "--parquet", pq.to_str().unwrap()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<BookUpdate> = parquet_rows(&pq).into_iter().map(|(r, _)| r).collect();
-    assert_eq!(rows.len() as u64, all.records);
+    let session: u64 = [Kind::EndOfStream, Kind::SnapshotBegin, Kind::SnapshotEnd, Kind::Heartbeat]
+        .iter()
+        .map(|k| all.by_kind.get(&(*k as u8)).copied().unwrap_or(0))
+        .sum();
+    assert_eq!(rows.len() as u64, all.records - session, "every record but the session's own");
     assert_final_book("parquet rows of both runs", &rows);
+    // The restart shows: the report names where the second run began.
+    assert_eq!(all.restarts.len(), 1, "{:?}", all.lines());
+    assert_eq!(all.restarts[0].record, kept_records, "{:?}", all.lines());
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -919,6 +919,34 @@ pub struct WriterStats {
     pub fsyncs: u64,
 }
 
+/// A capture's writer lock: `DIR/NAME.lock`, locked (flock) while it lives. One writer per capture.
+pub struct CaptureLock(#[allow(dead_code)] nix::fcntl::Flock<File>);
+
+impl CaptureLock {
+    /// Takes capture `name`'s lock in `dir`.
+    ///
+    /// # Errors
+    /// [`CaptureError::Io`] naming the lock file: the folder is missing or not writable, or another writer holds
+    /// the lock.
+    pub fn acquire(dir: &Path, name: &str) -> Result<CaptureLock, CaptureError> {
+        let path = dir.join(format!("{name}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| CaptureError::Io { path: path.clone(), what: "open the lock", source })?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            CaptureError::Io {
+                path: path.clone(),
+                what: "lock (another mdfan-capture writes this capture; one writer per name)",
+                source: e.into(),
+            }
+        })?;
+        Ok(CaptureLock(lock))
+    }
+}
+
 /// Writes a capture: records into blocks, blocks into segments, segments rotated by size and time and closed
 /// (indexed, compressed on a thread of their own). Allocation-free per record after the first block.
 pub struct Writer {
@@ -942,7 +970,7 @@ pub struct Writer {
     /// Records of the capture's segments before this writer's first.
     base_records: u64,
     /// `DIR/NAME.lock`, locked (flock) while this writer lives: one writer per capture.
-    _lock: nix::fcntl::Flock<File>,
+    _lock: CaptureLock,
 }
 
 impl Writer {
@@ -955,26 +983,22 @@ impl Writer {
     /// # Errors
     /// [`CaptureError`] naming the lock held by another writer, or the file that could not be read, cut or
     /// created.
-    pub fn open(
+    pub fn open(cfg: WriterConfig, meta: SegmentMeta, now_ns: u64) -> Result<(Writer, Vec<Recovered>), CaptureError> {
+        let lock = CaptureLock::acquire(&cfg.dir, &cfg.name)?;
+        Writer::open_locked(lock, cfg, meta, now_ns)
+    }
+
+    /// [`Writer::open`] with the capture's lock taken already ([`CaptureLock::acquire`]: before subscribing, so
+    /// that a writer refused never takes a session at the publisher).
+    ///
+    /// # Errors
+    /// As [`Writer::open`], but for the lock.
+    pub fn open_locked(
+        lock: CaptureLock,
         cfg: WriterConfig,
         mut meta: SegmentMeta,
         now_ns: u64,
     ) -> Result<(Writer, Vec<Recovered>), CaptureError> {
-        let lock_path = cfg.dir.join(format!("{}.lock", cfg.name));
-        let lock_file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| CaptureError::Io { path: lock_path.clone(), what: "open the lock", source })?;
-        let lock =
-            nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-                CaptureError::Io {
-                    path: lock_path.clone(),
-                    what: "lock (another mdfan-capture writes this capture; one writer per name)",
-                    source: e.into(),
-                }
-            })?;
         let Recovery { recovered, last, records } = recover(&cfg.dir, &cfg.name)?;
         meta.name = cfg.name.clone();
         meta.fsync = cfg.fsync.as_string();
@@ -1228,6 +1252,50 @@ fn create_segment(cfg: &WriterConfig, meta: &SegmentMeta) -> Result<(File, PathB
     Ok((file, path))
 }
 
+/// A place where a new writer's session begins ([`Report::restarts`], [`Restarts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Restart {
+    /// The index in the capture of the restarted session's first record.
+    pub record: u64,
+    /// The last venue record's `ts_recv_ns` before it (0: none).
+    pub last_ts_recv_ns: u64,
+    /// The first venue record's `ts_recv_ns` after it (0: none yet).
+    pub next_ts_recv_ns: u64,
+}
+
+/// Finds restarts in a capture's records, in order: a record whose `seq` is not above the one before it begins
+/// a new session (a writer started again after a crash or a stop: its session's seq counts from 1 again).
+#[derive(Debug, Clone, Default)]
+pub struct Restarts {
+    last_seq: u64,
+    last_ts_recv_ns: u64,
+    index: u64,
+    /// Found so far (the last one's `next_ts_recv_ns` filled in by the next venue record).
+    pub found: Vec<Restart>,
+    open: bool,
+}
+
+impl Restarts {
+    /// Takes the capture's next record.
+    pub fn record(&mut self, r: &BookUpdate) {
+        if self.index > 0 && r.seq <= self.last_seq {
+            self.found.push(Restart { record: self.index, last_ts_recv_ns: self.last_ts_recv_ns, next_ts_recv_ns: 0 });
+            self.open = true;
+        }
+        if !is_session_record(r) {
+            if self.open {
+                if let Some(last) = self.found.last_mut() {
+                    last.next_ts_recv_ns = r.ts_recv_ns;
+                }
+                self.open = false;
+            }
+            self.last_ts_recv_ns = r.ts_recv_ns;
+        }
+        self.last_seq = r.seq;
+        self.index += 1;
+    }
+}
+
 /// What a whole capture holds ([`report`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
@@ -1252,6 +1320,10 @@ pub struct Report {
     pub first_ts_event_ns: u64,
     /// See `first_ts_event_ns`.
     pub last_ts_event_ns: u64,
+    /// Where a writer started again on the capture (its session's seq began anew; the records between the
+    /// earlier writer's end and the restart's snapshot are not in the capture): the record's index, the last
+    /// venue record's `ts_recv_ns` before it and the first after.
+    pub restarts: Vec<Restart>,
     /// How it stopped (its last stop block), if it did.
     pub stop: Option<StopReason>,
     /// Where it ended on a block that was not whole.
@@ -1259,15 +1331,17 @@ pub struct Report {
 }
 
 impl Report {
-    /// `capture segments=.. records=.. gaps=.. missed=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..` then
-    /// one `capture kind=NAME records=.. size=..` line per kind.
+    /// `capture segments=.. records=.. gaps=.. missed=.. restarts=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..`,
+    /// one `capture restart record=.. last_ts_recv_ns=.. next_ts_recv_ns=..` line per restart, then one
+    /// `capture kind=NAME records=.. size=..` line per kind.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "capture segments={} records={} gaps={} missed={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={}{}",
+            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={}{}",
             self.segments,
             self.records,
             self.gaps,
             self.missed,
+            self.restarts.len(),
             self.first_ts_recv_ns,
             self.last_ts_recv_ns,
             self.first_ts_event_ns,
@@ -1275,6 +1349,12 @@ impl Report {
             self.stop.map_or("none", StopReason::as_str),
             self.torn.as_ref().map_or(String::new(), |t| format!(" torn=\"{t}\"")),
         )];
+        for r in &self.restarts {
+            out.push(format!(
+                "capture restart record={} last_ts_recv_ns={} next_ts_recv_ns={}",
+                r.record, r.last_ts_recv_ns, r.next_ts_recv_ns
+            ));
+        }
         for (k, n) in &self.by_kind {
             let name = mdfan_wire::Kind::from_u8(*k).map_or_else(|| format!("unknown_{k}"), |k| format!("{k:?}"));
             out.push(format!(
@@ -1300,10 +1380,12 @@ pub fn is_session_record(r: &BookUpdate) -> bool {
 pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
     let mut r = Reader::open(dir, name, false)?;
     let mut rep = Report::default();
+    let mut restarts = Restarts::default();
     while let Some(item) = r.next()? {
         match item {
             Item::Segment(_) => rep.segments += 1,
             Item::Record(rec) => {
+                restarts.record(&rec);
                 if !is_session_record(&rec) {
                     if rep.first_ts_recv_ns == 0 {
                         rep.first_ts_recv_ns = rec.ts_recv_ns;
@@ -1324,6 +1406,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
         }
     }
     rep.torn = r.torn().map(str::to_owned);
+    rep.restarts = restarts.found;
     Ok(rep)
 }
 

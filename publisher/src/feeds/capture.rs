@@ -6,6 +6,12 @@
 //! replay equal the captured session's. A gap the capture recorded is counted (the replay cannot give what
 //! the session never had) and logged. The subscriber stream's `seq` and the publisher's `ts_send_ticks` are set
 //! anew by this publisher.
+//!
+//! A replay from a bound (`from_ts_recv_ns`, `from_venue_pos`) begins with an opening snapshot: the records
+//! before the bound are read into books (as the captured subscriber kept them) and each book goes out as
+//! snapshot records (flagged `SNAPSHOT`: a `Clear`, then its orders or levels) before the first record inside
+//! the bound, so books built from the replay equal the captured session's from there on. The replay ends at the
+//! first record past a `to_` bound (the capture is in receive order).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,12 +96,14 @@ impl CaptureFeed {
         Ok(())
     }
 
-    /// Whether `r` is inside the replay's bounds.
-    fn wanted(&self, r: &BookUpdate) -> bool {
-        self.from_ts_recv_ns.is_none_or(|t| r.ts_recv_ns >= t)
-            && self.to_ts_recv_ns.is_none_or(|t| r.ts_recv_ns <= t)
-            && self.from_venue_pos.is_none_or(|p| r.venue_pos >= p)
-            && self.to_venue_pos.is_none_or(|p| r.venue_pos <= p)
+    /// Whether `r` is before the replay's `from_` bounds.
+    fn before(&self, r: &BookUpdate) -> bool {
+        self.from_ts_recv_ns.is_some_and(|t| r.ts_recv_ns < t) || self.from_venue_pos.is_some_and(|p| r.venue_pos < p)
+    }
+
+    /// Whether `r` is past the replay's `to_` bounds.
+    fn past(&self, r: &BookUpdate) -> bool {
+        self.to_ts_recv_ns.is_some_and(|t| r.ts_recv_ns > t) || self.to_venue_pos.is_some_and(|p| r.venue_pos > p)
     }
 }
 
@@ -113,6 +121,8 @@ pub struct CaptureCounters {
     pub gaps: AtomicU64,
     /// See `gaps`.
     pub missed: AtomicU64,
+    /// Records of the opening snapshot (a replay from a bound).
+    pub opening_snapshot: AtomicU64,
 }
 
 /// A copy of [`CaptureCounters`] for the run report.
@@ -128,14 +138,16 @@ pub struct CaptureReport {
     pub gaps: u64,
     /// See [`CaptureCounters::missed`].
     pub missed: u64,
+    /// See [`CaptureCounters::opening_snapshot`].
+    pub opening_snapshot: u64,
 }
 
 impl CaptureReport {
-    /// `feed format=capture read=.. replayed=.. left_out=.. gaps=.. missed=..`.
+    /// `feed format=capture read=.. replayed=.. left_out=.. gaps=.. missed=.. opening_snapshot=..`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=capture read={} replayed={} left_out={} gaps={} missed={}",
-            self.read, self.replayed, self.left_out, self.gaps, self.missed
+            "feed format=capture read={} replayed={} left_out={} gaps={} missed={} opening_snapshot={}",
+            self.read, self.replayed, self.left_out, self.gaps, self.missed, self.opening_snapshot
         )
     }
 }
@@ -149,6 +161,7 @@ impl CaptureCounters {
             left_out: ld(&self.left_out),
             gaps: ld(&self.gaps),
             missed: ld(&self.missed),
+            opening_snapshot: ld(&self.opening_snapshot),
         }
     }
 }
@@ -191,7 +204,14 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
     let c = Arc::clone(&counters);
     let bounds = f.clone();
     let name = format!("capture {} ({})", f.path.display(), meta.name);
+    // Before the `from_` bound: the books the captured subscriber kept, for the opening snapshot.
+    let (mut books, mut mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
+    let (mut started, mut rebuilt) = (false, 0u64);
+    let mut pending: std::collections::VecDeque<BookUpdate> = std::collections::VecDeque::new();
     let source = Records::new(move || loop {
+        if let Some(r) = pending.pop_front() {
+            return Ok(Some(r));
+        }
         let item = reader.next().map_err(|e| e.to_string())?;
         match item {
             None => {
@@ -202,12 +222,44 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
             }
             Some(Item::Record(r)) => {
                 c.read.fetch_add(1, Ordering::Relaxed);
-                if mdfan_feed::capture::is_session_record(&r) || !bounds.wanted(&r) {
+                if !started && bounds.before(&r) {
+                    // Kept as the captured subscriber kept it (a book refused here was refused there too).
+                    let _ = books.apply(&r);
+                    let _ = mbp.apply(&r);
+                    rebuilt += 1;
                     c.left_out.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                if bounds.past(&r) {
+                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
+                if mdfan_feed::capture::is_session_record(&r) {
+                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if !started {
+                    started = true;
+                    if rebuilt > 0 {
+                        let mut opening = Vec::new();
+                        if book == BookKind::Mbp {
+                            mbp.snapshot_into(None, &mut opening);
+                        } else {
+                            for (id, b) in books.iter_sorted() {
+                                b.snapshot_into(id, &mut opening);
+                            }
+                        }
+                        c.opening_snapshot.store(opening.len() as u64, Ordering::Relaxed);
+                        pending.extend(opening);
+                        (books, mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1));
+                    }
+                }
                 c.replayed.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(BookUpdate { seq: 0, ts_send_ticks: 0, ..r }));
+                let r = BookUpdate { seq: 0, ts_send_ticks: 0, ..r };
+                if pending.is_empty() {
+                    return Ok(Some(r));
+                }
+                pending.push_back(r);
             }
             Some(Item::Gap { expected, got }) => {
                 c.gaps.fetch_add(1, Ordering::Relaxed);
