@@ -23,6 +23,9 @@ pub struct BookKeeper {
     feed_status: std::collections::BTreeMap<u16, BookUpdate>,
     /// Feed records applied.
     applied: u64,
+    /// The venue position of the last venue record applied (not a market recovery's, which may lag): what a
+    /// snapshot's `SnapshotEnd` carries.
+    last_venue_pos: u64,
 }
 
 impl BookKeeper {
@@ -34,6 +37,7 @@ impl BookKeeper {
             statuses: std::collections::BTreeMap::new(),
             feed_status: std::collections::BTreeMap::new(),
             applied: 0,
+            last_venue_pos: 0,
         }
     }
 
@@ -51,6 +55,9 @@ impl BookKeeper {
             tracing::error!(record = n, "journal record gone before the conductor applied it");
             return;
         };
+        if r.flags & mdfan_wire::flags::SNAPSHOT == 0 && r.kind() != Some(mdfan_wire::Kind::FeedStatus) {
+            self.last_venue_pos = r.venue_pos;
+        }
         if let Err(e) = self.books.apply(r) {
             tracing::warn!(record = n, cause = %e, "publisher book refused a feed record");
         }
@@ -68,7 +75,8 @@ impl BookKeeper {
     /// A snapshot of the instruments in `filter` (`None`: all) at the books' position: `SnapshotBegin`, the order
     /// books, the price-level books, each instrument's last trading status records and each channel's last feed
     /// status record (whatever the filter; all flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the
-    /// markers' `size` counts the books.
+    /// markers' `size` counts the books, and `SnapshotEnd`'s `venue_pos` is the last venue record's position
+    /// (the one the snapshot is consistent with; 0 before any).
     pub fn snapshot(&self, filter: Option<&[u32]>) -> Vec<BookUpdate> {
         let mut records = self.books.snapshot(filter, self.applied);
         let end = records.pop().expect("a snapshot ends with SnapshotEnd");
@@ -85,7 +93,7 @@ impl BookKeeper {
                 .chain(self.feed_status.values())
                 .map(|r| BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
         );
-        records.push(BookUpdate { size: records[0].size, ..end });
+        records.push(BookUpdate { size: records[0].size, venue_pos: self.last_venue_pos, ..end });
         records
     }
 }

@@ -128,6 +128,7 @@
 #![warn(missing_docs)]
 
 pub mod latency;
+pub mod pair;
 pub mod receiver;
 pub mod report;
 mod stat;
@@ -141,6 +142,7 @@ use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
 pub use latency::{ClockSource, Latency, NicLatency, TsRecvClock, WireLatency};
+pub use pair::{PairHealth, PairSubscriber};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.
@@ -915,6 +917,20 @@ impl Subscriber {
                 Err(_) => self.control_closed = true,
             }
         }
+    }
+
+    /// Asks the publisher for a snapshot now (policy resync or not), as a gap would: sent by the next
+    /// [`Subscriber::maintain`]; the books are stale until its `SnapshotEnd` ([`Subscriber::is_stale`]). A
+    /// snapshot already pending makes this a no-op. Control path (it queues a frame).
+    pub fn request_snapshot(&mut self) {
+        if self.resync_requested || self.control_closed {
+            return;
+        }
+        let req = ControlMsg::SnapshotRequest(SnapshotRequest { gap_from_seq: self.rx.stats().next_seq });
+        self.control_out.extend_from_slice(&control::encode(&req));
+        self.resync_requested = true;
+        self.snapshots_at_request = self.rx.stats().snapshots_received;
+        self.snapshots_requested += 1;
     }
 
     /// What the publisher said when it ended this session ([`Bye`]: a typed [`CloseReason`] and a detail),

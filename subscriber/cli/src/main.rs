@@ -28,8 +28,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use mdfan_subscriber::report::{latency_line, nic_latency_line, wire_latency_line};
 use mdfan_subscriber::{
-    CloseReason, End, Event, FabricConfig, Health, Kind, Provider, Reconnect, SlowConsumerPolicy, SubscribeError,
-    Subscriber, SubscriberConfig,
+    CloseReason, End, Event, FabricConfig, Health, Kind, PairHealth, PairSubscriber, Provider, Reconnect,
+    SlowConsumerPolicy, SubscribeError, Subscriber, SubscriberConfig,
 };
 
 mod view;
@@ -59,9 +59,12 @@ enum Idle {
 #[command(name = "mdfan-subscribe", version)]
 struct Args {
     /// Publisher control endpoint: HOST:PORT, or unix:PATH for the publisher's Unix-domain socket on this host
-    /// (publisher.listen_unix: the ring is passed as a file descriptor, so this may run as another user).
-    #[arg(long, default_value = "127.0.0.1:7700", value_parser = endpoint)]
-    connect: String,
+    /// (publisher.listen_unix: the ring is passed as a file descriptor, so this may run as another user). Twice
+    /// for a hot-hot pair (two publishers of the same lines): one stream merged by venue position, each leg with
+    /// its own session (`leg_down` / `leg_up` lines, a `leg` line each at the end; the second publisher knows it
+    /// as NAME-b).
+    #[arg(long, default_value = "127.0.0.1:7700", value_parser = endpoint, action = clap::ArgAction::Append)]
+    connect: Vec<String>,
     /// Name shown by the publisher.
     #[arg(long, default_value = "mdfan-subscribe")]
     name: String,
@@ -295,7 +298,13 @@ fn run(args: &Args) -> Result<i32, CliError> {
     mdfan_wire::ring::check_slot_count(args.ring_slots as u64)
         .map_err(|e| CliError::Usage(format!("--ring-slots: {e}")))?;
     let host_warnings = preflight(args)?;
-    let mut cfg = SubscriberConfig::new(&args.connect, &args.name);
+    if args.connect.len() > 2 {
+        return Err(CliError::Usage(format!(
+            "--connect given {} times: once for a publisher, twice for a hot-hot pair",
+            args.connect.len()
+        )));
+    }
+    let mut cfg = SubscriberConfig::new(&args.connect[0], &args.name);
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
     cfg.instruments = (!args.instruments.is_empty()).then(|| args.instruments.clone());
@@ -312,6 +321,12 @@ fn run(args: &Args) -> Result<i32, CliError> {
     // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
     // breaks, and retries the first connect while nobody listens yet.
     cfg.reconnect = args.reconnect_ms.map(|ms| Reconnect::within(Duration::from_millis(ms)));
+    if let Some(b) = args.connect.get(1) {
+        // Leg b is NAME-b to its publisher (and in its counters file's name, which must differ from leg a's).
+        let name_b: String = format!("{}-b", args.name);
+        let cfg_b = SubscriberConfig { endpoint: b.clone(), name: name_b, ..cfg.clone() };
+        return run_pair(args, &cfg, &cfg_b, &stop, &host_warnings);
+    }
     let mut sub = match Subscriber::connect_with_retry(&cfg, || stop.load(Ordering::Relaxed)) {
         Ok(sub) => sub.with_latency(),
         Err(SubscribeError::GaveUp { tries, budget, source }) => {
@@ -342,30 +357,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     let mut out = Vec::<String>::new();
     while end.is_none() {
         let mut stale = sub.is_stale();
-        let n = sub.poll(256, |event| match event {
-            Event::Record(r) => match r.kind() {
-                Some(Kind::EndOfStream) => {
-                    end = Some(CloseReason::from_u32(r.size).map_or("end_of_stream", CloseReason::as_str))
-                }
-                Some(Kind::Heartbeat) => heartbeats += 1,
-                Some(Kind::SnapshotBegin) => {
-                    view.snapshot_begin(r); // empties every book
-                    out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
-                }
-                Some(Kind::SnapshotEnd) => {
-                    stale = false;
-                    out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
-                }
-                _ => view.record(r, stale, &mut out),
-            },
-            Event::Gap { expected, got } => {
-                stale = true; // the books are stale until the snapshot this gap asks for has arrived
-                out.push(format!("gap expected_seq={expected} got_seq={got}"));
-            }
-            Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
-            Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
-            Event::Closed(_) => {} // maintain reports it, with what follows from it (reconnect or end)
-        });
+        let n = sub.poll(256, |event| on_event(event, &mut view, &mut out, &mut heartbeats, &mut end, &mut stale));
         if !out.is_empty() {
             for line in out.drain(..) {
                 out!("{line}");
@@ -444,6 +436,173 @@ fn run(args: &Args) -> Result<i32, CliError> {
         out!("{}", wire_latency_line(w));
     }
     for w in &host_warnings {
+        out!("host_warning {w}");
+    }
+    Ok(match end {
+        Some("end_of_stream" | "publisher_shutdown") => 0,
+        Some("interrupted") => 130,
+        Some("publisher_gone") => 4,
+        _ => 3,
+    })
+}
+
+/// What the CLI does with each event of the stream (one publisher's, or a pair's merged): books, lines to print.
+fn on_event(
+    event: Event<'_>,
+    view: &mut View,
+    out: &mut Vec<String>,
+    heartbeats: &mut u64,
+    end: &mut Option<&'static str>,
+    stale: &mut bool,
+) {
+    match event {
+        Event::Record(r) => match r.kind() {
+            Some(Kind::EndOfStream) => {
+                *end = Some(CloseReason::from_u32(r.size).map_or("end_of_stream", CloseReason::as_str))
+            }
+            Some(Kind::Heartbeat) => *heartbeats += 1,
+            Some(Kind::SnapshotBegin) => {
+                view.snapshot_begin(r); // empties every book
+                out.push(format!("snapshot_begin seq={} instruments={} position={}", r.seq, r.size, r.order_id));
+            }
+            Some(Kind::SnapshotEnd) => {
+                *stale = false;
+                out.push(format!("snapshot_end seq={} position={}", r.seq, r.order_id));
+            }
+            _ => view.record(r, *stale, out),
+        },
+        Event::Gap { expected, got } => {
+            *stale = true; // the books are stale until the snapshot this gap asks for has arrived
+            out.push(format!("gap expected_seq={expected} got_seq={got}"));
+        }
+        Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
+        Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
+        Event::Closed(_) => {} // maintain reports it, with what follows from it (reconnect or end)
+    }
+}
+
+/// The leg's name in lines: `a` for the first `--connect`, `b` for the second.
+fn leg_name(leg: usize) -> &'static str {
+    ["a", "b"][leg.min(1)]
+}
+
+/// `--connect A --connect B`: one stream from a hot-hot pair ([`PairSubscriber`]).
+fn run_pair(
+    args: &Args,
+    cfg_a: &SubscriberConfig,
+    cfg_b: &SubscriberConfig,
+    stop: &AtomicBool,
+    host_warnings: &[String],
+) -> Result<i32, CliError> {
+    let mut pair = PairSubscriber::connect(cfg_a, cfg_b)?;
+    for leg in 0..2 {
+        match pair.leg(leg) {
+            Some(sub) => out!(
+                "subscribed leg={} endpoint={} session={} ring_slots={} policy={} book={}",
+                leg_name(leg),
+                sub.endpoint(),
+                sub.session_id(),
+                cfg_a.ring_slots,
+                sub.policy().as_str(),
+                sub.book_kind().as_str()
+            ),
+            None => out!(
+                "leg_down leg={} endpoint={}: {}",
+                leg_name(leg),
+                [cfg_a, cfg_b][leg].endpoint,
+                pair.leg_error(leg).map(ToString::to_string).unwrap_or_default()
+            ),
+        }
+    }
+    let checkpoints: BTreeSet<u64> = args.checkpoints.iter().copied().collect();
+    let mut view = View::new(pair.symbology().cloned().unwrap_or_default(), checkpoints, args.bbo);
+    let (mut heartbeats, mut silent_reported) = (0u64, false);
+    let mut idler = mdfan_subscriber::Idler::new(match args.idle {
+        Idle::Spin => mdfan_subscriber::IdleStrategy::BusySpin,
+        Idle::Yield => mdfan_subscriber::IdleStrategy::SpinThenYield { spins: 0 },
+    });
+    let mut end: Option<&'static str> = None;
+    let mut out = Vec::<String>::new();
+    while end.is_none() {
+        let mut stale = pair.is_stale();
+        let n = pair.poll(256, |event| on_event(event, &mut view, &mut out, &mut heartbeats, &mut end, &mut stale));
+        for line in out.drain(..) {
+            out!("{line}");
+        }
+        idler.idle(n);
+        if let Some(health) = pair.maintain_if_due() {
+            if stop.load(Ordering::Relaxed) {
+                end = Some("interrupted");
+            }
+            match health {
+                PairHealth::Ok => silent_reported = false,
+                PairHealth::Silent(d) => {
+                    if !silent_reported {
+                        silent_reported = true;
+                        out!("publishers_silent ms={}", d.as_millis());
+                    }
+                }
+                PairHealth::LegDown { leg, end: None } => {
+                    out!("leg_down leg={} after_seq={}", leg_name(leg), pair.stats().next_seq - 1)
+                }
+                PairHealth::LegDown { leg, end: Some(e) } => {
+                    out!("leg_down leg={} after_seq={} end={}", leg_name(leg), pair.stats().next_seq - 1, e.as_str())
+                }
+                PairHealth::LegUp { leg, session_id } => out!("leg_up leg={} session={session_id}", leg_name(leg)),
+                PairHealth::Ended(e) => {
+                    if end.is_none() {
+                        end = Some(e.as_str());
+                    }
+                }
+            }
+        }
+    }
+    let stats = pair.stats();
+    for line in view.final_lines(stats.gaps, args.levels) {
+        out!("{line}");
+    }
+    out!(
+        "stream records={} heartbeats={heartbeats} book_records={} gaps={} missed=0 corrupt=0 book_errors={} next_seq={} snapshots={} divergences={} stale_book_errors={} end={}",
+        stats.records,
+        view.book_records,
+        stats.gaps,
+        view.book_errors,
+        stats.next_seq,
+        stats.snapshots,
+        stats.divergences,
+        view.stale_book_errors,
+        end.unwrap_or("unknown")
+    );
+    for leg in 0..2 {
+        let l = pair.leg_stats(leg);
+        out!(
+            "leg leg={} endpoint={} state={} delivered_first={} duplicates={} divergences={} held={} stale_filled={} snapshots_dropped={} recovery_dropped={} gaps={} downs={} max_trail_records={}",
+            leg_name(leg),
+            [cfg_a, cfg_b][leg].endpoint,
+            pair.leg_state(leg).as_str(),
+            l.delivered_first,
+            l.duplicates,
+            l.divergences,
+            l.held,
+            l.stale_filled,
+            l.snapshots_dropped,
+            l.recovery_dropped,
+            l.gaps,
+            l.downs,
+            l.max_trail_records
+        );
+    }
+    if let Some(d) = pair.last_divergence() {
+        out!(
+            "divergence leg={} venue_pos={} instrument_id={} delivered={:?} other={:?}",
+            leg_name(d.leg),
+            d.delivered.venue_pos,
+            d.delivered.instrument_id,
+            d.delivered,
+            d.this_leg
+        );
+    }
+    for w in host_warnings {
         out!("host_warning {w}");
     }
     Ok(match end {

@@ -1,0 +1,1087 @@
+//! Hot-hot: one stream from two publishers of the same venue lines, merged by venue position.
+//!
+//! Two publishers (two processes, in production on two hosts) ingest the same lines and publish the same
+//! records; each record carries its venue position (`wire::record`, "Venue position"), which both compute
+//! identically. A [`PairSubscriber`] attaches a ring on each (its *legs*) and hands the strategy one stream: every
+//! venue record once, in venue order, first arrival wins, with a `seq` of its own (1, 2, 3, ...). A gap or a
+//! stale mark reaches the strategy only when both legs lack the data.
+//!
+//! [`Merge`] is the rule without any I/O (tests drive it directly):
+//!
+//! - **High-water mark.** Per channel ([`BookUpdate::venue_channel`]), the last venue position delivered. A
+//!   record at or below it is a duplicate: counted, and compared with the copy delivered (last
+//!   [`RECENT_RECORDS`] kept) on every field the venue decides (`seq`, `ts_send_ticks` and `ts_recv_ns` are each
+//!   publisher's own); copies that differ are a *divergence*: counted, reported, and the merged books are
+//!   declared stale ([`Event::Gap`]) until a snapshot passes through.
+//! - **In step.** A leg is *in step* on a channel when it holds every record of that channel past the mark:
+//!   from its start (a stream from seq 1), from its snapshot's end (`SnapshotEnd` carries the venue position it
+//!   is consistent with), or from its first record after a loss of its own (a ring gap, a reconnect). Only a leg
+//!   in step delivers past the mark; the records of a leg out of step are dropped (`held`) while the other leg is
+//!   up and in step, because that leg will deliver them. When neither leg is in step, the merged stream takes
+//!   the out-of-step leg's record after an [`Event::Gap`] one seq wide (how many venue records were lost is not
+//!   known): the books are stale until a leg's snapshot passes through ([`PairSubscriber`] asks for one).
+//! - **Stale marks** (`InstrumentStale`): a leg's mark for a loss the other leg, up and in step, may fill is
+//!   dropped and takes that leg out of step (`stale_filled`); it reaches the strategy only from a leg that is
+//!   alone in step, or at a position both legs marked. A leg's market recovery (records flagged `SNAPSHOT`
+//!   outside a session snapshot: MDP 3.0 market recovery, a DBN file's venue snapshot) for a mark that was dropped
+//!   is dropped too; one for a mark that was delivered, or an instrument's first, passes whole (to its record
+//!   flagged `LAST`) from the leg whose record came first.
+//! - **Session snapshots.** The first leg's snapshot (or its stream from seq 1) is the merged stream's start; a
+//!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
+//!   resync, after its own gap). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
+//!   together (silent only when every leg that is up is silent). The end of stream passes from a leg in step;
+//!   a leg that shuts down or fails ends only its leg while the other is up.
+//!
+//! A publisher with several MDP 3.0 channels: the mark and the steps are per channel; a snapshot's end carries
+//! the position of one channel (the last record's), the others are taken from the snapshot leg's first record.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use mdfan_fabric::CloseReason;
+use mdfan_wire::{flags, BookUpdate, FeedState, Kind};
+
+use crate::{End, Event, Health, State, SubscribeError, Subscriber, SubscriberConfig};
+
+/// How many delivered records a [`Merge`] keeps to compare duplicates with (a power of two; 256 KiB).
+pub const RECENT_RECORDS: usize = 4096;
+
+/// The legs of a pair.
+pub const LEGS: usize = 2;
+
+/// One leg's counters ([`Merge::leg_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LegStats {
+    /// Venue records this leg delivered first (market recoveries and venue snapshots included).
+    pub delivered_first: u64,
+    /// Venue records that arrived after the other leg's copy.
+    pub duplicates: u64,
+    /// Duplicates that differed from the copy delivered.
+    pub divergences: u64,
+    /// Records dropped because this leg was out of step while the other was in step.
+    pub held: u64,
+    /// Stale marks dropped because the other leg was in step (it held the data, or marked the loss itself).
+    pub stale_filled: u64,
+    /// Session snapshots dropped: the merged books did not need them.
+    pub snapshots_dropped: u64,
+    /// Records of a market recovery or a venue snapshot (flagged `SNAPSHOT` outside a session snapshot) dropped:
+    /// the other leg's copy passed, or the merged book did not need them.
+    pub recovery_dropped: u64,
+    /// Gaps in this leg's own ring.
+    pub gaps: u64,
+    /// Times this leg went down (ended, vanished, reconnecting).
+    pub downs: u64,
+    /// How many merged records behind the first copy this leg's last duplicate arrived.
+    pub trail_records: u64,
+    /// The most it trailed.
+    pub max_trail_records: u64,
+}
+
+/// The merged stream's counters ([`Merge::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Records delivered to the strategy.
+    pub records: u64,
+    /// Gaps delivered (neither leg had the data, or a divergence).
+    pub gaps: u64,
+    /// Divergences seen (both legs).
+    pub divergences: u64,
+    /// Session snapshots passed through (the first included).
+    pub snapshots: u64,
+    /// The merged seq due next.
+    pub next_seq: u64,
+}
+
+/// Per-channel mark: `(channel, last delivered position + 1)`; `None`: not known yet (after a snapshot that did
+/// not say it, until the snapshot's leg delivers on that channel).
+type Marks = Vec<(u16, Option<u64>)>;
+
+#[derive(Debug, Clone, Default)]
+struct Leg {
+    up: bool,
+    started: bool,
+    /// Per channel: this leg holds every record past this key (position + 1); `None` in the table: not known
+    /// until its next record there. A channel not in the table takes `default`.
+    complete: Marks,
+    default: Option<u64>,
+    in_snapshot: bool,
+    passing: bool,
+    /// Instruments whose stale mark from this leg was dropped: its recovery of them is dropped too.
+    dropped_marks: HashSet<u32>,
+    feed_silent: bool,
+    /// This leg's end of stream, when it ended the stream normally while out of step.
+    ended: bool,
+    stats: LegStats,
+}
+
+impl Leg {
+    /// The key this leg is complete after on `ch`, learning it from a record at `key` when not known.
+    fn complete_for(&mut self, ch: u16, key: Option<u64>) -> Option<u64> {
+        match self.complete.iter_mut().find(|(c, _)| *c == ch) {
+            Some((_, v)) => {
+                if v.is_none() {
+                    *v = key.map(|k| k - 1);
+                }
+                *v
+            }
+            None => match self.default {
+                Some(d) => Some(d),
+                None => {
+                    let v = key.map(|k| k - 1);
+                    self.complete.push((ch, v));
+                    v
+                }
+            },
+        }
+    }
+
+    fn peek_complete(&self, ch: u16) -> Option<u64> {
+        self.complete.iter().find(|(c, _)| *c == ch).map_or(self.default, |(_, v)| *v)
+    }
+
+    fn set_complete(&mut self, ch: u16, v: Option<u64>) {
+        match self.complete.iter_mut().find(|(c, _)| *c == ch) {
+            Some((_, old)) => *old = v,
+            None => self.complete.push((ch, v)),
+        }
+    }
+
+    /// A record at `key` dropped while the other leg delivers: this leg no longer holds it for the merge, so it
+    /// is in step again only once the mark has passed it.
+    fn hold(&mut self, ch: u16, key: u64) {
+        self.stats.held += 1;
+        let c = self.peek_complete(ch).map_or(key, |c| c.max(key));
+        self.set_complete(ch, Some(c));
+    }
+
+    /// A loss of its own (ring gap, snapshot start, new session): nothing known until its next records.
+    fn discontinuity(&mut self) {
+        self.complete.clear();
+        self.default = None;
+    }
+}
+
+/// The merge rule, without I/O (module docs). Feed it each leg's events ([`Merge::on_event`]) and tell it when
+/// a leg goes down or starts a new session; it calls the callback with the merged events. Allocates nothing per
+/// record (the duplicate table is made once; the sets of stale instruments grow only with stale marks).
+pub struct Merge {
+    marks: Marks,
+    legs: [Leg; LEGS],
+    /// The leg whose snapshot (or stream from seq 1) the merged books started from, or last passed through.
+    base: Option<usize>,
+    next_seq: u64,
+    /// A merged gap not yet repaired by a snapshot passed through.
+    stale: bool,
+    /// A snapshot is wanted from a leg (read and cleared by [`Merge::take_snapshot_wanted`]).
+    snapshot_wanted: bool,
+    recent: Box<[BookUpdate]>,
+    /// Instruments a delivered stale mark made stale, until a recovery passed.
+    stale_instruments: HashSet<u32>,
+    /// Instruments whose market recovery passed at least once.
+    recovered: HashSet<u32>,
+    /// Recoveries in progress: instrument -> the leg whose records pass.
+    recovering: HashMap<u32, usize>,
+    feed_silent: bool,
+    ended: bool,
+    last_divergence: Option<Divergence>,
+    stats: MergeStats,
+}
+
+/// Two copies of one venue position that differ ([`Merge::last_divergence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Divergence {
+    /// The leg whose copy arrived second.
+    pub leg: usize,
+    /// The copy delivered (with its merged seq).
+    pub delivered: BookUpdate,
+    /// The other leg's copy.
+    pub this_leg: BookUpdate,
+}
+
+impl Default for Merge {
+    fn default() -> Self {
+        Merge::new()
+    }
+}
+
+/// The fields the venue decides: two publishers of a pair give equal values.
+fn same_venue_fields(a: &BookUpdate, b: &BookUpdate) -> bool {
+    (a.instrument_id, a.venue_pos, a.price_e9, a.order_id, a.size, a.kind, a.side, a.flags, a.level, a.ts_event_ns)
+        == (
+            b.instrument_id,
+            b.venue_pos,
+            b.price_e9,
+            b.order_id,
+            b.size,
+            b.kind,
+            b.side,
+            b.flags,
+            b.level,
+            b.ts_event_ns,
+        )
+}
+
+fn slot(pos: u64) -> usize {
+    (pos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (RECENT_RECORDS - 1)
+}
+
+impl Merge {
+    /// A merge expecting both legs to start (seq 1 of each).
+    pub fn new() -> Merge {
+        let mut legs: [Leg; LEGS] = Default::default();
+        for l in &mut legs {
+            l.up = true;
+            l.complete.reserve(16);
+        }
+        let mut stale_instruments = HashSet::new();
+        stale_instruments.reserve(1024);
+        Merge {
+            marks: Vec::with_capacity(16),
+            legs,
+            base: None,
+            next_seq: 1,
+            stale: false,
+            snapshot_wanted: false,
+            recent: vec![BookUpdate { seq: 0, ..BookUpdate::control(Kind::Heartbeat) }; RECENT_RECORDS]
+                .into_boxed_slice(),
+            stale_instruments,
+            recovered: HashSet::new(),
+            recovering: HashMap::new(),
+            feed_silent: false,
+            ended: false,
+            last_divergence: None,
+            stats: MergeStats { next_seq: 1, ..MergeStats::default() },
+        }
+    }
+
+    /// The merged stream's counters.
+    pub fn stats(&self) -> MergeStats {
+        MergeStats { next_seq: self.next_seq, ..self.stats }
+    }
+
+    /// Leg `leg`'s counters.
+    pub fn leg_stats(&self, leg: usize) -> LegStats {
+        self.legs[leg].stats
+    }
+
+    /// Whether the merged books are stale: a merged gap (or divergence) not yet repaired by a snapshot.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Whether leg `leg` is up (it has not ended, vanished or begun reconnecting since its last session began).
+    pub fn leg_up(&self, leg: usize) -> bool {
+        self.legs[leg].up
+    }
+
+    /// Whether leg `leg` holds every record past the merged mark on every channel it has told of.
+    pub fn leg_in_step(&self, leg: usize) -> bool {
+        let l = &self.legs[leg];
+        l.up && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
+    }
+
+    /// Whether the merged stream has ended (an end of stream passed, or both legs are down for good).
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The last divergence seen, for the report (the merged stream has already said `Gap`).
+    pub fn last_divergence(&self) -> Option<&Divergence> {
+        self.last_divergence.as_ref()
+    }
+
+    /// A snapshot is wanted (after a merged gap): true once per gap.
+    pub fn take_snapshot_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.snapshot_wanted)
+    }
+
+    /// Leg `leg` is down (its session ended or was lost). A snapshot it was passing through is abandoned.
+    pub fn leg_down(&mut self, leg: usize) {
+        let l = &mut self.legs[leg];
+        if !l.up {
+            return;
+        }
+        l.up = false;
+        l.stats.downs += 1;
+        l.discontinuity();
+        if std::mem::take(&mut l.passing) {
+            // the merged books were emptied by its SnapshotBegin: stale until another passes
+            self.stale = true;
+            self.snapshot_wanted = true;
+        }
+        l.in_snapshot = false;
+        self.recovering.retain(|_, owner| *owner != leg);
+    }
+
+    /// Leg `leg` began a new session (a reconnect): its stream starts again at its seq 1, with a snapshot.
+    pub fn leg_restarted(&mut self, leg: usize) {
+        let l = &mut self.legs[leg];
+        l.up = true;
+        l.started = false;
+        l.ended = false;
+        l.in_snapshot = false;
+        l.passing = false;
+        l.feed_silent = false;
+        l.discontinuity();
+    }
+
+    fn mark(&self, ch: u16) -> Option<u64> {
+        self.marks.iter().find(|(c, _)| *c == ch).and_then(|(_, m)| *m)
+    }
+
+    fn set_mark(&mut self, ch: u16, v: Option<u64>) {
+        match self.marks.iter_mut().find(|(c, _)| *c == ch) {
+            Some((_, m)) => *m = v,
+            None => self.marks.push((ch, v)),
+        }
+    }
+
+    /// Whether another leg than `leg` is up and in step on `ch` at mark `m`.
+    fn other_in_step(&self, leg: usize, ch: u16, m: u64) -> bool {
+        (0..LEGS).any(|o| o != leg && self.legs[o].up && self.legs[o].peek_complete(ch).is_some_and(|c| c <= m))
+    }
+
+    fn emit<F: FnMut(Event<'_>)>(&mut self, r: &BookUpdate, f: &mut F) {
+        let copy = BookUpdate { seq: self.next_seq, ..*r };
+        self.next_seq += 1;
+        self.stats.records += 1;
+        f(Event::Record(&copy));
+    }
+
+    fn emit_gap<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        f(Event::Gap { expected: self.next_seq, got: self.next_seq + 1 });
+        self.next_seq += 1;
+        self.stats.gaps += 1;
+        self.stale = true;
+        self.snapshot_wanted = true;
+    }
+
+    /// A venue record delivered: mark moved, kept for comparison.
+    fn deliver<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, ch: u16, key: u64, f: &mut F) {
+        self.set_mark(ch, Some(key));
+        self.recent[slot(r.venue_pos)] = BookUpdate { seq: self.next_seq, ..*r };
+        self.legs[leg].stats.delivered_first += 1;
+        if r.kind() == Some(Kind::InstrumentStale) {
+            self.stale_instruments.insert(r.instrument_id);
+        }
+        self.emit(r, f);
+    }
+
+    /// One event of leg `leg`'s session, as its [`Subscriber::poll`] handed it; merged events go to `f`.
+    pub fn on_event<F: FnMut(Event<'_>)>(&mut self, leg: usize, ev: Event<'_>, f: &mut F) {
+        match ev {
+            Event::Record(r) => self.on_record(leg, r, f),
+            Event::Gap { .. } => {
+                let l = &mut self.legs[leg];
+                l.stats.gaps += 1;
+                l.discontinuity();
+                if std::mem::take(&mut l.passing) {
+                    l.in_snapshot = false;
+                    self.emit_gap(f);
+                }
+            }
+            Event::Stale { .. } | Event::Corrupt { .. } => {} // counted by the leg's own receiver
+            Event::Closed(reason) => {
+                self.leg_down(leg);
+                self.end_if_all_down(reason, f);
+            }
+        }
+    }
+
+    /// Both legs down for good: the merged stream closes with the last one's reason.
+    fn end_if_all_down<F: FnMut(Event<'_>)>(&mut self, reason: CloseReason, f: &mut F) {
+        if !self.ended && self.legs.iter().all(|l| !l.up) {
+            self.ended = true;
+            f(Event::Closed(reason));
+        }
+    }
+
+    fn on_record<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        if self.ended {
+            return;
+        }
+        let kind = r.kind();
+        let first = !self.legs[leg].started;
+        self.legs[leg].started = true;
+        if first && kind != Some(Kind::SnapshotBegin) && self.base.is_none() {
+            // A stream from its seq 1 without a snapshot: from the feed's start.
+            self.base = Some(leg);
+        }
+        if first && kind != Some(Kind::SnapshotBegin) {
+            self.legs[leg].default = Some(0);
+        }
+        match kind {
+            Some(Kind::Heartbeat) => {}
+            Some(Kind::SnapshotBegin) => {
+                let pass = self.base.is_none() || self.stale;
+                let l = &mut self.legs[leg];
+                l.discontinuity();
+                l.in_snapshot = true;
+                l.passing = pass;
+                if pass {
+                    self.base = Some(leg);
+                    self.marks.iter_mut().for_each(|(_, m)| *m = None);
+                    self.recovering.clear();
+                    self.emit(r, f);
+                } else {
+                    l.stats.snapshots_dropped += 1;
+                }
+            }
+            Some(Kind::SnapshotEnd) => {
+                let l = &mut self.legs[leg];
+                l.in_snapshot = false;
+                let passing = std::mem::take(&mut l.passing);
+                let ch = r.venue_channel();
+                if r.venue_pos != 0 {
+                    l.set_complete(ch, Some(r.venue_pos + 1));
+                }
+                if passing {
+                    if r.venue_pos != 0 {
+                        self.set_mark(ch, Some(r.venue_pos + 1));
+                    }
+                    self.stale = false;
+                    self.stale_instruments.clear();
+                    self.stats.snapshots += 1;
+                    self.emit(r, f);
+                }
+            }
+            _ if self.legs[leg].in_snapshot && self.legs[leg].passing => self.emit(r, f),
+            _ if self.legs[leg].in_snapshot => {} // a snapshot the merged books do not need
+            Some(Kind::EndOfStream) => self.on_end(leg, r, f),
+            Some(Kind::FeedStatus) => {
+                self.legs[leg].feed_silent = r.feed_state() == Some(FeedState::Silent);
+                let silent = self.legs.iter().filter(|l| l.up).all(|l| l.feed_silent);
+                if silent != self.feed_silent {
+                    self.feed_silent = silent;
+                    self.emit(r, f);
+                }
+            }
+            _ if r.flags & flags::SNAPSHOT != 0 => self.on_recovery(leg, r, f),
+            None => {}
+            Some(_) => self.on_venue(leg, r, f),
+        }
+    }
+
+    fn on_end<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        let normal = r.end_reason() == Some(CloseReason::EndOfStream);
+        let other_up = (0..LEGS).any(|o| o != leg && self.legs[o].up && !self.legs[o].ended);
+        if normal && (self.leg_in_step(leg) || !other_up) {
+            if !self.leg_in_step(leg) {
+                self.emit_gap(f);
+            }
+            self.ended = true;
+            self.emit(r, f);
+        } else if normal {
+            self.legs[leg].ended = true; // the other leg, in step, ends the stream
+        } else if !other_up {
+            // the last leg up shut down or failed: the merged stream ends as it did
+            self.ended = true;
+            self.emit(r, f);
+        }
+        // else: one leg shut down or failed while the other is up: its Closed takes it down
+    }
+
+    /// Market recovery (records flagged SNAPSHOT outside a session snapshot): module docs.
+    fn on_recovery<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        let id = r.instrument_id;
+        let last = r.flags & flags::LAST != 0;
+        let pass = match self.recovering.get(&id) {
+            Some(owner) => *owner == leg,
+            None if self.legs[leg].dropped_marks.contains(&id) => {
+                if last {
+                    self.legs[leg].dropped_marks.remove(&id);
+                }
+                false
+            }
+            None if self.stale_instruments.contains(&id) || !self.recovered.contains(&id) => {
+                self.recovering.insert(id, leg);
+                self.recovered.insert(id);
+                true
+            }
+            None => false,
+        };
+        if !pass {
+            self.legs[leg].stats.recovery_dropped += 1;
+            return;
+        }
+        if last {
+            self.recovering.remove(&id);
+            self.stale_instruments.remove(&id);
+        }
+        self.legs[leg].stats.delivered_first += 1;
+        self.emit(r, f);
+    }
+
+    fn on_venue<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        let ch = r.venue_channel();
+        let key = r.venue_pos.saturating_add(1);
+        let complete = self.legs[leg].complete_for(ch, Some(key));
+        let Some(m) = self.mark(ch) else {
+            // The mark is not known on this channel: the base leg sets it with its first record.
+            let base_up = self.base.is_some_and(|b| self.legs[b].up);
+            if self.base == Some(leg) {
+                self.legs[leg].set_complete(ch, Some(key - 1));
+                self.deliver(leg, r, ch, key, f);
+            } else if base_up {
+                self.legs[leg].hold(ch, key);
+            } else {
+                self.base = Some(leg);
+                self.legs[leg].set_complete(ch, Some(key - 1));
+                self.emit_gap(f);
+                self.deliver(leg, r, ch, key, f);
+            }
+            return;
+        };
+        if key <= m {
+            self.on_duplicate(leg, r, f);
+            return;
+        }
+        let in_step = complete.is_some_and(|c| c <= m);
+        let stale_mark = r.kind() == Some(Kind::InstrumentStale);
+        if in_step && !(stale_mark && self.other_in_step(leg, ch, m)) {
+            self.deliver(leg, r, ch, key, f);
+        } else if self.other_in_step(leg, ch, m) {
+            let l = &mut self.legs[leg];
+            if stale_mark {
+                // the other leg may hold the data: this leg is out of step here until it shows again
+                l.stats.stale_filled += 1;
+                l.dropped_marks.insert(r.instrument_id);
+                l.set_complete(ch, None);
+            } else {
+                l.hold(ch, key);
+            }
+        } else {
+            // Neither leg can vouch for what lies between the mark and this record.
+            self.legs[leg].set_complete(ch, Some(key - 1));
+            self.emit_gap(f);
+            self.deliver(leg, r, ch, key, f);
+        }
+    }
+
+    fn on_duplicate<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        let kept = self.recent[slot(r.venue_pos)];
+        let l = &mut self.legs[leg];
+        l.stats.duplicates += 1;
+        if kept.venue_pos != r.venue_pos || kept.seq == 0 {
+            return; // no longer kept: counted, not compared
+        }
+        let trail = self.next_seq.saturating_sub(kept.seq);
+        l.stats.trail_records = trail;
+        l.stats.max_trail_records = l.stats.max_trail_records.max(trail);
+        if r.kind() == Some(Kind::InstrumentStale) && kept.kind() != Some(Kind::InstrumentStale) {
+            // this leg lost what the other delivered: not a divergence
+            l.stats.duplicates -= 1;
+            l.stats.stale_filled += 1;
+            l.dropped_marks.insert(r.instrument_id);
+            return;
+        }
+        if !same_venue_fields(&kept, r) {
+            l.stats.divergences += 1;
+            self.stats.divergences += 1;
+            self.last_divergence = Some(Divergence { leg, delivered: kept, this_leg: *r });
+            if !self.stale {
+                self.emit_gap(f);
+            }
+        }
+    }
+}
+
+/// What [`PairSubscriber::maintain`] found: the merged stream's health and each leg's moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairHealth {
+    /// Records or heartbeats arrive on a leg at least.
+    Ok,
+    /// Every leg that is up has been silent past its silence timeout: the shortest silence.
+    Silent(Duration),
+    /// Leg `leg` went down: `end` when for good, `None` when its reconnect policy is trying. The merged stream
+    /// goes on from the other leg.
+    LegDown {
+        /// 0 for the first endpoint, 1 for the second.
+        leg: usize,
+        /// Why it ended, when it ended for good.
+        end: Option<End>,
+    },
+    /// Leg `leg` has a session again (its first connect, when it was down at the start, or a reconnect); it
+    /// rejoins the merge once it is in step.
+    LegUp {
+        /// 0 for the first endpoint, 1 for the second.
+        leg: usize,
+        /// The new session's id.
+        session_id: u64,
+    },
+    /// The merged stream ended: an end of stream passed, or both legs are down for good (the last one's end).
+    Ended(End),
+}
+
+struct PairLeg {
+    cfg: SubscriberConfig,
+    sub: Option<Subscriber>,
+    /// Down for good (no reconnect policy, or its budget ran out).
+    ended: Option<End>,
+    /// Next connect try while `sub` is `None` (the first connect failed) and a reconnect policy allows it.
+    next_try: Option<std::time::Instant>,
+    since: std::time::Instant,
+    silent: Option<Duration>,
+    error: Option<SubscribeError>,
+}
+
+/// A strategy's subscription to a hot-hot pair: a [`Subscriber`] on each publisher, merged by venue position
+/// ([`Merge`]: module docs). [`PairSubscriber::poll`] hands the merged events exactly as
+/// [`Subscriber::poll`] does (records borrowed for the callback, their `seq` the merged stream's);
+/// [`PairSubscriber::maintain`] keeps both sessions (their snapshots, resyncs and reconnects under each
+/// config's policy) and says when a leg goes down or comes back.
+pub struct PairSubscriber {
+    legs: [PairLeg; LEGS],
+    merge: Merge,
+    events: VecDeque<PairHealth>,
+    end: Option<End>,
+    clock: quanta::Clock,
+    last_maintain: u64,
+    maintain_interval: Duration,
+}
+
+impl PairSubscriber {
+    /// Connects to both publishers (each config's endpoint, name, ring and policy; snapshots are always asked
+    /// for). A leg whose first connect fails starts down when its config has a reconnect policy (it is tried
+    /// again every interval, and reported [`PairHealth::LegUp`] when it connects); otherwise it is an error.
+    ///
+    /// # Errors
+    /// The first connect error of a leg without a reconnect policy, or of both legs.
+    pub fn connect(a: &SubscriberConfig, b: &SubscriberConfig) -> Result<PairSubscriber, SubscribeError> {
+        let now = std::time::Instant::now();
+        let mut legs = Vec::with_capacity(LEGS);
+        let mut errors = Vec::new();
+        for cfg in [a, b] {
+            let mut cfg = cfg.clone();
+            cfg.snapshot = true;
+            let (sub, error) = match Subscriber::connect(&cfg) {
+                Ok(s) => (Some(s), None),
+                Err(e) if cfg.reconnect.is_some() => (None, Some(e)),
+                Err(e) => return Err(e),
+            };
+            if let Some(e) = &error {
+                errors.push(e.to_string());
+            }
+            legs.push(PairLeg {
+                next_try: sub.is_none().then_some(now),
+                cfg,
+                sub,
+                ended: None,
+                since: now,
+                silent: None,
+                error,
+            });
+        }
+        if legs.iter().all(|l| l.sub.is_none()) {
+            let leg = legs.swap_remove(0);
+            return Err(leg.error.expect("a leg without a session has its error"));
+        }
+        let mut merge = Merge::new();
+        for (i, l) in legs.iter().enumerate() {
+            if l.sub.is_none() {
+                merge.leg_down(i);
+            }
+        }
+        let interval = a.maintain_interval.min(b.maintain_interval);
+        let clock = quanta::Clock::new();
+        let last_maintain = clock.raw();
+        let legs: [PairLeg; LEGS] = legs.try_into().map_err(|_| ()).expect("two legs");
+        Ok(PairSubscriber {
+            legs,
+            merge,
+            events: VecDeque::new(),
+            end: None,
+            clock,
+            last_maintain,
+            maintain_interval: interval,
+        })
+    }
+
+    /// Polls each leg once (up to `max` completions each) and hands the merged events to `f`. Returns the
+    /// completions reaped on both legs; 0 means nothing was ready. No syscall, no allocation.
+    #[inline]
+    pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
+        let Self { legs, merge, .. } = self;
+        let mut n = 0;
+        for (i, leg) in legs.iter_mut().enumerate() {
+            if let Some(sub) = leg.sub.as_mut() {
+                n += sub.poll(max, |ev| merge.on_event(i, ev, &mut f));
+            }
+        }
+        n
+    }
+
+    /// [`PairSubscriber::maintain`] at most once per the configs' shorter `maintain_interval`.
+    #[inline]
+    pub fn maintain_if_due(&mut self) -> Option<PairHealth> {
+        let now = self.clock.raw();
+        if self.clock.delta_as_nanos(self.last_maintain, now) < self.maintain_interval.as_nanos() as u64 {
+            return None;
+        }
+        self.last_maintain = now;
+        Some(self.maintain())
+    }
+
+    /// Runs each leg's [`Subscriber::maintain`] (and a leg's connect tries while it has no session), takes a leg
+    /// down or up in the merge, and asks a leg for a snapshot after a merged gap. Returns one move per call
+    /// (a leg's, queued, first), else the merged health.
+    pub fn maintain(&mut self) -> PairHealth {
+        for i in 0..LEGS {
+            self.maintain_leg(i);
+        }
+        if self.merge.take_snapshot_wanted() {
+            let leg = (0..LEGS)
+                .filter(|i| self.legs[*i].sub.is_some() && self.merge.leg_up(*i))
+                .max_by_key(|i| self.merge.leg_in_step(*i));
+            if let Some(sub) = leg.and_then(|i| self.legs[i].sub.as_mut()) {
+                sub.request_snapshot();
+            }
+        }
+        if let Some(e) = self.events.pop_front() {
+            return e;
+        }
+        if let Some(end) = self.end {
+            return PairHealth::Ended(end);
+        }
+        if self.merge.ended() {
+            let end = End::Closed(CloseReason::EndOfStream);
+            self.end = Some(end);
+            return PairHealth::Ended(end);
+        }
+        let up: Vec<&PairLeg> = self.legs.iter().filter(|l| l.sub.is_some() && l.ended.is_none()).collect();
+        if !up.is_empty() && up.iter().all(|l| l.silent.is_some()) {
+            return PairHealth::Silent(up.iter().filter_map(|l| l.silent).min().unwrap_or_default());
+        }
+        PairHealth::Ok
+    }
+
+    fn maintain_leg(&mut self, i: usize) {
+        let leg = &mut self.legs[i];
+        if leg.ended.is_some() {
+            return;
+        }
+        let Some(sub) = leg.sub.as_mut() else {
+            // Down since the start: try again under its policy.
+            let (Some(at), Some(policy)) = (leg.next_try, leg.cfg.reconnect) else { return };
+            if std::time::Instant::now() < at {
+                return;
+            }
+            match Subscriber::connect(&leg.cfg) {
+                Ok(s) => {
+                    let session_id = s.session_id();
+                    leg.sub = Some(s);
+                    leg.next_try = None;
+                    leg.error = None;
+                    self.merge.leg_restarted(i);
+                    self.events.push_back(PairHealth::LegUp { leg: i, session_id });
+                }
+                Err(e) => {
+                    leg.error = Some(e);
+                    if leg.since.elapsed() >= policy.budget {
+                        let end = End::GaveUp { tries: 0 };
+                        leg.ended = Some(end);
+                        self.leg_ended(i, end);
+                    } else {
+                        leg.next_try = Some(std::time::Instant::now() + policy.interval);
+                    }
+                }
+            }
+            return;
+        };
+        leg.silent = None;
+        match sub.maintain() {
+            Health::Ok => {}
+            Health::Silent(d) => leg.silent = Some(d),
+            Health::Reconnecting { tries: 0 } => {
+                self.merge.leg_down(i);
+                self.events.push_back(PairHealth::LegDown { leg: i, end: None });
+            }
+            Health::Reconnecting { .. } => {}
+            Health::Reconnected { session_id } => {
+                self.merge.leg_restarted(i);
+                self.events.push_back(PairHealth::LegUp { leg: i, session_id });
+            }
+            Health::Ended(end) => {
+                leg.ended = Some(end);
+                self.leg_ended(i, end);
+            }
+        }
+    }
+
+    fn leg_ended(&mut self, i: usize, end: End) {
+        self.merge.leg_down(i);
+        self.events.push_back(PairHealth::LegDown { leg: i, end: Some(end) });
+        if self.legs.iter().all(|l| l.ended.is_some()) && !self.merge.ended() {
+            self.end = Some(end);
+        }
+    }
+
+    /// The merged stream's counters.
+    pub fn stats(&self) -> MergeStats {
+        self.merge.stats()
+    }
+
+    /// Leg `leg`'s merge counters.
+    pub fn leg_stats(&self, leg: usize) -> LegStats {
+        self.merge.leg_stats(leg)
+    }
+
+    /// Leg `leg`'s session, while it has one.
+    pub fn leg(&self, leg: usize) -> Option<&Subscriber> {
+        self.legs[leg].sub.as_ref()
+    }
+
+    /// Leg `leg`'s state: its session's ([`Subscriber::state`]), or `Reconnecting` while its first connect is
+    /// still being tried, or `Ended`.
+    pub fn leg_state(&self, leg: usize) -> State {
+        let l = &self.legs[leg];
+        match (&l.sub, l.ended) {
+            (_, Some(end)) => State::Ended(end),
+            (Some(s), None) => s.state(),
+            (None, None) => State::Reconnecting { tries: 0 },
+        }
+    }
+
+    /// The last connect error of a leg that has no session.
+    pub fn leg_error(&self, leg: usize) -> Option<&SubscribeError> {
+        self.legs[leg].error.as_ref()
+    }
+
+    /// Whether the merged books are stale (a gap both legs had, or a divergence, not yet repaired).
+    pub fn is_stale(&self) -> bool {
+        self.merge.is_stale()
+    }
+
+    /// The last divergence (two copies of a venue position that differed).
+    pub fn last_divergence(&self) -> Option<&Divergence> {
+        self.merge.last_divergence()
+    }
+
+    /// The symbology of a leg with a session (both publishers name the same instruments).
+    pub fn symbology(&self) -> Option<&crate::Symbology> {
+        self.legs.iter().find_map(|l| l.sub.as_ref()).map(Subscriber::symbology)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdfan_wire::venue_position;
+
+    /// What the strategy saw: `(seq, venue seq, kind, size)` per record, `(expected, 0, None, 0)` per gap (a
+    /// merged gap takes one seq).
+    type Seen = Vec<(u64, u64, Option<Kind>, u32)>;
+
+    fn add(venue_seq: u64) -> BookUpdate {
+        BookUpdate {
+            venue_pos: venue_position(venue_seq, 0),
+            instrument_id: 7,
+            order_id: venue_seq,
+            size: 1,
+            flags: flags::LAST,
+            ..BookUpdate::control(Kind::Add)
+        }
+    }
+
+    fn marker(kind: Kind, venue_seq: u64) -> BookUpdate {
+        BookUpdate { venue_pos: venue_position(venue_seq, 0), flags: flags::SNAPSHOT, ..BookUpdate::control(kind) }
+    }
+
+    fn end(reason: CloseReason) -> BookUpdate {
+        BookUpdate { size: reason as u32, ..BookUpdate::control(Kind::EndOfStream) }
+    }
+
+    fn feed(m: &mut Merge, seen: &mut Seen, leg: usize, records: &[BookUpdate]) {
+        for r in records {
+            m.on_event(leg, Event::Record(r), &mut |e| push(seen, e));
+        }
+    }
+
+    fn gap(m: &mut Merge, seen: &mut Seen, leg: usize) {
+        m.on_event(leg, Event::Gap { expected: 1, got: 2 }, &mut |e| push(seen, e));
+    }
+
+    fn push(seen: &mut Seen, e: Event<'_>) {
+        match e {
+            Event::Record(r) => seen.push((r.seq, r.venue_seq(), r.kind(), r.size)),
+            Event::Gap { expected, .. } => seen.push((expected, 0, None, 0)),
+            _ => {}
+        }
+    }
+
+    fn adds(range: std::ops::RangeInclusive<u64>) -> Vec<BookUpdate> {
+        range.map(add).collect()
+    }
+
+    /// The venue seqs of the records delivered, in order, and whether the merged seqs ran 1, 2, 3, ...
+    fn venue_seqs(seen: &Seen) -> (Vec<u64>, bool) {
+        let seqs = seen.iter().filter(|s| s.2 == Some(Kind::Add)).map(|s| s.1).collect();
+        let contiguous = seen.iter().enumerate().all(|(i, s)| s.0 == i as u64 + 1);
+        (seqs, contiguous)
+    }
+
+    #[test]
+    fn two_equal_legs_give_every_record_once_in_order_and_the_second_copies_are_counted() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=5));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        feed(&mut m, &mut seen, 1, &adds(4..=8)); // leg 1 overtakes
+        feed(&mut m, &mut seen, 0, &adds(6..=8));
+        assert_eq!(venue_seqs(&seen), ((1..=8).collect(), true));
+        let (a, b) = (m.leg_stats(0), m.leg_stats(1));
+        assert_eq!((a.delivered_first, a.duplicates, b.delivered_first, b.duplicates), (5, 3, 3, 5));
+        assert_eq!((a.divergences + b.divergences, m.stats().gaps), (0, 0));
+        assert_eq!(b.max_trail_records, 5, "leg 1's copy of venue seq 1 came 5 records after leg 0's");
+    }
+
+    #[test]
+    fn a_gap_on_one_leg_is_filled_by_the_other_and_never_reaches_the_strategy() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=4));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        gap(&mut m, &mut seen, 0); // leg 0 lost 5..=9 in its ring
+        feed(&mut m, &mut seen, 0, &adds(10..=12)); // ahead, out of step: held
+        assert_eq!(venue_seqs(&seen).0, (1..=4).collect::<Vec<_>>());
+        feed(&mut m, &mut seen, 1, &adds(4..=12));
+        feed(&mut m, &mut seen, 0, &adds(13..=14)); // in step again: it delivers first
+        feed(&mut m, &mut seen, 1, &adds(13..=14));
+        assert_eq!(venue_seqs(&seen), ((1..=14).collect(), true));
+        assert_eq!(m.stats().gaps, 0);
+        assert!(!m.is_stale());
+        let a = m.leg_stats(0);
+        assert_eq!((a.gaps, a.held, a.delivered_first), (1, 3, 6));
+    }
+
+    #[test]
+    fn a_leg_that_dies_leaves_the_other_to_carry_the_stream_without_a_gap() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=6));
+        feed(&mut m, &mut seen, 1, &adds(1..=4));
+        m.leg_down(0);
+        feed(&mut m, &mut seen, 1, &adds(5..=9));
+        feed(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
+        assert_eq!(venue_seqs(&seen), ((1..=9).collect(), true));
+        assert_eq!(seen.last().unwrap().2, Some(Kind::EndOfStream));
+        assert!(m.ended());
+        assert_eq!((m.stats().gaps, m.leg_stats(0).downs), (0, 1));
+    }
+
+    #[test]
+    fn a_loss_on_both_legs_is_one_gap_then_a_snapshot_passes_and_the_books_are_good_again() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=4));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        gap(&mut m, &mut seen, 0);
+        gap(&mut m, &mut seen, 1);
+        feed(&mut m, &mut seen, 1, &adds(8..=9)); // neither leg holds 5..=7: a gap, then leg 1's records
+        feed(&mut m, &mut seen, 0, &adds(9..=10));
+        assert!(m.is_stale() && m.take_snapshot_wanted());
+        assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "{seen:?}");
+        // leg 0's own resync snapshot passes through, then its stream from the snapshot's position
+        feed(
+            &mut m,
+            &mut seen,
+            0,
+            &[marker(Kind::SnapshotBegin, 0), marker(Kind::Clear, 10), marker(Kind::SnapshotEnd, 10)],
+        );
+        assert!(!m.is_stale());
+        feed(&mut m, &mut seen, 1, &adds(10..=11));
+        feed(&mut m, &mut seen, 0, &adds(11..=12));
+        // a later snapshot of leg 1 (its own resync) is not needed: dropped
+        feed(&mut m, &mut seen, 1, &[marker(Kind::SnapshotBegin, 0), marker(Kind::SnapshotEnd, 12)]);
+        feed(&mut m, &mut seen, 1, &adds(13..=13));
+        let (adds_seen, contiguous) = venue_seqs(&seen);
+        assert_eq!(adds_seen, vec![1, 2, 3, 4, 8, 9, 10, 11, 12, 13]);
+        assert!(contiguous, "{seen:?}");
+        let kinds: Vec<Option<Kind>> = seen.iter().map(|s| s.2).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == Some(Kind::SnapshotBegin)).count(), 1);
+        assert_eq!((m.stats().gaps, m.stats().snapshots, m.leg_stats(1).snapshots_dropped), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_stale_mark_the_other_leg_fills_never_reaches_the_strategy_nor_does_its_recovery() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let stale = BookUpdate {
+            venue_pos: venue_position(5, 0),
+            instrument_id: 7,
+            ..BookUpdate::control(Kind::InstrumentStale)
+        };
+        let recovery = [
+            BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 4) },
+            BookUpdate { instrument_id: 7, flags: flags::SNAPSHOT | flags::LAST, ..marker(Kind::LevelNew, 4) },
+        ];
+        feed(&mut m, &mut seen, 0, &adds(1..=4));
+        feed(&mut m, &mut seen, 1, &adds(1..=4));
+        feed(&mut m, &mut seen, 0, &[stale]); // leg 0 lost venue seq 5..=6
+        feed(&mut m, &mut seen, 0, &adds(7..=8));
+        feed(&mut m, &mut seen, 0, &recovery);
+        feed(&mut m, &mut seen, 1, &adds(5..=8));
+        assert_eq!(venue_seqs(&seen), ((1..=8).collect(), true));
+        assert!(seen.iter().all(|s| s.2 == Some(Kind::Add)), "{seen:?}");
+        let a = m.leg_stats(0);
+        assert_eq!((a.stale_filled, a.recovery_dropped, m.stats().gaps), (1, 2, 0));
+        // both legs lose venue seq 9: the mark passes once, and one recovery
+        let stale9 = BookUpdate { venue_pos: venue_position(9, 0), ..stale };
+        let recovery9 = recovery.map(|r| BookUpdate { venue_pos: venue_position(9, 0), ..r });
+        feed(&mut m, &mut seen, 1, &[stale9]);
+        feed(&mut m, &mut seen, 0, &[stale9]);
+        feed(&mut m, &mut seen, 1, &recovery9);
+        feed(&mut m, &mut seen, 0, &recovery9);
+        let tail: Vec<Option<Kind>> = seen[8..].iter().map(|s| s.2).collect();
+        assert_eq!(tail, vec![Some(Kind::InstrumentStale), Some(Kind::Clear), Some(Kind::LevelNew)]);
+    }
+
+    #[test]
+    fn two_copies_that_differ_are_a_divergence_and_the_books_are_stale_until_a_snapshot() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=3));
+        feed(&mut m, &mut seen, 1, &adds(1..=2));
+        feed(&mut m, &mut seen, 1, &[BookUpdate { size: 99, ..add(3) }]);
+        assert_eq!((m.stats().divergences, m.leg_stats(1).divergences), (1, 1));
+        assert!(m.is_stale() && m.take_snapshot_wanted());
+        assert_eq!(seen.last().unwrap().2, None, "a gap after the divergence: {seen:?}");
+        let d = m.last_divergence().unwrap();
+        assert_eq!((d.leg, d.delivered.size, d.this_leg.size, d.delivered.seq), (1, 1, 99, 3));
+    }
+
+    #[test]
+    fn a_late_leg_joins_from_its_snapshot_and_delivers_only_once_in_step() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        // leg 0 joins at venue seq 3, leg 1 at venue seq 6
+        feed(
+            &mut m,
+            &mut seen,
+            0,
+            &[marker(Kind::SnapshotBegin, 0), marker(Kind::Clear, 3), marker(Kind::SnapshotEnd, 3)],
+        );
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[marker(Kind::SnapshotBegin, 0), marker(Kind::Clear, 6), marker(Kind::SnapshotEnd, 6)],
+        );
+        feed(&mut m, &mut seen, 1, &adds(7..=8)); // out of step (the mark is at 3): held
+        feed(&mut m, &mut seen, 0, &adds(4..=7));
+        feed(&mut m, &mut seen, 1, &adds(9..=9)); // in step now (complete after 6 <= mark 7)
+        feed(&mut m, &mut seen, 0, &adds(8..=9));
+        let (adds_seen, contiguous) = venue_seqs(&seen);
+        assert_eq!((adds_seen, contiguous), ((4..=9).collect(), true));
+        assert_eq!((m.leg_stats(1).held, m.leg_stats(1).delivered_first, m.leg_stats(1).snapshots_dropped), (3, 0, 1));
+    }
+
+    #[test]
+    fn one_leg_shutting_down_does_not_end_the_stream_and_the_end_passes_once() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=2));
+        feed(&mut m, &mut seen, 1, &adds(1..=2));
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::Shutdown)]);
+        m.on_event(0, Event::Closed(CloseReason::Shutdown), &mut |e| push(&mut seen, e));
+        assert!(!m.ended());
+        feed(&mut m, &mut seen, 1, &adds(3..=4));
+        feed(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
+        assert!(m.ended());
+        let ends: Vec<u32> = seen.iter().filter(|s| s.2 == Some(Kind::EndOfStream)).map(|s| s.3).collect();
+        assert_eq!(ends, vec![CloseReason::EndOfStream as u32]);
+        assert_eq!(venue_seqs(&seen).0, vec![1, 2, 3, 4]);
+    }
+}
