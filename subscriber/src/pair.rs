@@ -163,7 +163,8 @@ impl Leg {
 
 /// The merge rule, without I/O (module docs). Feed it each leg's events ([`Merge::on_event`]) and tell it when
 /// a leg goes down or starts a new session; it calls the callback with the merged events. Allocates nothing per
-/// record (the duplicate table is made once; the sets of stale instruments grow only with stale marks).
+/// record (the duplicate table is made once; the instrument sets grow only with stale marks and with each
+/// instrument's first market recovery or venue snapshot).
 pub struct Merge {
     marks: Marks,
     legs: [Leg; LEGS],
@@ -748,11 +749,12 @@ impl PairSubscriber {
             self.end = Some(end);
             return PairHealth::Ended(end);
         }
-        let up: Vec<&PairLeg> = self.legs.iter().filter(|l| l.sub.is_some() && l.ended.is_none()).collect();
-        if !up.is_empty() && up.iter().all(|l| l.silent.is_some()) {
-            return PairHealth::Silent(up.iter().filter_map(|l| l.silent).min().unwrap_or_default());
+        let mut up = self.legs.iter().filter(|l| l.sub.is_some() && l.ended.is_none()).peekable();
+        if up.peek().is_none() {
+            return PairHealth::Ok;
         }
-        PairHealth::Ok
+        // silent only when every leg up is: the shortest silence
+        up.try_fold(Duration::MAX, |d, l| l.silent.map(|s| d.min(s))).map_or(PairHealth::Ok, PairHealth::Silent)
     }
 
     fn maintain_leg(&mut self, i: usize) {
