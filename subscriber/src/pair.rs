@@ -21,11 +21,14 @@
 //!   the out-of-step leg's record after an [`Event::Gap`] one seq wide (how many venue records were lost is not
 //!   known): the books are stale until a leg's snapshot passes through ([`PairSubscriber`] asks for one).
 //! - **Stale marks** (`InstrumentStale`): a leg's mark for a loss the other leg, up and in step, may fill is
-//!   dropped and takes that leg out of step (`stale_filled`); it reaches the strategy only from a leg that is
-//!   alone in step, or at a position both legs marked. A leg's market recovery (records flagged `SNAPSHOT`
-//!   outside a session snapshot: MDP 3.0 market recovery, a DBN file's venue snapshot) for a mark that was dropped
-//!   is dropped too; one for a mark that was delivered, or an instrument's first, passes whole (to its record
-//!   flagged `LAST`) from the leg whose record came first.
+//!   dropped (`stale_filled`), and that leg is out of step until its own recovery of the instrument is over (its
+//!   first record of it after one): meanwhile its publisher may leave out records the recovery covers. A mark
+//!   reaches the strategy only from a leg alone in step, or at a position both legs marked. Records flagged
+//!   `SNAPSHOT` outside a session snapshot (MDP 3.0 market recovery, a DBN file's venue snapshot) pass from one
+//!   leg per instrument (the first to send one, until its next record of the instrument that is not), and only
+//!   for an instrument the merged stream marked stale or has not had one for, and only when its position is at
+//!   or past the channel's mark: an older one would take the book back in time, so the merged books are then
+//!   declared stale and a session snapshot is asked for.
 //! - **Session snapshots.** The first leg's snapshot (or its stream from seq 1) is the merged stream's start; a
 //!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
 //!   resync, after its own gap). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
@@ -106,8 +109,14 @@ struct Leg {
     default: Option<u64>,
     in_snapshot: bool,
     passing: bool,
-    /// Instruments whose stale mark from this leg was dropped: its recovery of them is dropped too.
+    /// Instruments whose stale mark from this leg was dropped (the other leg had the data). While any is here
+    /// the leg is out of step: it lacks their records. An instrument leaves with the leg's recovery of it, after
+    /// which the leg lacks only its records up to the recovery's position (its publisher drops them by
+    /// `RptSeq`): the leg is in step again once the mark has passed that position.
     dropped_marks: HashSet<u32>,
+    /// Instruments whose recovery from this leg is under way and left out (its stale mark was dropped), until
+    /// its next record of the instrument that is not part of it.
+    ignoring: HashSet<u32>,
     feed_silent: bool,
     /// This leg's end of stream, when it ended the stream normally while out of step.
     ended: bool,
@@ -182,6 +191,8 @@ pub struct Merge {
     recovered: HashSet<u32>,
     /// Recoveries in progress: instrument -> the leg whose records pass.
     recovering: HashMap<u32, usize>,
+    /// Instruments whose recovery passed ahead of the stream: their records up to its position (a key) are in it.
+    suppress: HashMap<u32, u64>,
     feed_silent: bool,
     ended: bool,
     last_divergence: Option<Divergence>,
@@ -248,6 +259,7 @@ impl Merge {
             stale_instruments,
             recovered: HashSet::new(),
             recovering: HashMap::new(),
+            suppress: HashMap::new(),
             feed_silent: false,
             ended: false,
             last_divergence: None,
@@ -278,7 +290,8 @@ impl Merge {
     /// Whether leg `leg` holds every record past the merged mark on every channel it has told of.
     pub fn leg_in_step(&self, leg: usize) -> bool {
         let l = &self.legs[leg];
-        l.up && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
+        l.up && l.dropped_marks.is_empty()
+            && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
     }
 
     /// Whether the merged stream has ended (an end of stream passed, or both legs are down for good).
@@ -323,6 +336,8 @@ impl Merge {
         l.in_snapshot = false;
         l.passing = false;
         l.feed_silent = false;
+        l.dropped_marks.clear();
+        l.ignoring.clear();
         l.discontinuity();
     }
 
@@ -339,7 +354,10 @@ impl Merge {
 
     /// Whether another leg than `leg` is up and in step on `ch` at mark `m`.
     fn other_in_step(&self, leg: usize, ch: u16, m: u64) -> bool {
-        (0..LEGS).any(|o| o != leg && self.legs[o].up && self.legs[o].peek_complete(ch).is_some_and(|c| c <= m))
+        (0..LEGS).any(|o| {
+            let l = &self.legs[o];
+            o != leg && l.up && l.dropped_marks.is_empty() && l.peek_complete(ch).is_some_and(|c| c <= m)
+        })
     }
 
     fn emit<F: FnMut(Event<'_>)>(&mut self, r: &BookUpdate, f: &mut F) {
@@ -423,6 +441,7 @@ impl Merge {
                     self.base = Some(leg);
                     self.marks.iter_mut().for_each(|(_, m)| *m = None);
                     self.recovering.clear();
+                    self.suppress.clear();
                     self.emit(r, f);
                 } else {
                     l.stats.snapshots_dropped += 1;
@@ -437,6 +456,7 @@ impl Merge {
                     l.set_complete(ch, Some(r.venue_pos + 1));
                 }
                 if passing {
+                    l.dropped_marks.clear(); // its snapshot is the merged books now
                     if r.venue_pos != 0 {
                         self.set_mark(ch, Some(r.venue_pos + 1));
                     }
@@ -485,29 +505,45 @@ impl Merge {
     /// Market recovery (records flagged SNAPSHOT outside a session snapshot): module docs.
     fn on_recovery<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
         let id = r.instrument_id;
-        let last = r.flags & flags::LAST != 0;
+        if self.legs[leg].dropped_marks.remove(&id) {
+            self.legs[leg].ignoring.insert(id);
+            // Its publisher leaves out this instrument's records up to the recovery's position from here on: the
+            // leg is in step again once the mark has passed that position.
+            let (ch, key) = (r.venue_channel(), r.venue_pos.saturating_add(1));
+            let l = &mut self.legs[leg];
+            let c = l.peek_complete(ch).map_or(key, |c| c.max(key));
+            l.set_complete(ch, Some(c));
+        }
+        let own_mark_dropped = self.legs[leg].ignoring.contains(&id);
         let pass = match self.recovering.get(&id) {
             Some(owner) => *owner == leg,
-            None if self.legs[leg].dropped_marks.contains(&id) => {
-                if last {
-                    self.legs[leg].dropped_marks.remove(&id);
+            None => {
+                // A recovery may pass only if it covers every record the merged stream gave of its channel: one
+                // older than that would take the book back in time.
+                let ch = r.venue_channel();
+                let covers = self.mark(ch).is_none_or(|m| r.venue_pos.saturating_add(1) >= m);
+                let wanted =
+                    self.stale_instruments.contains(&id) || !(self.recovered.contains(&id) || own_mark_dropped);
+                if wanted && covers {
+                    self.suppress.insert(id, r.venue_pos.saturating_add(1));
+                    self.recovering.insert(id, leg);
+                    self.recovered.insert(id);
+                    self.stale_instruments.remove(&id);
+                    true
+                } else {
+                    if wanted && self.stale_instruments.contains(&id) && !self.stale {
+                        // the merged book of `id` is stale and this recovery is older than the stream: only a
+                        // session snapshot can repair it now
+                        self.stale = true;
+                        self.snapshot_wanted = true;
+                    }
+                    false
                 }
-                false
             }
-            None if self.stale_instruments.contains(&id) || !self.recovered.contains(&id) => {
-                self.recovering.insert(id, leg);
-                self.recovered.insert(id);
-                true
-            }
-            None => false,
         };
         if !pass {
             self.legs[leg].stats.recovery_dropped += 1;
             return;
-        }
-        if last {
-            self.recovering.remove(&id);
-            self.stale_instruments.remove(&id);
         }
         self.legs[leg].stats.delivered_first += 1;
         self.emit(r, f);
@@ -516,6 +552,26 @@ impl Merge {
     fn on_venue<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
         let ch = r.venue_channel();
         let key = r.venue_pos.saturating_add(1);
+        if !self.recovering.is_empty() && self.recovering.get(&r.instrument_id) == Some(&leg) {
+            // the owner's recovery of this instrument is over: its incrementals follow
+            self.recovering.remove(&r.instrument_id);
+        }
+        if !self.legs[leg].ignoring.is_empty() {
+            self.legs[leg].ignoring.remove(&r.instrument_id);
+        }
+        if r.kind() == Some(Kind::InstrumentStale) {
+            self.on_stale_mark(leg, r, f);
+            return;
+        }
+        if !self.suppress.is_empty() {
+            if let Some(&until) = self.suppress.get(&r.instrument_id) {
+                if key <= until {
+                    return; // in the recovery that passed: its publisher drops it by RptSeq, so does the merge
+                }
+                self.suppress.remove(&r.instrument_id);
+            }
+        }
+        let tainted = !self.legs[leg].dropped_marks.is_empty();
         let complete = self.legs[leg].complete_for(ch, Some(key));
         let Some(m) = self.mark(ch) else {
             // The mark is not known on this channel: the base leg sets it with its first record.
@@ -537,26 +593,37 @@ impl Merge {
             self.on_duplicate(leg, r, f);
             return;
         }
-        let in_step = complete.is_some_and(|c| c <= m);
-        let stale_mark = r.kind() == Some(Kind::InstrumentStale);
-        if in_step && !(stale_mark && self.other_in_step(leg, ch, m)) {
+        let in_step = complete.is_some_and(|c| c <= m) && !tainted;
+        if in_step {
             self.deliver(leg, r, ch, key, f);
         } else if self.other_in_step(leg, ch, m) {
-            let l = &mut self.legs[leg];
-            if stale_mark {
-                // the other leg may hold the data: this leg is out of step here until it shows again
-                l.stats.stale_filled += 1;
-                l.dropped_marks.insert(r.instrument_id);
-                l.set_complete(ch, None);
-            } else {
-                l.hold(ch, key);
-            }
+            self.legs[leg].hold(ch, key);
         } else {
-            // Neither leg can vouch for what lies between the mark and this record.
+            // Neither leg can vouch for what lies between the mark and this record: the stream follows this leg
+            // from here, after a gap.
             self.legs[leg].set_complete(ch, Some(key - 1));
+            self.legs[leg].dropped_marks.clear();
             self.emit_gap(f);
             self.deliver(leg, r, ch, key, f);
         }
+    }
+
+    /// A stale mark is not merged by position: a publisher writes the marks of a loss at the first lost
+    /// position, and the mark of an instrument first seen after a loss before its first record, within the
+    /// packet (so that leg's later records of the packet have other indices than the other leg's). It passes
+    /// unless the other leg, up and in step, may hold the data; then it is dropped and this leg is out of step
+    /// until its own recovery of the instrument is over.
+    fn on_stale_mark<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        let ch = r.venue_channel();
+        if self.mark(ch).is_some_and(|m| self.other_in_step(leg, ch, m)) {
+            let l = &mut self.legs[leg];
+            l.stats.stale_filled += 1;
+            l.dropped_marks.insert(r.instrument_id);
+            return;
+        }
+        self.stale_instruments.insert(r.instrument_id);
+        self.legs[leg].stats.delivered_first += 1;
+        self.emit(r, f);
     }
 
     fn on_duplicate<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
@@ -569,12 +636,8 @@ impl Merge {
         let trail = self.next_seq.saturating_sub(kept.seq);
         l.stats.trail_records = trail;
         l.stats.max_trail_records = l.stats.max_trail_records.max(trail);
-        if r.kind() == Some(Kind::InstrumentStale) && kept.kind() != Some(Kind::InstrumentStale) {
-            // this leg lost what the other delivered: not a divergence
-            l.stats.duplicates -= 1;
-            l.stats.stale_filled += 1;
-            l.dropped_marks.insert(r.instrument_id);
-            return;
+        if !l.dropped_marks.is_empty() {
+            return; // its publisher marked packets stale: their indices may differ from the other leg's
         }
         if !same_venue_fields(&kept, r) {
             l.stats.divergences += 1;
@@ -1017,8 +1080,10 @@ mod tests {
         feed(&mut m, &mut seen, 0, &[stale]); // leg 0 lost venue seq 5..=6
         feed(&mut m, &mut seen, 0, &adds(7..=8));
         feed(&mut m, &mut seen, 0, &recovery);
+        assert!(!m.leg_in_step(0), "it lacks what the mark has not passed yet");
         feed(&mut m, &mut seen, 1, &adds(5..=8));
         assert_eq!(venue_seqs(&seen), ((1..=8).collect(), true));
+        assert!(m.leg_in_step(0), "recovered, and the mark is past what it held and what its recovery covers");
         assert!(seen.iter().all(|s| s.2 == Some(Kind::Add)), "{seen:?}");
         let a = m.leg_stats(0);
         assert_eq!((a.stale_filled, a.recovery_dropped, m.stats().gaps), (1, 2, 0));
@@ -1031,6 +1096,10 @@ mod tests {
         feed(&mut m, &mut seen, 0, &recovery9);
         let tail: Vec<Option<Kind>> = seen[8..].iter().map(|s| s.2).collect();
         assert_eq!(tail, vec![Some(Kind::InstrumentStale), Some(Kind::Clear), Some(Kind::LevelNew)]);
+        feed(&mut m, &mut seen, 1, &adds(10..=10));
+        feed(&mut m, &mut seen, 0, &adds(10..=11));
+        assert!(m.leg_in_step(0) && m.leg_in_step(1), "each leg recovered");
+        assert_eq!((m.leg_stats(0).delivered_first, m.leg_stats(1).delivered_first), (7, 6), "{seen:?}");
     }
 
     #[test]

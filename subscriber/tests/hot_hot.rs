@@ -131,3 +131,114 @@ fn mdfan_subscribe_with_two_endpoints_prints_one_exact_stream_and_each_legs_shar
         p.handle.join().unwrap().expect("the publisher ends cleanly");
     }
 }
+
+#[path = "../../feed/tests/support/mdp3.rs"]
+mod mdp3_ref;
+
+/// A live CME MDP 3.0 publisher on two free loopback lines and a snapshot (market recovery) socket; its
+/// endpoint, its lines and the snapshot socket, and its run.
+fn live_publisher() -> (
+    String,
+    [std::net::SocketAddrV4; 2],
+    std::net::SocketAddrV4,
+    std::thread::JoinHandle<Result<mdfan_publisher::RunReport, mdfan_publisher::PublisherError>>,
+) {
+    let text = "[publisher]\nlisten = \"127.0.0.1:0\"\ncounters_dir = \"\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\nsnapshot = \"127.0.0.1:0\"\nrecovery_timeout_ms = 2000\ngap_timeout_ms = 200\nend_after_idle_ms = 3000\n\n[fabric]\nprovider = \"shm\"\n";
+    let cfg = mdfan_publisher::config::Config::parse(text, std::path::Path::new("live.toml")).unwrap();
+    let p = mdfan_publisher::Publisher::bind(cfg).expect("binds its lines");
+    let endpoint = p.local_addr().to_string();
+    let lines = p.line_addrs().expect("a live feed has lines");
+    let snapshot = p.snapshot_addr().expect("a snapshot socket");
+    let run = std::thread::spawn(move || p.run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))));
+    (endpoint, lines, snapshot, run)
+}
+
+/// Plays the bundled MDP 3.0 capture (14 minutes) to `lines` at 400x (about 2 s), packets `hole` lost on both
+/// lines, with market recovery served on `snapshot` (a snapshot loop every 10 ms).
+fn play(lines: [std::net::SocketAddrV4; 2], snapshot: std::net::SocketAddrV4, hole: (u64, u64)) {
+    use mdfan_feedsim::{Impairment, Mdp3, RecoveryConfig, SimConfig};
+    let sim = SimConfig {
+        pcap: mdp3_ref::capture_path(),
+        line_a: None,
+        line_b: None,
+        send_a: lines[0],
+        send_b: lines[1],
+        speed: 400.0,
+        impair_a: Impairment::default(),
+        impair_b: Impairment::default(),
+        seed: 1,
+        drop_seqs: Some(hole),
+        multicast: Default::default(),
+        definitions: None,
+        recovery: Some(RecoveryConfig { interval_ms: 10, linger_ms: 1000, ..RecoveryConfig::new(snapshot) }),
+    };
+    mdfan_feedsim::run(&sim, &mut Mdp3::default(), &std::sync::atomic::AtomicBool::new(false)).expect("plays");
+}
+
+/// Two live MDP 3.0 publishers of the same lines, each with a hole of its own on both its lines (each repaired by
+/// its market recovery; the second publisher's early in the capture, the first's late, so that each is over
+/// before the other begins): the strategy merging them never sees a stale mark, a recovery or a gap (each hole is
+/// filled by the other publisher), its books equal those of a direct subscriber of one publisher at the end
+/// (every instrument, 10 levels a side) and the README's book, and no copy the two publishers sent for one venue
+/// position differed.
+#[test]
+fn two_live_mdp3_publishers_with_a_hole_each_merge_to_the_exact_books_with_no_stale_mark() {
+    use mdfan_subscriber::{MbpBooks, Subscriber};
+    let (ep_a, lines_a, snap_a, run_a) = live_publisher();
+    let (ep_b, lines_b, snap_b, run_b) = live_publisher();
+    let mut pair =
+        PairSubscriber::connect(&SubscriberConfig::new(&ep_a, "pair"), &SubscriberConfig::new(&ep_b, "pair-b"))
+            .expect("both legs connect");
+    let mut direct = Subscriber::connect(&SubscriberConfig::new(&ep_b, "direct-b")).expect("connects");
+    let feeds = [(lines_a, snap_a, (17_352_000, 17_352_039)), (lines_b, snap_b, (17_348_500, 17_348_529))]
+        .map(|(lines, snap, hole)| std::thread::spawn(move || play(lines, snap, hole)));
+    let (mut merged, mut direct_books) = (MbpBooks::with_capacity(64), MbpBooks::with_capacity(64));
+    let (mut kinds, mut gaps, mut ended, mut direct_ended) = (Vec::new(), 0u64, false, false);
+    let deadline = Instant::now() + watchdog();
+    while !(ended && direct_ended) {
+        assert!(Instant::now() < deadline, "no end: {:?}", pair.stats());
+        pair.poll(256, |e| match e {
+            Event::Record(r) => {
+                if matches!(r.kind(), Some(Kind::InstrumentStale) | Some(Kind::EndOfStream))
+                    || r.flags & mdfan_subscriber::flags::SNAPSHOT != 0
+                {
+                    kinds.push(r.kind());
+                }
+                ended |= r.kind() == Some(Kind::EndOfStream);
+                merged.apply(r).expect("a price-level record the book takes");
+            }
+            Event::Gap { .. } => gaps += 1,
+            _ => {}
+        });
+        direct.poll(256, |e| {
+            if let Event::Record(r) = e {
+                direct_ended |= r.kind() == Some(Kind::EndOfStream);
+                direct_books.apply(r).expect("a price-level record the book takes");
+            }
+        });
+        let _ = pair.maintain_if_due();
+        let _ = direct.maintain_if_due();
+    }
+    for f in feeds {
+        f.join().unwrap();
+    }
+    let (stats, a, b) = (pair.stats(), pair.leg_stats(0), pair.leg_stats(1));
+    assert_eq!(kinds, vec![Some(Kind::EndOfStream)], "no stale mark and no recovery reached the strategy");
+    assert_eq!((gaps, stats.gaps, stats.divergences), (0, 0, 0), "{stats:?} {a:?} {b:?}");
+    assert!(a.stale_filled > 0 && b.stale_filled > 0, "each publisher's hole was filled by the other: {a:?} {b:?}");
+    assert!(a.recovery_dropped > 0 && b.recovery_dropped > 0, "and its recovery left out: {a:?} {b:?}");
+    assert!(a.duplicates > 0 && b.duplicates > 0, "every copy compared: {a:?} {b:?}");
+    mdp3_ref::assert_reference_book("merged", merged.get(mdp3_ref::SECURITY), mdp3_ref::SECURITY);
+    assert_eq!(merged.len(), direct_books.len());
+    for book in direct_books.iter() {
+        let m = merged.get(book.instrument_id()).unwrap();
+        assert!(!book.is_stale() && !m.is_stale(), "{}", book.instrument_id());
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(m.top(side, 10), book.top(side, 10), "{} {side:?}", book.instrument_id());
+        }
+    }
+    drop((pair, direct));
+    for run in [run_a, run_b] {
+        run.join().unwrap().expect("the publisher ends cleanly");
+    }
+}
