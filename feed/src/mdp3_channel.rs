@@ -262,13 +262,13 @@ impl Mdp3Channel {
     pub fn on_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.packets += 1;
         let (secs, counters) = (&mut self.secs, &mut self.counters);
-        let mut emitted = 0;
+        let (mut emitted, mut entries) = (0, 0usize);
         let result = self.decoder.decode_packet(payload, ts_recv_ns, |info, event| {
-            let mut index = || {
-                let i = u64::from(u16::try_from(emitted).unwrap_or(u16::MAX));
-                emitted += 1;
-                i
-            };
+            // A record's index counts the book entries before it in the packet; a stale mark written inside the
+            // packet (an instrument first seen after a loss, an `RptSeq` jump) takes the index of the entry it
+            // precedes, so the entries' positions do not depend on what this handler lost: both publishers of a
+            // hot-hot pair give each entry the same position.
+            let entry = u64::from(u16::try_from(entries).unwrap_or(u16::MAX));
             let security_id = match event {
                 Event::Book(e) => e.security_id,
                 Event::RptSeqGap { security_id, .. } => *security_id,
@@ -279,11 +279,13 @@ impl Mdp3Channel {
                 counters.stale_marked += 1;
                 counters.stale_on_sight += 1;
                 let r = secs.on_sight(i, hole, u64::from(info.msg_seq_num), info.ts_recv_ns);
-                out(&BookUpdate { venue_pos: r.venue_pos | index(), ..r });
+                emitted += 1;
+                out(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
             }
             let record = match event {
                 Event::Book(e) => {
                     counters.level_records += 1;
+                    entries += 1;
                     book_record(info, e)
                 }
                 Event::RptSeqGap { security_id, expected, got } => {
@@ -296,7 +298,8 @@ impl Mdp3Channel {
                 _ => return,
             };
             // The record's index within the packet completes its venue position.
-            out(&BookUpdate { venue_pos: record.venue_pos | index(), ..record });
+            emitted += 1;
+            out(&BookUpdate { venue_pos: record.venue_pos | entry, ..record });
         });
         if let Err(e) = result {
             self.counters.bad_packets += 1;

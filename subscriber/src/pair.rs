@@ -9,31 +9,41 @@
 //! [`Merge`] is the rule without any I/O (tests drive it directly):
 //!
 //! - **High-water mark.** Per channel ([`BookUpdate::venue_channel`]), the last venue position delivered. A
-//!   record at or below it is a duplicate: counted, and compared with the copy delivered (last
-//!   [`RECENT_RECORDS`] kept) on every field the venue decides (`seq`, `ts_send_ticks` and `ts_recv_ns` are each
-//!   publisher's own); copies that differ are a *divergence*: counted, reported, and the merged books are
-//!   declared stale ([`Event::Gap`]) until a snapshot passes through.
+//!   record at or below it is a duplicate: counted, and compared with the copy delivered (the last
+//!   [`RECENT_RECORDS`] kept; later ones are counted `uncompared`) on every field the venue decides (`seq`,
+//!   `ts_send_ticks` and `ts_recv_ns` are each publisher's own). Copies that differ are a *divergence*: the two
+//!   publishers disagree, so the leg whose copy came second is left out of the merge from then on
+//!   (`quarantined`: an operator's matter, its session goes on), and the merged books are declared stale
+//!   ([`Event::Gap`]) until the other leg's snapshot passes through.
 //! - **In step.** A leg is *in step* on a channel when it holds every record of that channel past the mark:
 //!   from its start (a stream from seq 1), from its snapshot's end (`SnapshotEnd` carries the venue position it
 //!   is consistent with), or from its first record after a loss of its own (a ring gap, a reconnect). Only a leg
-//!   in step delivers past the mark; the records of a leg out of step are dropped (`held`) while the other leg is
-//!   up and in step, because that leg will deliver them. When neither leg is in step, the merged stream takes
-//!   the out-of-step leg's record after an [`Event::Gap`] one seq wide (how many venue records were lost is not
-//!   known): the books are stale until a leg's snapshot passes through ([`PairSubscriber`] asks for one).
-//! - **Stale marks** (`InstrumentStale`): a leg's mark for a loss the other leg, up and in step, may fill is
-//!   dropped (`stale_filled`), and that leg is out of step until its own recovery of the instrument is over (its
-//!   first record of it after one): meanwhile its publisher may leave out records the recovery covers. A mark
-//!   reaches the strategy only from a leg alone in step, or at a position both legs marked. Records flagged
-//!   `SNAPSHOT` outside a session snapshot (MDP 3.0 market recovery, a DBN file's venue snapshot) pass from one
-//!   leg per instrument (the first to send one, until its next record of the instrument that is not), and only
-//!   for an instrument the merged stream marked stale or has not had one for, and only when its position is at
-//!   or past the channel's mark: an older one would take the book back in time, so the merged books are then
-//!   declared stale and a session snapshot is asked for.
+//!   in step delivers past the mark. The records of a leg out of step wait (`waited`, up to [`WAITING_RECORDS`];
+//!   past that they are dropped, `held`) while the other leg is up and in step, and pass or turn duplicates once
+//!   it has caught up: a leg that leads never has to fall behind to be in step again. When neither leg is in
+//!   step, the merged stream takes the out-of-step leg's record after an [`Event::Gap`] one seq wide (how many
+//!   venue records were lost is not known): the books are stale until a leg's snapshot passes through
+//!   ([`PairSubscriber`] asks for one). A base leg that lost records of its own before any mark was known
+//!   (during a file's opening venue snapshot, say) gives a gap too.
+//! - **Stale marks** (`InstrumentStale`) are not merged by position (a publisher writes a loss's marks at the
+//!   first lost position, whatever the other leg had there). A leg's mark for a loss the other leg, up and in
+//!   step, may fill is dropped (`stale_filled`), and that leg is out of step until its own recovery of the
+//!   instrument (after which its publisher drops that instrument's records up to the recovery's position) and
+//!   until the mark has passed both the loss and that position. A mark reaches the strategy only from a leg
+//!   alone in step. Records flagged `SNAPSHOT` outside a session snapshot pass from one leg per instrument (the
+//!   first to send one, until its next record of the instrument that is not): an MDP 3.0 market recovery only
+//!   for an instrument the merged stream marked stale, and only when its position is at or past the channel's
+//!   mark (an older one would take the book back in time: the merged books are then declared stale and a
+//!   session snapshot is asked for; the instrument's records up to a newer one's position are dropped, as its
+//!   publisher drops them by `RptSeq`); an order-level venue snapshot (a DBN file's, whose positions repeat)
+//!   once per instrument.
 //! - **Session snapshots.** The first leg's snapshot (or its stream from seq 1) is the merged stream's start; a
 //!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
 //!   resync, after its own gap). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
-//!   together (silent only when every leg that is up is silent). The end of stream passes from a leg in step;
-//!   a leg that shuts down or fails ends only its leg while the other is up.
+//!   together (silent only when every leg that is up is silent). The end of stream passes from a leg once no
+//!   other leg in the merge has sent anything past that leg's last position (it ended too, or it is behind): a
+//!   leg with less than the other does not end the stream early. A leg that shuts down or fails ends only its
+//!   leg while the other is up.
 //!
 //! A publisher with several MDP 3.0 channels: the mark and the steps are per channel; a snapshot's end carries
 //! the position of one channel (the last record's), the others are taken from the snapshot leg's first record.
@@ -46,8 +56,14 @@ use mdfan_wire::{flags, BookUpdate, FeedState, Kind};
 
 use crate::{End, Event, Health, State, SubscribeError, Subscriber, SubscriberConfig};
 
-/// How many delivered records a [`Merge`] keeps to compare duplicates with (a power of two; 256 KiB).
-pub const RECENT_RECORDS: usize = 4096;
+/// How many delivered records a [`Merge`] keeps to compare duplicates with (a power of two; 4 MiB): a copy
+/// that comes more than about this many records after the first is counted (`uncompared`), not compared.
+pub const RECENT_RECORDS: usize = 65_536;
+
+/// How many records of a leg that is out of step a [`Merge`] keeps, waiting for the other leg to catch up
+/// (4 MiB per leg): past that, a record is dropped and the leg is in step again only once the other leg has
+/// passed it.
+pub const WAITING_RECORDS: usize = 65_536;
 
 /// The legs of a pair.
 pub const LEGS: usize = 2;
@@ -59,10 +75,17 @@ pub struct LegStats {
     pub delivered_first: u64,
     /// Venue records that arrived after the other leg's copy.
     pub duplicates: u64,
+    /// Duplicates that came too long after the first copy to be compared ([`RECENT_RECORDS`]).
+    pub uncompared: u64,
     /// Duplicates that differed from the copy delivered.
     pub divergences: u64,
-    /// Records dropped because this leg was out of step while the other was in step.
+    /// Records kept waiting because this leg was out of step while the other was in step.
+    pub waited: u64,
+    /// Records dropped because this leg was out of step while the other was in step and its waiting room
+    /// ([`WAITING_RECORDS`]) was full.
     pub held: u64,
+    /// Left out of the merge after a divergence.
+    pub quarantined: bool,
     /// Stale marks dropped because the other leg was in step (it held the data, or marked the loss itself).
     pub stale_filled: u64,
     /// Session snapshots dropped: the merged books did not need them.
@@ -118,8 +141,14 @@ struct Leg {
     /// its next record of the instrument that is not part of it.
     ignoring: HashSet<u32>,
     feed_silent: bool,
-    /// This leg's end of stream, when it ended the stream normally while out of step.
+    /// This leg sent its end of stream (normal), not passed yet.
     ended: bool,
+    /// Left out of the merge after a divergence (its copy differed from the one delivered first).
+    quarantined: bool,
+    /// Records past the mark kept while this leg is out of step, in its order.
+    waiting: VecDeque<BookUpdate>,
+    /// The highest venue position this leg sent (any channel), for the end of stream.
+    max_pos: u64,
     stats: LegStats,
 }
 
@@ -144,6 +173,11 @@ impl Leg {
         }
     }
 
+    /// Up and not quarantined: its records may enter the merge.
+    fn usable(&self) -> bool {
+        self.up && !self.quarantined
+    }
+
     fn peek_complete(&self, ch: u16) -> Option<u64> {
         self.complete.iter().find(|(c, _)| *c == ch).map_or(self.default, |(_, v)| *v)
     }
@@ -155,9 +189,15 @@ impl Leg {
         }
     }
 
-    /// A record at `key` dropped while the other leg delivers: this leg no longer holds it for the merge, so it
-    /// is in step again only once the mark has passed it.
-    fn hold(&mut self, ch: u16, key: u64) {
+    /// A record at `key` this leg cannot deliver yet (out of step) while the other leg can: kept waiting while
+    /// there is room; else dropped, and this leg no longer holds it for the merge, so it is in step again only
+    /// once the mark has passed it.
+    fn hold(&mut self, ch: u16, key: u64, r: &BookUpdate) {
+        if self.waiting.len() < WAITING_RECORDS {
+            self.stats.waited += 1;
+            self.waiting.push_back(*r);
+            return;
+        }
         self.stats.held += 1;
         let c = self.peek_complete(ch).map_or(key, |c| c.max(key));
         self.set_complete(ch, Some(c));
@@ -165,6 +205,7 @@ impl Leg {
 
     /// A loss of its own (ring gap, snapshot start, new session): nothing known until its next records.
     fn discontinuity(&mut self) {
+        self.waiting.clear();
         self.complete.clear();
         self.default = None;
     }
@@ -187,8 +228,8 @@ pub struct Merge {
     recent: Box<[BookUpdate]>,
     /// Instruments a delivered stale mark made stale, until a recovery passed.
     stale_instruments: HashSet<u32>,
-    /// Instruments whose market recovery passed at least once.
-    recovered: HashSet<u32>,
+    /// Instruments whose order-level venue snapshot passed.
+    snapshotted: HashSet<u32>,
     /// Recoveries in progress: instrument -> the leg whose records pass.
     recovering: HashMap<u32, usize>,
     /// Instruments whose recovery passed ahead of the stream: their records up to its position (a key) are in it.
@@ -196,6 +237,8 @@ pub struct Merge {
     feed_silent: bool,
     ended: bool,
     last_divergence: Option<Divergence>,
+    /// A leg's normal end of stream, passed once every usable leg has sent one.
+    end_record: Option<BookUpdate>,
     stats: MergeStats,
 }
 
@@ -244,6 +287,7 @@ impl Merge {
         for l in &mut legs {
             l.up = true;
             l.complete.reserve(16);
+            l.waiting.reserve_exact(WAITING_RECORDS);
         }
         let mut stale_instruments = HashSet::new();
         stale_instruments.reserve(1024);
@@ -257,12 +301,13 @@ impl Merge {
             recent: vec![BookUpdate { seq: 0, ..BookUpdate::control(Kind::Heartbeat) }; RECENT_RECORDS]
                 .into_boxed_slice(),
             stale_instruments,
-            recovered: HashSet::new(),
             recovering: HashMap::new(),
+            snapshotted: HashSet::new(),
             suppress: HashMap::new(),
             feed_silent: false,
             ended: false,
             last_divergence: None,
+            end_record: None,
             stats: MergeStats { next_seq: 1, ..MergeStats::default() },
         }
     }
@@ -274,7 +319,7 @@ impl Merge {
 
     /// Leg `leg`'s counters.
     pub fn leg_stats(&self, leg: usize) -> LegStats {
-        self.legs[leg].stats
+        LegStats { quarantined: self.legs[leg].quarantined, ..self.legs[leg].stats }
     }
 
     /// Whether the merged books are stale: a merged gap (or divergence) not yet repaired by a snapshot.
@@ -287,10 +332,16 @@ impl Merge {
         self.legs[leg].up
     }
 
+    /// Whether leg `leg`'s records may enter the merge: up, and not left out after a divergence.
+    pub fn leg_usable(&self, leg: usize) -> bool {
+        self.legs[leg].usable()
+    }
+
     /// Whether leg `leg` holds every record past the merged mark on every channel it has told of.
     pub fn leg_in_step(&self, leg: usize) -> bool {
         let l = &self.legs[leg];
-        l.up && l.dropped_marks.is_empty()
+        l.usable()
+            && l.dropped_marks.is_empty()
             && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
     }
 
@@ -338,6 +389,8 @@ impl Merge {
         l.feed_silent = false;
         l.dropped_marks.clear();
         l.ignoring.clear();
+        l.max_pos = 0;
+        l.quarantined = false;
         l.discontinuity();
     }
 
@@ -352,11 +405,11 @@ impl Merge {
         }
     }
 
-    /// Whether another leg than `leg` is up and in step on `ch` at mark `m`.
+    /// Whether another leg than `leg` is up (not quarantined) and in step on `ch` at mark `m`.
     fn other_in_step(&self, leg: usize, ch: u16, m: u64) -> bool {
         (0..LEGS).any(|o| {
             let l = &self.legs[o];
-            o != leg && l.up && l.dropped_marks.is_empty() && l.peek_complete(ch).is_some_and(|c| c <= m)
+            o != leg && l.usable() && l.dropped_marks.is_empty() && l.peek_complete(ch).is_some_and(|c| c <= m)
         })
     }
 
@@ -432,7 +485,7 @@ impl Merge {
         match kind {
             Some(Kind::Heartbeat) => {}
             Some(Kind::SnapshotBegin) => {
-                let pass = self.base.is_none() || self.stale;
+                let pass = (self.base.is_none() || self.stale) && !self.legs[leg].quarantined;
                 let l = &mut self.legs[leg];
                 l.discontinuity();
                 l.in_snapshot = true;
@@ -477,6 +530,8 @@ impl Merge {
                     self.emit(r, f);
                 }
             }
+            // Market recovery (price-level records flagged SNAPSHOT, all at the snapshot's position) and a venue
+            // snapshot of orders (a DBN file's, whose positions repeat): by instrument.
             _ if r.flags & flags::SNAPSHOT != 0 => self.on_recovery(leg, r, f),
             None => {}
             Some(_) => self.on_venue(leg, r, f),
@@ -484,22 +539,43 @@ impl Merge {
     }
 
     fn on_end<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
-        let normal = r.end_reason() == Some(CloseReason::EndOfStream);
-        let other_up = (0..LEGS).any(|o| o != leg && self.legs[o].up && !self.legs[o].ended);
-        if normal && (self.leg_in_step(leg) || !other_up) {
-            if !self.leg_in_step(leg) {
-                self.emit_gap(f);
-            }
-            self.ended = true;
-            self.emit(r, f);
-        } else if normal {
-            self.legs[leg].ended = true; // the other leg, in step, ends the stream
-        } else if !other_up {
+        if r.end_reason() == Some(CloseReason::EndOfStream) {
+            // The stream ends when every leg in the merge has said so (or gone): a leg that ends first may have
+            // less than the other (another feed, a shorter file), and what the other still sends is delivered.
+            self.legs[leg].ended = true;
+            self.end_record = Some(*r);
+            self.flush(f);
+            return;
+        }
+        let other_up = (0..LEGS).any(|o| o != leg && self.legs[o].usable());
+        if !other_up {
             // the last leg up shut down or failed: the merged stream ends as it did
+            self.flush(f);
             self.ended = true;
             self.emit(r, f);
         }
         // else: one leg shut down or failed while the other is up: its Closed takes it down
+    }
+
+    /// The end of stream passes from a leg that sent it (nothing of it waiting) once no other usable leg is
+    /// past it: every other has ended too, or has sent nothing beyond the last position this one sent.
+    fn try_end<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        let Some(end) = self.end_record else { return };
+        if self.ended {
+            return;
+        }
+        let done = |l: &Leg| l.usable() && l.ended && l.waiting.is_empty();
+        let passes = (0..LEGS).any(|e| {
+            done(&self.legs[e])
+                && (0..LEGS).all(|o| {
+                    let l = &self.legs[o];
+                    o == e || !l.usable() || l.ended || l.max_pos <= self.legs[e].max_pos
+                })
+        });
+        if passes || self.legs.iter().all(|l| !l.usable()) {
+            self.ended = true;
+            self.emit(&end, f);
+        }
     }
 
     /// Market recovery (records flagged SNAPSHOT outside a session snapshot): module docs.
@@ -522,12 +598,15 @@ impl Merge {
                 // older than that would take the book back in time.
                 let ch = r.venue_channel();
                 let covers = self.mark(ch).is_none_or(|m| r.venue_pos.saturating_add(1) >= m);
-                let wanted =
-                    self.stale_instruments.contains(&id) || !(self.recovered.contains(&id) || own_mark_dropped);
+                // An order-level venue snapshot (a DBN file's) is wanted once per instrument; a market recovery
+                // only for an instrument the merged stream marked stale.
+                let first_orders = r.flags & flags::MBP == 0 && self.snapshotted.insert(id);
+                let wanted = (self.stale_instruments.contains(&id) || first_orders)
+                    && !own_mark_dropped
+                    && self.legs[leg].usable();
                 if wanted && covers {
                     self.suppress.insert(id, r.venue_pos.saturating_add(1));
                     self.recovering.insert(id, leg);
-                    self.recovered.insert(id);
                     self.stale_instruments.remove(&id);
                     true
                 } else {
@@ -550,8 +629,6 @@ impl Merge {
     }
 
     fn on_venue<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
-        let ch = r.venue_channel();
-        let key = r.venue_pos.saturating_add(1);
         if !self.recovering.is_empty() && self.recovering.get(&r.instrument_id) == Some(&leg) {
             // the owner's recovery of this instrument is over: its incrementals follow
             self.recovering.remove(&r.instrument_id);
@@ -559,45 +636,70 @@ impl Merge {
         if !self.legs[leg].ignoring.is_empty() {
             self.legs[leg].ignoring.remove(&r.instrument_id);
         }
+        let l = &mut self.legs[leg];
+        l.max_pos = l.max_pos.max(r.venue_pos);
         if r.kind() == Some(Kind::InstrumentStale) {
             self.on_stale_mark(leg, r, f);
             return;
         }
+        if self.legs[leg].quarantined {
+            return;
+        }
+        if !self.legs[leg].waiting.is_empty() {
+            // behind what it already keeps waiting: in order
+            let ch = r.venue_channel();
+            self.legs[leg].hold(ch, r.venue_pos.saturating_add(1), r);
+            self.drain(leg, f);
+            return;
+        }
+        if !self.place(leg, r, false, f) {
+            self.legs[leg].hold(r.venue_channel(), r.venue_pos.saturating_add(1), r);
+        }
+    }
+
+    /// Delivers `r` from `leg`, or counts it as a duplicate; `false` when it must wait (the leg is out of step
+    /// and the other leg can deliver it). `force`: the other leg cannot (it went down, or the stream ends).
+    fn place<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, force: bool, f: &mut F) -> bool {
+        let ch = r.venue_channel();
+        let key = r.venue_pos.saturating_add(1);
         if !self.suppress.is_empty() {
             if let Some(&until) = self.suppress.get(&r.instrument_id) {
                 if key <= until {
-                    return; // in the recovery that passed: its publisher drops it by RptSeq, so does the merge
+                    return true; // in the recovery that passed: its publisher drops it by RptSeq, so does the merge
                 }
                 self.suppress.remove(&r.instrument_id);
             }
         }
         let tainted = !self.legs[leg].dropped_marks.is_empty();
+        let known_before = self.legs[leg].peek_complete(ch).is_some();
         let complete = self.legs[leg].complete_for(ch, Some(key));
         let Some(m) = self.mark(ch) else {
-            // The mark is not known on this channel: the base leg sets it with its first record.
-            let base_up = self.base.is_some_and(|b| self.legs[b].up);
-            if self.base == Some(leg) {
+            // The mark is not known on this channel: the base leg sets it with its first record, if nothing was
+            // lost on it since it became the base (a loss of its own since: a gap first).
+            let base_usable = self.base.is_some_and(|b| self.legs[b].usable());
+            if self.base == Some(leg) && known_before && !tainted {
                 self.legs[leg].set_complete(ch, Some(key - 1));
                 self.deliver(leg, r, ch, key, f);
-            } else if base_up {
-                self.legs[leg].hold(ch, key);
+            } else if base_usable && self.base != Some(leg) && !force {
+                return false;
             } else {
                 self.base = Some(leg);
                 self.legs[leg].set_complete(ch, Some(key - 1));
+                self.legs[leg].dropped_marks.clear();
                 self.emit_gap(f);
                 self.deliver(leg, r, ch, key, f);
             }
-            return;
+            return true;
         };
         if key <= m {
             self.on_duplicate(leg, r, f);
-            return;
+            return true;
         }
         let in_step = complete.is_some_and(|c| c <= m) && !tainted;
         if in_step {
             self.deliver(leg, r, ch, key, f);
-        } else if self.other_in_step(leg, ch, m) {
-            self.legs[leg].hold(ch, key);
+        } else if self.other_in_step(leg, ch, m) && !force {
+            return false;
         } else {
             // Neither leg can vouch for what lies between the mark and this record: the stream follows this leg
             // from here, after a gap.
@@ -606,6 +708,34 @@ impl Merge {
             self.emit_gap(f);
             self.deliver(leg, r, ch, key, f);
         }
+        true
+    }
+
+    /// Places what `leg` keeps waiting, in order, as far as it can.
+    fn drain<F: FnMut(Event<'_>)>(&mut self, leg: usize, f: &mut F) {
+        while let Some(r) = self.legs[leg].waiting.front().copied() {
+            if !self.place(leg, &r, false, f) {
+                break;
+            }
+            self.legs[leg].waiting.pop_front();
+        }
+    }
+
+    /// Places what the legs keep waiting once the other leg has moved the mark, or (`force`) whatever they keep,
+    /// when no other leg will deliver it. No allocation; a check per leg when nothing waits.
+    pub fn flush<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        for leg in 0..LEGS {
+            if !self.legs[leg].waiting.is_empty() {
+                self.drain(leg, f);
+                let force = !(0..LEGS).any(|o| o != leg && self.legs[o].usable() && !self.legs[o].ended);
+                if force {
+                    while let Some(r) = self.legs[leg].waiting.pop_front() {
+                        self.place(leg, &r, true, f);
+                    }
+                }
+            }
+        }
+        self.try_end(f);
     }
 
     /// A stale mark is not merged by position: a publisher writes the marks of a loss at the first lost
@@ -614,11 +744,18 @@ impl Merge {
     /// unless the other leg, up and in step, may hold the data; then it is dropped and this leg is out of step
     /// until its own recovery of the instrument is over.
     fn on_stale_mark<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
+        if self.legs[leg].quarantined {
+            return;
+        }
         let ch = r.venue_channel();
         if self.mark(ch).is_some_and(|m| self.other_in_step(leg, ch, m)) {
             let l = &mut self.legs[leg];
             l.stats.stale_filled += 1;
             l.dropped_marks.insert(r.instrument_id);
+            // it lacks what the mark says from here (the loss): in step only once the mark has passed it
+            let key = r.venue_pos.saturating_add(1);
+            let c = l.peek_complete(ch).map_or(key, |c| c.max(key));
+            l.set_complete(ch, Some(c));
             return;
         }
         self.stale_instruments.insert(r.instrument_id);
@@ -631,7 +768,8 @@ impl Merge {
         let l = &mut self.legs[leg];
         l.stats.duplicates += 1;
         if kept.venue_pos != r.venue_pos || kept.seq == 0 {
-            return; // no longer kept: counted, not compared
+            l.stats.uncompared += 1; // no longer kept: counted, not compared
+            return;
         }
         let trail = self.next_seq.saturating_sub(kept.seq);
         l.stats.trail_records = trail;
@@ -640,7 +778,11 @@ impl Merge {
             return; // its publisher marked packets stale: their indices may differ from the other leg's
         }
         if !same_venue_fields(&kept, r) {
+            // The two publishers disagree: the merged books may hold records of both. This leg (whose copy came
+            // second) is left out from here; the books are stale until the other leg's snapshot passes.
             l.stats.divergences += 1;
+            l.quarantined = true;
+            l.waiting.clear();
             self.stats.divergences += 1;
             self.last_divergence = Some(Divergence { leg, delivered: kept, this_leg: *r });
             if !self.stale {
@@ -772,6 +914,7 @@ impl PairSubscriber {
                 n += sub.poll(max, |ev| merge.on_event(i, ev, &mut f));
             }
         }
+        merge.flush(&mut f);
         n
     }
 
@@ -795,7 +938,7 @@ impl PairSubscriber {
         }
         if self.merge.take_snapshot_wanted() {
             let leg = (0..LEGS)
-                .filter(|i| self.legs[*i].sub.is_some() && self.merge.leg_up(*i))
+                .filter(|i| self.legs[*i].sub.is_some() && self.merge.leg_usable(*i))
                 .max_by_key(|i| self.merge.leg_in_step(*i));
             if let Some(sub) = leg.and_then(|i| self.legs[i].sub.as_mut()) {
                 sub.request_snapshot();
@@ -1014,7 +1157,7 @@ mod tests {
         assert_eq!(m.stats().gaps, 0);
         assert!(!m.is_stale());
         let a = m.leg_stats(0);
-        assert_eq!((a.gaps, a.held, a.delivered_first), (1, 3, 6));
+        assert_eq!((a.gaps, a.waited, a.held, a.delivered_first), (1, 4, 0, 6), "10..=13 waited, then 13 passed");
     }
 
     #[test]
@@ -1072,8 +1215,12 @@ mod tests {
             ..BookUpdate::control(Kind::InstrumentStale)
         };
         let recovery = [
-            BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 4) },
-            BookUpdate { instrument_id: 7, flags: flags::SNAPSHOT | flags::LAST, ..marker(Kind::LevelNew, 4) },
+            BookUpdate { instrument_id: 7, flags: flags::SNAPSHOT | flags::MBP, ..marker(Kind::Clear, 6) },
+            BookUpdate {
+                instrument_id: 7,
+                flags: flags::SNAPSHOT | flags::MBP | flags::LAST,
+                ..marker(Kind::LevelNew, 6)
+            },
         ];
         feed(&mut m, &mut seen, 0, &adds(1..=4));
         feed(&mut m, &mut seen, 1, &adds(1..=4));
@@ -1099,7 +1246,7 @@ mod tests {
         feed(&mut m, &mut seen, 1, &adds(10..=10));
         feed(&mut m, &mut seen, 0, &adds(10..=11));
         assert!(m.leg_in_step(0) && m.leg_in_step(1), "each leg recovered");
-        assert_eq!((m.leg_stats(0).delivered_first, m.leg_stats(1).delivered_first), (7, 6), "{seen:?}");
+        assert_eq!((m.leg_stats(0).delivered_first, m.leg_stats(1).delivered_first), (9, 4), "{seen:?}");
     }
 
     #[test]
@@ -1113,6 +1260,12 @@ mod tests {
         assert_eq!(seen.last().unwrap().2, None, "a gap after the divergence: {seen:?}");
         let d = m.last_divergence().unwrap();
         assert_eq!((d.leg, d.delivered.size, d.this_leg.size, d.delivered.seq), (1, 1, 99, 3));
+        // leg 1 is left out: only leg 0 delivers, even when leg 1 is first
+        assert!(m.leg_stats(1).quarantined && !m.leg_usable(1));
+        feed(&mut m, &mut seen, 1, &adds(4..=5));
+        feed(&mut m, &mut seen, 0, &adds(4..=5));
+        assert_eq!(venue_seqs(&seen).0, vec![1, 2, 3, 4, 5]);
+        assert_eq!(m.leg_stats(1).delivered_first, 0);
     }
 
     #[test]
@@ -1137,7 +1290,46 @@ mod tests {
         feed(&mut m, &mut seen, 0, &adds(8..=9));
         let (adds_seen, contiguous) = venue_seqs(&seen);
         assert_eq!((adds_seen, contiguous), ((4..=9).collect(), true));
-        assert_eq!((m.leg_stats(1).held, m.leg_stats(1).delivered_first, m.leg_stats(1).snapshots_dropped), (3, 0, 1));
+        let b = m.leg_stats(1);
+        assert_eq!(
+            (b.waited, b.held, b.delivered_first, b.snapshots_dropped),
+            (3, 0, 2, 1),
+            "7..=8 waited; 8 and 9 from it"
+        );
+    }
+
+    #[test]
+    fn a_loss_on_the_base_leg_during_a_files_opening_snapshot_is_a_gap() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let snapshot: Vec<BookUpdate> =
+            (0..3).map(|i| BookUpdate { flags: flags::SNAPSHOT, order_id: 100 + i, ..add(1) }).collect();
+        feed(&mut m, &mut seen, 0, &snapshot);
+        feed(&mut m, &mut seen, 1, &snapshot[..1]);
+        gap(&mut m, &mut seen, 0);
+        gap(&mut m, &mut seen, 1);
+        feed(&mut m, &mut seen, 0, &adds(9..=9)); // no mark yet, and leg 0 lost records since it became the base
+        assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "{seen:?}");
+        assert!(m.is_stale());
+    }
+
+    #[test]
+    fn a_leg_that_ends_with_less_than_the_other_does_not_end_the_stream() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 1, &adds(1..=5));
+        feed(&mut m, &mut seen, 0, &adds(1..=3));
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]); // leg 1 already sent past 3
+        assert!(!m.ended());
+        feed(&mut m, &mut seen, 1, &adds(6..=7));
+        feed(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
+        assert!(m.ended());
+        assert_eq!(venue_seqs(&seen).0, (1..=7).collect::<Vec<_>>());
+        // the other way round: the leg behind has not sent past the one that ends, which ends the stream
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=5));
+        feed(&mut m, &mut seen, 1, &adds(1..=2));
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
+        assert!(m.ended());
+        assert_eq!(seen.last().unwrap().2, Some(Kind::EndOfStream));
     }
 
     #[test]

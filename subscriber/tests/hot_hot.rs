@@ -223,7 +223,12 @@ fn two_live_mdp3_publishers_with_a_hole_each_merge_to_the_exact_books_with_no_st
         f.join().unwrap();
     }
     let (stats, a, b) = (pair.stats(), pair.leg_stats(0), pair.leg_stats(1));
-    assert_eq!(kinds, vec![Some(Kind::EndOfStream)], "no stale mark and no recovery reached the strategy");
+    assert_eq!(
+        kinds,
+        vec![Some(Kind::EndOfStream)],
+        "no stale mark and no recovery reached the strategy: gaps={gaps} {stats:?} {a:?} {b:?} {:?}",
+        pair.last_divergence()
+    );
     assert_eq!((gaps, stats.gaps, stats.divergences), (0, 0, 0), "{stats:?} {a:?} {b:?}");
     assert!(a.stale_filled > 0 && b.stale_filled > 0, "each publisher's hole was filled by the other: {a:?} {b:?}");
     assert!(a.recovery_dropped > 0 && b.recovery_dropped > 0, "and its recovery left out: {a:?} {b:?}");

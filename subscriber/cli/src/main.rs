@@ -304,6 +304,18 @@ fn run(args: &Args) -> Result<i32, CliError> {
             args.connect.len()
         )));
     }
+    if args.connect.len() == 2 && args.connect[0] == args.connect[1] {
+        return Err(CliError::Usage(format!(
+            "--connect {} given twice: a hot-hot pair needs two publishers",
+            args.connect[0]
+        )));
+    }
+    if args.connect.len() == 2 && args.no_snapshot {
+        return Err(CliError::Usage(
+            "--no-snapshot with two --connect: a pair's legs join from a snapshot (the merge needs its position)"
+                .into(),
+        ));
+    }
     let mut cfg = SubscriberConfig::new(&args.connect[0], &args.name);
     cfg.ring_slots = args.ring_slots;
     cfg.fabric = fabric(args)?;
@@ -576,13 +588,16 @@ fn run_pair(
     for leg in 0..2 {
         let l = pair.leg_stats(leg);
         out!(
-            "leg leg={} endpoint={} state={} delivered_first={} duplicates={} divergences={} held={} stale_filled={} snapshots_dropped={} recovery_dropped={} gaps={} downs={} max_trail_records={}",
+            "leg leg={} endpoint={} state={} delivered_first={} duplicates={} uncompared={} divergences={} quarantined={} waited={} held={} stale_filled={} snapshots_dropped={} recovery_dropped={} gaps={} downs={} max_trail_records={}",
             leg_name(leg),
             [cfg_a, cfg_b][leg].endpoint,
             pair.leg_state(leg).as_str(),
             l.delivered_first,
             l.duplicates,
+            l.uncompared,
             l.divergences,
+            l.quarantined,
+            l.waited,
             l.held,
             l.stale_filled,
             l.snapshots_dropped,
