@@ -9,7 +9,8 @@
 //! - **replay** (the baseline): the publisher to one counting subscriber of the library (policy `block`, so
 //!   the rate is what both sustain): records / s from the first record to the end.
 //! - **capture**: the same replay to `mdfan-capture record` (the binary, policy `resync`, its default ring),
-//!   records / s over the recorder's life, and the gaps it had (0 means it kept up). Target: ≥ 1.0x replay.
+//!   records / s from its first record to its stop block (its `recording_ms`), and the gaps it had (0 means it
+//!   kept up). Target: ≥ 1.0x replay.
 //! - **export**: `mdfan-capture export --parquet` and `--dbn` of the capture (binaries): rows / s. Target: Parquet
 //!   ≥ 5 M rows / s.
 //! - **bridge**: the same replay to `mdfan-bridge` and a `nats-server -js` on a loopback port (started here;
@@ -155,6 +156,12 @@ fn field(text: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// ` NAME=V` in `text` as a number with a fraction, when present.
+fn field_f64(text: &str, name: &str) -> Option<f64> {
+    let (_, rest) = text.rsplit_once(&format!(" {name}="))?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 fn round(work: &Path, stream: &Path, records: u64, nats: Option<&str>) -> anyhow::Result<Round> {
     let mut r = Round { replay_per_s: replay(stream, records)?, ..Round::default() };
 
@@ -166,13 +173,19 @@ fn round(work: &Path, stream: &Path, records: u64, nats: Option<&str>) -> anyhow
     cmd.args(["record", "--connect", &endpoint, "--dir", cap.to_str().unwrap(), "--name", "c", "--rotate-mb", "4096"]);
     let (secs, out) = timed(cmd, "mdfan-capture record")?;
     run.join().map_err(|_| anyhow!("the publisher panicked"))??;
-    (r.capture_per_s, r.capture_gaps) = (records as f64 / secs, field(&out, "stream_gaps"));
+    // From its first record to its stop block (what it keeps up with), not its start-up nor the compression of
+    // the last segment at exit; the process's life when an older binary does not say.
+    let recording_s = field_f64(&out, "recording_ms").map_or(secs, |ms| ms / 1e3);
+    (r.capture_per_s, r.capture_gaps) = (records as f64 / recording_s.max(1e-9), field(&out, "stream_gaps"));
 
     for (flag, file) in [("--parquet", "x.parquet"), ("--dbn", "x.dbn.zst")] {
         let path = work.join(file);
         let _ = std::fs::remove_file(&path);
         let mut cmd = Command::new(binary("mdfan-capture")?);
         cmd.args(["export", stream.to_str().unwrap(), flag, path.to_str().unwrap()]);
+        if flag == "--dbn" {
+            cmd.args(["--dataset", "GLBX.MDP3"]); // DBN metadata names the dataset, which a capture does not keep
+        }
         let (secs, _) = timed(cmd, "mdfan-capture export")?;
         if flag == "--parquet" {
             r.parquet_per_s = records as f64 / secs;

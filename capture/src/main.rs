@@ -268,6 +268,106 @@ fn connect(cfg: &SubscriberConfig, shutdown: &AtomicBool) -> Result<Subscriber, 
     }
 }
 
+/// What the session thread hands the writing thread.
+enum Handoff {
+    Record(mdfan_subscriber::BookUpdate),
+    Gap(u64, u64),
+}
+
+/// Records the session thread may hand over before it stops polling (the ring then holds the rest): 512 Ki,
+/// 64 MiB, about 70 ms of the fastest replay.
+const HANDOFF_ITEMS: usize = 1 << 19;
+
+/// What the writing thread ends with.
+struct Written {
+    stats: mdfan_feed::capture::WriterStats,
+    failure: Option<String>,
+    /// When the last record was written (the stop block follows).
+    last_record: Option<std::time::Instant>,
+}
+
+/// The writing thread: takes what the session thread hands over, writes blocks, closes segments (on the closing
+/// thread), and, once the session thread is done and nothing is left, writes the stop block.
+fn write_loop(
+    mut w: Writer,
+    mut rx: rtrb::Consumer<Handoff>,
+    to_closer: std::sync::mpsc::Sender<PathBuf>,
+    failed: &AtomicBool,
+    polling_done: &AtomicBool,
+    end_reason: &std::sync::atomic::AtomicU8,
+) -> Written {
+    let mut failure = None;
+    let mut last_record = None;
+    let mut idler = mdfan_subscriber::Idler::new(mdfan_subscriber::IdleStrategy::Backoff {
+        spins: 64,
+        yields: 256,
+        max_park: Duration::from_micros(200),
+    });
+    loop {
+        let done = polling_done.load(Ordering::Acquire);
+        let now = now_ns();
+        let mut n = 0;
+        while let Ok(item) = rx.pop() {
+            n += 1;
+            let r = match item {
+                Handoff::Record(r) => w.record(&r, now),
+                Handoff::Gap(expected, got) => w.gap(expected, got, now),
+            };
+            if let Err(e) = r {
+                failure = Some(e.to_string());
+                break;
+            }
+            if n == 4096 {
+                break; // time moves on for the tick
+            }
+        }
+        if n > 0 {
+            last_record = Some(std::time::Instant::now());
+        }
+        if failure.is_none() {
+            if let Err(e) = w.tick(now) {
+                failure = Some(e.to_string());
+            }
+        }
+        if failure.is_some() {
+            failed.store(true, Ordering::Release);
+            break;
+        }
+        for closed in w.take_closed() {
+            let _ = to_closer.send(closed);
+        }
+        if done && n == 0 && rx.is_empty() {
+            break;
+        }
+        idler.idle(n);
+    }
+    let end = if failure.is_some() {
+        StopReason::WriteFailed
+    } else {
+        match end_reason.load(Ordering::Relaxed) {
+            x if x == StopReason::EndOfStream as u8 => StopReason::EndOfStream,
+            x if x == StopReason::SessionEnded as u8 => StopReason::SessionEnded,
+            x if x == StopReason::WriteFailed as u8 => StopReason::WriteFailed,
+            _ => StopReason::Interrupted,
+        }
+    };
+    let before = w.stats();
+    let stats = match w.stop(end, now_ns()) {
+        Ok((stats, last)) => {
+            for p in last {
+                let _ = to_closer.send(p);
+            }
+            stats
+        }
+        Err(e) => {
+            failure.get_or_insert(e.to_string());
+            before
+        }
+    };
+    drop(to_closer);
+    Written { stats, failure, last_record }
+}
+
 fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -> Result<u8, String> {
     // The folder and the lock first: a recorder that cannot write never takes a session at the publisher.
     if !writer.dir.is_dir() {
@@ -288,7 +388,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         first_record: 0,
     };
     let (compress, fsync, dir, name) = (writer.compress, writer.fsync, writer.dir.clone(), writer.name.clone());
-    let (mut w, recovered) = Writer::open_locked(lock, writer, meta, now_ns()).map_err(|e| e.to_string())?;
+    let (w, recovered) = Writer::open_locked(lock, writer, meta, now_ns()).map_err(|e| e.to_string())?;
     let (to_closer, closing) = closer(compress)?;
     for r in recovered {
         println!(
@@ -306,35 +406,54 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         w.path().display(),
         fsync.as_string()
     );
-    let mut failure: Option<String> = None;
+    // The session thread (this one) only polls and hands records over: a writer thread blocks, CRCs and writes
+    // them, so a write the kernel makes wait (dirty pages, a slow disk) never stalls the poll. What the hand-off
+    // cannot hold waits in the ring, then the publisher's policy applies.
+    let (mut tx, rx) = rtrb::RingBuffer::<Handoff>::new(HANDOFF_ITEMS);
+    let failed = std::sync::Arc::new(AtomicBool::new(false));
+    let polling_done = std::sync::Arc::new(AtomicBool::new(false));
+    let end_reason = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(StopReason::Interrupted as u8));
+    let writing = {
+        let (failed, polling_done, end_reason) = (failed.clone(), polling_done.clone(), end_reason.clone());
+        std::thread::Builder::new()
+            .name("mdfan-capture-write".into())
+            .spawn(move || write_loop(w, rx, to_closer, &failed, &polling_done, &end_reason))
+            .map_err(|e| format!("cannot start the writing thread: {e}"))?
+    };
+    // A recorder must not burn a core, nor fall a ring behind while the stream flows: PAUSE, then yield, then
+    // sleep at most 100 us.
+    let mut idler = mdfan_subscriber::Idler::new(mdfan_subscriber::IdleStrategy::Backoff {
+        spins: 64,
+        yields: 1024,
+        max_park: Duration::from_micros(100),
+    });
+    let mut first_record: Option<std::time::Instant> = None;
     let end = loop {
         if shutdown.load(Ordering::Relaxed) {
             break StopReason::Interrupted;
         }
-        let now = now_ns();
-        let mut err = None;
-        let n = sub.poll(1024, |e| {
-            if err.is_some() {
-                return;
-            }
-            let r = match e {
-                Event::Record(r) if r.kind() == Some(Kind::Heartbeat) => return,
-                Event::Record(r) => w.record(r, now),
-                Event::Gap { expected, got } => w.gap(expected, got, now),
-                _ => return,
-            };
-            err = r.err();
-        });
-        if let Some(e) = err.or_else(|| w.tick(now).err()) {
-            failure = Some(e.to_string());
+        if failed.load(Ordering::Acquire) {
             break StopReason::WriteFailed;
         }
-        for closed in w.take_closed() {
-            let _ = to_closer.send(closed);
-        }
-        if n == 0 {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        // each completion gives at most a gap and a record
+        let room = tx.slots() / 2;
+        let n = if room == 0 {
+            0
+        } else {
+            sub.poll(room.min(1024), |e| {
+                let item = match e {
+                    Event::Record(r) if r.kind() == Some(Kind::Heartbeat) => return,
+                    Event::Record(r) => {
+                        first_record.get_or_insert_with(std::time::Instant::now);
+                        Handoff::Record(*r)
+                    }
+                    Event::Gap { expected, got } => Handoff::Gap(expected, got),
+                    _ => return,
+                };
+                let _ = tx.push(item); // room was checked
+            })
+        };
+        idler.idle(n);
         match sub.maintain_if_due() {
             Some(Health::Ended(end)) => {
                 break match end.reason() {
@@ -345,25 +464,22 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
             _ => continue,
         }
     };
-    let before = w.stats();
-    let (stats, last) = match w.stop(end, now_ns()) {
-        Ok(done) => done,
-        Err(e) => {
-            failure.get_or_insert(e.to_string());
-            (before, Vec::new())
-        }
+    let end = if failed.load(Ordering::Acquire) { StopReason::WriteFailed } else { end };
+    end_reason.store(end as u8, Ordering::Relaxed);
+    polling_done.store(true, Ordering::Release);
+    let Written { stats, failure, last_record } =
+        writing.join().map_err(|_| "the writing thread panicked".to_string())?;
+    let closing_errors = closing.join().unwrap_or_default();
+    let recording_ms = match (first_record, last_record) {
+        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64() * 1e3,
+        _ => 0.0,
     };
-    for p in last {
-        let _ = to_closer.send(p);
-    }
-    drop(to_closer);
-    let errors = closing.join().unwrap_or_default();
-    for e in &errors {
+    for e in &closing_errors {
         eprintln!("mdfan-capture: closing a segment: {e} (it stays readable as it is)");
     }
     let st = sub.stats();
     println!(
-        "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} end={}",
+        "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} recording_ms={recording_ms:.1} end={}",
         stats.records,
         stats.blocks,
         stats.gaps,

@@ -46,10 +46,12 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use mdfan_feed::capture::{is_session_record, Item, Reader, StopReason};
 use mdfan_wire::{BookUpdate, Kind};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowLeafColumn, ArrowRowGroupWriterFactory};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 /// Rows per Arrow batch handed to the writer (bounds memory; row groups are cut by the writer).
@@ -230,6 +232,111 @@ pub fn export(
     crate::output::write_new(out, |file, partial| write(dir, name, file, partial, groups))
 }
 
+/// Row groups written with their columns encoded on worker threads (one per core, up to 4; parquet's
+/// `ArrowColumnWriter`s, each column on one worker), the batches of a group sent to them as they come. A group
+/// ends at `max_rows` rows or by [`Groups::finish_group`].
+struct Groups<'a> {
+    file: SerializedFileWriter<&'a File>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    max_rows: usize,
+    /// The group being encoded: its rows, and each worker's thread and input.
+    open: Option<(usize, Vec<Worker>)>,
+    written: usize,
+}
+
+type Worker = (
+    std::thread::JoinHandle<parquet::errors::Result<Vec<(usize, ArrowColumnChunk)>>>,
+    std::sync::mpsc::Sender<(usize, ArrowLeafColumn)>,
+);
+
+impl<'a> Groups<'a> {
+    fn new(writer: ArrowWriter<&'a File>, schema: SchemaRef, max_rows: usize) -> parquet::errors::Result<Groups<'a>> {
+        let (file, factory) = writer.into_serialized_writer()?;
+        Ok(Groups { file, factory, schema, max_rows, open: None, written: 0 })
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> parquet::errors::Result<()> {
+        let mut batch = batch.clone();
+        while batch.num_rows() > 0 {
+            let rows = self.open.as_ref().map_or(0, |(r, _)| *r);
+            let take = batch.num_rows().min(self.max_rows - rows);
+            self.send(&batch.slice(0, take))?;
+            batch = batch.slice(take, batch.num_rows() - take);
+            if self.open.as_ref().is_some_and(|(r, _)| *r >= self.max_rows) {
+                self.finish_group()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, batch: &RecordBatch) -> parquet::errors::Result<()> {
+        if self.open.is_none() {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+            let mut writers: Vec<Vec<(usize, parquet::arrow::arrow_writer::ArrowColumnWriter)>> =
+                (0..threads).map(|_| Vec::new()).collect();
+            for (i, w) in self.factory.create_column_writers(self.written)?.into_iter().enumerate() {
+                writers[i % threads].push((i, w));
+            }
+            let workers = writers
+                .into_iter()
+                .map(|mut mine| {
+                    let (tx, rx) = std::sync::mpsc::channel::<(usize, ArrowLeafColumn)>();
+                    let handle = std::thread::spawn(move || {
+                        for (i, leaf) in rx {
+                            if let Some((_, w)) = mine.iter_mut().find(|(c, _)| *c == i) {
+                                w.write(&leaf)?;
+                            }
+                        }
+                        mine.into_iter().map(|(i, w)| w.close().map(|chunk| (i, chunk))).collect()
+                    });
+                    (handle, tx)
+                })
+                .collect();
+            self.open = Some((0, workers));
+        }
+        let Some((rows, workers)) = self.open.as_mut() else { unreachable!("opened above") };
+        let threads = workers.len();
+        for (i, (field, array)) in self.schema.fields().iter().zip(batch.columns()).enumerate() {
+            for leaf in compute_leaves(field, array)? {
+                workers[i % threads]
+                    .1
+                    .send((i, leaf))
+                    .map_err(|_| parquet::errors::ParquetError::General("a column worker stopped".into()))?;
+            }
+        }
+        *rows += batch.num_rows();
+        Ok(())
+    }
+
+    /// Ends the group being encoded (if any): waits for its columns and writes them in order.
+    fn finish_group(&mut self) -> parquet::errors::Result<()> {
+        let Some((_, workers)) = self.open.take() else { return Ok(()) };
+        let mut chunks = Vec::new();
+        for (handle, tx) in workers {
+            drop(tx);
+            let done = handle
+                .join()
+                .map_err(|_| parquet::errors::ParquetError::General("a column worker panicked".into()))??;
+            chunks.extend(done);
+        }
+        chunks.sort_by_key(|(i, _)| *i);
+        let mut group = self.file.next_row_group()?;
+        for (_, chunk) in chunks {
+            chunk.append_to_row_group(&mut group)?;
+        }
+        group.close()?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Ends the last group and the file (its footer); the row groups written.
+    fn close(mut self) -> parquet::errors::Result<usize> {
+        self.finish_group()?;
+        Ok(self.file.close()?.num_row_groups())
+    }
+}
+
 fn write(
     dir: &Path,
     name: Option<&str>,
@@ -252,7 +359,9 @@ fn write(
     // Order ids are nearly all distinct.
     let props = props.set_column_dictionary_enabled(ColumnPath::from("order_id"), false).build();
     let io = |e: parquet::errors::ParquetError| format!("{}: {e}", path.display());
-    let mut writer = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
+    let max_rows = groups.rows.max(1);
+    let arrow = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
+    let mut writer = Groups::new(arrow, Arc::clone(&schema), max_rows).map_err(io)?;
     let mut cols = Columns::new();
     let mut symbols: HashMap<u32, String> = HashMap::new();
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
@@ -284,9 +393,7 @@ fn write(
                         if cols.rows > 0 {
                             writer.write(&cols.finish(&schema)?).map_err(io)?;
                         }
-                        if writer.in_progress_rows() > 0 {
-                            writer.flush().map_err(io)?;
-                        }
+                        writer.finish_group().map_err(io)?;
                     }
                     span = bucket;
                 }
@@ -314,9 +421,9 @@ fn write(
         ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
     ] {
-        writer.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
+        writer.file.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
     }
-    let row_groups = writer.close().map_err(io)?.num_row_groups();
+    let row_groups = writer.close().map_err(io)?;
     file.sync_all().map_err(|e| format!("{}: fsync: {e}", path.display()))?;
     let bytes = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
     let exported = Exported { rows, row_groups, gaps: gap_count, bytes };

@@ -971,6 +971,62 @@ pub struct Writer {
     base_records: u64,
     /// `DIR/NAME.lock`, locked (flock) while this writer lives: one writer per capture.
     _lock: CaptureLock,
+    /// The `every_ms` fsyncs, made on a thread of their own so that a slow disk never stops the thread that
+    /// takes records (`None` for the other policies, whose fsyncs are synchronous).
+    syncer: Option<Syncer>,
+}
+
+/// A thread that makes `every_ms` fsyncs: one at a time, of the segment being written when it was asked.
+struct Syncer {
+    jobs: std::sync::mpsc::SyncSender<(File, PathBuf)>,
+    busy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    failed: std::sync::Arc<std::sync::Mutex<Option<CaptureError>>>,
+}
+
+impl Syncer {
+    fn spawn() -> Result<Syncer, std::io::Error> {
+        use std::sync::atomic::Ordering;
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<(File, PathBuf)>(1);
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (b, d, f) = (busy.clone(), done.clone(), failed.clone());
+        std::thread::Builder::new().name("mdfan-capture-fsync".into()).spawn(move || {
+            for (file, path) in rx {
+                match file.sync_data() {
+                    Ok(()) => {
+                        d.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(source) => {
+                        if let Ok(mut slot) = f.lock() {
+                            slot.get_or_insert(CaptureError::Io { path, what: "fsync", source });
+                        }
+                    }
+                }
+                b.store(false, Ordering::Release);
+            }
+        })?;
+        Ok(Syncer { jobs, busy, done, failed })
+    }
+
+    /// Asks for an fsync of `file` unless one is under way; whether it was asked.
+    fn ask(&self, file: &File, path: &Path) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let sent = file.try_clone().is_ok_and(|f| self.jobs.send((f, path.to_owned())).is_ok());
+        if !sent {
+            self.busy.store(false, Ordering::Release);
+        }
+        sent
+    }
+
+    /// The error of a failed fsync, once.
+    fn take_error(&self) -> Option<CaptureError> {
+        self.failed.lock().ok().and_then(|mut slot| slot.take())
+    }
 }
 
 impl Writer {
@@ -1023,7 +1079,15 @@ impl Writer {
             closed: Vec::new(),
             base_records: records,
             _lock: lock,
+            syncer: None,
         };
+        if matches!(w.cfg.fsync, Fsync::EveryMs(_)) {
+            w.syncer = Some(Syncer::spawn().map_err(|source| CaptureError::Io {
+                path: w.path.clone(),
+                what: "start the fsync thread for",
+                source,
+            })?);
+        }
         w.stats.segments = 1;
         let header = segment_header(&w.meta);
         w.write_bytes(&header)?;
@@ -1038,7 +1102,8 @@ impl Writer {
 
     /// What was written so far.
     pub fn stats(&self) -> WriterStats {
-        self.stats
+        let background = self.syncer.as_ref().map_or(0, |s| s.done.load(std::sync::atomic::Ordering::Relaxed));
+        WriterStats { fsyncs: self.stats.fsyncs + background, ..self.stats }
     }
 
     fn open_segment(&mut self, now_ns: u64) -> Result<(), CaptureError> {
@@ -1073,6 +1138,18 @@ impl Writer {
                 Fsync::EveryMs(ms) => self.dirty_since_ns.is_some_and(|t| now_ns.saturating_sub(t) >= ms * 1_000_000),
                 Fsync::Rotation => false,
             };
+        if let Some(e) = self.syncer.as_ref().and_then(Syncer::take_error) {
+            return Err(e);
+        }
+        if due && !force && self.dirty_since_ns.is_some() {
+            if let Some(syncer) = &self.syncer {
+                // what was written up to here is durable once the thread's fsync returns
+                if syncer.ask(&self.file, &self.path) {
+                    self.dirty_since_ns = None;
+                }
+                return Ok(());
+            }
+        }
         if due && (force || self.dirty_since_ns.is_some()) {
             self.file.sync_data().map_err(|source| CaptureError::Io {
                 path: self.path.clone(),
@@ -1237,7 +1314,7 @@ impl Writer {
         stopped?;
         self.stats.blocks += 1;
         self.closed.push(self.path.clone());
-        Ok((self.stats, std::mem::take(&mut self.closed)))
+        Ok((self.stats(), std::mem::take(&mut self.closed)))
     }
 }
 
