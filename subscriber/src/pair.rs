@@ -28,22 +28,24 @@
 //! - **Stale marks** (`InstrumentStale`) are not merged by position (a publisher writes a loss's marks at the
 //!   first lost position, whatever the other leg had there). A leg's mark for a loss the other leg, up and in
 //!   step, may fill is dropped (`stale_filled`), and that leg is out of step until its own recovery of the
-//!   instrument (after which its publisher drops that instrument's records up to the recovery's position) and
-//!   until the mark has passed both the loss and that position. A mark reaches the strategy only from a leg
-//!   alone in step. Records flagged `SNAPSHOT` outside a session snapshot pass from one leg per instrument (the
-//!   first to send one, until its next record of the instrument that is not): an MDP 3.0 market recovery only
-//!   for an instrument the merged stream marked stale, and only when its position is at or past the channel's
-//!   mark (an older one would take the book back in time: the merged books are then declared stale and a
-//!   session snapshot is asked for; the instrument's records up to a newer one's position are dropped, as its
-//!   publisher drops them by `RptSeq`); an order-level venue snapshot (a DBN file's, whose positions repeat)
-//!   once per instrument.
+//!   instrument and until the mark has passed both the loss and the recovery's position (its publisher drops
+//!   the instrument's records up to there, by `RptSeq`). A market recovery (price-level records flagged
+//!   `SNAPSHOT`) is its own leg's repair, at a position of its own choosing, so it never passes while the other
+//!   leg is in the merge. A mark reaches the strategy only from a leg the other cannot vouch for: a loss both
+//!   legs had. From there the merged stream is that leg's alone (`benched` on the other), its later marks and
+//!   its own market recoveries included, exactly as a single publisher's; the other leg comes back, after a
+//!   gap, only when that one goes down. An order-level venue snapshot (a DBN file's records flagged `SNAPSHOT`,
+//!   whose positions repeat) passes once per instrument, from the leg whose record of it came first, and none
+//!   after a session snapshot passed.
 //! - **Session snapshots.** The first leg's snapshot (or its stream from seq 1) is the merged stream's start; a
 //!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
 //!   resync, after its own gap). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
-//!   together (silent only when every leg that is up is silent). The end of stream passes from a leg once no
-//!   other leg in the merge has sent anything past that leg's last position (it ended too, or it is behind): a
-//!   leg with less than the other does not end the stream early. A leg that shuts down or fails ends only its
-//!   leg while the other is up.
+//!   together (silent only when every leg that is up is silent). The end of stream passes once every leg in
+//!   the merge has sent it (or went down, or fell silent) and nothing of it waits: a leg that ends first may
+//!   have less than the other, and one that lags may still have records to give. A leg that shuts down or fails
+//!   ends only its leg while the other is up. A leg's own ring gap is a merged gap unless the other leg, in step
+//!   and not silent, can give what it lost. A silent leg (its session's silence timeout) vouches for nothing, so
+//!   what waits for it goes on with a gap.
 //!
 //! A publisher with several MDP 3.0 channels: the mark and the steps are per channel; a snapshot's end carries
 //! the position of one channel (the last record's), the others are taken from the snapshot leg's first record.
@@ -86,6 +88,9 @@ pub struct LegStats {
     pub held: u64,
     /// Left out of the merge after a divergence.
     pub quarantined: bool,
+    /// Left out while the merged stream follows the other leg alone, after a loss both legs had (until that
+    /// leg goes down).
+    pub benched: bool,
     /// Stale marks dropped because the other leg was in step (it held the data, or marked the loss itself).
     pub stale_filled: u64,
     /// Session snapshots dropped: the merged books did not need them.
@@ -114,6 +119,7 @@ pub struct MergeStats {
     pub divergences: u64,
     /// Session snapshots passed through (the first included).
     pub snapshots: u64,
+
     /// The merged seq due next.
     pub next_seq: u64,
 }
@@ -137,16 +143,18 @@ struct Leg {
     /// which the leg lacks only its records up to the recovery's position (its publisher drops them by
     /// `RptSeq`): the leg is in step again once the mark has passed that position.
     dropped_marks: HashSet<u32>,
-    /// Instruments whose recovery from this leg is under way and left out (its stale mark was dropped), until
-    /// its next record of the instrument that is not part of it.
-    ignoring: HashSet<u32>,
+
     feed_silent: bool,
     /// This leg sent its end of stream (normal), not passed yet.
     ended: bool,
     /// Left out of the merge after a divergence (its copy differed from the one delivered first).
     quarantined: bool,
+    /// Left out while the merged stream follows the other leg alone (after a loss both had).
+    benched: bool,
     /// Records past the mark kept while this leg is out of step, in its order.
     waiting: VecDeque<BookUpdate>,
+    /// Its session reported a silence (set by [`PairSubscriber::maintain`]).
+    silent: bool,
     /// The highest venue position this leg sent (any channel), for the end of stream.
     max_pos: u64,
     stats: LegStats,
@@ -173,9 +181,9 @@ impl Leg {
         }
     }
 
-    /// Up and not quarantined: its records may enter the merge.
+    /// Up, not quarantined, not benched: its records may enter the merge.
     fn usable(&self) -> bool {
-        self.up && !self.quarantined
+        self.up && !self.quarantined && !self.benched
     }
 
     fn peek_complete(&self, ch: u16) -> Option<u64> {
@@ -226,19 +234,30 @@ pub struct Merge {
     /// A snapshot is wanted from a leg (read and cleared by [`Merge::take_snapshot_wanted`]).
     snapshot_wanted: bool,
     recent: Box<[BookUpdate]>,
-    /// Instruments a delivered stale mark made stale, until a recovery passed.
-    stale_instruments: HashSet<u32>,
+    /// Instruments a delivered stale mark made stale, until a recovery passed, each with the key of the last
+    /// record of it delivered since (a recovery must cover it).
+    stale_instruments: HashMap<u32, u64>,
     /// Instruments whose order-level venue snapshot passed.
     snapshotted: HashSet<u32>,
+    /// After a session snapshot passed: per instrument, the key up to which its book in the snapshot covers its
+    /// records (dropped from either leg until one past it comes).
+    covered: HashMap<u32, u64>,
+    /// A session snapshot passed: the books came whole from it, and no venue snapshot passes after it.
+    session_snapshot_passed: bool,
+
     /// Recoveries in progress: instrument -> the leg whose records pass.
     recovering: HashMap<u32, usize>,
-    /// Instruments whose recovery passed ahead of the stream: their records up to its position (a key) are in it.
-    suppress: HashMap<u32, u64>,
+
     feed_silent: bool,
     ended: bool,
     last_divergence: Option<Divergence>,
     /// A leg's normal end of stream, passed once every usable leg has sent one.
     end_record: Option<BookUpdate>,
+    end_reason: Option<CloseReason>,
+    /// The leg followed alone after a loss both legs had.
+    sole: Option<usize>,
+    /// A merged gap to deliver at the next poll (found where no callback was at hand).
+    gap_owed: bool,
     stats: MergeStats,
 }
 
@@ -289,7 +308,7 @@ impl Merge {
             l.complete.reserve(16);
             l.waiting.reserve_exact(WAITING_RECORDS);
         }
-        let mut stale_instruments = HashSet::new();
+        let mut stale_instruments = HashMap::new();
         stale_instruments.reserve(1024);
         Merge {
             marks: Vec::with_capacity(16),
@@ -303,11 +322,16 @@ impl Merge {
             stale_instruments,
             recovering: HashMap::new(),
             snapshotted: HashSet::new(),
-            suppress: HashMap::new(),
+            covered: HashMap::new(),
+            session_snapshot_passed: false,
+
             feed_silent: false,
             ended: false,
             last_divergence: None,
             end_record: None,
+            end_reason: None,
+            sole: None,
+            gap_owed: false,
             stats: MergeStats { next_seq: 1, ..MergeStats::default() },
         }
     }
@@ -319,12 +343,17 @@ impl Merge {
 
     /// Leg `leg`'s counters.
     pub fn leg_stats(&self, leg: usize) -> LegStats {
-        LegStats { quarantined: self.legs[leg].quarantined, ..self.legs[leg].stats }
+        LegStats { quarantined: self.legs[leg].quarantined, benched: self.legs[leg].benched, ..self.legs[leg].stats }
     }
 
     /// Whether the merged books are stale: a merged gap (or divergence) not yet repaired by a snapshot.
     pub fn is_stale(&self) -> bool {
         self.stale
+    }
+
+    /// Instruments a stale mark that reached the strategy made stale, not yet repaired by a session snapshot.
+    pub fn stale_instruments(&self) -> usize {
+        self.stale_instruments.len()
     }
 
     /// Whether leg `leg` is up (it has not ended, vanished or begun reconnecting since its last session began).
@@ -345,6 +374,33 @@ impl Merge {
             && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
     }
 
+    /// Whether leg `o` can give what another leg lost: usable, not silent, untainted, in step on every channel
+    /// the merge knows (or, before any mark, continuous since its start or snapshot).
+    fn vouches(&self, o: usize) -> bool {
+        let l = &self.legs[o];
+        l.usable()
+            && !l.silent
+            && l.dropped_marks.is_empty()
+            && !l.in_snapshot
+            && (l.default.is_some() || !l.complete.is_empty())
+            && self.marks.iter().all(|(ch, m)| match (l.peek_complete(*ch), m) {
+                (Some(c), Some(m)) => c <= *m,
+                (Some(_), None) => true,
+                (None, _) => false,
+            })
+    }
+
+    /// Leg `leg` is silent (its publisher sent nothing, heartbeats included, for its silence timeout) or not:
+    /// a silent leg vouches for nothing, so what waits for it is not held up.
+    pub fn set_leg_silent(&mut self, leg: usize, silent: bool) {
+        self.legs[leg].silent = silent;
+    }
+
+    /// Why the merged stream ended, once it has: the end of stream's reason, or the last leg's close.
+    pub fn end_reason(&self) -> Option<CloseReason> {
+        self.end_reason
+    }
+
     /// Whether the merged stream has ended (an end of stream passed, or both legs are down for good).
     pub fn ended(&self) -> bool {
         self.ended
@@ -353,6 +409,11 @@ impl Merge {
     /// The last divergence seen, for the report (the merged stream has already said `Gap`).
     pub fn last_divergence(&self) -> Option<&Divergence> {
         self.last_divergence.as_ref()
+    }
+
+    /// The leg the merged stream follows alone after a loss both legs had (until it goes down).
+    pub fn sole(&self) -> Option<usize> {
+        self.sole
     }
 
     /// A snapshot is wanted (after a merged gap): true once per gap.
@@ -376,6 +437,20 @@ impl Merge {
         }
         l.in_snapshot = false;
         self.recovering.retain(|_, owner| *owner != leg);
+        if self.sole == Some(leg) {
+            // The leg followed alone is gone: the others come back, each from its next record (after a gap:
+            // what they hold since the loss both had is not known here).
+            self.sole = None;
+            for o in &mut self.legs {
+                if o.benched {
+                    o.benched = false;
+                    o.discontinuity();
+                }
+            }
+            // what they hold is not known against the merged stream (their own repairs of the loss): a gap,
+            // then a snapshot
+            self.gap_owed = true;
+        }
     }
 
     /// Leg `leg` began a new session (a reconnect): its stream starts again at its seq 1, with a snapshot.
@@ -388,7 +463,6 @@ impl Merge {
         l.passing = false;
         l.feed_silent = false;
         l.dropped_marks.clear();
-        l.ignoring.clear();
         l.max_pos = 0;
         l.quarantined = false;
         l.discontinuity();
@@ -409,7 +483,11 @@ impl Merge {
     fn other_in_step(&self, leg: usize, ch: u16, m: u64) -> bool {
         (0..LEGS).any(|o| {
             let l = &self.legs[o];
-            o != leg && l.usable() && l.dropped_marks.is_empty() && l.peek_complete(ch).is_some_and(|c| c <= m)
+            o != leg
+                && l.usable()
+                && !l.silent
+                && l.dropped_marks.is_empty()
+                && l.peek_complete(ch).is_some_and(|c| c <= m)
         })
     }
 
@@ -420,7 +498,12 @@ impl Merge {
         f(Event::Record(&copy));
     }
 
+    /// A merged gap: one seq wide, the books stale until a snapshot passes. None while one is unrepaired (the
+    /// strategy knows already).
     fn emit_gap<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        if self.stale {
+            return;
+        }
         f(Event::Gap { expected: self.next_seq, got: self.next_seq + 1 });
         self.next_seq += 1;
         self.stats.gaps += 1;
@@ -433,8 +516,10 @@ impl Merge {
         self.set_mark(ch, Some(key));
         self.recent[slot(r.venue_pos)] = BookUpdate { seq: self.next_seq, ..*r };
         self.legs[leg].stats.delivered_first += 1;
-        if r.kind() == Some(Kind::InstrumentStale) {
-            self.stale_instruments.insert(r.instrument_id);
+        if !self.stale_instruments.is_empty() {
+            if let Some(last) = self.stale_instruments.get_mut(&r.instrument_id) {
+                *last = key;
+            }
         }
         self.emit(r, f);
     }
@@ -447,8 +532,14 @@ impl Merge {
                 let l = &mut self.legs[leg];
                 l.stats.gaps += 1;
                 l.discontinuity();
-                if std::mem::take(&mut l.passing) {
+                let was_passing = std::mem::take(&mut l.passing);
+                if was_passing {
                     l.in_snapshot = false;
+                }
+                // What this leg lost, only a leg in step on every channel can give: else the merged stream has
+                // lost it too.
+                let covered = (0..LEGS).any(|o| o != leg && self.vouches(o));
+                if (was_passing || !covered) && !self.stale {
                     self.emit_gap(f);
                 }
             }
@@ -464,6 +555,7 @@ impl Merge {
     fn end_if_all_down<F: FnMut(Event<'_>)>(&mut self, reason: CloseReason, f: &mut F) {
         if !self.ended && self.legs.iter().all(|l| !l.up) {
             self.ended = true;
+            self.end_reason = Some(reason);
             f(Event::Closed(reason));
         }
     }
@@ -485,16 +577,23 @@ impl Merge {
         match kind {
             Some(Kind::Heartbeat) => {}
             Some(Kind::SnapshotBegin) => {
-                let pass = (self.base.is_none() || self.stale) && !self.legs[leg].quarantined;
+                let other_passing = self.legs.iter().any(|l| l.passing);
+                let repair = self.stale || !self.stale_instruments.is_empty();
+                let pass = (self.base.is_none() || repair)
+                    && !self.legs[leg].quarantined
+                    && !self.legs[leg].benched
+                    && !other_passing;
                 let l = &mut self.legs[leg];
                 l.discontinuity();
                 l.in_snapshot = true;
                 l.passing = pass;
                 if pass {
+                    self.session_snapshot_passed = true; // it holds every book: no venue snapshot after it
                     self.base = Some(leg);
                     self.marks.iter_mut().for_each(|(_, m)| *m = None);
                     self.recovering.clear();
-                    self.suppress.clear();
+                    self.covered.clear();
+                    self.stale_instruments.clear();
                     self.emit(r, f);
                 } else {
                     l.stats.snapshots_dropped += 1;
@@ -514,12 +613,23 @@ impl Merge {
                         self.set_mark(ch, Some(r.venue_pos + 1));
                     }
                     self.stale = false;
-                    self.stale_instruments.clear();
                     self.stats.snapshots += 1;
                     self.emit(r, f);
                 }
             }
-            _ if self.legs[leg].in_snapshot && self.legs[leg].passing => self.emit(r, f),
+            _ if self.legs[leg].in_snapshot && self.legs[leg].passing => {
+                // Each book stands at its own position (a market recovery may have put it past the snapshot's
+                // end): the instrument's records up to there are in it, from either leg.
+                if r.instrument_id != mdfan_wire::CHANNEL_INSTRUMENT_ID && r.venue_pos != 0 {
+                    let until = self.covered.entry(r.instrument_id).or_insert(0);
+                    *until = (*until).max(r.venue_pos.saturating_add(1));
+                }
+                if kind == Some(Kind::InstrumentStale) {
+                    // that publisher's book is stale too: its recovery will be wanted
+                    self.stale_instruments.insert(r.instrument_id, r.venue_pos.saturating_add(1));
+                }
+                self.emit(r, f)
+            }
             _ if self.legs[leg].in_snapshot => {} // a snapshot the merged books do not need
             Some(Kind::EndOfStream) => self.on_end(leg, r, f),
             Some(Kind::FeedStatus) => {
@@ -552,6 +662,7 @@ impl Merge {
             // the last leg up shut down or failed: the merged stream ends as it did
             self.flush(f);
             self.ended = true;
+            self.end_reason = r.end_reason();
             self.emit(r, f);
         }
         // else: one leg shut down or failed while the other is up: its Closed takes it down
@@ -564,16 +675,12 @@ impl Merge {
         if self.ended {
             return;
         }
-        let done = |l: &Leg| l.usable() && l.ended && l.waiting.is_empty();
-        let passes = (0..LEGS).any(|e| {
-            done(&self.legs[e])
-                && (0..LEGS).all(|o| {
-                    let l = &self.legs[o];
-                    o == e || !l.usable() || l.ended || l.max_pos <= self.legs[e].max_pos
-                })
-        });
-        if passes || self.legs.iter().all(|l| !l.usable()) {
+        // Every leg still in the merge (usable, not silent) has ended, and nothing of it waits: a leg that ends
+        // first may have less than the other, and one that lags still has records to give.
+        let done = |l: &Leg| !l.usable() || l.silent || (l.ended && l.waiting.is_empty());
+        if self.legs.iter().all(done) && self.legs.iter().any(|l| l.ended) {
             self.ended = true;
+            self.end_reason = Some(CloseReason::EndOfStream);
             self.emit(&end, f);
         }
     }
@@ -581,43 +688,38 @@ impl Merge {
     /// Market recovery (records flagged SNAPSHOT outside a session snapshot): module docs.
     fn on_recovery<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
         let id = r.instrument_id;
-        if self.legs[leg].dropped_marks.remove(&id) {
-            self.legs[leg].ignoring.insert(id);
-            // Its publisher leaves out this instrument's records up to the recovery's position from here on: the
-            // leg is in step again once the mark has passed that position.
+        let alone = self.sole == Some(leg) || (0..LEGS).all(|o| o == leg || !self.legs[o].usable());
+        if r.flags & flags::MBP != 0 && alone && self.legs[leg].usable() && self.legs[leg].dropped_marks.is_empty() {
+            // The merged stream is this leg's alone: its recovery is the repair, as for a single publisher.
+            self.stale_instruments.remove(&id);
+            self.legs[leg].stats.delivered_first += 1;
+            self.emit(r, f);
+            return;
+        }
+        if r.flags & flags::MBP != 0 {
+            // A market recovery never passes: it is this leg's repair of its own loss, at a position of its own
+            // choosing (the snapshot feed runs ahead of or behind the incrementals), and its publisher drops the
+            // instrument's records up to that position (by `RptSeq`). So the leg vouches for nothing up to there
+            // until the mark has passed it; an instrument the merged stream marked stale is repaired by a session
+            // snapshot instead (module docs).
+            self.legs[leg].dropped_marks.remove(&id);
+            self.legs[leg].stats.recovery_dropped += 1;
             let (ch, key) = (r.venue_channel(), r.venue_pos.saturating_add(1));
             let l = &mut self.legs[leg];
             let c = l.peek_complete(ch).map_or(key, |c| c.max(key));
             l.set_complete(ch, Some(c));
+            return;
         }
-        let own_mark_dropped = self.legs[leg].ignoring.contains(&id);
+        // An order-level venue snapshot (a DBN file's, whose positions repeat): once per instrument, from the leg
+        // whose record of it came first, and none after a session snapshot passed (it holds every book).
         let pass = match self.recovering.get(&id) {
             Some(owner) => *owner == leg,
             None => {
-                // A recovery may pass only if it covers every record the merged stream gave of its channel: one
-                // older than that would take the book back in time.
-                let ch = r.venue_channel();
-                let covers = self.mark(ch).is_none_or(|m| r.venue_pos.saturating_add(1) >= m);
-                // An order-level venue snapshot (a DBN file's) is wanted once per instrument; a market recovery
-                // only for an instrument the merged stream marked stale.
-                let first_orders = r.flags & flags::MBP == 0 && self.snapshotted.insert(id);
-                let wanted = (self.stale_instruments.contains(&id) || first_orders)
-                    && !own_mark_dropped
-                    && self.legs[leg].usable();
-                if wanted && covers {
-                    self.suppress.insert(id, r.venue_pos.saturating_add(1));
+                let first = !self.session_snapshot_passed && self.legs[leg].usable() && self.snapshotted.insert(id);
+                if first {
                     self.recovering.insert(id, leg);
-                    self.stale_instruments.remove(&id);
-                    true
-                } else {
-                    if wanted && self.stale_instruments.contains(&id) && !self.stale {
-                        // the merged book of `id` is stale and this recovery is older than the stream: only a
-                        // session snapshot can repair it now
-                        self.stale = true;
-                        self.snapshot_wanted = true;
-                    }
-                    false
                 }
+                first
             }
         };
         if !pass {
@@ -633,16 +735,13 @@ impl Merge {
             // the owner's recovery of this instrument is over: its incrementals follow
             self.recovering.remove(&r.instrument_id);
         }
-        if !self.legs[leg].ignoring.is_empty() {
-            self.legs[leg].ignoring.remove(&r.instrument_id);
-        }
         let l = &mut self.legs[leg];
         l.max_pos = l.max_pos.max(r.venue_pos);
         if r.kind() == Some(Kind::InstrumentStale) {
             self.on_stale_mark(leg, r, f);
             return;
         }
-        if self.legs[leg].quarantined {
+        if self.legs[leg].quarantined || self.legs[leg].benched {
             return;
         }
         if !self.legs[leg].waiting.is_empty() {
@@ -662,12 +761,12 @@ impl Merge {
     fn place<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, force: bool, f: &mut F) -> bool {
         let ch = r.venue_channel();
         let key = r.venue_pos.saturating_add(1);
-        if !self.suppress.is_empty() {
-            if let Some(&until) = self.suppress.get(&r.instrument_id) {
+        if !self.covered.is_empty() {
+            if let Some(&until) = self.covered.get(&r.instrument_id) {
                 if key <= until {
-                    return true; // in the recovery that passed: its publisher drops it by RptSeq, so does the merge
+                    return true; // in the snapshot that passed
                 }
-                self.suppress.remove(&r.instrument_id);
+                self.covered.remove(&r.instrument_id);
             }
         }
         let tainted = !self.legs[leg].dropped_marks.is_empty();
@@ -724,10 +823,14 @@ impl Merge {
     /// Places what the legs keep waiting once the other leg has moved the mark, or (`force`) whatever they keep,
     /// when no other leg will deliver it. No allocation; a check per leg when nothing waits.
     pub fn flush<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+        if std::mem::take(&mut self.gap_owed) && !self.ended {
+            self.emit_gap(f);
+        }
         for leg in 0..LEGS {
             if !self.legs[leg].waiting.is_empty() {
                 self.drain(leg, f);
-                let force = !(0..LEGS).any(|o| o != leg && self.legs[o].usable() && !self.legs[o].ended);
+                let force = !(0..LEGS)
+                    .any(|o| o != leg && self.legs[o].usable() && !self.legs[o].silent && !self.legs[o].ended);
                 if force {
                     while let Some(r) = self.legs[leg].waiting.pop_front() {
                         self.place(leg, &r, true, f);
@@ -744,7 +847,7 @@ impl Merge {
     /// unless the other leg, up and in step, may hold the data; then it is dropped and this leg is out of step
     /// until its own recovery of the instrument is over.
     fn on_stale_mark<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
-        if self.legs[leg].quarantined {
+        if self.legs[leg].quarantined || self.legs[leg].benched {
             return;
         }
         let ch = r.venue_channel();
@@ -758,7 +861,20 @@ impl Merge {
             l.set_complete(ch, Some(c));
             return;
         }
-        self.stale_instruments.insert(r.instrument_id);
+        if self.sole.is_none() && (0..LEGS).any(|o| o != leg && self.legs[o].usable()) {
+            // A loss both legs had: from here the merged stream is this leg's alone (its marks, its own market
+            // recovery, which only its own stream is consistent with); the other sits out until this one goes
+            // down. Never a book made of two publishers' repairs.
+            self.sole = Some(leg);
+            for o in (0..LEGS).filter(|o| *o != leg) {
+                self.legs[o].benched = true;
+                self.legs[o].waiting.clear();
+            }
+        }
+        if self.sole != Some(leg) {
+            // no other leg was up: the only repair is this leg's own recovery or a session snapshot
+            self.stale_instruments.insert(r.instrument_id, r.venue_pos.saturating_add(1));
+        }
         self.legs[leg].stats.delivered_first += 1;
         self.emit(r, f);
     }
@@ -841,6 +957,8 @@ pub struct PairSubscriber {
     merge: Merge,
     events: VecDeque<PairHealth>,
     end: Option<End>,
+    /// When a snapshot was last asked for to repair the merged books.
+    last_repair: Option<std::time::Instant>,
     clock: quanta::Clock,
     last_maintain: u64,
     maintain_interval: Duration,
@@ -897,6 +1015,7 @@ impl PairSubscriber {
             merge,
             events: VecDeque::new(),
             end: None,
+            last_repair: None,
             clock,
             last_maintain,
             maintain_interval: interval,
@@ -936,7 +1055,12 @@ impl PairSubscriber {
         for i in 0..LEGS {
             self.maintain_leg(i);
         }
-        if self.merge.take_snapshot_wanted() {
+        // Instruments still stale after a repair (the publisher's own books were stale when it took the
+        // snapshot): ask again, once a second.
+        let again = self.merge.stale_instruments() > 0
+            && self.last_repair.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if self.merge.take_snapshot_wanted() || again {
+            self.last_repair = Some(std::time::Instant::now());
             let leg = (0..LEGS)
                 .filter(|i| self.legs[*i].sub.is_some() && self.merge.leg_usable(*i))
                 .max_by_key(|i| self.merge.leg_in_step(*i));
@@ -951,7 +1075,9 @@ impl PairSubscriber {
             return PairHealth::Ended(end);
         }
         if self.merge.ended() {
-            let end = End::Closed(CloseReason::EndOfStream);
+            // The end of stream passed, or both legs closed: the merged stream's reason. (Both legs lost
+            // without a close: their own ends, reported by `leg_ended`.)
+            let end = End::Closed(self.merge.end_reason().unwrap_or(CloseReason::EndOfStream));
             self.end = Some(end);
             return PairHealth::Ended(end);
         }
@@ -997,7 +1123,9 @@ impl PairSubscriber {
             return;
         };
         leg.silent = None;
-        match sub.maintain() {
+        let health = sub.maintain();
+        self.merge.set_leg_silent(i, matches!(health, Health::Silent(_)));
+        match health {
             Health::Ok => {}
             Health::Silent(d) => leg.silent = Some(d),
             Health::Reconnecting { tries: 0 } => {
@@ -1207,7 +1335,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_mark_the_other_leg_fills_never_reaches_the_strategy_nor_does_its_recovery() {
+    fn a_stale_mark_the_other_leg_fills_never_reaches_the_strategy_and_one_both_had_is_repaired_by_a_snapshot() {
         let (mut m, mut seen) = (Merge::new(), Seen::new());
         let stale = BookUpdate {
             venue_pos: venue_position(5, 0),
@@ -1234,19 +1362,28 @@ mod tests {
         assert!(seen.iter().all(|s| s.2 == Some(Kind::Add)), "{seen:?}");
         let a = m.leg_stats(0);
         assert_eq!((a.stale_filled, a.recovery_dropped, m.stats().gaps), (1, 2, 0));
-        // both legs lose venue seq 9: the mark passes once, and one recovery
+        // both legs lose venue seq 9: the mark passes once, and from there the merged stream is the leg whose mark
+        // passed, alone (its own recovery repairs it, as for a single publisher); the other sits out
         let stale9 = BookUpdate { venue_pos: venue_position(9, 0), ..stale };
         let recovery9 = recovery.map(|r| BookUpdate { venue_pos: venue_position(9, 0), ..r });
         feed(&mut m, &mut seen, 1, &[stale9]);
         feed(&mut m, &mut seen, 0, &[stale9]);
+        assert_eq!((m.sole(), m.leg_stats(1).benched), (Some(0), true));
         feed(&mut m, &mut seen, 1, &recovery9);
         feed(&mut m, &mut seen, 0, &recovery9);
-        let tail: Vec<Option<Kind>> = seen[8..].iter().map(|s| s.2).collect();
-        assert_eq!(tail, vec![Some(Kind::InstrumentStale), Some(Kind::Clear), Some(Kind::LevelNew)]);
         feed(&mut m, &mut seen, 1, &adds(10..=10));
         feed(&mut m, &mut seen, 0, &adds(10..=11));
-        assert!(m.leg_in_step(0) && m.leg_in_step(1), "each leg recovered");
-        assert_eq!((m.leg_stats(0).delivered_first, m.leg_stats(1).delivered_first), (9, 4), "{seen:?}");
+        let tail: Vec<(Option<Kind>, u64)> = seen[8..].iter().map(|s| (s.2, s.1)).collect();
+        use Kind::{Add, Clear, InstrumentStale, LevelNew};
+        assert_eq!(
+            tail,
+            [(InstrumentStale, 9), (Clear, 9), (LevelNew, 9), (Add, 10), (Add, 11)].map(|(k, v)| (Some(k), v))
+        );
+        assert!(venue_seqs(&seen).1, "no gap: {seen:?}");
+        // the leg followed alone goes down: the other comes back, after a gap (its own repairs are not known here)
+        m.leg_down(0);
+        m.flush(&mut |e| push(&mut seen, e));
+        assert_eq!((m.sole(), m.leg_stats(1).benched, seen.last().unwrap().2), (None, false, None));
     }
 
     #[test]
@@ -1323,13 +1460,17 @@ mod tests {
         feed(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
         assert!(m.ended());
         assert_eq!(venue_seqs(&seen).0, (1..=7).collect::<Vec<_>>());
-        // the other way round: the leg behind has not sent past the one that ends, which ends the stream
+        // the other way round: the leg behind may still have more; the end waits for it, or for it to fall silent
         let (mut m, mut seen) = (Merge::new(), Seen::new());
         feed(&mut m, &mut seen, 0, &adds(1..=5));
         feed(&mut m, &mut seen, 1, &adds(1..=2));
         feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
+        assert!(!m.ended());
+        m.set_leg_silent(1, true);
+        m.flush(&mut |e| push(&mut seen, e));
         assert!(m.ended());
         assert_eq!(seen.last().unwrap().2, Some(Kind::EndOfStream));
+        assert_eq!(m.end_reason(), Some(CloseReason::EndOfStream));
     }
 
     #[test]
