@@ -588,7 +588,7 @@ fn run_pair(
     for leg in 0..2 {
         let l = pair.leg_stats(leg);
         out!(
-            "leg leg={} endpoint={} state={} delivered_first={} duplicates={} uncompared={} divergences={} quarantined={} waited={} held={} stale_filled={} snapshots_dropped={} recovery_dropped={} gaps={} downs={} max_trail_records={}",
+            "leg leg={} endpoint={} state={} delivered_first={} duplicates={} uncompared={} divergences={} quarantined={} benched={} waited={} held={} stale_filled={} snapshots_dropped={} recovery_dropped={} gaps={} downs={} max_trail_records={}",
             leg_name(leg),
             [cfg_a, cfg_b][leg].endpoint,
             pair.leg_state(leg).as_str(),
@@ -597,6 +597,7 @@ fn run_pair(
             l.uncompared,
             l.divergences,
             l.quarantined,
+            l.benched,
             l.waited,
             l.held,
             l.stale_filled,
