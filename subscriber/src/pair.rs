@@ -390,6 +390,19 @@ impl Merge {
             })
     }
 
+    /// Whether leg `e` holds every record past the mark on every channel the merge knows, and lost nothing of its
+    /// own it has not recovered.
+    fn in_step_now(&self, e: usize) -> bool {
+        let l = &self.legs[e];
+        l.dropped_marks.is_empty()
+            && (l.default.is_some() || !l.complete.is_empty())
+            && self.marks.iter().all(|(ch, m)| match (l.peek_complete(*ch), m) {
+                (Some(c), Some(m)) => c <= *m,
+                (Some(_), None) => true,
+                (None, _) => false,
+            })
+    }
+
     /// Leg `leg` is silent (its publisher sent nothing, heartbeats included, for its silence timeout) or not:
     /// a silent leg vouches for nothing, so what waits for it is not held up.
     pub fn set_leg_silent(&mut self, leg: usize, silent: bool) {
@@ -437,6 +450,17 @@ impl Merge {
         }
         l.in_snapshot = false;
         self.recovering.retain(|_, owner| *owner != leg);
+        if !self.legs.iter().any(Leg::usable) {
+            // No leg left in the merge but one left out after a divergence: better its stream, from a snapshot
+            // after a gap, than none.
+            for o in &mut self.legs {
+                if o.up && o.quarantined {
+                    o.quarantined = false;
+                    o.discontinuity();
+                    self.gap_owed = true;
+                }
+            }
+        }
         if self.sole == Some(leg) {
             // The leg followed alone is gone: the others come back, each from its next record (after a gap:
             // what they hold since the loss both had is not known here).
@@ -652,6 +676,10 @@ impl Merge {
         if r.end_reason() == Some(CloseReason::EndOfStream) {
             // The stream ends when every leg in the merge has said so (or gone): a leg that ends first may have
             // less than the other (another feed, a shorter file), and what the other still sends is delivered.
+            // A leg out of the merge (quarantined, benched) does not end it.
+            if !self.legs[leg].usable() {
+                return;
+            }
             self.legs[leg].ended = true;
             self.end_record = Some(*r);
             self.flush(f);
@@ -677,8 +705,16 @@ impl Merge {
         }
         // Every leg still in the merge (usable, not silent) has ended, and nothing of it waits: a leg that ends
         // first may have less than the other, and one that lags still has records to give.
-        let done = |l: &Leg| !l.usable() || l.silent || (l.ended && l.waiting.is_empty());
-        if self.legs.iter().all(done) && self.legs.iter().any(|l| l.ended) {
+        // Complete if a leg that ended holds everything up to its end (in step: nothing it lost was left to a leg
+        // that has not given it yet).
+        let whole = (0..LEGS).any(|e| self.legs[e].usable() && self.legs[e].ended && self.in_step_now(e));
+        // A silent leg counts as done only then: otherwise it may be the one that still has what is missing,
+        // and the end waits for it to end or go down.
+        let done = |l: &Leg| !l.usable() || (l.ended && l.waiting.is_empty()) || (l.silent && whole);
+        if self.legs.iter().all(done) && self.legs.iter().any(|l| l.usable() && l.ended) {
+            if !whole {
+                self.emit_gap(f); // what is missing is said with a gap first
+            }
             self.ended = true;
             self.end_reason = Some(CloseReason::EndOfStream);
             self.emit(&end, f);
@@ -1471,6 +1507,35 @@ mod tests {
         assert!(m.ended());
         assert_eq!(seen.last().unwrap().2, Some(Kind::EndOfStream));
         assert_eq!(m.end_reason(), Some(CloseReason::EndOfStream));
+    }
+
+    #[test]
+    fn a_leg_that_lost_records_of_its_own_ends_only_after_the_other_gave_them_even_if_it_falls_silent() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=3));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        gap(&mut m, &mut seen, 0); // leg 1 can give what leg 0 lost: no merged gap
+        feed(&mut m, &mut seen, 0, &[marker(Kind::SnapshotBegin, 0), marker(Kind::SnapshotEnd, 10)]);
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
+        m.set_leg_silent(1, true); // the other is slow, not gone
+        m.flush(&mut |e| push(&mut seen, e));
+        assert!(!m.ended(), "leg 0 lacks 4..=10, which only leg 1 can give: {seen:?}");
+        m.set_leg_silent(1, false);
+        feed(&mut m, &mut seen, 1, &adds(4..=10));
+        feed(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
+        assert!(m.ended());
+        assert_eq!(venue_seqs(&seen), ((1..=10).collect(), true));
+        // the leg that can give it goes down instead: the end comes with a gap first
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=3));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        gap(&mut m, &mut seen, 0);
+        feed(&mut m, &mut seen, 0, &[marker(Kind::SnapshotBegin, 0), marker(Kind::SnapshotEnd, 10)]);
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
+        m.leg_down(1);
+        m.flush(&mut |e| push(&mut seen, e));
+        let kinds: Vec<Option<Kind>> = seen[3..].iter().map(|s| s.2).collect();
+        assert_eq!(kinds, vec![None, Some(Kind::EndOfStream)], "{seen:?}");
     }
 
     #[test]
