@@ -15,6 +15,11 @@ pub fn write_new<T>(out: &Path, write: impl FnOnce(File, &Path) -> Result<T, Str
     if out.exists() {
         return Err(exists());
     }
+    // The folder first, so that the error names the file asked for, not the partial one.
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!("{}: no folder {} to write it in", out.display(), parent.display()));
+    }
     let mut name = out.as_os_str().to_owned();
     name.push(format!(".partial.{}", std::process::id()));
     let partial = PathBuf::from(name);
