@@ -106,6 +106,104 @@ fn a_pair_merged_by_venue_position_loses_nothing_when_one_publisher_is_killed_an
     let _ = std::fs::remove_dir_all(&dir_b);
 }
 
+/// What one strategy merging a pair saw, to its end.
+struct Strategy {
+    books: Books,
+    records: u64,
+    gaps: u64,
+    seqs_ok: bool,
+    moves: Vec<PairHealth>,
+}
+
+/// A strategy merging `a` and `b` (each leg reconnecting for 30 s) from now to the merged end, on a thread.
+fn strategy(a: std::net::SocketAddr, b: std::net::SocketAddr, name: &str) -> std::thread::JoinHandle<Strategy> {
+    let cfg = |addr: std::net::SocketAddr, leg: &str| {
+        let mut c = SubscriberConfig::new(&addr.to_string(), &format!("{name}-{leg}"));
+        c.reconnect = Some(Reconnect::within(Duration::from_secs(30)));
+        c
+    };
+    let (ca, cb) = (cfg(a, "a"), cfg(b, "b"));
+    std::thread::spawn(move || {
+        let mut pair = PairSubscriber::connect(&ca, &cb).expect("a leg connects");
+        let mut s = Strategy { books: Books::new(), records: 0, gaps: 0, seqs_ok: true, moves: Vec::new() };
+        let (mut ended, mut last_seq) = (false, 0u64);
+        let deadline = Instant::now() + watchdog();
+        while !ended {
+            assert!(Instant::now() < deadline, "the pair never ended: {:?} {:?}", s.moves, pair.stats());
+            pair.poll(256, |e| match e {
+                Event::Record(r) => {
+                    s.seqs_ok &= r.seq == last_seq + 1;
+                    last_seq = r.seq;
+                    match r.kind() {
+                        Some(Kind::EndOfStream) => ended = true,
+                        Some(Kind::SnapshotBegin | Kind::SnapshotEnd | Kind::Heartbeat) => {}
+                        _ => s.records += 1,
+                    }
+                    let _ = s.books.apply(r);
+                }
+                Event::Gap { .. } => s.gaps += 1,
+                _ => {}
+            });
+            if let Some(h) = pair.maintain_if_due() {
+                if h != PairHealth::Ok && !matches!(h, PairHealth::Silent(_)) {
+                    s.moves.push(h);
+                }
+            }
+        }
+        s
+    })
+}
+
+/// The README's final ESH4 book.
+fn assert_esh4(s: &Strategy, who: &str) {
+    let book = s.books.get(esh4::INSTRUMENT_ID).expect("ESH4's book");
+    let cp = &esh4::CHECKPOINTS[4];
+    assert_eq!(
+        (book.order_count(), book.level_count(Side::Bid), book.level_count(Side::Ask)),
+        (cp.orders, cp.levels_bid, cp.levels_ask),
+        "{who}: {:?}",
+        s.moves
+    );
+    let (bid, ask) = book.bbo();
+    let (bid, ask) = (bid.unwrap(), ask.unwrap());
+    assert_eq!(
+        ((bid.price_e9, bid.size, bid.orders), (ask.price_e9, ask.size, ask.orders)),
+        (cp.best_bid, cp.best_ask)
+    );
+}
+
+/// Publisher A is stopped (SIGSTOP) for 2 s mid-stream while two strategies merge it with B, and a third
+/// strategy joins while A is stopped: the first two get every venue record once, in order, with no gap and no
+/// duplicate; all three end with the exact book.
+#[test]
+fn a_publisher_stopped_for_two_seconds_and_a_strategy_joining_meanwhile_change_no_book() {
+    if on_verbs() {
+        return;
+    }
+    let (addr_a, dir_a, start_a) = publisher_process("hot-hot-stop-a", &esh4::main_file(), 2, PACE);
+    let (addr_b, dir_b, start_b) = publisher_process("hot-hot-stop-b", &esh4::main_file(), 2, PACE);
+    let (a, b) = (start_a(), start_b());
+    let early = [strategy(addr_a, addr_b, "s1"), strategy(addr_a, addr_b, "s2")];
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&a.child, "STOP");
+    std::thread::sleep(Duration::from_millis(500));
+    let late = strategy(addr_a, addr_b, "s3");
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&a.child, "CONT");
+    for (i, h) in early.into_iter().enumerate() {
+        let s = h.join().expect("strategy");
+        assert_esh4(&s, &format!("s{}", i + 1));
+        assert_eq!((s.gaps, s.records, s.seqs_ok), (0, esh4::RECORDS, true), "s{}: {:?}", i + 1, s.moves);
+    }
+    let s3 = late.join().expect("strategy");
+    assert_esh4(&s3, "s3");
+    for p in [a, b] {
+        assert_eq!(p.finish().0, Some(0));
+    }
+    let _ = std::fs::remove_dir_all(&dir_a);
+    let _ = std::fs::remove_dir_all(&dir_b);
+}
+
 /// `mdfan-subscribe --connect A --connect B` on two publishers of the same capture (at full speed): the exact
 /// book, every record once, no gap; each leg's line counts what it delivered first, and every copy the other
 /// leg delivered first was compared (the two publishers give the same record for each venue position).
