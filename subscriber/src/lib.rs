@@ -33,6 +33,10 @@
 //! to copy: a pinned thread, a spin poll, books applied per record, the BBO after each venue event, gaps and
 //! stale books, reconnects under a [`Reconnect`] policy, and latency percentiles at the end.
 //!
+//! Two publishers of the same lines (a hot-hot pair, on two hosts): [`PairSubscriber::connect`] takes a config
+//! per publisher and is polled like a [`Subscriber`]; it merges both sessions by venue position into one stream
+//! (module [`pair`]: the rules, and what a strategy sees when a publisher dies, stalls or loses data).
+//!
 //! On a hot path, [`HotBooks`] is a drop-in for [`Books`] (the same results, record for record) that allocates
 //! everything in [`HotBooks::with_capacity`] and nothing per record.
 //!
