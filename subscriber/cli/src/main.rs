@@ -304,10 +304,10 @@ fn run(args: &Args) -> Result<i32, CliError> {
             args.connect.len()
         )));
     }
-    if args.connect.len() == 2 && args.connect[0] == args.connect[1] {
+    if args.connect.len() == 2 && same_endpoint(&args.connect[0], &args.connect[1]) {
         return Err(CliError::Usage(format!(
-            "--connect {} given twice: a hot-hot pair needs two publishers",
-            args.connect[0]
+            "--connect {} and --connect {} name one publisher: a hot-hot pair needs two",
+            args.connect[0], args.connect[1]
         )));
     }
     if args.connect.len() == 2 && args.no_snapshot {
@@ -490,6 +490,24 @@ fn on_event(
         Event::Corrupt { seq, slot_seq } => out.push(format!("corrupt seq={seq} slot_seq={slot_seq}")),
         Event::Stale { seq, expected } => out.push(format!("stale seq={seq} expected_seq={expected}")),
         Event::Closed(_) => {} // maintain reports it, with what follows from it (reconnect or end)
+    }
+}
+
+/// Whether two `--connect` values name one publisher: the same text, the same resolved TCP addresses
+/// (`localhost:7700` and `127.0.0.1:7700`), or the same Unix-domain socket file.
+fn same_endpoint(a: &str, b: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    if a == b {
+        return true;
+    }
+    match (a.strip_prefix("unix:"), b.strip_prefix("unix:")) {
+        (Some(x), Some(y)) => std::fs::canonicalize(x).ok().is_some_and(|x| std::fs::canonicalize(y).ok() == Some(x)),
+        (None, None) => {
+            let resolve = |e: &str| e.to_socket_addrs().map(|i| i.collect::<Vec<_>>()).unwrap_or_default();
+            let (x, y) = (resolve(a), resolve(b));
+            x.iter().any(|p| y.contains(p))
+        }
+        _ => false,
     }
 }
 
