@@ -507,11 +507,9 @@ impl Merge {
     fn other_in_step(&self, leg: usize, ch: u16, m: u64) -> bool {
         (0..LEGS).any(|o| {
             let l = &self.legs[o];
-            o != leg
-                && l.usable()
-                && !l.silent
-                && l.dropped_marks.is_empty()
-                && l.peek_complete(ch).is_some_and(|c| c <= m)
+            // (a silent leg still counts here: on a loaded host a live leg falls silent for 50 ms while its
+            // data is on the way; what waits for it is released by `flush` if it stays silent)
+            o != leg && l.usable() && l.dropped_marks.is_empty() && l.peek_complete(ch).is_some_and(|c| c <= m)
         })
     }
 
