@@ -1343,6 +1343,7 @@ impl Conductor {
             moldudp64: None,
             lobster: None,
             capture: None,
+            relay: None,
         };
         for c in &self.feed_counters {
             c.report(&mut report);

@@ -614,12 +614,20 @@ pub enum FeedFormat {
     Lobster,
     /// An mdfan capture (`mdfan_feed::capture`), replayed.
     Capture,
+    /// Another mdfan publisher's stream, subscribed to (`crate::feeds::relay`): a relay.
+    Mdfan,
 }
 
 impl FeedFormat {
     /// Every format.
-    pub const ALL: [FeedFormat; 5] =
-        [FeedFormat::Dbn, FeedFormat::Mdp3, FeedFormat::Itch50, FeedFormat::Lobster, FeedFormat::Capture];
+    pub const ALL: [FeedFormat; 6] = [
+        FeedFormat::Dbn,
+        FeedFormat::Mdp3,
+        FeedFormat::Itch50,
+        FeedFormat::Lobster,
+        FeedFormat::Capture,
+        FeedFormat::Mdfan,
+    ];
 
     /// The name the config spells it with.
     pub fn name(self) -> &'static str {
@@ -629,6 +637,7 @@ impl FeedFormat {
             FeedFormat::Itch50 => "itch50",
             FeedFormat::Lobster => "lobster",
             FeedFormat::Capture => "capture",
+            FeedFormat::Mdfan => "mdfan",
         }
     }
 
@@ -640,6 +649,7 @@ impl FeedFormat {
             FeedFormat::Itch50 => (crate::feeds::itch::FEED_KEYS, crate::feeds::itch::LINES_KEYS),
             FeedFormat::Lobster => (crate::feeds::lobster::FEED_KEYS, &[]),
             FeedFormat::Capture => (crate::feeds::capture::FEED_KEYS, &[]),
+            FeedFormat::Mdfan => (crate::feeds::relay::FEED_KEYS, &[]),
         };
         match table {
             "feed" => feed.contains(&field),
@@ -969,6 +979,13 @@ impl Config {
                 let mut f = w.feed;
                 f.check(&checker)?;
                 (w.publisher, FeedConfig::Capture(f), w.fabric, w.journal, w.access)
+            }
+            FeedFormat::Mdfan => {
+                let w: Whole<crate::feeds::relay::RelayFeed, toml::Value> = read(text, format).map_err(err)?;
+                no_lines(&w, format, &checker)?;
+                let mut f = w.feed;
+                f.check(&checker)?;
+                (w.publisher, FeedConfig::Relay(f), w.fabric, w.journal, w.access)
             }
             FeedFormat::Itch50 => {
                 let w: Whole<crate::feeds::itch::ItchFeed, crate::feeds::itch::MoldLines> =

@@ -108,6 +108,9 @@ pub enum PublisherError {
     /// A capture (`format = "capture"`) cannot be read.
     #[error(transparent)]
     Capture(mdfan_feed::capture::CaptureError),
+    /// A relay's upstream session could not be made (`format = "mdfan"`): the endpoint and why.
+    #[error("upstream: {0}")]
+    Upstream(String),
     /// A live feed's line could not be opened.
     #[error("feed lines: {0}")]
     Lines(#[from] mdfan_lines::LineError),
@@ -467,9 +470,10 @@ impl Publisher {
         let (feed_thread, mut hot_agent) = if feed_on_hot_thread {
             (None, HotThread { fanout, feed: Some(feed) })
         } else {
+            let feed_idle = feed.idle(hot_idle);
             let thread = std::thread::Builder::new()
                 .name(feed.role_name().to_owned())
-                .spawn(move || run_agent(&mut feed, feeds::FEED_IDLE))
+                .spawn(move || run_agent(&mut feed, feed_idle))
                 .map_err(|e| PublisherError::Thread("feed", e))?;
             (Some(thread), HotThread { fanout, feed: None })
         };

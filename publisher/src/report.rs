@@ -206,6 +206,8 @@ pub struct RunReport {
     pub lobster: Option<crate::feeds::lobster::LobsterReport>,
     /// A capture replay's counts (records, gaps, records left out); `None` otherwise.
     pub capture: Option<crate::feeds::capture::CaptureReport>,
+    /// A relay's counters (`format = "mdfan"`).
+    pub relay: Option<crate::feeds::relay::RelayReport>,
 }
 
 impl RunReport {
@@ -256,6 +258,7 @@ mod tests {
             moldudp64: None,
             lobster: None,
             capture: None,
+            relay: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct View {
     /// Instruments whose order book an order-level feed marked stale (ITCH); kept across a reconnect, as nothing
     /// the publisher sends clears them.
     unsynced: BTreeSet<u32>,
+    /// Of `unsynced`, those marked only for records missed upstream of the publisher (a relay's marks: flag
+    /// `MAYBE_BAD_BOOK`): the next `Clear` of the book (the upstream's snapshot) cures them.
+    until_clear: BTreeSet<u32>,
     checkpoints: BTreeSet<u64>,
     bbo: bool,
     /// The last BBO printed, per instrument: a line is printed when *that instrument's* BBO changed.
@@ -70,6 +73,7 @@ impl View {
             statuses: TradingStates::new(),
             feed: std::collections::BTreeMap::new(),
             unsynced: BTreeSet::new(),
+            until_clear: BTreeSet::new(),
             checkpoints,
             bbo,
             last_bbo: HashMap::new(),
@@ -176,9 +180,23 @@ impl View {
         // An order book that lost an order (ITCH): no price-level book; the order book is unsynced (ITCH has no
         // snapshot to cure it; the venue's next start of day does). `books` ignores it.
         let order_stale = is_order_level_stale(r);
+        let id = r.instrument_id;
+        if r.kind() == Some(Kind::Clear) && self.until_clear.remove(&id) {
+            self.unsynced.remove(&id); // the upstream's snapshot rebuilds what a relay missed
+        }
+        let stale = stale || self.until_clear.contains(&id);
         if order_stale && r.flags & flags::SNAPSHOT == 0 {
             self.stale_records += 1;
-            self.unsynced.insert(r.instrument_id);
+            if r.flags & flags::MAYBE_BAD_BOOK != 0 {
+                // A relay missed records upstream (wire::record, "Stale marks"): stale until the book's next Clear.
+                if self.unsynced.insert(id) {
+                    self.until_clear.insert(id);
+                }
+                out.push(format!("instrument_stale instrument={id} seq={} cause=upstream_gap", r.seq));
+                return;
+            }
+            self.unsynced.insert(id);
+            self.until_clear.remove(&id);
             // Two causes (wire::record): messages lost (a MoldUDP64 hole given up, or a message that does not
             // decode: order_id 0, venue_seq = the first lost message), or an order reference the book cannot
             // apply.

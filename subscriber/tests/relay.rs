@@ -1,0 +1,244 @@
+//! One relay per host (`mdfan-relay`): it subscribes once upstream and serves local strategies over shared
+//! memory as a publisher does. Each test runs processes (an upstream publisher replaying the bundled ESH4 file,
+//! the relay, `mdfan-subscribe` strategies) and asserts every strategy's final book against the reference
+//! values (feed/tests/support/esh4.rs); faults are a killed relay, a killed upstream and a stopped relay.
+//!
+//! Nothing here asserts a duration: replays are paced (500x: about 6.5 s) so there is a "mid-stream" to act in.
+
+#[path = "support/mod.rs"]
+mod common;
+#[path = "../../feed/tests/support/esh4.rs"]
+mod esh4;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// A relay process subscribing to `upstream` (one endpoint, or two: a pair), on a free port, its config in a
+/// folder named after `tag` with `extra_feed` in `[feed]`. Returns its endpoint, the folder and a function that
+/// starts it (again: on the same endpoint) and waits until it listens.
+fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (SocketAddr, PathBuf, impl Fn() -> Watched) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("relay.toml");
+    let connect: Vec<String> = upstream.iter().map(|a| format!("\"{a}\"")).collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[publisher]\nlisten = \"{listen}\"\nhot_idle = \"yield\"\n\n[feed]\nformat = \"mdfan\"\nconnect = [{}]\n\
+             name = \"{tag}\"\nreconnect_budget_ms = 60000\n{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
+            connect.join(", ")
+        ),
+    )
+    .unwrap();
+    let start = move || {
+        let child = Command::new(bin("mdfan-relay"))
+            .args(["--config", cfg.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut relay = Watched::new(child);
+        relay.wait_for_line("publisher listening=");
+        relay
+    };
+    (listen.parse().unwrap(), dir, start)
+}
+
+/// The relay's `feed format=mdfan` report line's fields.
+fn relay_line(lines: &[String]) -> std::collections::HashMap<String, String> {
+    let line = lines.iter().find(|l| l.starts_with("feed format=mdfan ")).unwrap_or_else(|| panic!("{lines:?}"));
+    fields(line).into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// `mdfan-subscribe` strategies named `names` on the relay, with `extra` arguments.
+fn strategies(relay: SocketAddr, names: &[&str], extra: &[&str]) -> Vec<std::process::Child> {
+    names.iter().map(|n| spawn_subscriber(relay, n, extra)).collect()
+}
+
+#[test]
+fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
+    if on_verbs() {
+        return; // the relay's downstream is shared memory; its upstream fabric is the subscriber library's
+    }
+    // The upstream waits for two sessions: the relay's and a direct strategy's, started after the relay's three.
+    let (up_addr, up_dir, start_up) = publisher_process("relay-up", &esh4::main_file(), 2, "pace = 500");
+    let up = start_up();
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-a", &[up_addr], "");
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["s1", "s2", "s3"], &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(500)); // the three attach before the replay starts
+    let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
+    for (i, s) in local.into_iter().enumerate() {
+        assert_clean(&stdout_lines(&wait_with_watchdog(s)), &format!("strategy {i} through the relay"));
+    }
+    assert_clean(&stdout_lines(&wait_with_watchdog(direct)), "direct strategy");
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    assert_eq!((r["relayed"].as_str(), r["gaps"].as_str(), r["stale_marks"].as_str()), ("68792", "0", "0"));
+    // The relay's own three sessions, each every record (the book records and the end of stream).
+    let sessions: Vec<&String> = lines.iter().filter(|l| l.starts_with("subscriber ")).collect();
+    assert_eq!(sessions.len(), 3, "{lines:?}");
+    let (code, up_lines, _) = up.finish();
+    assert_eq!(code, Some(0));
+    // Upstream: one session for the relay's three strategies, one for the direct strategy.
+    let names: Vec<String> =
+        up_lines.iter().filter(|l| l.starts_with("subscriber ")).map(|l| fields(l)["name"].to_owned()).collect();
+    assert_eq!(names.len(), 2, "{up_lines:?}");
+    assert!(names.contains(&"relay-a".to_owned()) && names.contains(&"direct".to_owned()), "{names:?}");
+    let _ = std::fs::remove_dir_all(up_dir);
+    let _ = std::fs::remove_dir_all(relay_dir);
+}
+
+#[test]
+fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() {
+    if on_verbs() {
+        return;
+    }
+    let (up_addr, up_dir, start_up) = publisher_process("relay-kill-up", &esh4::main_file(), 1, "pace = 500");
+    let up = start_up();
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-kill", &[up_addr], "");
+    let mut relay = start_relay();
+    let local = strategies(relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    relay.child.kill().unwrap(); // SIGKILL, mid-stream
+    let _ = relay.child.wait();
+    let relay = start_relay();
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        assert_exact(&lines, &format!("strategy {i}"));
+        let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+        assert_eq!((stream["reconnects"], stream["end"], stream["book_errors"]), ("1", "end_of_stream", "0"));
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    assert_eq!(up.finish().0, Some(0));
+    let _ = std::fs::remove_dir_all(up_dir);
+    let _ = std::fs::remove_dir_all(relay_dir);
+}
+
+#[test]
+fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
+    if on_verbs() {
+        return;
+    }
+    // A small upstream ring: stopped for 2 s at 500x, the relay falls a ring behind; the upstream skips it
+    // (policy resync) and goes on for the direct strategy, which never notices.
+    let (up_addr, up_dir, start_up) = publisher_process("relay-stop-up", &esh4::main_file(), 2, "pace = 500");
+    let up = start_up();
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-stop", &[up_addr], "ring_slots = 4096");
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["t1", "t2", "t3"], &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&relay.child, "STOP");
+    std::thread::sleep(Duration::from_secs(2));
+    signal(&relay.child, "CONT");
+    assert_clean(&stdout_lines(&wait_with_watchdog(direct)), "direct strategy");
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        let who = format!("strategy {i}");
+        assert_exact(&lines, &who);
+        // The strategies' own streams had no gap: the relay marked the book stale, then the upstream's
+        // snapshot rebuilt it (its Clear cures the mark).
+        let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+        assert_eq!((stream["gaps"], stream["book_errors"], stream["end"]), ("0", "0", "end_of_stream"), "{who}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("instrument_stale instrument=17077 ") && l.ends_with("cause=upstream_gap")),
+            "{who}: {lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: the snapshot cured the mark: {lines:?}");
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    assert_ne!(r["gaps"], "0", "{r:?}");
+    assert_ne!(r["stale_marks"], "0", "{r:?}");
+    assert_eq!(up.finish().0, Some(0));
+    let _ = std::fs::remove_dir_all(up_dir);
+    let _ = std::fs::remove_dir_all(relay_dir);
+}
+
+#[test]
+fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
+    if on_verbs() {
+        return;
+    }
+    let (a_addr, a_dir, start_a) = publisher_process("relay-pair-a", &esh4::main_file(), 1, "pace = 500");
+    let (b_addr, b_dir, start_b) = publisher_process("relay-pair-b", &esh4::main_file(), 1, "pace = 500");
+    let mut a = start_a();
+    let b = start_b();
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-pair", &[a_addr, b_addr], "");
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["p1", "p2", "p3"], &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    a.child.kill().unwrap(); // SIGKILL publisher A mid-stream
+    let _ = a.child.wait();
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        let who = format!("strategy {i}");
+        assert_exact(&lines, &who);
+        let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+        assert_eq!((stream["gaps"], stream["book_errors"], stream["end"]), ("0", "0", "end_of_stream"), "{who}");
+        assert!(!lines.iter().any(|l| l.starts_with("instrument_stale")), "{who}: {lines:?}");
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    assert_eq!((r["gaps"].as_str(), r["stale_marks"].as_str(), r["downs"].as_str()), ("0", "0", "1"), "{r:?}");
+    assert_eq!(b.finish().0, Some(0));
+    for d in [a_dir, b_dir, relay_dir] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the_restart() {
+    if on_verbs() {
+        return;
+    }
+    let (up_addr, up_dir, start_up) = publisher_process("relay-updown", &esh4::main_file(), 1, "pace = 500");
+    let mut up = start_up();
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-updown", &[up_addr], "");
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["u1", "u2", "u3"], &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    up.child.kill().unwrap(); // SIGKILL the upstream publisher mid-stream
+    let _ = up.child.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    let up = start_up(); // the file again from its start: its first records clear and rebuild the book
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        let who = format!("strategy {i}");
+        assert_exact(&lines, &who);
+        // Told, in order: silent, the book stale, live again; then the rebuilt book is not stale.
+        let told: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| matches!(*w, "feed_silent" | "instrument_stale" | "feed_live"))
+            .collect();
+        assert_eq!(told, ["feed_silent", "instrument_stale", "feed_live"], "{who}: {lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: {lines:?}");
+        let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+        let want = [("gaps", "0"), ("reconnects", "0"), ("book_errors", "0"), ("stale_book_errors", "0")];
+        for (k, v) in want {
+            assert_eq!(stream[k], v, "{who}: {k}");
+        }
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    assert_eq!((r["downs"].as_str(), r["ups"].as_str(), r["silences"].as_str()), ("1", "1", "1"), "{r:?}");
+    assert_eq!(up.finish().0, Some(0));
+    let _ = std::fs::remove_dir_all(up_dir);
+    let _ = std::fs::remove_dir_all(relay_dir);
+}
