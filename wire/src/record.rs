@@ -97,6 +97,11 @@
 //! (system event, MWCB decline level and status) and the others (IPO, LULD collar, NOII, RPII, DLCR, market
 //! participant position) give no record: the decoder counts them.
 //!
+//! A relay (`mdfan-relay`) that missed records upstream (a gap in its upstream ring, a lost upstream session)
+//! marks every instrument it knows: [`Kind::InstrumentStale`] with [`flags::MAYBE_BAD_BOOK`], the book kind its
+//! feed builds, `order_id` and `size` 0. The upstream's snapshot then rebuilds each book with a `Clear`, which
+//! ends the mark (for an order book as for a price-level one).
+//!
 //! ## Stale marks: order book or price-level book
 //!
 //! A [`Kind::InstrumentStale`] says which book it is about in `level` (byte 63, [`BookUpdate::stale_book`]):

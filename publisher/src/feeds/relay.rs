@@ -246,8 +246,6 @@ pub struct RelayCounters {
     pub downs: AtomicU64,
     /// See `downs`.
     pub ups: AtomicU64,
-    /// Records dropped because the journal stayed full past the relay's hold (counted as a gap too).
-    pub dropped: AtomicU64,
     /// 1 while the upstream is silent or lost.
     pub silent_now: AtomicU64,
 }
@@ -273,17 +271,15 @@ pub struct RelayReport {
     pub downs: u64,
     /// See [`RelayCounters::ups`].
     pub ups: u64,
-    /// See [`RelayCounters::dropped`].
-    pub dropped: u64,
 }
 
 impl RelayReport {
     /// `feed format=mdfan upstream=.. relayed=.. left_out=.. gaps=.. missed=.. stale_marks=.. silences=..
-    /// downs=.. ups=.. dropped=..`.
+    /// downs=.. ups=..`.
     pub fn line(&self) -> String {
         format!(
             "feed format=mdfan upstream={} relayed={} left_out={} gaps={} missed={} stale_marks={} silences={} \
-             downs={} ups={} dropped={}",
+             downs={} ups={}",
             self.upstream,
             self.relayed,
             self.left_out,
@@ -292,8 +288,7 @@ impl RelayReport {
             self.stale_marks,
             self.silences,
             self.downs,
-            self.ups,
-            self.dropped
+            self.ups
         )
     }
 }
@@ -317,7 +312,6 @@ impl Shared {
             silences: ld(&c.silences),
             downs: ld(&c.downs),
             ups: ld(&c.ups),
-            dropped: ld(&c.dropped),
         }
     }
 }
@@ -333,7 +327,6 @@ impl FeedCounters for Shared {
         file.set("mdfan_relay_silences_total", "", Counter, r.silences);
         file.set("mdfan_relay_upstream_downs_total", "", Counter, r.downs);
         file.set("mdfan_relay_upstream_ups_total", "", Counter, r.ups);
-        file.set("mdfan_relay_dropped_total", "", Counter, r.dropped);
         file.set("mdfan_relay_upstream_silent", "", Gauge, self.c.silent_now.load(Ordering::Relaxed));
     }
 
