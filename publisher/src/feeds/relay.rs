@@ -348,7 +348,8 @@ enum Upstream {
 /// What maintaining the upstream found, the same for one session or a pair.
 enum Found {
     Ok,
-    Silent,
+    /// Silent this long.
+    Silent(Duration),
     /// The session (one upstream) is lost and being tried again.
     Lost,
     /// A session again (one upstream).
@@ -371,7 +372,7 @@ impl Upstream {
         match self {
             Upstream::One(s) => s.maintain_if_due().map(|h| match h {
                 Health::Ok => Found::Ok,
-                Health::Silent(_) => Found::Silent,
+                Health::Silent(d) => Found::Silent(d),
                 Health::Reconnecting { tries: 0 } => Found::Lost,
                 Health::Reconnecting { .. } => Found::Ok,
                 Health::Reconnected { .. } => Found::Back,
@@ -379,7 +380,7 @@ impl Upstream {
             }),
             Upstream::Pair(p) => p.maintain_if_due().map(|h| match h {
                 PairHealth::Ok => Found::Ok,
-                PairHealth::Silent(_) => Found::Silent,
+                PairHealth::Silent(d) => Found::Silent(d),
                 PairHealth::LegDown { .. } => Found::Leg("down"),
                 PairHealth::LegUp { .. } => Found::Leg("up"),
                 PairHealth::Ended(e) => Found::Ended(e),
@@ -395,7 +396,7 @@ struct State {
     known: std::collections::BTreeSet<u32>,
     stale_book: StaleBook,
     last_venue_pos: u64,
-    /// Silent or lost, and since when (realtime ns of the last record before it).
+    /// Silent or lost, and since when (realtime ns of the last record before it, set when the silence is found).
     silent: bool,
     last_rx_ns: u64,
     silence_bound_ns: u64,
@@ -412,30 +413,27 @@ impl State {
     fn on_event(&mut self, ev: Event<'_>) {
         let c = &self.shared.c;
         match ev {
-            Event::Record(r) => {
-                self.last_rx_ns = realtime_ns();
-                match r.kind() {
-                    Some(Kind::EndOfStream) => {
-                        if r.end_reason() == Some(mdfan_subscriber::CloseReason::EndOfStream) {
-                            self.ended = true;
-                        }
-                        c.left_out.fetch_add(1, Ordering::Relaxed);
+            Event::Record(r) => match r.kind() {
+                Some(Kind::EndOfStream) => {
+                    if r.end_reason() == Some(mdfan_subscriber::CloseReason::EndOfStream) {
+                        self.ended = true;
                     }
-                    _ if mdfan_feed::capture::is_session_record(r) => {
-                        c.left_out.fetch_add(1, Ordering::Relaxed);
-                    }
-                    _ => {
-                        if r.instrument_id != CHANNEL_INSTRUMENT_ID && r.kind() != Some(Kind::FeedStatus) {
-                            self.known.insert(r.instrument_id);
-                        }
-                        if r.flags & flags::SNAPSHOT == 0 && r.kind() != Some(Kind::FeedStatus) {
-                            self.last_venue_pos = r.venue_pos;
-                        }
-                        c.relayed.fetch_add(1, Ordering::Relaxed);
-                        self.pending.push_back(BookUpdate { seq: 0, ts_send_ticks: 0, ..*r });
-                    }
+                    c.left_out.fetch_add(1, Ordering::Relaxed);
                 }
-            }
+                _ if mdfan_feed::capture::is_session_record(r) => {
+                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    if r.instrument_id != CHANNEL_INSTRUMENT_ID && r.kind() != Some(Kind::FeedStatus) {
+                        self.known.insert(r.instrument_id);
+                    }
+                    if r.flags & flags::SNAPSHOT == 0 && r.kind() != Some(Kind::FeedStatus) {
+                        self.last_venue_pos = r.venue_pos;
+                    }
+                    c.relayed.fetch_add(1, Ordering::Relaxed);
+                    self.pending.push_back(BookUpdate { seq: 0, ts_send_ticks: 0, ..*r });
+                }
+            },
             Event::Gap { expected, got } => {
                 c.gaps.fetch_add(1, Ordering::Relaxed);
                 c.missed.fetch_add(got.saturating_sub(expected), Ordering::Relaxed);
@@ -546,10 +544,16 @@ impl FeedSource for RelaySource {
         if let Some(found) = self.upstream.maintain_if_due() {
             match found {
                 Found::Ok => {}
-                Found::Silent => self.state.go_silent(),
+                Found::Silent(quiet) => {
+                    self.state.last_rx_ns = realtime_ns().saturating_sub(quiet.as_nanos() as u64);
+                    self.state.go_silent();
+                }
                 Found::Lost => {
                     self.state.shared.c.downs.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(upstream = %self.endpoints, "upstream session lost: every book stale, reconnecting");
+                    if !self.state.silent {
+                        self.state.last_rx_ns = realtime_ns();
+                    }
                     self.state.go_silent();
                     self.state.mark_all_stale();
                 }
