@@ -37,7 +37,14 @@ const BOOK: &str = "stale=false orders=11217 levels_bid=922 levels_ask=565 bbo=4
 fn have_nats(test: &str) -> bool {
     let ok = Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIP nats {test}: nats-server not found (Debian: apt-get install nats-server)");
+        {
+            // on the process's stderr, not the test's captured output: .ci/run must see it
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP nats {test}: nats-server not found (Debian: apt-get install nats-server)"
+            );
+        }
     }
     ok
 }
@@ -263,7 +270,11 @@ fn a_consumer_on_another_host_rebuilds_the_book_from_the_start_after_a_restart_a
         return;
     }
     if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("SKIP nats netns: network namespaces need root");
+        {
+            // on the process's stderr, not the test's captured output: .ci/run must see it
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIP nats netns: network namespaces need root");
+        }
         return;
     }
     let d = tempdir("netns");

@@ -226,7 +226,11 @@ fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes() {
     if !std::fs::read_to_string("/proc/self/status")
         .is_ok_and(|t| t.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
     {
-        eprintln!("SKIP capture full disk: needs root (a 256 KiB tmpfs)");
+        {
+            // on the process's stderr, not the test's captured output: .ci/run must see it
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIP capture full disk: needs root (a 256 KiB tmpfs)");
+        }
         return;
     }
     let d = dir("full");

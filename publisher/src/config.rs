@@ -253,8 +253,9 @@ macro_rules! line_set {
 
             /// The checks every line set's keys take; the format checks its own.
             pub(crate) fn check_shared(&self, c: &$crate::feeds::Checker<'_>) -> Result<(), ConfigError> {
-                if !(1..=64).contains(&self.confirm_packets) {
-                    return Err(c.bad("lines.confirm_packets", format!("{}: must be 1 to 64", self.confirm_packets)));
+                // Fewer than 3 would let two datagrams of one source set the start or confirm a jump.
+                if !(3..=64).contains(&self.confirm_packets) {
+                    return Err(c.bad("lines.confirm_packets", format!("{}: must be 3 to 64", self.confirm_packets)));
                 }
                 if !(64 << 10..=1 << 30).contains(&self.rcvbuf_bytes) {
                     return Err(c.bad("lines.rcvbuf_bytes", format!("{}: must be 64 KiB to 1 GiB", self.rcvbuf_bytes)));
@@ -1309,7 +1310,10 @@ snapshot = "224.0.31.43:14330"
             "{e}"
         );
         let e = parse(&format!("{}confirm_packets = 0\n", LIVE)).unwrap_err().to_string();
-        assert!(e.ends_with("key lines.confirm_packets: 0: must be 1 to 64"), "{e}");
+        assert!(e.ends_with("key lines.confirm_packets: 0: must be 3 to 64"), "{e}");
+        // two datagrams of one source must never confirm a jump
+        let e = parse(&format!("{}confirm_packets = 2\n", LIVE)).unwrap_err().to_string();
+        assert!(e.ends_with("key lines.confirm_packets: 2: must be 3 to 64"), "{e}");
     }
 
     #[test]

@@ -163,7 +163,11 @@ fn exact(who: &str, seen: &Seen, id: u32) {
 #[test]
 fn the_colo_config_runs_two_channels_over_two_nics_exact_with_symbols_from_the_definition_feeds() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP colo netns: needs root (network namespaces, veth, setns)");
+        {
+            // on the process's stderr, not the test's captured output: .ci/run must see it
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIP colo netns: needs root (network namespaces, veth, setns)");
+        }
         return;
     }
     let hosts = Hosts::make();
