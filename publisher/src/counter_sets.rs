@@ -62,6 +62,8 @@ pub(crate) fn publish_live(c: &crate::live::LiveCounters, file: &mut CountersWri
             ("mdfan_feed_late_total", Counter, f.late),
             ("mdfan_feed_jumps_held_total", Counter, f.jumps[0]),
             ("mdfan_feed_jumps_taken_total", Counter, f.jumps[1]),
+            ("mdfan_feed_jumps_dropped_total", Counter, f.jumps[2]),
+            ("mdfan_feed_start_held_total", Counter, f.jumps[3]),
             ("mdfan_feed_lost_seqs_total", Counter, f.gap_seqs),
             ("mdfan_feed_lost_runs_total", Counter, f.gap_runs),
             ("mdfan_feed_bad_packets_total", Counter, f.bad_packets),

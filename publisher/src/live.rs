@@ -76,8 +76,10 @@ pub struct LiveCounters {
     /// Copies that came after their seq was declared a gap.
     pub late: AtomicU64,
     /// Datagrams a window or more ahead of the expected seq, held until another confirmed the jump
-    /// (`mdfan_lines::Arbiter`: one stray datagram is never acted on), and jumps taken.
-    pub jumps: [AtomicU64; 2],
+    /// (`mdfan_lines::Arbiter`: one stray datagram is never acted on); jumps taken; held datagrams dropped (a
+    /// suspect or start candidate replaced by one that did not continue it: strays); datagrams held as
+    /// candidates for the first expected seq (before the start was set).
+    pub jumps: [AtomicU64; 4],
     /// Per line (A, B), datagrams from a source the line does not list (`lines.a.sources`): dropped before
     /// arbitration (by source: the feed thread's warning names them).
     pub foreign: [AtomicU64; 2],
@@ -146,8 +148,8 @@ pub struct LiveReport {
     pub duplicates: u64,
     /// See [`LiveCounters::late`].
     pub late: u64,
-    /// See [`LiveCounters::jumps`]: held, taken.
-    pub jumps: [u64; 2],
+    /// See [`LiveCounters::jumps`]: held, taken, dropped, held for the start.
+    pub jumps: [u64; 4],
     /// See [`LiveCounters::foreign`].
     pub foreign: [u64; 2],
     /// See [`LiveCounters::copy_mismatches`].
@@ -207,7 +209,7 @@ impl LiveCounters {
             delivered: [ld(&self.delivered[0]), ld(&self.delivered[1])],
             duplicates: ld(&self.duplicates),
             late: ld(&self.late),
-            jumps: [ld(&self.jumps[0]), ld(&self.jumps[1])],
+            jumps: [ld(&self.jumps[0]), ld(&self.jumps[1]), ld(&self.jumps[2]), ld(&self.jumps[3])],
             foreign: [ld(&self.foreign[0]), ld(&self.foreign[1])],
             copy_mismatches: ld(&self.copy_mismatches),
             seq_resets: ld(&self.seq_resets),
@@ -252,11 +254,11 @@ impl LiveReport {
     }
 
     /// `feed format=mdp3 channel=310 datagrams=a/b refused=a/b delivered=a/b duplicates=.. late=..
-    /// jumps_held=.. jumps_taken=.. lost_seqs=.. ...`: one channel's; `a/b` figures are per line, the others
+    /// jumps_held=.. jumps_taken=.. jumps_dropped=.. start_held=.. lost_seqs=.. ...`: one channel's; `a/b` figures are per line, the others
     /// the channel's arbitrated stream's (a jump is held or taken once, whichever line brought it).
     pub fn line(&self) -> String {
         format!(
-            "feed format=mdp3 channel={} datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} definitions={} definition_packets={} bad_definition_packets={} definitions_refused={} definitions_dropped={} foreign_side={}/{} instrument_collisions={} ts_recv={} stamps={}",
+            "feed format=mdp3 channel={} datagrams={}/{} refused={}/{} delivered={}/{} duplicates={} late={} jumps_held={} jumps_taken={} jumps_dropped={} start_held={} lost_seqs={} lost_runs={} bad_packets={} level_records={} stale_records={} snapshot_packets={} recovered={} stale_now={} recovery_timeouts={} foreign_sources={}/{} copy_mismatches={} seq_resets={} silences={} silent_now={} definitions={} definition_packets={} bad_definition_packets={} definitions_refused={} definitions_dropped={} foreign_side={}/{} instrument_collisions={} ts_recv={} stamps={}",
             self.channel,
             self.datagrams[0],
             self.datagrams[1],
@@ -268,6 +270,8 @@ impl LiveReport {
             self.late,
             self.jumps[0],
             self.jumps[1],
+            self.jumps[2],
+            self.jumps[3],
             self.gap_seqs,
             self.gap_runs,
             self.bad_packets,
@@ -1009,6 +1013,8 @@ impl LiveMdp3 {
         st(&c.late, arb.late);
         st(&c.jumps[0], arb.jumps_held);
         st(&c.jumps[1], arb.jumps_taken);
+        st(&c.jumps[2], arb.jumps_dropped);
+        st(&c.jumps[3], arb.start_held);
         let checks = self.rx.arbiter().check_counters();
         st(&c.foreign[0], checks.foreign[0].total());
         st(&c.foreign[1], checks.foreign[1].total());

@@ -118,7 +118,9 @@ fn run_live(
     let snapshot =
         if recovery == Recovery::None { "" } else { "snapshot = \"127.0.0.1:0\"\nrecovery_timeout_ms = 1000\n" };
     let symbols = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/mdp3-symbols.csv");
-    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\nsymbols = {symbols:?}\n\n[lines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n{extra}\n[fabric]\nprovider = \"shm\"\n");
+    // `extra` may name the lines itself (with their sources)
+    let ab = if extra.starts_with("a = ") { "" } else { "a = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n" };
+    let text = format!("[publisher]\nlisten = \"127.0.0.1:0\"\n\n[feed]\nformat = \"mdp3\"\nsymbols = {symbols:?}\n\n[lines]\n{ab}{snapshot}gap_timeout_ms = 10000\nend_after_idle_ms = 3000\n{extra}\n[fabric]\nprovider = \"shm\"\n");
     let cfg = Config::parse(&text, Path::new("live-test.toml")).expect("test config parses");
     // The lines ask for 32 MiB receive buffers (SO_RCVBUFFORCE as root, else capped at net.core.rmem_max): less
     // could drop a burst in the kernel on both lines, which this test would see as a loss.
@@ -306,7 +308,7 @@ fn forty_packets_lost_on_both_lines_go_stale_then_market_recovery_rebuilds_every
 
 #[test]
 fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
-    let (_, report, early, _) = run_live(
+    let (_, report, early, late) = run_live(
         |c| c.drop_seqs = Some(LOST),
         Recovery::Silent,
         &[("all", None), ("one", Some(vec!["6CZ6".to_owned()]))],
@@ -324,6 +326,11 @@ fn a_snapshot_feed_that_never_answers_leaves_the_books_stale_and_says_so() {
     let stale = all.books.iter().filter(|b| b.is_stale()).count() as u64;
     assert_eq!((stale, all.books.len() as u64), (39, 39));
     assert!(one.books.get(SECURITY).expect("a book").is_stale());
+    // A strategy joining after the hole learns it from its snapshot: every book it gets is stale too.
+    assert_eq!((late.snapshots, late.gaps), (1, 0));
+    let stale: Vec<u32> = late.books.iter().filter(|b| b.is_stale()).map(|b| b.instrument_id()).collect();
+    assert_eq!((stale.len(), late.books.len()), (39, 39), "the late joiner's snapshot carries the stale state");
+    assert!(late.stale.is_empty(), "from its snapshot, not from live marks");
 }
 
 /// The capture's first 500 line-A packets sent to lines A and B, then 1.5 s with nothing on either line but
@@ -412,4 +419,174 @@ fn lines_that_go_quiet_mid_capture_are_reported_silent_then_live_and_the_books_s
         late.feed
     );
     assert_reference("late", &late);
+}
+
+/// Lines A and B that list the address feedsim sends from (127.0.0.1) as their only source.
+const SOURCED: &str = "a = { addr = \"127.0.0.1:0\", sources = [\"127.0.0.1\"] }\nb = { addr = \"127.0.0.1:0\", sources = [\"127.0.0.1\"] }\n";
+
+/// The capture's line-A packets, in order.
+fn line_a_packets() -> Vec<Vec<u8>> {
+    let cap = mdfan_feed::pcap::read_udp_pcapng(&mdp3_ref::capture_path()).expect("bundled capture reads");
+    let line_a: SocketAddrV4 = "224.0.31.11:14320".parse().unwrap();
+    cap.packets.iter().filter(|p| p.dst == line_a).map(|p| p.payload.clone()).collect()
+}
+
+/// An MDP 3.0 packet header alone (12 bytes: `MsgSeqNum`, `SendingTime`): a packet without messages.
+fn empty_packet(seq: u32) -> [u8; 12] {
+    let mut p = [0u8; 12];
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn msg_seq_num(p: &[u8]) -> u32 {
+    u32::from_le_bytes(p[..4].try_into().unwrap())
+}
+
+/// Issue 26's stray datagrams: one header with `MsgSeqNum` 0xFFFFFF00 on line A before the feed (it used to set
+/// the expected seq, so every real packet was a duplicate), then, after the capture's first 2,500 packets (sent to
+/// both lines), two headers 0xFFFFFFF0 and 0xFFFFFFF1 on line A (they used to confirm a jump: every security
+/// stale for good). Then the whole capture. Neither sets the start nor confirms a jump (`jumps_dropped=1
+/// jumps_held=2 jumps_taken=0`): nothing is lost or stale, every book is exact.
+#[test]
+fn stray_datagrams_before_the_feed_and_mid_stream_confirm_nothing_and_the_books_stay_exact() {
+    const FIRST: usize = 2_500;
+    let packets = line_a_packets();
+    let (_, report, early, _) = run_live(
+        |c| {
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            tx.send_to(&empty_packet(0xFFFF_FF00), c.send_a).unwrap();
+            for p in &packets[..FIRST] {
+                tx.send_to(p, c.send_a).unwrap();
+                tx.send_to(p, c.send_b).unwrap();
+            }
+            tx.send_to(&empty_packet(0xFFFF_FFF0), c.send_a).unwrap();
+            tx.send_to(&empty_packet(0xFFFF_FFF1), c.send_a).unwrap();
+        },
+        Recovery::None,
+        &[("all", None)],
+        "",
+    );
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
+    // held mid-stream 2, taken 0; the stray before the feed held as a start candidate, then dropped when the
+    // feed's first packets did not continue it; 3 held for the start (it, then the feed's first two)
+    assert_eq!(live.jumps, [2, 0, 1, 3], "{}", live.line());
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());
+    assert_eq!((live.gap_seqs, live.stale_records, live.seq_resets), (0, 0, 0), "{}", live.line());
+    assert_eq!(live.level_records, LEVEL_RECORDS, "{}", live.line());
+    let all = &early[0];
+    assert_reference("all", all);
+    assert_eq!((all.books.len(), all.level_records, all.gaps), (SECURITIES, LEVEL_RECORDS, 0));
+    assert!(all.stale.is_empty() && all.books.iter().all(|b| !b.is_stale()));
+}
+
+/// Issue 26's forged packets: 1,501 empty packets carrying the capture's first 1,501 `MsgSeqNum`s, sent ahead of
+/// the stream to both lines from 127.0.0.2, an address the lines do not list (feedsim sends from 127.0.0.1). They
+/// used to win arbitration (first copy wins), leaving 11 books wrong and `stale=false`. Now each is dropped before
+/// arbitration and counted by source (`foreign=1501/1501`); every book is exact and nothing is stale.
+#[test]
+fn forged_packets_from_an_address_the_lines_do_not_list_are_dropped_and_counted() {
+    const FORGED: usize = 1_501;
+    let packets = line_a_packets();
+    let (_, report, early, _) = run_live(
+        |c| {
+            let tx = std::net::UdpSocket::bind("127.0.0.2:0").expect("127.0.0.2 is a loopback address");
+            for p in &packets[..FORGED] {
+                let forged = empty_packet(msg_seq_num(p));
+                tx.send_to(&forged, c.send_a).unwrap();
+                tx.send_to(&forged, c.send_b).unwrap();
+            }
+        },
+        Recovery::None,
+        &[("all", None)],
+        SOURCED,
+    );
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
+    assert_eq!(live.foreign, [FORGED as u64, FORGED as u64], "{}", live.line());
+    assert_eq!(live.delivered[0] + live.delivered[1], PACKETS, "{}", live.line());
+    assert_eq!((live.copy_mismatches, live.gap_seqs, live.stale_records), (0, 0, 0), "{}", live.line());
+    assert_eq!(live.level_records, LEVEL_RECORDS, "{}", live.line());
+    let all = &early[0];
+    assert_reference("all", all);
+    assert_eq!((all.books.len(), all.level_records), (SECURITIES, LEVEL_RECORDS));
+    assert!(all.stale.is_empty() && all.books.iter().all(|b| !b.is_stale()));
+}
+
+/// The same 1,501 forged packets from feedsim's own address, which the source check cannot tell apart: they win
+/// arbitration, but the real copies that follow on lines A and B are compared with them and differ
+/// (`copy_mismatches`), so the channel is marked stale at each and recovered from the snapshot feed: the
+/// subscriber sees stale marks (never a wrong book it is told is good) and ends with every book exact and none
+/// stale.
+#[test]
+fn forged_packets_from_the_feeds_own_address_differ_from_the_real_copies_so_the_channel_goes_stale_and_recovers() {
+    const FORGED: usize = 1_501;
+    let packets = line_a_packets();
+    let (_, report, early, late) = run_live(
+        |c| {
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for p in &packets[..FORGED] {
+                let forged = empty_packet(msg_seq_num(p));
+                tx.send_to(&forged, c.send_a).unwrap();
+                tx.send_to(&forged, c.send_b).unwrap();
+            }
+        },
+        Recovery::Served,
+        &[("all", None)],
+        SOURCED,
+    );
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
+    assert_eq!(live.foreign, [0, 0], "{}", live.line());
+    assert!(live.copy_mismatches >= FORGED as u64, "every forged seq's real copy differs: {}", live.line());
+    assert!(live.stale_records > 0 && live.recovered > 0, "{}", live.line());
+    assert_eq!((live.stale_now, live.seq_resets), (0, 0), "{}", live.line());
+    for (who, seen) in [("all", &early[0]), ("late", &late)] {
+        assert_reference(who, seen);
+        assert_eq!(seen.books.len(), SECURITIES, "{who}");
+        let stale: Vec<u32> = seen.books.iter().filter(|b| b.is_stale()).map(|b| b.instrument_id()).collect();
+        assert!(stale.is_empty(), "{who}: {stale:?}");
+    }
+    assert!(!early[0].stale.is_empty(), "the subscriber was told");
+    // Every book equals a clean run's, level for level.
+    let (_, _, clean, _) = run_live(|_| {}, Recovery::None, &[("clean", None)], "");
+    for b in clean[0].books.iter() {
+        let got = early[0].books.get(b.instrument_id()).expect("every book");
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(got.top(side, 10), b.top(side, 10), "instrument {} {side:?}", b.instrument_id());
+        }
+    }
+}
+
+/// A `MsgSeqNum` reset (a channel restart): the capture's first 4,500 packets on both lines, then the whole
+/// capture again from its first `MsgSeqNum`, 4,500 back (more than the arbiter's window of 4,096). It used to
+/// be taken as duplicates until the publisher restarted (a channel silent without a word). Now the reset is
+/// confirmed by 3 packets at consecutive seqs on the new numbering, the channel is re-based (`seq_resets=1`),
+/// every security is marked stale and recovered from the snapshot feed of the new sequence, and every book ends
+/// exact and not stale.
+#[test]
+fn a_msg_seq_num_reset_rebases_the_channel_marks_it_stale_and_recovers_it() {
+    const FIRST: usize = 4_500;
+    let packets = line_a_packets();
+    let (_, report, early, _) = run_live(
+        |c| {
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for p in &packets[..FIRST] {
+                tx.send_to(p, c.send_a).unwrap();
+                tx.send_to(p, c.send_b).unwrap();
+            }
+        },
+        Recovery::Served,
+        &[("all", None)],
+        "",
+    );
+    let live = report.live.into_iter().next().expect("a live feed reports its lines");
+    assert_eq!(live.seq_resets, 1, "{}", live.line());
+    assert!(live.stale_records > 0 && live.recovered > 0, "{}", live.line());
+    assert_eq!(live.stale_now, 0, "{}", live.line());
+    let all = &early[0];
+    assert_reference("all", all);
+    assert_eq!(all.books.len(), SECURITIES);
+    let stale: Vec<u32> = all.books.iter().filter(|b| b.is_stale()).map(|b| b.instrument_id()).collect();
+    assert!(stale.is_empty(), "{stale:?}");
+    // Every security of the channel was marked at the reset (a loss of unknown content).
+    let marked: std::collections::BTreeSet<u32> = all.stale.iter().map(|r| r.instrument_id).collect();
+    assert!(marked.len() as u64 >= STALE_SECURITIES, "{marked:?}");
 }
