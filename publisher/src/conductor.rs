@@ -1344,6 +1344,7 @@ impl Conductor {
             lobster: None,
             capture: None,
             relay: None,
+            itch_file: None,
         };
         for c in &self.feed_counters {
             c.report(&mut report);

@@ -591,9 +591,9 @@ fn counters_file(
     if dir.as_os_str().is_empty() {
         return None;
     }
-    // The run's rows, 24 per feed counter set (an MDP 3.0 channel's, a MoldUDP64 session's), 14 per live
+    // The run's rows, 40 per feed counter set (an MDP 3.0 channel's has 30, a MoldUDP64 session's about as many), 14 per live
     // session and as many again for ended ones.
-    let slots = 32 + 24 * feed_sets + 14 * 2 * cfg.publisher.max_subscribers;
+    let slots = 32 + 40 * feed_sets + 14 * 2 * cfg.publisher.max_subscribers;
     match mdfan_tuning::counters::CountersWriter::create(
         &counters_path(dir, addr),
         "publisher",

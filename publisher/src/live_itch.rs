@@ -144,14 +144,44 @@ pub struct MoldCounters {
     pub silent_now: AtomicU64,
 }
 
-/// ITCH messages skipped by type byte, and the MoldUDP64 sequence number of the first of each type (0 while
-/// none): [`MoldCounters::skipped`].
+/// ITCH messages skipped by type byte, and where the first of each type was (0 while none): its MoldUDP64
+/// sequence number live ([`MoldCounters::skipped`]), the byte offset of its length prefix in a file
+/// (`feeds::itch::ItchFileCounters`).
 #[derive(Debug)]
 pub struct SkippedCounters {
     /// Messages skipped, by type byte.
     pub count: [AtomicU64; 256],
-    /// The MoldUDP64 sequence number of the first skipped message of each type.
+    /// Where the first skipped message of each type was.
     pub first_seq: [AtomicU64; 256],
+}
+
+impl SkippedCounters {
+    /// Stores the normaliser's skipped counts (the feed thread, when their total moved).
+    pub fn store(&self, skipped: &mdfan_feed::itch::Skipped) {
+        for (t, n, first) in skipped.iter() {
+            self.first_seq[usize::from(t)].store(first, Ordering::Relaxed);
+            self.count[usize::from(t)].store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// `(type byte, count, first)` of each type skipped, by type byte.
+    pub fn each(&self) -> Vec<(u8, u64, u64)> {
+        (0..=255u8)
+            .filter_map(|t| {
+                let n = self.count[usize::from(t)].load(Ordering::Relaxed);
+                (n > 0).then(|| (t, n, self.first_seq[usize::from(t)].load(Ordering::Relaxed)))
+            })
+            .collect()
+    }
+}
+
+/// `I:2@17,J:1@40` (type, count, where the first was), or `none`.
+pub fn skipped_text(skipped: &[(u8, u64, u64)]) -> String {
+    if skipped.is_empty() {
+        return "none".to_owned();
+    }
+    let each = skipped.iter().map(|&(t, n, at)| format!("{}:{n}@{at}", mdfan_feed::itch::type_label(t)));
+    each.collect::<Vec<_>>().join(",")
 }
 
 impl Default for SkippedCounters {
@@ -244,12 +274,7 @@ impl MoldCounters {
             definitions_dropped: ld(&self.definitions_dropped),
             jumps_held: ld(&self.jumps_held),
             jumps_taken: ld(&self.jumps_taken),
-            skipped: (0..=255u8)
-                .filter_map(|t| {
-                    let n = ld(&self.skipped.count[usize::from(t)]);
-                    (n > 0).then(|| (t, n, ld(&self.skipped.first_seq[usize::from(t)])))
-                })
-                .collect(),
+            skipped: self.skipped.each(),
             copy_mismatches: ld(&self.copy_mismatches),
             silences: ld(&self.silences),
             silent_now: ld(&self.silent_now),
@@ -258,10 +283,7 @@ impl MoldCounters {
 
     /// Stores the normaliser's skipped counts (the feed thread, when their total moved).
     fn store_skipped(&self, skipped: &mdfan_feed::itch::Skipped) {
-        for (t, n, first) in skipped.iter() {
-            self.skipped.first_seq[usize::from(t)].store(first, Ordering::Relaxed);
-            self.skipped.count[usize::from(t)].store(n, Ordering::Relaxed);
-        }
+        self.skipped.store(skipped);
     }
 }
 
@@ -269,12 +291,7 @@ impl MoldReport {
     /// `feed format=itch50 packets=a/b/retransmit messages=.. gaps=.. requests=.. ... skipped=I:2@17,J:1@40`
     /// (`skipped`: type, count, the MoldUDP64 sequence number of the first; `none` when nothing was skipped).
     pub fn line(&self) -> String {
-        let skipped = if self.skipped.is_empty() {
-            "none".to_owned()
-        } else {
-            let each = self.skipped.iter().map(|&(t, n, at)| format!("{}:{n}@{at}", mdfan_feed::itch::type_label(t)));
-            each.collect::<Vec<_>>().join(",")
-        };
+        let skipped = skipped_text(&self.skipped);
         format!(
             "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} stamps={} skipped={skipped}",
             self.packets[0],

@@ -208,6 +208,8 @@ pub struct RunReport {
     pub capture: Option<crate::feeds::capture::CaptureReport>,
     /// A relay's counters (`format = "mdfan"`).
     pub relay: Option<crate::feeds::relay::RelayReport>,
+    /// An ITCH 5.0 file replay's counts (messages, skipped by type); `None` otherwise.
+    pub itch_file: Option<crate::feeds::itch::ItchFileReport>,
 }
 
 impl RunReport {
@@ -259,6 +261,7 @@ mod tests {
             lobster: None,
             capture: None,
             relay: None,
+            itch_file: None,
         }
     }
 

@@ -83,6 +83,24 @@ fn the_itch_snippet_replays_through_the_publisher_to_the_readme_books() {
     assert_eq!(hds.top(Side::Bid, 2), [lv(4007, 100, 1), lv(4005, 7, 1)]);
     assert_eq!(hds.top(Side::Ask, 3), [lv(4060, 100, 1), lv(4089, 100, 1), lv(4100, 369, 4)]);
     assert_eq!(books.get(6556).unwrap().bbo(), (Some(lv(21351, 100, 1)), Some(lv(21352, 500, 2))));
+    // Messages that give no record are counted by type, with the byte offset of the first (issue 26): the
+    // README's 4 NOII (`I`) and the system event `Q` (start of market hours), found here by walking the file's
+    // length prefixes (2 bytes, big-endian, then the message: its first byte the type).
+    let raw = std::fs::read(data(SNIPPET)).unwrap();
+    let first_of = |t: u8| {
+        let mut at = 0usize;
+        while raw[at + 2] != t {
+            at += 2 + usize::from(u16::from_be_bytes([raw[at], raw[at + 1]]));
+        }
+        at as u64
+    };
+    let itch = report.itch_file.expect("an ITCH file replay reports its counts");
+    assert_eq!(itch.skipped, [(b'I', 4, first_of(b'I')), (b'S', 1, first_of(b'S'))]);
+    assert_eq!(itch.messages, 1000);
+    assert_eq!(
+        itch.line(),
+        format!("feed format=itch50 messages=1000 skipped=I:4@{},S:1@{}", first_of(b'I'), first_of(b'S'))
+    );
 }
 
 #[test]

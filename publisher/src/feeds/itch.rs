@@ -189,6 +189,9 @@ fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
     let (mut queued, mut next, mut position) = ([BookUpdate::control(mdfan_wire::Kind::NoAction); 3], 3usize, 0u64);
     let mut len = 0usize;
     let mut records = mdfan_feed::itch::Records::default();
+    let counters = Arc::new(ItchFileCounters::default());
+    let c = Arc::clone(&counters);
+    let mut skipped_stored = 0u64;
     let source = Records::new(move || loop {
         if next < len {
             next += 1;
@@ -197,6 +200,12 @@ fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
         let Some((at, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
         position = position.wrapping_add(1);
         normalizer.normalize_at(&m, position, 0, at, &mut records);
+        c.messages.store(position, std::sync::atomic::Ordering::Relaxed);
+        let skipped = &normalizer.stats().skipped;
+        if skipped.total() != skipped_stored {
+            skipped_stored = skipped.total();
+            c.skipped.store(skipped);
+        }
         len = records.as_slice().len();
         next = 0;
         for (slot, r) in queued.iter_mut().zip(records.as_slice()) {
@@ -206,10 +215,107 @@ fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
     Ok(Opened {
         source: Box::new(source),
         traits: FeedTraits { live: false, book: BookKind::Mbo, price_level_instruments: None },
-        counters: Vec::new(),
+        counters: vec![counters],
         symbology,
         definitions: None,
         name: f.path.display().to_string(),
         bound: Default::default(),
     })
+}
+
+/// What an ITCH 5.0 file replay counted, readable from any thread: messages read, and the messages skipped (no
+/// record and nothing kept: NOII, RPII, LULD collars, types ITCH 5.0 does not define, ...) by type byte, with the
+/// byte offset of the first of each type in the file.
+#[derive(Debug, Default)]
+pub struct ItchFileCounters {
+    /// Messages read from the file.
+    pub messages: std::sync::atomic::AtomicU64,
+    /// Skipped messages by type; `first_seq` holds the byte offset of the first's length prefix.
+    pub skipped: crate::live_itch::SkippedCounters,
+}
+
+/// A copy of [`ItchFileCounters`] for the run report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItchFileReport {
+    /// See [`ItchFileCounters::messages`].
+    pub messages: u64,
+    /// Each type skipped: type byte, count, byte offset of the first.
+    pub skipped: Vec<(u8, u64, u64)>,
+}
+
+impl ItchFileReport {
+    /// `feed format=itch50 messages=.. skipped=I:2@1024,J:1@4096` (type, count, the byte offset of the first;
+    /// `none` when nothing was skipped).
+    pub fn line(&self) -> String {
+        format!(
+            "feed format=itch50 messages={} skipped={}",
+            self.messages,
+            crate::live_itch::skipped_text(&self.skipped)
+        )
+    }
+}
+
+impl ItchFileCounters {
+    fn report(&self) -> ItchFileReport {
+        ItchFileReport {
+            messages: self.messages.load(std::sync::atomic::Ordering::Relaxed),
+            skipped: self.skipped.each(),
+        }
+    }
+}
+
+impl FeedCounters for ItchFileCounters {
+    fn publish(&self, file: &mut mdfan_tuning::counters::CountersWriter) {
+        use mdfan_tuning::counters::MetricKind::{Counter, Gauge};
+        let r = ItchFileCounters::report(self);
+        file.set("mdfan_itch_messages_total", "", Counter, r.messages);
+        for &(t, n, first) in &r.skipped {
+            let l = format!("type=\"{}\"", mdfan_feed::itch::type_label(t));
+            file.set("mdfan_itch_skipped_total", &l, Counter, n);
+            file.set("mdfan_itch_skipped_first_offset_bytes", &l, Gauge, first);
+        }
+    }
+
+    fn report(&self, into: &mut RunReport) {
+        into.itch_file = Some(ItchFileCounters::report(self));
+    }
+
+    fn lines(&self) -> Vec<String> {
+        vec![ItchFileCounters::report(self).line()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counters file's rows of an ITCH file replay: messages, and each skipped type with its count and the
+    /// byte offset of its first.
+    #[test]
+    fn an_itch_file_replay_writes_its_skipped_messages_by_type_into_the_counters_file() {
+        let c = ItchFileCounters::default();
+        c.messages.store(1000, std::sync::atomic::Ordering::Relaxed);
+        let mut skipped = mdfan_feed::itch::Skipped::default();
+        for at in [802, 900, 950, 990] {
+            skipped.note(b'I', at);
+        }
+        skipped.note(b'S', 54);
+        c.skipped.store(&skipped);
+        let dir = std::env::temp_dir().join(format!("mdfan-itch-counters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.counters");
+        let _ = std::fs::remove_file(&path);
+        let mut w = mdfan_tuning::counters::CountersWriter::create(&path, "publisher", "test", 16).unwrap();
+        w.begin();
+        FeedCounters::publish(&c, &mut w);
+        w.commit(1);
+        let snap = mdfan_tuning::counters::read(&path).unwrap();
+        assert_eq!(snap.get("mdfan_itch_messages_total", ""), Some(1000));
+        assert_eq!(snap.get("mdfan_itch_skipped_total", "type=\"I\""), Some(4));
+        assert_eq!(snap.get("mdfan_itch_skipped_first_offset_bytes", "type=\"I\""), Some(802));
+        assert_eq!(snap.get("mdfan_itch_skipped_total", "type=\"S\""), Some(1));
+        assert_eq!(snap.get("mdfan_itch_skipped_first_offset_bytes", "type=\"S\""), Some(54));
+        drop(w);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

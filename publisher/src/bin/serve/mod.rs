@@ -164,6 +164,9 @@ fn run(args: &Args, role: &str) -> Result<i32, mdfan_publisher::PublisherError> 
     if let Some(capture) = &report.capture {
         out!("{}", capture.line());
     }
+    if let Some(itch) = &report.itch_file {
+        out!("{}", itch.line());
+    }
     if let Some(relay) = &report.relay {
         out!("{}", relay.line());
     }
