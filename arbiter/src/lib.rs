@@ -22,7 +22,9 @@
 //!   candidate (N - 1 buffers of [`ArbiterConfig::held_bytes`], allocated at construction;
 //!   [`ArbiterCounters::start_held`]); a copy that does not continue the candidates replaces them
 //!   ([`ArbiterCounters::jumps_dropped`]). One datagram with a bogus sequence number before the feed therefore
-//!   sets nothing: the real stream's first N copies set the start and go out in order.
+//!   sets nothing: the real stream's first N copies set the start and go out in order. A run of candidates a
+//!   stray displaced less than a window before the confirmed run (line B's stray read between line A's first
+//!   copies) moves the start back to it: what it held is then a gap, never skipped.
 //! - **In order.** The unit at the expected position is delivered at once ([`Event::Data`]), borrowed from the
 //!   offered bytes; the units waiting behind it follow in order. A unit ahead of the expected position waits in a
 //!   slot of a fixed window ([`ArbiterConfig::window`] slots of [`ArbiterConfig::slot_bytes`], allocated at
@@ -439,6 +441,9 @@ pub struct Arbiter<P: Position, M: Copy, K = NoChecks> {
     at_end: bool,
     /// A reset was confirmed: the next [`Arbiter::place`] re-bases the stream here first.
     pending_reset: Option<P>,
+    /// The first positions of the last two runs of start candidates a copy replaced (before the start was set):
+    /// a stray that displaced the feed's first copies must not make the stream start past them silently.
+    dropped_starts: [Option<P>; 2],
 }
 
 impl<P: Position, M: Copy + Default> Arbiter<P, M, NoChecks> {
@@ -476,6 +481,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             counters: ArbiterCounters::default(),
             at_end: false,
             pending_reset: None,
+            dropped_starts: [None; 2],
             cfg: ArbiterConfig { window, confirm_copies: confirm, ..cfg },
         }
     }
@@ -632,13 +638,20 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             return false;
         }
         if !continues {
+            if starting && self.held_len > 0 {
+                self.dropped_starts = [self.dropped_starts[1], Some(self.held[0].pos)];
+            }
             self.counters.jumps_dropped += self.held_len as u64;
             self.held_len = 0;
         }
         if confirmed {
             let first = if run > 0 { self.held[0].pos } else { copy.pos };
             if starting {
-                self.start_at(first);
+                // Candidates a stray displaced just before the confirmed run were the feed's first copies: start
+                // there, so what lies between is a gap (re-requested, or a loss the caller reports), never skipped.
+                let displaced = self.dropped_starts.iter().flatten().copied();
+                let earliest = displaced.filter(|d| *d < first && first.distance_from(*d) < window).min();
+                self.start_at(earliest.unwrap_or(first));
             } else if backward {
                 // Re-based by the first `place` (which has the caller's event sink).
                 self.counters.resets += 1;
@@ -1044,6 +1057,19 @@ mod tests {
             assert_eq!((c.start_held, c.jumps_dropped, c.jumps_held, c.gap_seqs), (3, 1, 0, 0));
             assert_eq!(c.duplicates, 10 + stray_lines.len() as u64 - 1);
         }
+    }
+
+    /// The feed's first copy held as a start candidate, then displaced by a stray on the other line (the lines'
+    /// sockets are read one after the other, so line B's stray can come between line A's copies): the start is
+    /// set where the displaced run began, and its copy, dropped, is a gap, never silently skipped.
+    #[test]
+    fn a_stray_that_displaces_the_feeds_first_copy_leaves_a_gap_not_a_later_start() {
+        let mut a = Arbiter::new(cfg());
+        let mut input = vec![(Line::A, 0xFFFF_FF00), (Line::A, 1), (Line::B, 0xFFFF_FF00)];
+        input.extend([(Line::A, 2), (Line::A, 3), (Line::A, 4), (Line::B, 2)]); // both lines past 1: a gap
+        assert_eq!(run(&mut a, &input), [Err((1, 1)), Ok(2), Ok(3), Ok(4)]);
+        let c = *a.counters();
+        assert_eq!((c.gap_seqs, c.jumps_taken), (1, 0));
     }
 
     #[test]

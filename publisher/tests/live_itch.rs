@@ -712,3 +712,85 @@ fn a_copy_on_line_b_that_differs_from_the_message_handed_out_marks_the_channel_s
     let last_add = got.iter().rposition(|r| r.kind() == Some(Kind::Add)).unwrap();
     assert!(got.iter().position(|r| r.kind() == Some(Kind::InstrumentStale)).unwrap() > last_add);
 }
+
+/// Issue 26's strays on a MoldUDP64 session with the default guard (3 packets at consecutive sequence numbers):
+/// one packet of the right session at sequence number 10^12 sent to lines A and B before the feed (with
+/// `start = "first_seen"` it used to set the start, and the same stray on both lines confirmed itself), then
+/// the META messages one per packet on line A, with the same kind of stray sent to both lines after the 19th.
+/// No stray sets the start or confirms a jump: every META message reaches the subscriber in order, nothing is
+/// given up or stale, and the strays are counted as held, never taken.
+#[test]
+fn strays_before_the_feed_and_on_both_lines_set_no_start_and_confirm_no_jump() {
+    // A retransmission server: the lines' sockets are read one after the other, so line B's stray may come
+    // between line A's first packets and displace the first as a start candidate; the start is then still the
+    // first, and its message a hole that is asked for (the arbiter's rule), never skipped.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, srv) = server(meta_messages(), false, Arc::clone(&stop));
+    let (h, counters, [a, b], endpoint) = run(publisher(Some(addr), true, "retransmit_timeout_ms = 5\n"));
+    let sub = subscribe(&endpoint);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let meta = meta_messages();
+    let stray = |seq: u64| downstream(seq, 1, std::slice::from_ref(&meta[0].1));
+    for line in [a, b] {
+        tx.send_to(&stray(1_000_000_000_000), line).unwrap();
+    }
+    for (i, (seq, m)) in meta.iter().enumerate() {
+        tx.send_to(&downstream(*seq, 1, std::slice::from_ref(m)), a).unwrap();
+        if i == 18 {
+            for line in [a, b] {
+                tx.send_to(&stray(2_000_000_000_000), line).unwrap();
+            }
+        }
+    }
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    let (mold, got) = end_session(&tx, a, h, sub);
+    stop.store(true, Ordering::Relaxed);
+    let asked = srv.join().unwrap();
+    assert_eq!(
+        (mold.messages, mold.given_up_holes, mold.stale_records, mold.jumps_taken),
+        (38, 0, 0, 0),
+        "{}",
+        mold.line()
+    );
+    // At most the first message was asked for (when line B's stray displaced it), and given.
+    assert!(
+        mold.gaps <= 1 && mold.retransmitted == mold.gaps && asked.len() as u64 == mold.requests,
+        "{}",
+        mold.line()
+    );
+    assert!(mold.jumps_held >= 1, "the strays are counted: {}", mold.line());
+    let seqs: Vec<u64> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq()).collect();
+    assert_eq!(seqs, (META_FIRST..META_FIRST + 38).collect::<Vec<_>>(), "every message, in order");
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+    assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
+}
+
+/// A forged copy of the META packet (message 10's price changed) sent ahead of the real one from the feed's own
+/// address, which no source check can tell apart: it wins arbitration, but the real copy that follows on line B
+/// is compared with it and differs, so META is marked stale at that message (never a book told good that the
+/// venue did not send) and the mismatch is counted.
+#[test]
+fn a_forged_packet_from_the_feeds_own_address_ahead_of_the_real_one_marks_the_instrument_stale() {
+    let (h, counters, [a, b], endpoint) = run(publisher(None, true, "confirm_packets = 1\n"));
+    let sub = subscribe(&endpoint);
+    let messages = meta_bodies();
+    let mut forged = messages.clone();
+    *forged[9].last_mut().unwrap() ^= 1; // the price's last byte
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&downstream(META_FIRST, 38, &forged), a).unwrap();
+    wait_for(&counters, "the forged copy handed out", |r| r.messages == 38);
+    tx.send_to(&downstream(META_FIRST, 38, &messages), b).unwrap();
+    wait_for(&counters, "the real copy compared", |r| r.duplicates == 38);
+    let (mold, got) = end_session(&tx, a, h, sub);
+    assert_eq!((mold.messages, mold.copy_mismatches, mold.stale_records), (38, 1, 1), "{}", mold.line());
+    let stale = of_kind(&got, Kind::InstrumentStale);
+    assert_eq!(stale.len(), 1);
+    assert_eq!((stale[0].instrument_id, stale[0].venue_seq()), (META, META_FIRST + 9));
+    // The forged add went out (its price one tick of the last byte off the real one's), then META stale.
+    let add = |msgs: &[Vec<u8>]| i64::from(u32::from_be_bytes(msgs[9][32..36].try_into().unwrap()));
+    let tenth = got.iter().find(|r| r.kind() == Some(Kind::Add) && r.venue_seq() == META_FIRST + 9).unwrap();
+    assert_eq!(tenth.price_e9, add(&forged) * 100_000, "the forged copy's price");
+    assert_ne!(add(&forged), add(&messages));
+    let last_add = got.iter().rposition(|r| r.kind() == Some(Kind::Add)).unwrap();
+    assert!(got.iter().position(|r| r.kind() == Some(Kind::InstrumentStale)).unwrap() > last_add, "then stale");
+}
