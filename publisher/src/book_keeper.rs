@@ -21,6 +21,11 @@ pub struct BookKeeper {
     /// (by [`BookUpdate::venue_channel`]), which every snapshot carries whatever its filter: a late joiner learns
     /// which channel is silent now.
     feed_status: std::collections::BTreeMap<u16, BookUpdate>,
+    /// The last order-level stale mark ([`mdfan_wire::StaleBook::Order`]) of each instrument still standing, which
+    /// every snapshot carries after the books (the order books themselves keep no stale state): ITCH's (an order
+    /// the book lost: until the next day) and a relay's (records missed upstream, flag `MAYBE_BAD_BOOK`: until
+    /// the book's next `Clear`).
+    order_stale: std::collections::BTreeMap<u32, BookUpdate>,
     /// Feed records applied.
     applied: u64,
     /// The venue position of the last venue record applied (not a market recovery's, which may lag): what a
@@ -36,6 +41,7 @@ impl BookKeeper {
             mbp: price_levels.map(MbpBooks::with_capacity),
             statuses: std::collections::BTreeMap::new(),
             feed_status: std::collections::BTreeMap::new(),
+            order_stale: std::collections::BTreeMap::new(),
             applied: 0,
             last_venue_pos: 0,
         }
@@ -70,11 +76,20 @@ impl BookKeeper {
         if r.feed_state().is_some() {
             self.feed_status.insert(r.venue_channel(), *r);
         }
+        if r.stale_book() == Some(mdfan_wire::StaleBook::Order) {
+            self.order_stale.insert(r.instrument_id, *r);
+        } else if r.kind() == Some(mdfan_wire::Kind::Clear) && r.flags & mdfan_wire::flags::MBP == 0 {
+            let curable = |m: &BookUpdate| m.flags & mdfan_wire::flags::MAYBE_BAD_BOOK != 0;
+            if self.order_stale.get(&r.instrument_id).is_some_and(curable) {
+                self.order_stale.remove(&r.instrument_id);
+            }
+        }
     }
 
     /// A snapshot of the instruments in `filter` (`None`: all) at the books' position: `SnapshotBegin`, the order
-    /// books, the price-level books, each instrument's last trading status records and each channel's last feed
-    /// status record (whatever the filter; all flagged [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the
+    /// books, the price-level books, each instrument's last trading status records, each channel's last feed
+    /// status record (whatever the filter) and the order-level stale marks standing (all flagged
+    /// [`mdfan_wire::flags::SNAPSHOT`]), `SnapshotEnd`; the
     /// markers' `size` counts the books, and `SnapshotEnd`'s `venue_pos` is the last venue record's position
     /// (the one the snapshot is consistent with; 0 before any).
     pub fn snapshot(&self, filter: Option<&[u32]>) -> Vec<BookUpdate> {
@@ -91,6 +106,7 @@ impl BookKeeper {
                 .filter(|((id, _), _)| wanted(id))
                 .map(|(_, r)| r)
                 .chain(self.feed_status.values())
+                .chain(self.order_stale.iter().filter(|(id, _)| wanted(id)).map(|(_, r)| r))
                 .map(|r| BookUpdate { flags: r.flags | mdfan_wire::flags::SNAPSHOT, ..*r }),
         );
         records.push(BookUpdate { size: records[0].size, venue_pos: self.last_venue_pos, ..end });
@@ -101,6 +117,38 @@ impl BookKeeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An order-level stale mark stands in every snapshot (flagged SNAPSHOT, after the books) until, for a relay's
+    /// mark (`MAYBE_BAD_BOOK`), a `Clear` of the book; an ITCH mark (an order the book lost) stays.
+    #[test]
+    fn order_level_stale_marks_are_carried_in_snapshots_until_their_clear() {
+        use mdfan_wire::{flags, Kind, StaleBook};
+        let mut k = BookKeeper::new(None);
+        let relay_mark =
+            BookUpdate { flags: flags::LAST | flags::MAYBE_BAD_BOOK, ..BookUpdate::stale(7, StaleBook::Order) };
+        let itch_mark = BookUpdate { flags: flags::LAST, ..BookUpdate::stale(8, StaleBook::Order) };
+        k.apply(Some(&relay_mark));
+        k.apply(Some(&itch_mark));
+        let marks = |k: &BookKeeper, filter: Option<&[u32]>| -> Vec<(u32, u8)> {
+            let snap = k.snapshot(filter);
+            assert_eq!(snap.last().unwrap().kind(), Some(Kind::SnapshotEnd));
+            snap.iter()
+                .filter(|r| r.kind() == Some(Kind::InstrumentStale))
+                .map(|r| (r.instrument_id, r.flags))
+                .collect()
+        };
+        let s = flags::SNAPSHOT;
+        assert_eq!(marks(&k, None), [(7, relay_mark.flags | s), (8, itch_mark.flags | s)]);
+        assert_eq!(marks(&k, Some(&[8])), [(8, itch_mark.flags | s)]);
+        for id in [7, 8] {
+            k.apply(Some(&BookUpdate {
+                instrument_id: id,
+                flags: flags::SNAPSHOT,
+                ..BookUpdate::control(Kind::Clear)
+            }));
+        }
+        assert_eq!(marks(&k, None), [(8, itch_mark.flags | s)], "the relay's mark cured by its Clear, ITCH's not");
+    }
     use mdfan_wire::{flags, FeedState, Kind, Side, CHANNEL_INSTRUMENT_ID};
 
     /// A snapshot carries the feed's last status record, flagged SNAPSHOT, whatever the filter; before any, none.

@@ -194,7 +194,8 @@ fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
     let (code, lines, err) = relay.finish();
     assert_eq!(code, Some(0), "{lines:?} {err}");
     let r = relay_line(&lines);
-    assert_eq!((r["gaps"].as_str(), r["stale_marks"].as_str(), r["downs"].as_str()), ("0", "0", "1"), "{r:?}");
+    let got = ["gaps", "stale_marks", "downs", "leg_downs", "silences"].map(|k| r[k].as_str());
+    assert_eq!(got, ["0", "0", "0", "1", "0"], "{r:?}");
     assert_eq!(b.finish().0, Some(0));
     for d in [a_dir, b_dir, relay_dir] {
         let _ = std::fs::remove_dir_all(d);
@@ -216,18 +217,29 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
     up.child.kill().unwrap(); // SIGKILL the upstream publisher mid-stream
     let _ = up.child.wait();
     std::thread::sleep(Duration::from_millis(500));
-    let up = start_up(); // the file again from its start: its first records clear and rebuild the book
+    // A strategy joining meanwhile learns from its snapshot that the book is stale (the relay's snapshot carries
+    // the order-level mark); stopped before the upstream is back, it ends with the book marked.
+    let late = spawn_subscriber(relay_addr, "u-late", &["--levels", "1"]);
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&late, "INT");
+    let late = stdout_lines(&wait_with_watchdog(late));
+    let summary =
+        late.iter().find(|l| l.starts_with("instrument=17077 symbol=ESH4 ")).expect("a book from the snapshot");
+    assert!(summary.ends_with(" stale=true"), "{late:?}");
+    let up = start_up(); // the file again from its start
     for (i, s) in local.into_iter().enumerate() {
         let lines = stdout_lines(&wait_with_watchdog(s));
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
-        // Told, in order: silent, the book stale, live again; then the rebuilt book is not stale.
+        // Told, in order: silent, the book stale, live again with the book emptied and stale until the new
+        // session's snapshot; that snapshot stands at position 0 (the restarted upstream replays its file from
+        // the start), so the book is empty, not unknown, and the one rebuilt from the replay is not stale.
         let told: Vec<&str> = lines
             .iter()
             .filter_map(|l| l.split_whitespace().next())
             .filter(|w| matches!(*w, "feed_silent" | "instrument_stale" | "feed_live"))
             .collect();
-        assert_eq!(told, ["feed_silent", "instrument_stale", "feed_live"], "{who}: {lines:?}");
+        assert_eq!(told, ["feed_silent", "instrument_stale", "feed_live", "instrument_stale"], "{who}: {lines:?}");
         assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: {lines:?}");
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
         let want = [("gaps", "0"), ("reconnects", "0"), ("book_errors", "0"), ("stale_book_errors", "0")];
@@ -242,4 +254,88 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
     assert_eq!(up.finish().0, Some(0));
     let _ = std::fs::remove_dir_all(up_dir);
     let _ = std::fs::remove_dir_all(relay_dir);
+}
+
+/// A relay started before its upstream waits for it; the upstream stopped with SIGTERM mid-stream (a restart for
+/// a config change: `publisher_shutdown`, which a strategy's own reconnect policy would not retry) and started
+/// again: the relay's strategies are told (silent, the book stale, live again) and end exact; the relay made a
+/// second upstream session.
+#[test]
+fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
+    if on_verbs() {
+        return;
+    }
+    let (up_addr, up_dir, start_up) = publisher_process("relay-restart-up", &esh4::main_file(), 1, "pace = 500");
+    let (relay_addr, relay_dir, start_relay) = relay_process("relay-restart", &[up_addr], "silence_timeout_ms = 1000");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let upstream = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500)); // the relay is waiting by then
+        let mut up = start_up();
+        let _ = rx.recv(); // the strategies are on the relay
+        std::thread::sleep(Duration::from_millis(1500));
+        signal(&up.child, "TERM");
+        let _ = up.child.wait();
+        start_up().finish().0
+    });
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["r1", "r2"], &["--levels", "10"]);
+    tx.send(()).unwrap();
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        let who = format!("strategy {i}");
+        assert_exact(&lines, &who);
+        assert!(lines.iter().any(|l| l.starts_with("feed_silent ")), "{who}: {lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("instrument_stale instrument=17077 ")), "{who}: {lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: {lines:?}");
+        let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
+        assert_eq!((stream["gaps"], stream["end"], stream["book_errors"]), ("0", "end_of_stream", "0"), "{who}");
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    assert_eq!((r["downs"].as_str(), r["ups"].as_str()), ("1", "1"), "{r:?}");
+    assert_eq!(upstream.join().unwrap(), Some(0));
+    let _ = std::fs::remove_dir_all(up_dir);
+    let _ = std::fs::remove_dir_all(relay_dir);
+}
+
+/// A relay on a pair whose two publishers are both killed mid-stream and restarted: its strategies are told the
+/// feed went silent and came back, and end with the exact book, not stale (the pair's merge keeps the stream
+/// whole across its legs' restarts).
+#[test]
+fn a_relay_on_a_pair_tells_its_strategies_when_both_legs_are_down() {
+    if on_verbs() {
+        return;
+    }
+    let (a_addr, a_dir, start_a) = publisher_process("relay-both-a", &esh4::main_file(), 1, "pace = 500");
+    let (b_addr, b_dir, start_b) = publisher_process("relay-both-b", &esh4::main_file(), 1, "pace = 500");
+    let (mut a, mut b) = (start_a(), start_b());
+    let (relay_addr, relay_dir, start_relay) =
+        relay_process("relay-both", &[a_addr, b_addr], "silence_timeout_ms = 1000");
+    let relay = start_relay();
+    let local = strategies(relay_addr, &["q1", "q2"], &["--levels", "10"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    for p in [&mut a, &mut b] {
+        p.child.kill().unwrap();
+        let _ = p.child.wait();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (a, b) = (start_a(), start_b());
+    for (i, s) in local.into_iter().enumerate() {
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        let who = format!("strategy {i}");
+        assert_exact(&lines, &who);
+        assert!(lines.iter().any(|l| l.starts_with("feed_silent ")), "{who}: told: {lines:?}");
+        assert!(lines.iter().any(|l| l.starts_with("feed_live ")), "{who}: told: {lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: {lines:?}");
+    }
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    let r = relay_line(&lines);
+    // Each leg down once at least (a leg that ends after a reconnect is reported again), one silence.
+    assert!(r["leg_downs"].parse::<u64>().unwrap() >= 2 && r["silences"] == "1", "{r:?}");
+    assert_eq!((a.finish().0, b.finish().0), (Some(0), Some(0)));
+    for d in [a_dir, b_dir, relay_dir] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }

@@ -13,9 +13,12 @@
 //! | heartbeats, `SnapshotBegin` / `SnapshotEnd`, an end of stream other than the feed's end | nothing: they are one session's ([`mdfan_feed::capture::is_session_record`]) |
 //! | a gap in the upstream ring (this relay was slow, or the upstream resynced it) | an `InstrumentStale` (flag `MAYBE_BAD_BOOK`) for every instrument the relay knows; the upstream's snapshot that the gap asks for follows, and its `Clear` rebuilds each book |
 //! | the upstream silent past `silence_timeout_ms` (hung, stopped, cut off) | a `FeedStatus` silent record, and a live one when records come again |
-//! | the upstream session lost (reconnect tried every 100 ms for `reconnect_budget_ms`) | silent, every instrument stale; at the reconnect live, a `Clear` (flagged `SNAPSHOT`) of every book, then the new session's snapshot and records |
+//! | both legs of a pair down (each tried again by the pair) | silent, and live when a leg is back: the merge decides what a returning leg can vouch for, and a loss it cannot fill is its gap (above) |
+//! | the upstream session lost, or ended by the upstream (`publisher_shutdown` for a restart, `stalled`, `ring_full`), or a pair ended for good | silent, every instrument stale; a new session tried every 100 ms for `reconnect_budget_ms`; once made, live, then a `Clear` (flagged `SNAPSHOT`) and a stale mark of every book (unknown until the new session's snapshot covers it; when that snapshot stands at position 0, the upstream's feed starting anew, a `Clear` of every book: empty, not unknown) |
 //! | the upstream's end of the feed | the end of this stream (`end_of_stream`) |
-//! | the upstream gone for good (the budget ran out) | the end of this stream as a feed error naming the endpoint |
+//! | no session within the budget | the end of this stream as a feed error naming the endpoint |
+//!
+//! An upstream not up when the relay starts is tried every 100 ms for `reconnect_budget_ms` before it binds.
 //!
 //! With two endpoints (`connect = [A, B]`) the pair's merge decides what a gap is: a leg lost alone changes
 //! nothing downstream. The upstream session is unfiltered unless `instruments` names the union the local
@@ -168,6 +171,9 @@ impl RelayFeed {
             "verbs" => return Err(c.bad("feed.fabric", "\"verbs\": this build has no verbs (feature `verbs`)")),
             _ => return Err(c.bad("feed.fabric", "\"shm\" or \"verbs\"")),
         }
+        if self.instruments.as_ref().is_some_and(Vec::is_empty) {
+            return Err(c.bad("feed.instruments", "empty: leave it out for every instrument"));
+        }
         if self.silence_timeout_ms == 0 {
             return Err(c.bad("feed.silence_timeout_ms", "must be > 0"));
         }
@@ -246,6 +252,10 @@ pub struct RelayCounters {
     pub downs: AtomicU64,
     /// See `downs`.
     pub ups: AtomicU64,
+    /// A pair's legs that went down (the merge carried on from the other), and came back.
+    pub leg_downs: AtomicU64,
+    /// See `leg_downs`.
+    pub leg_ups: AtomicU64,
     /// 1 while the upstream is silent or lost.
     pub silent_now: AtomicU64,
 }
@@ -271,15 +281,19 @@ pub struct RelayReport {
     pub downs: u64,
     /// See [`RelayCounters::ups`].
     pub ups: u64,
+    /// See [`RelayCounters::leg_downs`].
+    pub leg_downs: u64,
+    /// See [`RelayCounters::leg_ups`].
+    pub leg_ups: u64,
 }
 
 impl RelayReport {
     /// `feed format=mdfan upstream=.. relayed=.. left_out=.. gaps=.. missed=.. stale_marks=.. silences=..
-    /// downs=.. ups=..`.
+    /// downs=.. ups=.. leg_downs=.. leg_ups=..`.
     pub fn line(&self) -> String {
         format!(
             "feed format=mdfan upstream={} relayed={} left_out={} gaps={} missed={} stale_marks={} silences={} \
-             downs={} ups={}",
+             downs={} ups={} leg_downs={} leg_ups={}",
             self.upstream,
             self.relayed,
             self.left_out,
@@ -288,7 +302,9 @@ impl RelayReport {
             self.stale_marks,
             self.silences,
             self.downs,
-            self.ups
+            self.ups,
+            self.leg_downs,
+            self.leg_ups
         )
     }
 }
@@ -312,6 +328,8 @@ impl Shared {
             silences: ld(&c.silences),
             downs: ld(&c.downs),
             ups: ld(&c.ups),
+            leg_downs: ld(&c.leg_downs),
+            leg_ups: ld(&c.leg_ups),
         }
     }
 }
@@ -327,6 +345,8 @@ impl FeedCounters for Shared {
         file.set("mdfan_relay_silences_total", "", Counter, r.silences);
         file.set("mdfan_relay_upstream_downs_total", "", Counter, r.downs);
         file.set("mdfan_relay_upstream_ups_total", "", Counter, r.ups);
+        file.set("mdfan_relay_leg_downs_total", "", Counter, r.leg_downs);
+        file.set("mdfan_relay_leg_ups_total", "", Counter, r.leg_ups);
         file.set("mdfan_relay_upstream_silent", "", Gauge, self.c.silent_now.load(Ordering::Relaxed));
     }
 
@@ -361,6 +381,38 @@ enum Found {
 }
 
 impl Upstream {
+    /// Connects to the upstream of `f` (both legs of a pair: a leg down at the start is tried again by the pair).
+    fn connect(f: &RelayFeed) -> Result<Upstream, mdfan_subscriber::SubscribeError> {
+        Ok(if f.connect.len() == 2 {
+            Upstream::Pair(Box::new(PairSubscriber::connect(&f.subscriber_config(0), &f.subscriber_config(1))?))
+        } else {
+            Upstream::One(Box::new(Subscriber::connect(&f.subscriber_config(0))?))
+        })
+    }
+
+    /// A new session after one the upstream ended (`publisher_shutdown`, `stalled`, `ring_full`: ends the
+    /// subscriber's own reconnect policy does not retry, which a relay must survive).
+    fn remake(&mut self, f: &RelayFeed) -> Result<(), mdfan_subscriber::SubscribeError> {
+        match self {
+            Upstream::One(s) => s.reconnect(),
+            Upstream::Pair(_) => {
+                *self = Upstream::connect(f)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a pair has a leg with a session (always true for one upstream: its loss is reported itself).
+    fn any_leg_up(&self) -> bool {
+        use mdfan_subscriber::State;
+        match self {
+            Upstream::One(_) => true,
+            Upstream::Pair(p) => {
+                (0..2).any(|i| !matches!(p.leg_state(i), State::Reconnecting { .. } | State::Ended(_)))
+            }
+        }
+    }
+
     fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
         match self {
             Upstream::One(s) => s.poll(max, f),
@@ -401,6 +453,10 @@ struct State {
     last_rx_ns: u64,
     silence_bound_ns: u64,
     silences: u32,
+    /// The upstream session (both legs of a pair) is lost: every book was marked stale.
+    lost: bool,
+    /// A session was made again after a loss: its snapshot has not begun yet.
+    after_loss: bool,
     ended: bool,
     shared: Arc<Shared>,
 }
@@ -411,32 +467,44 @@ fn realtime_ns() -> u64 {
 
 impl State {
     fn on_event(&mut self, ev: Event<'_>) {
-        let c = &self.shared.c;
         match ev {
+            Event::Record(r) if std::mem::take(&mut self.after_loss) => {
+                // The new session's first record. A snapshot standing at a position (`order_id`) rebuilds what it
+                // covers and leaves the rest stale; no snapshot, or one at position 0, means the upstream has
+                // applied nothing: its stream is the feed from its start, so the books are empty, not unknown.
+                if !(r.kind() == Some(Kind::SnapshotBegin) && r.order_id > 0) {
+                    self.clear_all();
+                }
+                self.on_event(Event::Record(r));
+            }
             Event::Record(r) => match r.kind() {
                 Some(Kind::EndOfStream) => {
                     if r.end_reason() == Some(mdfan_subscriber::CloseReason::EndOfStream) {
                         self.ended = true;
                     }
-                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                    self.shared.c.left_out.fetch_add(1, Ordering::Relaxed);
                 }
                 _ if mdfan_feed::capture::is_session_record(r) => {
-                    c.left_out.fetch_add(1, Ordering::Relaxed);
+                    self.shared.c.left_out.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {
+                    // Live again before the first record after a silence (after a loss, `back` says it).
+                    if self.silent && !self.lost {
+                        self.go_live();
+                    }
                     if r.instrument_id != CHANNEL_INSTRUMENT_ID && r.kind() != Some(Kind::FeedStatus) {
                         self.known.insert(r.instrument_id);
                     }
                     if r.flags & flags::SNAPSHOT == 0 && r.kind() != Some(Kind::FeedStatus) {
                         self.last_venue_pos = r.venue_pos;
                     }
-                    c.relayed.fetch_add(1, Ordering::Relaxed);
+                    self.shared.c.relayed.fetch_add(1, Ordering::Relaxed);
                     self.pending.push_back(BookUpdate { seq: 0, ts_send_ticks: 0, ..*r });
                 }
             },
             Event::Gap { expected, got } => {
-                c.gaps.fetch_add(1, Ordering::Relaxed);
-                c.missed.fetch_add(got.saturating_sub(expected), Ordering::Relaxed);
+                self.shared.c.gaps.fetch_add(1, Ordering::Relaxed);
+                self.shared.c.missed.fetch_add(got.saturating_sub(expected), Ordering::Relaxed);
                 tracing::warn!(expected, got, "upstream gap: every known instrument is stale until its snapshot");
                 self.mark_all_stale();
             }
@@ -459,8 +527,15 @@ impl State {
         self.shared.c.stale_marks.fetch_add(self.known.len() as u64, Ordering::Relaxed);
     }
 
-    /// A `Clear` (flagged `SNAPSHOT`; `MBP` for a price-level book) of every instrument the relay knows: a new
-    /// upstream session's books are the truth, and what it does not send again must not stand.
+    /// A `Clear` (flagged `SNAPSHOT`; `MBP` for a price-level book) then an `InstrumentStale` of every instrument
+    /// the relay knows: a new upstream session's books are the truth, what it does not send again must not
+    /// stand, and a book it does not send is not known to be empty (its snapshot's own `Clear` cures the rest).
+    fn clear_all_stale(&mut self) {
+        self.clear_all();
+        self.mark_all_stale();
+    }
+
+    /// A `Clear` (flagged `SNAPSHOT`; `MBP` for a price-level book) of every instrument the relay knows.
     fn clear_all(&mut self) {
         let mbp = if self.stale_book == StaleBook::PriceLevel { flags::MBP } else { 0 };
         let now = realtime_ns();
@@ -474,6 +549,32 @@ impl State {
                 ..BookUpdate::control(Kind::Clear)
             });
         }
+    }
+
+    /// The upstream session (every leg of a pair) is lost: silent, every book stale.
+    fn lose(&mut self) {
+        if self.lost {
+            return;
+        }
+        self.lost = true;
+        self.shared.c.downs.fetch_add(1, Ordering::Relaxed);
+        if !self.silent {
+            self.last_rx_ns = realtime_ns();
+        }
+        self.go_silent();
+        self.mark_all_stale();
+    }
+
+    /// A session again after a loss: live, every book emptied and stale until the new session's snapshot.
+    fn back(&mut self) {
+        if !self.lost {
+            return;
+        }
+        self.lost = false;
+        self.shared.c.ups.fetch_add(1, Ordering::Relaxed);
+        self.go_live();
+        self.clear_all_stale();
+        self.after_loss = true;
     }
 
     fn feed_status(&mut self, state: FeedState, ts_event_ns: u64, duration_ns: u64) {
@@ -510,6 +611,9 @@ pub struct RelaySource {
     upstream: Upstream,
     state: State,
     endpoints: String,
+    feed: RelayFeed,
+    /// Remaking a session the upstream ended: give up at `.0`, next try at `.1`.
+    retry: Option<(std::time::Instant, std::time::Instant)>,
 }
 
 impl RelaySource {
@@ -541,42 +645,72 @@ impl FeedSource for RelaySource {
         if self.state.ended {
             return Ok(Step::Ended);
         }
+        if let Some((until, next)) = self.retry {
+            let now = std::time::Instant::now();
+            if now < next {
+                return Ok(Step::Work(n));
+            }
+            match self.upstream.remake(&self.feed) {
+                Ok(()) => {
+                    self.retry = None;
+                    tracing::info!(upstream = %self.endpoints, "upstream session made again: its snapshot follows");
+                    self.state.back();
+                }
+                Err(e) if now >= until => {
+                    return Err(FeedSourceError::Upstream(format!(
+                        "upstream {}: no session within feed.reconnect_budget_ms ({} ms): {e}",
+                        self.endpoints, self.feed.reconnect_budget_ms
+                    )));
+                }
+                Err(_) => self.retry = Some((until, now + Duration::from_millis(100))),
+            }
+            return Ok(Step::Work(n + self.drain(writer)));
+        }
         if let Some(found) = self.upstream.maintain_if_due() {
             match found {
                 Found::Ok => {}
                 Found::Silent(quiet) => {
-                    self.state.last_rx_ns = realtime_ns().saturating_sub(quiet.as_nanos() as u64);
+                    if !self.state.silent {
+                        self.state.last_rx_ns = realtime_ns().saturating_sub(quiet.as_nanos() as u64);
+                    }
                     self.state.go_silent();
                 }
                 Found::Lost => {
-                    self.state.shared.c.downs.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(upstream = %self.endpoints, "upstream session lost: every book stale, reconnecting");
-                    if !self.state.silent {
-                        self.state.last_rx_ns = realtime_ns();
-                    }
-                    self.state.go_silent();
-                    self.state.mark_all_stale();
+                    self.state.lose();
                 }
                 Found::Back => {
-                    self.state.shared.c.ups.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(upstream = %self.endpoints, "upstream session made again: its snapshot follows");
-                    self.state.go_live();
-                    self.state.clear_all();
+                    self.state.back();
                 }
                 Found::Leg(what) => {
-                    let c = &self.state.shared.c;
-                    if what == "down" { &c.downs } else { &c.ups }.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(upstream = %self.endpoints, leg = what, "upstream pair: a leg went {what}");
+                    let c = &self.state.shared.c;
+                    if what == "down" { &c.leg_downs } else { &c.leg_ups }.fetch_add(1, Ordering::Relaxed);
+                    // Both legs down: the feed is silent downstream (told, not an end). The books stand: the pair's
+                    // merge knows what a returning leg can vouch for, and a loss it cannot fill is its gap (then
+                    // stale marks and a snapshot here), so they are neither emptied nor marked here.
+                    if self.upstream.any_leg_up() {
+                        self.state.go_live();
+                    } else {
+                        tracing::warn!(upstream = %self.endpoints, "upstream pair: both legs down: the feed is silent");
+                        if !self.state.silent {
+                            self.state.last_rx_ns = realtime_ns();
+                        }
+                        self.state.go_silent();
+                    }
                 }
                 Found::Ended(mdfan_subscriber::End::Closed(mdfan_subscriber::CloseReason::EndOfStream)) => {
                     self.state.ended = true;
                 }
                 Found::Ended(end) => {
-                    return Err(FeedSourceError::Upstream(format!(
-                        "upstream {}: the session ended ({}) and could not be made again",
-                        self.endpoints,
-                        end.as_str()
-                    )));
+                    // Ended by the upstream (shut down for a restart, stalled, ring_full) or given up: a relay
+                    // goes on trying for its budget, its strategies told (silent, every book stale).
+                    tracing::warn!(upstream = %self.endpoints, end = end.as_str(), "upstream session ended: every book stale, reconnecting");
+                    self.state.lose();
+                    let now = std::time::Instant::now();
+                    let budget = Duration::from_millis(self.feed.reconnect_budget_ms);
+                    self.retry = Some((now + budget, now + Duration::from_millis(100)));
                 }
             }
             n += self.drain(writer);
@@ -587,9 +721,6 @@ impl FeedSource for RelaySource {
         let room = POLL_BATCH.min(PENDING_RECORDS.saturating_sub(self.state.known.len()));
         let state = &mut self.state;
         let polled = self.upstream.poll(room.max(1), |ev| state.on_event(ev));
-        if polled > 0 {
-            self.state.go_live();
-        }
         n += self.drain(writer);
         Ok(Step::Work(n.max(polled)))
     }
@@ -598,16 +729,30 @@ impl FeedSource for RelaySource {
 /// Connects upstream (one endpoint, or both of a pair: a leg down at the start is tried again) and takes its
 /// symbology and book kind.
 pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
-    let upstream_err = |e: mdfan_subscriber::SubscribeError| PublisherError::Upstream(e.to_string());
-    let (upstream, symbology, book) = if f.connect.len() == 2 {
-        let pair = PairSubscriber::connect(&f.subscriber_config(0), &f.subscriber_config(1)).map_err(upstream_err)?;
-        let symbology = pair.symbology().cloned().unwrap_or_default();
-        let book = (0..2).find_map(|i| pair.leg(i).map(|s| s.book_kind())).unwrap_or(BookKind::Mbo);
-        (Upstream::Pair(Box::new(pair)), symbology, book)
-    } else {
-        let sub = Subscriber::connect(&f.subscriber_config(0)).map_err(upstream_err)?;
-        let (symbology, book) = (sub.symbology().clone(), sub.book_kind());
-        (Upstream::One(Box::new(sub)), symbology, book)
+    // An upstream not up yet (a relay started first) is tried every 100 ms for reconnect_budget_ms.
+    let start = std::time::Instant::now();
+    let mut warned = false;
+    let upstream = loop {
+        match Upstream::connect(f) {
+            Ok(u) => break u,
+            Err(e @ mdfan_subscriber::SubscribeError::Connect { .. })
+                if start.elapsed() < Duration::from_millis(f.reconnect_budget_ms) =>
+            {
+                if !warned {
+                    tracing::warn!(cause = %e, "upstream not answering yet: trying every 100 ms (feed.reconnect_budget_ms)");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(PublisherError::Upstream(e.to_string())),
+        }
+    };
+    let (symbology, book) = match &upstream {
+        Upstream::Pair(pair) => (
+            pair.symbology().cloned().unwrap_or_default(),
+            (0..2).find_map(|i| pair.leg(i).map(|s| s.book_kind())).unwrap_or(BookKind::Mbo),
+        ),
+        Upstream::One(sub) => (sub.symbology().clone(), sub.book_kind()),
     };
     let endpoints = f.connect.join(",");
     let shared = Arc::new(Shared { upstream: endpoints.clone(), c: RelayCounters::default() });
@@ -622,12 +767,14 @@ pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
         last_rx_ns: realtime_ns(),
         silence_bound_ns: f.silence_timeout_ms * 1_000_000,
         silences: 0,
+        lost: false,
+        after_loss: false,
         ended: false,
         shared: Arc::clone(&shared),
     };
     let instruments = symbology.len();
     Ok(Opened {
-        source: Box::new(RelaySource { upstream, state, endpoints: endpoints.clone() }),
+        source: Box::new(RelaySource { upstream, state, endpoints: endpoints.clone(), feed: f.clone(), retry: None }),
         traits: FeedTraits {
             live: true,
             book,

@@ -130,7 +130,10 @@ impl View {
             // Two causes (wire::record): packets lost on both lines (flag MAYBE_BAD_BOOK: order_id = the first
             // lost MsgSeqNum, size = packets lost), or the instrument's own RptSeq jump (order_id = RptSeq
             // expected, size = RptSeq received).
-            out.push(if r.flags & flags::MAYBE_BAD_BOOK != 0 {
+            out.push(if r.flags & flags::MAYBE_BAD_BOOK != 0 && (r.order_id, r.size) == (0, 0) {
+                // A relay's mark: records missed upstream of the publisher (wire::record, "Stale marks").
+                format!("instrument_stale instrument={} seq={} cause=upstream_gap", r.instrument_id, r.seq)
+            } else if r.flags & flags::MAYBE_BAD_BOOK != 0 {
                 format!(
                     "instrument_stale instrument={} seq={} cause=lost_packets first_lost={} lost={}",
                     r.instrument_id, r.seq, r.order_id, r.size
@@ -185,6 +188,14 @@ impl View {
             self.unsynced.remove(&id); // the upstream's snapshot rebuilds what a relay missed
         }
         let stale = stale || self.until_clear.contains(&id);
+        if order_stale && r.flags & flags::SNAPSHOT != 0 {
+            // A snapshot's: the book it follows is unsynced (nothing to print: the live mark was printed by
+            // whoever saw it).
+            if self.unsynced.insert(id) && r.flags & flags::MAYBE_BAD_BOOK != 0 {
+                self.until_clear.insert(id);
+            }
+            return;
+        }
         if order_stale && r.flags & flags::SNAPSHOT == 0 {
             self.stale_records += 1;
             if r.flags & flags::MAYBE_BAD_BOOK != 0 {
