@@ -50,6 +50,20 @@ fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (Socke
     (listen.parse().unwrap(), dir, start)
 }
 
+/// Waits for the relay to end (exit 0) and returns its `feed format=mdfan` report line's fields.
+fn relay_report(relay: Watched) -> std::collections::HashMap<String, String> {
+    let (code, lines, err) = relay.finish();
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    relay_line(&lines)
+}
+
+/// Removes the tests' config folders.
+fn remove_dirs<const N: usize>(dirs: [PathBuf; N]) {
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 /// The relay's `feed format=mdfan` report line's fields.
 fn relay_line(lines: &[String]) -> std::collections::HashMap<String, String> {
     let line = lines.iter().find(|l| l.starts_with("feed format=mdfan ")).unwrap_or_else(|| panic!("{lines:?}"));
@@ -92,8 +106,7 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
         up_lines.iter().filter(|l| l.starts_with("subscriber ")).map(|l| fields(l)["name"].to_owned()).collect();
     assert_eq!(names.len(), 2, "{up_lines:?}");
     assert!(names.contains(&"relay-a".to_owned()) && names.contains(&"direct".to_owned()), "{names:?}");
-    let _ = std::fs::remove_dir_all(up_dir);
-    let _ = std::fs::remove_dir_all(relay_dir);
+    remove_dirs([up_dir, relay_dir]);
 }
 
 #[test]
@@ -116,11 +129,9 @@ fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() 
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
         assert_eq!((stream["reconnects"], stream["end"], stream["book_errors"]), ("1", "end_of_stream", "0"));
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
+    relay_report(relay);
     assert_eq!(up.finish().0, Some(0));
-    let _ = std::fs::remove_dir_all(up_dir);
-    let _ = std::fs::remove_dir_all(relay_dir);
+    remove_dirs([up_dir, relay_dir]);
 }
 
 #[test]
@@ -158,14 +169,11 @@ fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
         );
         assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: the snapshot cured the mark: {lines:?}");
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
-    let r = relay_line(&lines);
+    let r = relay_report(relay);
     assert_ne!(r["gaps"], "0", "{r:?}");
     assert_ne!(r["stale_marks"], "0", "{r:?}");
     assert_eq!(up.finish().0, Some(0));
-    let _ = std::fs::remove_dir_all(up_dir);
-    let _ = std::fs::remove_dir_all(relay_dir);
+    remove_dirs([up_dir, relay_dir]);
 }
 
 #[test]
@@ -191,15 +199,11 @@ fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
         assert_eq!((stream["gaps"], stream["book_errors"], stream["end"]), ("0", "0", "end_of_stream"), "{who}");
         assert!(!lines.iter().any(|l| l.starts_with("instrument_stale")), "{who}: {lines:?}");
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
-    let r = relay_line(&lines);
+    let r = relay_report(relay);
     let got = ["gaps", "stale_marks", "downs", "leg_downs", "silences"].map(|k| r[k].as_str());
     assert_eq!(got, ["0", "0", "0", "1", "0"], "{r:?}");
     assert_eq!(b.finish().0, Some(0));
-    for d in [a_dir, b_dir, relay_dir] {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    remove_dirs([a_dir, b_dir, relay_dir]);
 }
 
 #[test]
@@ -247,13 +251,10 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
             assert_eq!(stream[k], v, "{who}: {k}");
         }
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
-    let r = relay_line(&lines);
+    let r = relay_report(relay);
     assert_eq!((r["downs"].as_str(), r["ups"].as_str(), r["silences"].as_str()), ("1", "1", "1"), "{r:?}");
     assert_eq!(up.finish().0, Some(0));
-    let _ = std::fs::remove_dir_all(up_dir);
-    let _ = std::fs::remove_dir_all(relay_dir);
+    remove_dirs([up_dir, relay_dir]);
 }
 
 /// A relay started before its upstream waits for it; the upstream stopped with SIGTERM mid-stream (a restart for
@@ -290,13 +291,10 @@ fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
         assert_eq!((stream["gaps"], stream["end"], stream["book_errors"]), ("0", "end_of_stream", "0"), "{who}");
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
-    let r = relay_line(&lines);
+    let r = relay_report(relay);
     assert_eq!((r["downs"].as_str(), r["ups"].as_str()), ("1", "1"), "{r:?}");
     assert_eq!(upstream.join().unwrap(), Some(0));
-    let _ = std::fs::remove_dir_all(up_dir);
-    let _ = std::fs::remove_dir_all(relay_dir);
+    remove_dirs([up_dir, relay_dir]);
 }
 
 /// A relay on a pair whose two publishers are both killed mid-stream and restarted: its strategies are told the
@@ -329,13 +327,9 @@ fn a_relay_on_a_pair_tells_its_strategies_when_both_legs_are_down() {
         assert!(lines.iter().any(|l| l.starts_with("feed_live ")), "{who}: told: {lines:?}");
         assert!(!lines.iter().any(|l| l.contains("stale=true")), "{who}: {lines:?}");
     }
-    let (code, lines, err) = relay.finish();
-    assert_eq!(code, Some(0), "{lines:?} {err}");
-    let r = relay_line(&lines);
+    let r = relay_report(relay);
     // Each leg down once at least (a leg that ends after a reconnect is reported again), one silence.
     assert!(r["leg_downs"].parse::<u64>().unwrap() >= 2 && r["silences"] == "1", "{r:?}");
     assert_eq!((a.finish().0, b.finish().0), (Some(0), Some(0)));
-    for d in [a_dir, b_dir, relay_dir] {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    remove_dirs([a_dir, b_dir, relay_dir]);
 }
