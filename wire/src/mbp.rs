@@ -327,7 +327,8 @@ impl MbpBooks {
     }
 
     /// Applies a record to its instrument's book, making the book on the first level record, `Clear` or
-    /// `InstrumentStale` of an instrument; `SnapshotBegin` empties every book; other kinds are ignored.
+    /// `InstrumentStale` of an instrument; `SnapshotBegin` empties every book and marks it stale until the
+    /// snapshot's `Clear` of it (a book the snapshot leaves out is unknown, not empty); other kinds are ignored.
     ///
     /// # Errors
     /// As [`MbpBook::apply`], and [`MbpError::Full`] for one instrument more than the capacity. A refused
@@ -335,9 +336,15 @@ impl MbpBooks {
     pub fn apply(&mut self, r: &BookUpdate) -> Result<(), MbpError> {
         match r.kind() {
             Some(Kind::SnapshotBegin) => {
+                // Empty, and unknown until the snapshot's own `Clear` of the book: a book the publisher does not
+                // send (a live publisher that has not recovered it yet) is not known to be empty.
                 let empty = BookUpdate { venue_pos: r.venue_pos, ..BookUpdate::control(Kind::Clear) };
                 for b in &mut self.books {
                     b.apply(&empty)?;
+                    b.apply(&BookUpdate {
+                        venue_pos: r.venue_pos,
+                        ..BookUpdate::stale(b.instrument_id, StaleBook::PriceLevel)
+                    })?;
                 }
                 Ok(())
             }
@@ -570,6 +577,9 @@ mod tests {
         );
         assert_eq!(books.iter().map(MbpBook::instrument_id).collect::<Vec<_>>(), [1, 5]);
         books.apply(&BookUpdate::control(Kind::SnapshotBegin)).unwrap();
-        assert!(books.iter().all(|b| b.bbo() == (None, None)));
+        assert!(books.iter().all(|b| b.bbo() == (None, None) && b.is_stale()), "empty, unknown until covered");
+        books.apply(&lv(Kind::Clear, Side::None, 0, 0, 0)).unwrap();
+        let stale: Vec<u32> = books.iter().filter(|b| b.is_stale()).map(MbpBook::instrument_id).collect();
+        assert_eq!(stale, [1], "the snapshot's Clear of 5 makes it known; 1, left out, stays unknown");
     }
 }
