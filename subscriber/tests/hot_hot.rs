@@ -399,3 +399,75 @@ fn two_live_mdp3_publishers_losing_the_same_range_give_stale_marks_then_one_publ
 
     assert_books(&r);
 }
+
+/// Determinism, the ground of the pair: two publishers (in one process here, as two hosts would) join the same
+/// multicast groups on the loopback interface (`IP_MULTICAST_IF` 127.0.0.1, TTL 0: nothing leaves this host), one
+/// feedsim plays the bundled capture to them without loss, and the two record streams a subscriber of each gets
+/// are byte for byte the same, but for what each publisher stamps itself: `seq`, `ts_send_ticks` and
+/// `ts_recv_ns` (each socket's own receive time). Heartbeats (timing) are left out; every level record is there.
+#[test]
+fn two_publishers_of_the_same_multicast_lines_publish_byte_identical_streams() {
+    use mdfan_subscriber::Subscriber;
+    let (pa, pb) = (free_port(), free_port());
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\ncounters_dir = \"\"\n\n[feed]\nformat = \"mdp3\"\n\n[lines]\na = \"239.255.43.1:{pa}\"\nb = \"239.255.43.2:{pb}\"\ninterface = \"127.0.0.1\"\nrcvbuf_bytes = 33554432\ngap_timeout_ms = 10000\nend_after_idle_ms = 1500\n\n[fabric]\nprovider = \"shm\"\n"
+    );
+    let start = || {
+        let cfg = mdfan_publisher::config::Config::parse(&text, std::path::Path::new("same.toml")).unwrap();
+        let p = mdfan_publisher::Publisher::bind(cfg).expect("binds the groups");
+        let endpoint = p.local_addr().to_string();
+        let run = std::thread::spawn(move || p.run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))));
+        (endpoint, run)
+    };
+    let ((ep_a, run_a), (ep_b, run_b)) = (start(), start());
+    let subs = [(&ep_a, "same-a"), (&ep_b, "same-b")].map(|(ep, name)| {
+        let mut cfg = SubscriberConfig::new(ep, name);
+        cfg.ring_slots = 16_384;
+        Subscriber::connect(&cfg).expect("subscribes")
+    });
+    let feed = std::thread::spawn(move || {
+        use mdfan_feedsim::{Impairment, Mdp3, SimConfig};
+        let sim = SimConfig {
+            pcap: mdp3_ref::capture_path(),
+            line_a: None,
+            line_b: None,
+            send_a: format!("239.255.43.1:{pa}").parse().unwrap(),
+            send_b: format!("239.255.43.2:{pb}").parse().unwrap(),
+            speed: 400.0,
+            impair_a: Impairment::default(),
+            impair_b: Impairment::default(),
+            seed: 1,
+            drop_seqs: None,
+            multicast: Default::default(), // loopback, TTL 0
+            definitions: None,
+            recovery: None,
+        };
+        mdfan_feedsim::run(&sim, &mut Mdp3::default(), &std::sync::atomic::AtomicBool::new(false)).expect("plays")
+    });
+    let streams = subs.map(|mut sub| {
+        let (mut got, mut ended, deadline) = (Vec::new(), false, Instant::now() + watchdog());
+        while !ended {
+            assert!(Instant::now() < deadline, "watchdog");
+            sub.poll(256, |e| {
+                if let Event::Record(r) = e {
+                    ended |= r.kind() == Some(Kind::EndOfStream);
+                    if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream | Kind::FeedStatus)) {
+                        got.push(mdfan_subscriber::BookUpdate { seq: 0, ts_send_ticks: 0, ts_recv_ns: 0, ..*r });
+                    }
+                }
+            });
+            let _ = sub.maintain_if_due();
+        }
+        got
+    });
+    feed.join().unwrap();
+    for run in [run_a, run_b] {
+        run.join().unwrap().expect("the publisher ends cleanly");
+    }
+    let levels = streams[0].iter().filter(|r| r.kind().is_some_and(Kind::is_level)).count();
+    assert_eq!(levels, 5_848, "every book entry of the capture (its README)");
+    assert_eq!(streams[0].len(), streams[1].len());
+    for (i, (a, b)) in streams[0].iter().zip(&streams[1]).enumerate() {
+        assert_eq!(a.as_bytes(), b.as_bytes(), "record {i}: {a:?} / {b:?}");
+    }
+}
