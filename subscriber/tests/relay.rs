@@ -4,6 +4,9 @@
 //! values (feed/tests/support/esh4.rs); faults are a killed relay, a killed upstream and a stopped relay.
 //!
 //! Nothing here asserts a duration: replays are paced (500x: about 6.5 s) so there is a "mid-stream" to act in.
+//!
+//! On verbs (`MDFAN_TEST_FABRIC=verbs`, in the Soft-RoCE VM) the upstream publishers and the relay's upstream
+//! sessions use RDMA verbs; the relay serves its strategies over shared memory, as on a strategy host.
 
 #[path = "support/mod.rs"]
 mod common;
@@ -20,17 +23,30 @@ use common::*;
 /// A relay process subscribing to `upstream` (one endpoint, or two: a pair), on a free port, its config in a
 /// folder named after `tag` with `extra_feed` in `[feed]`. Returns its endpoint, the folder and a function that
 /// starts it (again: on the same endpoint) and waits until it listens.
-fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (SocketAddr, PathBuf, impl Fn() -> Watched) {
+fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (String, PathBuf, impl Fn() -> Watched) {
     let listen = format!("127.0.0.1:{}", free_port());
     let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("relay.toml");
+    // Strategies connect over the relay's Unix-domain socket on verbs runs: the VM's kernel has no sock_diag, so
+    // a TCP peer's user cannot be told there and a shared-memory ring is refused over TCP.
+    let unix = dir.join("relay.sock");
+    let (listen_unix, endpoint) = if on_verbs() {
+        (format!("listen_unix = {unix:?}\n"), format!("unix:{}", unix.display()))
+    } else {
+        (String::new(), listen.clone())
+    };
     let connect: Vec<String> = upstream.iter().map(|a| format!("\"{a}\"")).collect();
+    let upstream_fabric = if on_verbs() {
+        format!("fabric = \"verbs\"\ndevice = \"{}\"\ngid_index = {}\n", verbs_device(), verbs_gid_index())
+    } else {
+        String::new()
+    };
     std::fs::write(
         &cfg,
         format!(
-            "[publisher]\nlisten = \"{listen}\"\nhot_idle = \"yield\"\n\n[feed]\nformat = \"mdfan\"\nconnect = [{}]\n\
-             name = \"{tag}\"\nreconnect_budget_ms = 60000\n{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
+            "[publisher]\nlisten = \"{listen}\"\n{listen_unix}hot_idle = \"yield\"\n\n[feed]\nformat = \"mdfan\"\nconnect = [{}]\n\
+             name = \"{tag}\"\nreconnect_budget_ms = 60000\n{upstream_fabric}{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
             connect.join(", ")
         ),
     )
@@ -47,7 +63,7 @@ fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (Socke
         relay.wait_for_line("publisher listening=");
         relay
     };
-    (listen.parse().unwrap(), dir, start)
+    (endpoint, dir, start)
 }
 
 /// Waits for the relay to end (exit 0) and returns its `feed format=mdfan` report line's fields.
@@ -70,22 +86,31 @@ fn relay_line(lines: &[String]) -> std::collections::HashMap<String, String> {
     fields(line).into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
-/// `mdfan-subscribe` strategies named `names` on the relay, with `extra` arguments.
-fn strategies(relay: SocketAddr, names: &[&str], extra: &[&str]) -> Vec<std::process::Child> {
-    names.iter().map(|n| spawn_subscriber(relay, n, extra)).collect()
+/// `mdfan-subscribe` strategies named `names` on the relay (over shared memory, whatever the upstream's fabric),
+/// with `extra` arguments.
+fn strategies(relay: &str, names: &[&str], extra: &[&str]) -> Vec<std::process::Child> {
+    names.iter().map(|n| local_strategy(relay, n, extra)).collect()
+}
+
+/// One `mdfan-subscribe` on the relay over shared memory; stdout and stderr captured.
+fn local_strategy(relay: &str, name: &str, extra: &[&str]) -> std::process::Child {
+    Command::new(bin("mdfan-subscribe"))
+        .args(["--connect", relay, "--name", name, "--idle", "yield", "--fabric", "shm"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mdfan-subscribe starts")
 }
 
 #[test]
 fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
-    if on_verbs() {
-        return; // the relay's downstream is shared memory; its upstream fabric is the subscriber library's
-    }
     // The upstream waits for two sessions: the relay's and a direct strategy's, started after the relay's three.
     let (up_addr, up_dir, start_up) = publisher_process("relay-up", &esh4::main_file(), 2, "pace = 500");
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-a", &[up_addr], "");
     let relay = start_relay();
-    let local = strategies(relay_addr, &["s1", "s2", "s3"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["s1", "s2", "s3"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(500)); // the three attach before the replay starts
     let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
     for (i, s) in local.into_iter().enumerate() {
@@ -111,14 +136,11 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
 
 #[test]
 fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() {
-    if on_verbs() {
-        return;
-    }
     let (up_addr, up_dir, start_up) = publisher_process("relay-kill-up", &esh4::main_file(), 1, "pace = 500");
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-kill", &[up_addr], "");
     let mut relay = start_relay();
-    let local = strategies(relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"]);
+    let local = strategies(&relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"]);
     std::thread::sleep(Duration::from_millis(1500));
     relay.child.kill().unwrap(); // SIGKILL, mid-stream
     let _ = relay.child.wait();
@@ -136,16 +158,13 @@ fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() 
 
 #[test]
 fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
-    if on_verbs() {
-        return;
-    }
     // A small upstream ring: stopped for 2 s at 500x, the relay falls a ring behind; the upstream skips it
     // (policy resync) and goes on for the direct strategy, which never notices.
     let (up_addr, up_dir, start_up) = publisher_process("relay-stop-up", &esh4::main_file(), 2, "pace = 500");
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-stop", &[up_addr], "ring_slots = 4096");
     let relay = start_relay();
-    let local = strategies(relay_addr, &["t1", "t2", "t3"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["t1", "t2", "t3"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(500));
     let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -178,16 +197,13 @@ fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
 
 #[test]
 fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
-    if on_verbs() {
-        return;
-    }
     let (a_addr, a_dir, start_a) = publisher_process("relay-pair-a", &esh4::main_file(), 1, "pace = 500");
     let (b_addr, b_dir, start_b) = publisher_process("relay-pair-b", &esh4::main_file(), 1, "pace = 500");
     let mut a = start_a();
     let b = start_b();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-pair", &[a_addr, b_addr], "");
     let relay = start_relay();
-    let local = strategies(relay_addr, &["p1", "p2", "p3"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["p1", "p2", "p3"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(1500));
     a.child.kill().unwrap(); // SIGKILL publisher A mid-stream
     let _ = a.child.wait();
@@ -208,25 +224,22 @@ fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
 
 #[test]
 fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the_restart() {
-    if on_verbs() {
-        return;
-    }
     let (up_addr, up_dir, start_up) = publisher_process("relay-updown", &esh4::main_file(), 1, "pace = 500");
     let mut up = start_up();
     // A silence bound a loaded host does not reach by itself: the silence this test asserts is the loss's.
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-updown", &[up_addr], "silence_timeout_ms = 1000");
     let relay = start_relay();
-    let local = strategies(relay_addr, &["u1", "u2", "u3"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["u1", "u2", "u3"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(1500));
     up.child.kill().unwrap(); // SIGKILL the upstream publisher mid-stream
     let _ = up.child.wait();
     std::thread::sleep(Duration::from_millis(500));
     // A strategy joining meanwhile learns from its snapshot that the book is stale (the relay's snapshot carries
     // the order-level mark); stopped before the upstream is back, it ends with the book marked.
-    let late = spawn_subscriber(relay_addr, "u-late", &["--levels", "1"]);
-    std::thread::sleep(Duration::from_millis(700));
-    signal(&late, "INT");
-    let late = stdout_lines(&wait_with_watchdog(late));
+    let mut late = Watched::new(local_strategy(&relay_addr, "u-late", &["--levels", "1"]));
+    late.wait_for_line("snapshot_end ");
+    signal(&late.child, "INT");
+    let (_, late, _) = late.finish();
     let summary =
         late.iter().find(|l| l.starts_with("instrument=17077 symbol=ESH4 ")).expect("a book from the snapshot");
     assert!(summary.ends_with(" stale=true"), "{late:?}");
@@ -263,9 +276,6 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
 /// second upstream session.
 #[test]
 fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
-    if on_verbs() {
-        return;
-    }
     let (up_addr, up_dir, start_up) = publisher_process("relay-restart-up", &esh4::main_file(), 1, "pace = 500");
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-restart", &[up_addr], "silence_timeout_ms = 1000");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -279,7 +289,7 @@ fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
         start_up().finish().0
     });
     let relay = start_relay();
-    let local = strategies(relay_addr, &["r1", "r2"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["r1", "r2"], &["--levels", "10"]);
     tx.send(()).unwrap();
     for (i, s) in local.into_iter().enumerate() {
         let lines = stdout_lines(&wait_with_watchdog(s));
@@ -302,16 +312,13 @@ fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
 /// whole across its legs' restarts).
 #[test]
 fn a_relay_on_a_pair_tells_its_strategies_when_both_legs_are_down() {
-    if on_verbs() {
-        return;
-    }
     let (a_addr, a_dir, start_a) = publisher_process("relay-both-a", &esh4::main_file(), 1, "pace = 500");
     let (b_addr, b_dir, start_b) = publisher_process("relay-both-b", &esh4::main_file(), 1, "pace = 500");
     let (mut a, mut b) = (start_a(), start_b());
     let (relay_addr, relay_dir, start_relay) =
         relay_process("relay-both", &[a_addr, b_addr], "silence_timeout_ms = 1000");
     let relay = start_relay();
-    let local = strategies(relay_addr, &["q1", "q2"], &["--levels", "10"]);
+    let local = strategies(&relay_addr, &["q1", "q2"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(1500));
     for p in [&mut a, &mut b] {
         p.child.kill().unwrap();

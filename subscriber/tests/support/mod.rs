@@ -30,11 +30,13 @@ pub fn on_verbs() -> bool {
     std::env::var("MDFAN_TEST_FABRIC").is_ok_and(|f| f == "verbs")
 }
 
-fn verbs_device() -> String {
+/// The RDMA device the verbs tests use (`MDFAN_TEST_DEVICE`, default rxe0).
+pub fn verbs_device() -> String {
     std::env::var("MDFAN_TEST_DEVICE").unwrap_or_else(|_| "rxe0".into())
 }
 
-fn verbs_gid_index() -> String {
+/// The GID index the verbs tests use (`MDFAN_TEST_GID_INDEX`, default 1).
+pub fn verbs_gid_index() -> String {
     std::env::var("MDFAN_TEST_GID_INDEX").unwrap_or_else(|_| "1".into())
 }
 
