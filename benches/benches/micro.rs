@@ -599,5 +599,73 @@ fn wire_clock(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, record, book_apply, ring, dbn, mdp3, itch, wire_clock);
+// ---------------------------------------------------------------------------------------------------------------
+// pair_merge
+
+/// The hot-hot pair's merge (`mdfan_subscriber::pair::Merge`) per record, against one leg's records handed
+/// straight to the strategy's callback (what a single-leg subscriber's poll does past the ring): ESH4's live
+/// records (after its opening venue snapshot, whose DBN `sequence`s are not in order) on two legs, leg A's copy
+/// then leg B's (the second compared with the first and dropped). Issue 28's
+/// target: the merge costs at most 10 ns per record over the single leg. A fresh merge per batch (its tables, 4
+/// MiB, made untimed).
+fn pair_merge(c: &mut Criterion) {
+    use mdfan_subscriber::pair::Merge;
+    use mdfan_subscriber::Event;
+    // each leg's stream as its subscriber gets it: seq from 1, the venue position a publisher gives each record
+    // (DBN `sequence`, the index among the consecutive records of one `sequence`: wire::record, "Venue position")
+    let (cap, skip) = (capture(), esh4::SNAPSHOT_RECORDS as usize);
+    let mut run = mdfan_wire::VenueRun::default();
+    let src: &[BookUpdate] = &cap.records[skip..]
+        .iter()
+        .zip(&cap.msgs[skip..])
+        .enumerate()
+        .map(|(i, (r, m))| BookUpdate { seq: i as u64 + 1, venue_pos: run.position(u64::from(m.sequence)), ..*r })
+        .collect::<Vec<_>>();
+    let sum = |m: &mut Merge| {
+        let mut size = 0u64;
+        for r in src {
+            for leg in 0..2 {
+                m.on_event(leg, Event::Record(black_box(r)), &mut |e| {
+                    if let Event::Record(x) = e {
+                        size += u64::from(x.size);
+                    }
+                });
+            }
+        }
+        size
+    };
+    eprintln!(
+        "DEBUG {:?}",
+        src[920..930].iter().map(|r| (r.seq, r.venue_seq(), r.venue_index(), r.kind())).collect::<Vec<_>>()
+    );
+    // checked before timing: every record once, from leg A, the copies of leg B all compared duplicates
+    let want: u64 = src.iter().map(|r| u64::from(r.size)).sum();
+    let mut m = Merge::new();
+    assert_eq!(sum(&mut m), want, "every record once");
+    let (stats, b) = (m.stats(), m.leg_stats(1));
+    assert_eq!((stats.records, stats.gaps, b.duplicates, b.divergences), (src.len() as u64, 0, src.len() as u64, 0));
+    let mut g = c.benchmark_group("pair_merge");
+    g.throughput(Throughput::Elements(src.len() as u64));
+    g.sample_size(10);
+    g.bench_function("one_leg", |b| {
+        b.iter(|| {
+            let mut size = 0u64;
+            let mut f = |e: Event<'_>| {
+                if let Event::Record(x) = e {
+                    size += u64::from(x.size);
+                }
+            };
+            for r in src {
+                f(Event::Record(black_box(r)));
+            }
+            assert_eq!(size, want);
+        })
+    });
+    g.bench_function("two_legs_merged", |b| {
+        b.iter_batched(Merge::new, |mut m| assert_eq!(sum(&mut m), want), BatchSize::LargeInput)
+    });
+    g.finish();
+}
+
+criterion_group!(benches, record, book_apply, ring, dbn, mdp3, itch, wire_clock, pair_merge);
 criterion_main!(benches);
