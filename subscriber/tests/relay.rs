@@ -249,8 +249,8 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
         // Told, in order: silent, the book stale, live again with the book emptied and stale until the new
-        // session's snapshot; that snapshot stands at position 0 (the restarted upstream replays its file from
-        // the start), so the book is empty, not unknown, and the one rebuilt from the replay is not stale.
+        // session's snapshot; that session has none (the restarted upstream replays its file from the start), so
+        // the book is empty, not unknown, and the one rebuilt from the replay is not stale.
         let told: Vec<&str> = lines
             .iter()
             .filter_map(|l| l.split_whitespace().next())

@@ -14,7 +14,7 @@
 //! | a gap in the upstream ring (this relay was slow, or the upstream resynced it) | an `InstrumentStale` (flag `MAYBE_BAD_BOOK`) for every instrument the relay knows; the upstream's snapshot that the gap asks for follows, and its `Clear` rebuilds each book |
 //! | the upstream silent past `silence_timeout_ms` (hung, stopped, cut off) | a `FeedStatus` silent record, and a live one when records come again |
 //! | both legs of a pair down (each tried again by the pair) | silent, and live when a leg is back: the merge decides what a returning leg can vouch for, and a loss it cannot fill is its gap (above) |
-//! | the upstream session lost, or ended by the upstream (`publisher_shutdown` for a restart, `stalled`, `ring_full`), or a pair ended for good | silent, every instrument stale; a new session tried every 100 ms for `reconnect_budget_ms`; once made, live, then a `Clear` (flagged `SNAPSHOT`) and a stale mark of every book (unknown until the new session's snapshot covers it; when that snapshot stands at position 0, the upstream's feed starting anew, a `Clear` of every book: empty, not unknown) |
+//! | the upstream session lost, or ended by the upstream (`publisher_shutdown` for a restart, `stalled`, `ring_full`), or a pair ended for good | silent, every instrument stale; a new session tried every 100 ms for `reconnect_budget_ms`; once made, live, then a `Clear` (flagged `SNAPSHOT`) and a stale mark of every book (unknown until the new session's snapshot covers it; when that session has no snapshot or a snapshot of no book, the upstream building every book anew, a `Clear` of every book: empty, not unknown) |
 //! | the upstream's end of the feed | the end of this stream (`end_of_stream`) |
 //! | no session within the budget | the end of this stream as a feed error naming the endpoint |
 //!
@@ -469,10 +469,10 @@ impl State {
     fn on_event(&mut self, ev: Event<'_>) {
         match ev {
             Event::Record(r) if std::mem::take(&mut self.after_loss) => {
-                // The new session's first record. A snapshot standing at a position (`order_id`) rebuilds what it
-                // covers and leaves the rest stale; no snapshot, or one at position 0, means the upstream has
-                // applied nothing: its stream is the feed from its start, so the books are empty, not unknown.
-                if !(r.kind() == Some(Kind::SnapshotBegin) && r.order_id > 0) {
+                // The new session's first record. A snapshot of books (`size`: how many) rebuilds what it covers and
+                // leaves the rest stale; no snapshot, or one of no book, means the upstream knows no book yet: its
+                // stream builds every book from empty, so the books are empty, not unknown.
+                if !(r.kind() == Some(Kind::SnapshotBegin) && r.size > 0) {
                     self.clear_all();
                 }
                 self.on_event(Event::Record(r));
