@@ -33,9 +33,9 @@
 //!   ([`ArbiterCounters::duplicates`]) and dropped; one at a position already declared missing is `late`.
 //! - **Gaps.** A run of missing positions is declared when the caller's policy gives it up
 //!   ([`Arbiter::give_up_to`]: MoldUDP64's last retry), when each of lines A and B has moved more than
-//!   [`ArbiterConfig::line_tolerance`] past it ([`Arbiter::settle`]), when units have waited ahead of it while the
-//!   expected position did not move for [`ArbiterConfig::gap_timeout_ns`] ([`Arbiter::tick`], which the caller
-//!   runs once its sockets are drained), or when an arriving unit would not fit in the window (an *overflow*:
+//!   [`ArbiterConfig::line_tolerance`] past it ([`Arbiter::settle`]), when the first unit past it has waited
+//!   [`ArbiterConfig::gap_timeout_ns`] ([`Arbiter::tick`], which the caller runs once its sockets are drained;
+//!   so holes one dead line leaves in a row time out side by side, never one timeout after another), or when an arriving unit would not fit in the window (an *overflow*:
 //!   as few of the oldest missing positions as make room). [`GapReports`] says how runs come out: coalesced into
 //!   one [`Event::Gap`] right before the unit that ends them (MDP 3.0), or one event per run at once (MoldUDP64).
 //! - **Suspect jumps.** A copy whose first position is a window or more past the highest position known is not
@@ -394,11 +394,13 @@ struct Slot<P, M> {
     len: usize,
     line: Line,
     meta: M,
+    /// When it came (the caller's clock): a waiting unit shows the hole before it open since then.
+    since_ns: u64,
 }
 
 impl<P: Copy, M: Copy> Slot<P, M> {
     fn holding(c: &LineCopy<'_, P, M>) -> Self {
-        Slot { pos: c.pos, occupied: true, len: c.bytes.len(), line: c.line, meta: c.meta }
+        Slot { pos: c.pos, occupied: true, len: c.bytes.len(), line: c.line, meta: c.meta, since_ns: 0 }
     }
 
     fn copy<'a>(&self, bytes: &'a [u8]) -> LineCopy<'a, P, M> {
@@ -459,7 +461,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
     pub fn with_checks(cfg: ArbiterConfig, checks: K) -> Self {
         let window = cfg.window.max(1).next_power_of_two();
         let confirm = cfg.confirm_copies.clamp(1, window);
-        let empty = Slot { pos: P::default(), occupied: false, len: 0, line: Line::A, meta: M::default() };
+        let empty = Slot { pos: P::default(), occupied: false, len: 0, line: Line::A, meta: M::default(), since_ns: 0 };
         Self {
             mask: window as u64 - 1,
             next: None,
@@ -779,7 +781,7 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
         }
         let at = idx * self.cfg.slot_bytes;
         self.store[at..at + unit.bytes.len()].copy_from_slice(unit.bytes);
-        self.slots[idx] = Slot::holding(&unit);
+        self.slots[idx] = Slot { since_ns: self.now_ns, ..Slot::holding(&unit) };
         self.waiting += 1;
         self.stalled_since_ns.get_or_insert(self.now_ns);
     }
@@ -827,7 +829,24 @@ impl<P: Position, M: Copy + Default, K: CopyChecks<P, M>> Arbiter<P, M, K> {
             self.deliver(slot.copy(&store[at..at + slot.len]), out);
             self.store = store;
         }
-        self.stalled_since_ns = if self.waiting == 0 { None } else { Some(self.now_ns) };
+        // The next hole has been open since the first unit past it came, not since now: holes that one dead line
+        // leaves in a row are timed out side by side, not one gap_timeout after another.
+        self.stalled_since_ns =
+            if self.waiting == 0 { None } else { Some(self.first_waiting_since().unwrap_or(self.now_ns)) };
+    }
+
+    /// When the first unit waiting past the expected position came (a window's scan at most).
+    fn first_waiting_since(&self) -> Option<u64> {
+        let next = self.next?;
+        let end = next.after(self.window());
+        let mut p = next;
+        while p < end {
+            if self.slot_holds(p) {
+                return Some(self.slots[(p.key() & self.mask) as usize].since_ns);
+            }
+            p = p.after(1);
+        }
+        None
     }
 
     /// Moves the expected position up to `target`: waiting units go out, missing runs are declared gaps. Every

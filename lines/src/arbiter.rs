@@ -455,17 +455,39 @@ mod tests {
     }
 
     #[test]
-    fn the_timeout_restarts_when_the_expected_seq_moves() {
+    fn a_hole_behind_another_is_timed_from_when_it_was_seen_not_from_when_the_first_was_filled() {
         let mut a = Arbiter::new(cfg(0));
         assert_eq!(run(&mut a, &[(A, 1), (A, 3), (A, 5)], 0), vec![Ok(1)]);
-        // 2 comes at 500: 2 and 3 go out, 4 is missing from then on.
+        // 2 comes at 500: 2 and 3 go out; 4 has been missing since 5 came, at 0.
         assert_eq!(run(&mut a, &[(B, 2)], 500), vec![Ok(2), Ok(3)]);
         let mut gaps = Vec::new();
-        a.tick(1_499, &mut |e| gaps.push(matches!(e, Event::Gap { .. })));
+        a.tick(999, &mut |e| gaps.push(matches!(e, Event::Gap { .. })));
         assert!(gaps.is_empty());
-        a.tick(1_500, &mut |e| gaps.push(matches!(e, Event::Gap { first: 4, last: 4 })));
+        a.tick(1_000, &mut |e| gaps.push(matches!(e, Event::Gap { first: 4, last: 4 })));
         assert_eq!(gaps, vec![true, false], "the gap, then 5");
         assert_eq!((a.next_seq(), a.waiting()), (Some(6), 0));
+    }
+
+    /// A dead line B and line A losing one seq in three: every hole is declared a gap timeout after line A moved
+    /// past it, side by side, so the stream never falls further behind than one timeout (it used to wait one
+    /// timeout per hole, one after the other: a new user's 100 holes on a dead line ended 76 s late).
+    #[test]
+    fn holes_one_dead_line_leaves_in_a_row_time_out_together() {
+        let mut a = Arbiter::new(cfg(0));
+        // within the window (8): 3 and 6 missing
+        let input: Vec<(Line, u64)> = (1..=8).filter(|s| s % 3 != 0).map(|s| (A, s)).collect();
+        assert_eq!(run(&mut a, &input, 0), vec![Ok(1), Ok(2)]);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            a.tick(1_000, &mut |e| match e {
+                Event::Gap { first, last } => got.push(Err((first, last))),
+                Event::Data(d) => got.push(Ok(d.seq)),
+                _ => {}
+            });
+        }
+        let want: Vec<Result<u64, (u64, u64)>> =
+            (3..=8).map(|s| if s % 3 == 0 { Err((s, s)) } else { Ok(s) }).collect();
+        assert_eq!(got, want, "every hole by the timeout at 1,000");
     }
 
     /// Every datagram offered is accounted for once (the counters' invariant), `held` = a suspect is held.
