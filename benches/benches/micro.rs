@@ -634,10 +634,6 @@ fn pair_merge(c: &mut Criterion) {
         }
         size
     };
-    eprintln!(
-        "DEBUG {:?}",
-        src[920..930].iter().map(|r| (r.seq, r.venue_seq(), r.venue_index(), r.kind())).collect::<Vec<_>>()
-    );
     // checked before timing: every record once, from leg A, the copies of leg B all compared duplicates
     let want: u64 = src.iter().map(|r| u64::from(r.size)).sum();
     let mut m = Merge::new();

@@ -49,6 +49,11 @@
 //!
 //! A publisher with several MDP 3.0 channels: the mark and the steps are per channel; a snapshot's end carries
 //! the position of one channel (the last record's), the others are taken from the snapshot leg's first record.
+//!
+//! **Cost.** In the steady state (both legs in step, nothing waiting, recovering or covered by a snapshot) a
+//! venue record takes a fast path: find its channel's mark, then deliver it or compare it as a duplicate. Which
+//! legs may take it is recomputed after every other event; a property test checks that the merge hands out and
+//! counts exactly what the full rule does on random scripts. The `pair_merge` micro bench times it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -234,9 +239,8 @@ pub struct Merge {
     /// A snapshot is wanted from a leg (read and cleared by [`Merge::take_snapshot_wanted`]).
     snapshot_wanted: bool,
     recent: Box<[BookUpdate]>,
-    /// Instruments a delivered stale mark made stale, until a recovery passed, each with the key of the last
-    /// record of it delivered since (a recovery must cover it).
-    stale_instruments: HashMap<u32, u64>,
+    /// Instruments a delivered stale mark made stale, until a recovery or a session snapshot passed.
+    stale_instruments: HashSet<u32>,
     /// Instruments whose order-level venue snapshot passed.
     snapshotted: HashSet<u32>,
     /// After a session snapshot passed: per instrument, the key up to which its book in the snapshot covers its
@@ -251,14 +255,96 @@ pub struct Merge {
     feed_silent: bool,
     ended: bool,
     last_divergence: Option<Divergence>,
+    last_gap: Option<MergedGap>,
     /// A leg's normal end of stream, passed once every usable leg has sent one.
     end_record: Option<BookUpdate>,
     end_reason: Option<CloseReason>,
     /// The leg followed alone after a loss both legs had.
     sole: Option<usize>,
-    /// A merged gap to deliver at the next poll (found where no callback was at hand).
-    gap_owed: bool,
+    /// A merged gap to deliver at the next poll (found where no callback was at hand): its cause and leg.
+    gap_owed: Option<(GapCause, usize)>,
+    /// Per leg: its records may take the fast path ([`Merge::refresh_fast`]).
+    fast: [bool; LEGS],
+    /// Never the fast path (tests compare both).
+    slow_only: bool,
     stats: MergeStats,
+}
+
+/// Why the merge delivered a gap ([`Merge::last_gap`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapCause {
+    /// A leg lost records of its own (a ring gap) and no other leg could give them (down, silent, or out of
+    /// step itself).
+    LegGap,
+    /// A leg lost records while its session snapshot was passing through (the merged books were emptied by its
+    /// `SnapshotBegin`).
+    SnapshotCut,
+    /// A leg's record lay past the mark while no leg held every record between.
+    NeitherInStep,
+    /// No mark was known yet on the record's channel and the leg the merged stream started from lost records of
+    /// its own first.
+    BaseLost,
+    /// The leg followed alone (after a loss both had), or every leg in the merge, went down: the other comes
+    /// back from its next record.
+    LegBack,
+    /// The stream ended with records that only a leg that never gave them held.
+    EndIncomplete,
+    /// Two publishers' copies of a venue position differed.
+    Divergence,
+}
+
+impl GapCause {
+    /// The name printed by `mdfan-subscribe` (`cause=`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapCause::LegGap => "leg_gap",
+            GapCause::SnapshotCut => "snapshot_cut",
+            GapCause::NeitherInStep => "neither_in_step",
+            GapCause::BaseLost => "base_lost",
+            GapCause::LegBack => "leg_back",
+            GapCause::EndIncomplete => "end_incomplete",
+            GapCause::Divergence => "divergence",
+        }
+    }
+}
+
+/// What the other leg was when the merge gave a gap ([`MergedGap::other`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherLeg {
+    /// Down (no session), quarantined or benched.
+    Out,
+    /// Up, but its session reported a silence.
+    Silent,
+    /// Up, and not holding every record past the mark (a loss of its own, not repaired).
+    OutOfStep,
+    /// Up and in step.
+    InStep,
+}
+
+impl OtherLeg {
+    /// The name printed by `mdfan-subscribe` (`other=`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtherLeg::Out => "out",
+            OtherLeg::Silent => "silent",
+            OtherLeg::OutOfStep => "out_of_step",
+            OtherLeg::InStep => "in_step",
+        }
+    }
+}
+
+/// The last gap the merge delivered, and why ([`Merge::last_gap`]): what an operator reads to tell a loss both
+/// publishers had from a rule of the merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MergedGap {
+    /// The merged seq the gap took.
+    pub seq: u64,
+    /// Why.
+    pub cause: GapCause,
+    /// The leg whose loss or record it was.
+    pub leg: usize,
+    /// What the other leg was at that moment.
+    pub other: OtherLeg,
 }
 
 /// Two copies of one venue position that differ ([`Merge::last_divergence`]).
@@ -278,22 +364,55 @@ impl Default for Merge {
     }
 }
 
-/// The fields the venue decides: two publishers of a pair give equal values.
+/// The fields the venue decides: two publishers of a pair give equal values. Every field but `seq` (offset 0),
+/// `ts_recv_ns` (offset 16) and `ts_send_ticks` (offset 56), compared as the record's 64-bit words (wire::record
+/// layout).
+#[inline]
 fn same_venue_fields(a: &BookUpdate, b: &BookUpdate) -> bool {
-    (a.instrument_id, a.venue_pos, a.price_e9, a.order_id, a.size, a.kind, a.side, a.flags, a.level, a.ts_event_ns)
-        == (
-            b.instrument_id,
-            b.venue_pos,
-            b.price_e9,
-            b.order_id,
-            b.size,
-            b.kind,
-            b.side,
-            b.flags,
-            b.level,
-            b.ts_event_ns,
-        )
+    // word 7 holds ts_send_ticks (its first 4 bytes) then kind, side, flags and level
+    const TS_SEND_TICKS_BITS: u64 = u64::from_ne_bytes([0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    let word = |r: &BookUpdate, i: usize| {
+        let b = r.as_bytes();
+        u64::from_ne_bytes([
+            b[i * 8],
+            b[i * 8 + 1],
+            b[i * 8 + 2],
+            b[i * 8 + 3],
+            b[i * 8 + 4],
+            b[i * 8 + 5],
+            b[i * 8 + 6],
+            b[i * 8 + 7],
+        ])
+    };
+    let differ = |i: usize| word(a, i) ^ word(b, i);
+    (differ(1) | differ(3) | differ(4) | differ(5) | differ(6) | (differ(7) & !TS_SEND_TICKS_BITS)) == 0
 }
+
+/// The kinds [`Merge::on_record_fast`] takes (bit `kind`): the venue's book and trade records, no control record
+/// and no stale mark.
+const FAST_KINDS: u32 = {
+    let kinds = [
+        Kind::Add,
+        Kind::Modify,
+        Kind::Cancel,
+        Kind::Trade,
+        Kind::Fill,
+        Kind::Clear,
+        Kind::LevelNew,
+        Kind::LevelChange,
+        Kind::LevelDelete,
+        Kind::LevelDeleteThru,
+        Kind::LevelDeleteFrom,
+        Kind::NoAction,
+        Kind::TradingStatus,
+    ];
+    let (mut mask, mut i) = (0u32, 0);
+    while i < kinds.len() {
+        mask |= 1 << kinds[i] as u32;
+        i += 1;
+    }
+    mask
+};
 
 fn slot(pos: u64) -> usize {
     (pos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize & (RECENT_RECORDS - 1)
@@ -308,7 +427,7 @@ impl Merge {
             l.complete.reserve(16);
             l.waiting.reserve_exact(WAITING_RECORDS);
         }
-        let mut stale_instruments = HashMap::new();
+        let mut stale_instruments = HashSet::new();
         stale_instruments.reserve(1024);
         Merge {
             marks: Vec::with_capacity(16),
@@ -328,10 +447,13 @@ impl Merge {
             feed_silent: false,
             ended: false,
             last_divergence: None,
+            last_gap: None,
             end_record: None,
             end_reason: None,
             sole: None,
-            gap_owed: false,
+            gap_owed: None,
+            fast: [false; LEGS],
+            slow_only: false,
             stats: MergeStats { next_seq: 1, ..MergeStats::default() },
         }
     }
@@ -424,6 +546,11 @@ impl Merge {
         self.last_divergence.as_ref()
     }
 
+    /// The last gap the merged stream delivered, with its cause.
+    pub fn last_gap(&self) -> Option<&MergedGap> {
+        self.last_gap.as_ref()
+    }
+
     /// The leg the merged stream follows alone after a loss both legs had (until it goes down).
     pub fn sole(&self) -> Option<usize> {
         self.sole
@@ -436,6 +563,11 @@ impl Merge {
 
     /// Leg `leg` is down (its session ended or was lost). A snapshot it was passing through is abandoned.
     pub fn leg_down(&mut self, leg: usize) {
+        self.take_leg_down(leg);
+        self.refresh_fast();
+    }
+
+    fn take_leg_down(&mut self, leg: usize) {
         let l = &mut self.legs[leg];
         if !l.up {
             return;
@@ -457,7 +589,7 @@ impl Merge {
                 if o.up && o.quarantined {
                     o.quarantined = false;
                     o.discontinuity();
-                    self.gap_owed = true;
+                    self.gap_owed = Some((GapCause::LegBack, leg));
                 }
             }
         }
@@ -473,7 +605,7 @@ impl Merge {
             }
             // what they hold is not known against the merged stream (their own repairs of the loss): a gap,
             // then a snapshot
-            self.gap_owed = true;
+            self.gap_owed = Some((GapCause::LegBack, leg));
         }
     }
 
@@ -490,6 +622,7 @@ impl Merge {
         l.max_pos = 0;
         l.quarantined = false;
         l.discontinuity();
+        self.refresh_fast();
     }
 
     fn mark(&self, ch: u16) -> Option<u64> {
@@ -520,12 +653,28 @@ impl Merge {
         f(Event::Record(&copy));
     }
 
+    /// What the leg other than `leg` is, for a gap's report.
+    fn other_leg(&self, leg: usize) -> OtherLeg {
+        let o = (leg + 1) % LEGS;
+        let l = &self.legs[o];
+        if !l.usable() {
+            OtherLeg::Out
+        } else if l.silent {
+            OtherLeg::Silent
+        } else if self.in_step_now(o) {
+            OtherLeg::InStep
+        } else {
+            OtherLeg::OutOfStep
+        }
+    }
+
     /// A merged gap: one seq wide, the books stale until a snapshot passes. None while one is unrepaired (the
     /// strategy knows already).
-    fn emit_gap<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
+    fn emit_gap<F: FnMut(Event<'_>)>(&mut self, cause: GapCause, leg: usize, f: &mut F) {
         if self.stale {
             return;
         }
+        self.last_gap = Some(MergedGap { seq: self.next_seq, cause, leg, other: self.other_leg(leg) });
         f(Event::Gap { expected: self.next_seq, got: self.next_seq + 1 });
         self.next_seq += 1;
         self.stats.gaps += 1;
@@ -538,16 +687,66 @@ impl Merge {
         self.set_mark(ch, Some(key));
         self.recent[slot(r.venue_pos)] = BookUpdate { seq: self.next_seq, ..*r };
         self.legs[leg].stats.delivered_first += 1;
-        if !self.stale_instruments.is_empty() {
-            if let Some(last) = self.stale_instruments.get_mut(&r.instrument_id) {
-                *last = key;
-            }
-        }
         self.emit(r, f);
     }
 
     /// One event of leg `leg`'s session, as its [`Subscriber::poll`] handed it; merged events go to `f`.
+    #[inline]
     pub fn on_event<F: FnMut(Event<'_>)>(&mut self, leg: usize, ev: Event<'_>, f: &mut F) {
+        if let Event::Record(r) = ev {
+            if self.fast[leg] && self.on_record_fast(leg, r, f) {
+                return;
+            }
+        }
+        self.on_event_slow(leg, ev, f);
+        self.refresh_fast();
+    }
+
+    /// The steady state's record (module docs, "Cost"): a venue record of a leg in step, on a channel whose mark
+    /// is known, while nothing waits, recovers or is covered by a snapshot. Delivered or compared as a duplicate
+    /// exactly as the full rule would; `false` (nothing done) for anything else.
+    #[inline]
+    fn on_record_fast<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) -> bool {
+        if r.kind >= 32 || FAST_KINDS & (1 << r.kind) == 0 || r.flags & flags::SNAPSHOT != 0 {
+            return false;
+        }
+        let ch = r.venue_channel();
+        let Some(i) = self.marks.iter().position(|(c, _)| *c == ch) else { return false };
+        let Some(m) = self.marks[i].1 else { return false };
+        let l = &mut self.legs[leg];
+        l.max_pos = l.max_pos.max(r.venue_pos);
+        let key = r.venue_pos.saturating_add(1);
+        if key <= m {
+            self.on_duplicate(leg, r, f);
+            if self.legs[leg].quarantined {
+                self.refresh_fast();
+            }
+            return true;
+        }
+        self.marks[i].1 = Some(key);
+        self.recent[slot(r.venue_pos)] = BookUpdate { seq: self.next_seq, ..*r };
+        self.legs[leg].stats.delivered_first += 1;
+        self.emit(r, f);
+        true
+    }
+
+    /// Which legs may take [`Merge::on_record_fast`]: recomputed after every event or call that changes the
+    /// merge's state other than the fast path's own (the mark moving, a duplicate counted).
+    fn refresh_fast(&mut self) {
+        let plain = !self.slow_only && !self.ended && self.covered.is_empty() && self.recovering.is_empty();
+        for leg in 0..LEGS {
+            let l = &self.legs[leg];
+            self.fast[leg] = plain
+                && l.usable()
+                && l.started
+                && !l.in_snapshot
+                && !l.passing
+                && l.waiting.is_empty()
+                && self.in_step_now(leg);
+        }
+    }
+
+    fn on_event_slow<F: FnMut(Event<'_>)>(&mut self, leg: usize, ev: Event<'_>, f: &mut F) {
         match ev {
             Event::Record(r) => self.on_record(leg, r, f),
             Event::Gap { .. } => {
@@ -562,7 +761,8 @@ impl Merge {
                 // lost it too.
                 let covered = (0..LEGS).any(|o| o != leg && self.vouches(o));
                 if (was_passing || !covered) && !self.stale {
-                    self.emit_gap(f);
+                    let cause = if was_passing { GapCause::SnapshotCut } else { GapCause::LegGap };
+                    self.emit_gap(cause, leg, f);
                 }
             }
             Event::Stale { .. } | Event::Corrupt { .. } => {} // counted by the leg's own receiver
@@ -648,7 +848,7 @@ impl Merge {
                 }
                 if kind == Some(Kind::InstrumentStale) {
                     // that publisher's book is stale too: its recovery will be wanted
-                    self.stale_instruments.insert(r.instrument_id, r.venue_pos.saturating_add(1));
+                    self.stale_instruments.insert(r.instrument_id);
                 }
                 self.emit(r, f)
             }
@@ -711,7 +911,8 @@ impl Merge {
         let done = |l: &Leg| !l.usable() || (l.ended && l.waiting.is_empty()) || (l.silent && whole);
         if self.legs.iter().all(done) && self.legs.iter().any(|l| l.usable() && l.ended) {
             if !whole {
-                self.emit_gap(f); // what is missing is said with a gap first
+                let leg = (0..LEGS).find(|e| self.legs[*e].ended).unwrap_or(0);
+                self.emit_gap(GapCause::EndIncomplete, leg, f); // what is missing is said with a gap first
             }
             self.ended = true;
             self.end_reason = Some(CloseReason::EndOfStream);
@@ -819,7 +1020,7 @@ impl Merge {
                 self.base = Some(leg);
                 self.legs[leg].set_complete(ch, Some(key - 1));
                 self.legs[leg].dropped_marks.clear();
-                self.emit_gap(f);
+                self.emit_gap(GapCause::BaseLost, leg, f);
                 self.deliver(leg, r, ch, key, f);
             }
             return true;
@@ -838,7 +1039,7 @@ impl Merge {
             // from here, after a gap.
             self.legs[leg].set_complete(ch, Some(key - 1));
             self.legs[leg].dropped_marks.clear();
-            self.emit_gap(f);
+            self.emit_gap(GapCause::NeitherInStep, leg, f);
             self.deliver(leg, r, ch, key, f);
         }
         true
@@ -857,8 +1058,13 @@ impl Merge {
     /// Places what the legs keep waiting once the other leg has moved the mark, or (`force`) whatever they keep,
     /// when no other leg will deliver it. No allocation; a check per leg when nothing waits.
     pub fn flush<F: FnMut(Event<'_>)>(&mut self, f: &mut F) {
-        if std::mem::take(&mut self.gap_owed) && !self.ended {
-            self.emit_gap(f);
+        if self.gap_owed.is_none() && self.end_record.is_none() && self.legs.iter().all(|l| l.waiting.is_empty()) {
+            return;
+        }
+        if let Some((cause, leg)) = self.gap_owed.take() {
+            if !self.ended {
+                self.emit_gap(cause, leg, f);
+            }
         }
         for leg in 0..LEGS {
             if !self.legs[leg].waiting.is_empty() {
@@ -873,6 +1079,7 @@ impl Merge {
             }
         }
         self.try_end(f);
+        self.refresh_fast();
     }
 
     /// A stale mark is not merged by position: a publisher writes the marks of a loss at the first lost
@@ -907,14 +1114,15 @@ impl Merge {
         }
         if self.sole != Some(leg) {
             // no other leg was up: the only repair is this leg's own recovery or a session snapshot
-            self.stale_instruments.insert(r.instrument_id, r.venue_pos.saturating_add(1));
+            self.stale_instruments.insert(r.instrument_id);
         }
         self.legs[leg].stats.delivered_first += 1;
         self.emit(r, f);
     }
 
+    #[inline]
     fn on_duplicate<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
-        let kept = self.recent[slot(r.venue_pos)];
+        let kept = &self.recent[slot(r.venue_pos)];
         let l = &mut self.legs[leg];
         l.stats.duplicates += 1;
         if kept.venue_pos != r.venue_pos || kept.seq == 0 {
@@ -927,7 +1135,8 @@ impl Merge {
         if !l.dropped_marks.is_empty() {
             return; // its publisher marked packets stale: their indices may differ from the other leg's
         }
-        if !same_venue_fields(&kept, r) {
+        if !same_venue_fields(kept, r) {
+            let kept = *kept;
             // The two publishers disagree: the merged books may hold records of both. This leg (whose copy came
             // second) is left out from here; the books are stale until the other leg's snapshot passes.
             l.stats.divergences += 1;
@@ -936,7 +1145,7 @@ impl Merge {
             self.stats.divergences += 1;
             self.last_divergence = Some(Divergence { leg, delivered: kept, this_leg: *r });
             if !self.stale {
-                self.emit_gap(f);
+                self.emit_gap(GapCause::Divergence, leg, f);
             }
         }
     }
@@ -1227,6 +1436,11 @@ impl PairSubscriber {
         self.merge.last_divergence()
     }
 
+    /// The last gap the merged stream delivered, with its cause and what the other leg was.
+    pub fn last_gap(&self) -> Option<&MergedGap> {
+        self.merge.last_gap()
+    }
+
     /// The symbology of a leg with a session (both publishers name the same instruments).
     pub fn symbology(&self) -> Option<&crate::Symbology> {
         self.legs.iter().find_map(|l| l.sub.as_ref()).map(Subscriber::symbology)
@@ -1290,6 +1504,225 @@ mod tests {
         (seqs, contiguous)
     }
 
+    /// One step of a random script for both legs ([`the_fast_path_gives_exactly_what_the_full_rule_gives`]).
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The leg's next venue record (a duplicate if the other leg sent it; `diverge`: a differing copy).
+        Next {
+            leg: usize,
+            diverge: bool,
+        },
+        /// The leg lost this many records in its ring.
+        Lose {
+            leg: usize,
+            n: u64,
+        },
+        /// The leg's session snapshot at its position begins (`SnapshotBegin`, a `Clear`); the records that follow
+        /// until its end are in it.
+        SnapshotBegin {
+            leg: usize,
+        },
+        SnapshotEnd {
+            leg: usize,
+        },
+        /// An order-level venue snapshot record (flagged `SNAPSHOT`, a DBN file's) of an instrument at the leg's
+        /// position.
+        VenueSnapshot {
+            leg: usize,
+            instrument: u32,
+        },
+        /// A stale mark at the leg's position, then its market recovery there.
+        StaleThenRecovery {
+            leg: usize,
+            recover: bool,
+        },
+        Down {
+            leg: usize,
+        },
+        Restart {
+            leg: usize,
+            back: u64,
+        },
+        Silent {
+            leg: usize,
+            silent: bool,
+        },
+        End {
+            leg: usize,
+        },
+        Flush,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let leg = 0..LEGS;
+        prop_oneof![
+            40 => (leg.clone(), proptest::bool::weighted(0.02)).prop_map(|(leg, diverge)| Op::Next { leg, diverge }),
+            3 => (leg.clone(), 1..20u64).prop_map(|(leg, n)| Op::Lose { leg, n }),
+            2 => leg.clone().prop_map(|leg| Op::SnapshotBegin { leg }),
+            3 => leg.clone().prop_map(|leg| Op::SnapshotEnd { leg }),
+            3 => (leg.clone(), 7..9u32).prop_map(|(leg, instrument)| Op::VenueSnapshot { leg, instrument }),
+            2 => (leg.clone(), any::<bool>()).prop_map(|(leg, recover)| Op::StaleThenRecovery { leg, recover }),
+            1 => leg.clone().prop_map(|leg| Op::Down { leg }),
+            1 => (leg.clone(), 0..30u64).prop_map(|(leg, back)| Op::Restart { leg, back }),
+            2 => (leg.clone(), any::<bool>()).prop_map(|(leg, silent)| Op::Silent { leg, silent }),
+            1 => leg.prop_map(|leg| Op::End { leg }),
+            5 => Just(Op::Flush),
+        ]
+    }
+
+    /// Venue record `n` of the script's stream: two channels interleaved, two instruments, book and trade kinds.
+    fn venue_record(n: u64) -> BookUpdate {
+        let kinds = [Kind::Add, Kind::Trade, Kind::LevelChange, Kind::Cancel, Kind::NoAction];
+        BookUpdate {
+            venue_pos: mdfan_wire::mdp3_venue_position((n % 2) as u16, (n / 4 + 1) as u32, (n / 2 % 2) as u16),
+            instrument_id: 7 + u32::from(n.is_multiple_of(3)),
+            order_id: n,
+            size: 1 + (n % 5) as u32,
+            flags: flags::LAST,
+            ..BookUpdate::control(kinds[(n % 5) as usize])
+        }
+    }
+
+    /// Everything the merge handed out and counted, for a script run on `m`.
+    fn run_script(mut m: Merge, ops: &[Op]) -> (Vec<String>, MergeStats, [LegStats; LEGS], Option<MergedGap>) {
+        let mut out = Vec::new();
+        let mut next = [0u64; LEGS];
+        let mut f = |e: Event<'_>| {
+            out.push(match e {
+                Event::Record(r) => format!("{} {:?} {:x} {}", r.seq, r.kind(), r.venue_pos, r.size),
+                other => format!("{other:?}"),
+            })
+        };
+        for op in ops {
+            match *op {
+                Op::Next { leg, diverge } => {
+                    let mut r = venue_record(next[leg]);
+                    if diverge {
+                        r.size += 100;
+                    }
+                    next[leg] += 1;
+                    m.on_event(leg, Event::Record(&r), &mut f);
+                }
+                Op::Lose { leg, n } => {
+                    next[leg] += n;
+                    m.on_event(leg, Event::Gap { expected: 1, got: 2 }, &mut f);
+                }
+                Op::SnapshotBegin { leg } => {
+                    let at = venue_record(next[leg].saturating_sub(1)).venue_pos;
+                    let snap = [
+                        BookUpdate { flags: flags::SNAPSHOT, ..BookUpdate::control(Kind::SnapshotBegin) },
+                        BookUpdate {
+                            instrument_id: 7,
+                            venue_pos: at,
+                            flags: flags::SNAPSHOT,
+                            ..BookUpdate::control(Kind::Clear)
+                        },
+                    ];
+                    for r in &snap {
+                        m.on_event(leg, Event::Record(r), &mut f);
+                    }
+                }
+                Op::SnapshotEnd { leg } => {
+                    let at = venue_record(next[leg].saturating_sub(1)).venue_pos;
+                    let r =
+                        BookUpdate { venue_pos: at, flags: flags::SNAPSHOT, ..BookUpdate::control(Kind::SnapshotEnd) };
+                    m.on_event(leg, Event::Record(&r), &mut f);
+                }
+                Op::VenueSnapshot { leg, instrument } => {
+                    let r = BookUpdate { instrument_id: instrument, flags: flags::SNAPSHOT, ..venue_record(next[leg]) };
+                    m.on_event(leg, Event::Record(&r), &mut f);
+                }
+                Op::StaleThenRecovery { leg, recover } => {
+                    let at = venue_record(next[leg]).venue_pos;
+                    let stale =
+                        BookUpdate { venue_pos: at, instrument_id: 7, ..BookUpdate::control(Kind::InstrumentStale) };
+                    m.on_event(leg, Event::Record(&stale), &mut f);
+                    if recover {
+                        let rec = BookUpdate {
+                            venue_pos: at,
+                            instrument_id: 7,
+                            flags: flags::SNAPSHOT | flags::MBP | flags::LAST,
+                            ..BookUpdate::control(Kind::Clear)
+                        };
+                        m.on_event(leg, Event::Record(&rec), &mut f);
+                    }
+                }
+                Op::Down { leg } => m.leg_down(leg),
+                Op::Restart { leg, back } => {
+                    m.leg_restarted(leg);
+                    next[leg] = next[leg].saturating_sub(back);
+                }
+                Op::Silent { leg, silent } => m.set_leg_silent(leg, silent),
+                Op::End { leg } => m.on_event(leg, Event::Record(&end(CloseReason::EndOfStream)), &mut f),
+                Op::Flush => m.flush(&mut f),
+            }
+        }
+        m.flush(&mut f);
+        (out, m.stats(), [m.leg_stats(0), m.leg_stats(1)], m.last_gap().copied())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The fast path is an optimisation only: on any script of records, losses, snapshots, stale marks,
+        /// recoveries, legs going down and up, silences and ends, a merge that may take it hands out exactly what
+        /// one that never does hands out, and counts the same.
+        #[test]
+        fn the_fast_path_gives_exactly_what_the_full_rule_gives(ops in proptest::collection::vec(op(), 1..400)) {
+            let slow = Merge { slow_only: true, ..Merge::new() };
+            proptest::prop_assert_eq!(run_script(Merge::new(), &ops), run_script(slow, &ops));
+        }
+    }
+
+    #[test]
+    fn copies_are_compared_on_every_field_the_venue_decides_and_no_other() {
+        let a = BookUpdate { price_e9: 4_810_250_000_000, side: b'B', ts_event_ns: 11, ..add(5) };
+        let publisher_own = [
+            BookUpdate { seq: 99, ..a },
+            BookUpdate { ts_recv_ns: 12345, ..a },
+            BookUpdate { ts_send_ticks: u32::MAX, ..a },
+        ];
+        for b in &publisher_own {
+            assert!(same_venue_fields(&a, b), "{b:?}");
+        }
+        let venue = [
+            BookUpdate { ts_event_ns: 12, ..a },
+            BookUpdate { venue_pos: a.venue_pos + 1, ..a },
+            BookUpdate { price_e9: a.price_e9 + 1, ..a },
+            BookUpdate { order_id: a.order_id ^ 1 << 63, ..a },
+            BookUpdate { instrument_id: 8, ..a },
+            BookUpdate { size: 2, ..a },
+            BookUpdate { kind: Kind::Cancel as u8, ..a },
+            BookUpdate { side: b'A', ..a },
+            BookUpdate { flags: 0, ..a },
+            BookUpdate { level: 1, ..a },
+        ];
+        for b in &venue {
+            assert!(!same_venue_fields(&a, b), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_takes_the_fast_path() {
+        // a script of plain records on both legs: most of them take it (else the property above proves little)
+        let ops: Vec<Op> = (0..200).map(|i| Op::Next { leg: i % 2, diverge: false }).collect();
+        let mut m = Merge::new();
+        let mut fast = 0;
+        let mut next = [0u64; LEGS];
+        for op in &ops {
+            if let Op::Next { leg, .. } = *op {
+                let r = venue_record(next[leg]);
+                next[leg] += 1;
+                if m.fast[leg] {
+                    fast += 1;
+                }
+                m.on_event(leg, Event::Record(&r), &mut |_| {});
+            }
+        }
+        assert!(fast >= 190, "{fast} of 200 took the fast path");
+        assert_eq!((m.stats().records, m.leg_stats(1).duplicates), (100, 100));
+    }
+
     #[test]
     fn two_equal_legs_give_every_record_once_in_order_and_the_second_copies_are_counted() {
         let (mut m, mut seen) = (Merge::new(), Seen::new());
@@ -1347,6 +1780,8 @@ mod tests {
         feed(&mut m, &mut seen, 0, &adds(9..=10));
         assert!(m.is_stale() && m.take_snapshot_wanted());
         assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "{seen:?}");
+        let g = MergedGap { seq: 5, cause: GapCause::LegGap, leg: 1, other: OtherLeg::OutOfStep };
+        assert_eq!(m.last_gap(), Some(&g), "leg 1's ring gap, after leg 0's own: nobody held 5..=7");
         // leg 0's own resync snapshot passes through, then its stream from the snapshot's position
         feed(
             &mut m,
@@ -1431,6 +1866,8 @@ mod tests {
         assert_eq!(seen.last().unwrap().2, None, "a gap after the divergence: {seen:?}");
         let d = m.last_divergence().unwrap();
         assert_eq!((d.leg, d.delivered.size, d.this_leg.size, d.delivered.seq), (1, 1, 99, 3));
+        let g = MergedGap { seq: 4, cause: GapCause::Divergence, leg: 1, other: OtherLeg::InStep };
+        assert_eq!(m.last_gap(), Some(&g));
         // leg 1 is left out: only leg 0 delivers, even when leg 1 is first
         assert!(m.leg_stats(1).quarantined && !m.leg_usable(1));
         feed(&mut m, &mut seen, 1, &adds(4..=5));
@@ -1480,6 +1917,7 @@ mod tests {
         gap(&mut m, &mut seen, 1);
         feed(&mut m, &mut seen, 0, &adds(9..=9)); // no mark yet, and leg 0 lost records since it became the base
         assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "{seen:?}");
+        assert_eq!(m.last_gap().map(|g| (g.cause, g.leg)), Some((GapCause::LegGap, 1)), "the second leg's loss");
         assert!(m.is_stale());
     }
 

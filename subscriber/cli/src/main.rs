@@ -557,7 +557,11 @@ fn run_pair(
         let mut stale = pair.is_stale();
         let n = pair.poll(256, |event| on_event(event, &mut view, &mut out, &mut heartbeats, &mut end, &mut stale));
         for line in out.drain(..) {
-            out!("{line}");
+            match pair.last_gap().filter(|_| line.starts_with("gap ")) {
+                // why the merge gave it, and what the other leg was
+                Some(g) => out!("{line} cause={} leg={} other={}", g.cause.as_str(), leg_name(g.leg), g.other.as_str()),
+                None => out!("{line}"),
+            }
         }
         idler.idle(n);
         if let Some(health) = pair.maintain_if_due() {
