@@ -34,12 +34,21 @@
 //!   leg is in the merge. A mark reaches the strategy only from a leg the other cannot vouch for: a loss both
 //!   legs had. From there the merged stream is that leg's alone (`benched` on the other), its later marks and
 //!   its own market recoveries included, exactly as a single publisher's; the other leg comes back, after a
-//!   gap, only when that one goes down. An order-level venue snapshot (a DBN file's records flagged `SNAPSHOT`,
-//!   whose positions repeat) passes once per instrument, from the leg whose record of it came first, and none
-//!   after a session snapshot passed.
+//!   gap, only when that one goes down.
+//! - **A file's opening venue snapshot** (order-level records flagged `SNAPSHOT`, whose positions repeat and are
+//!   not in order) is placed by count: the n-th record of an instrument's snapshot is the same on both legs
+//!   (both publishers replay the same file), so it passes from whichever leg sends it first, and a leg that
+//!   dies in the middle leaves the rest to the other, which goes on from the first record not passed. A leg
+//!   that lost records of its own since its start is not counted. After a session snapshot passed, only the
+//!   venue snapshot records that follow it on its own leg pass (a snapshot taken while that publisher was still
+//!   replaying the opening); that leg lost there is a gap.
 //! - **Session snapshots.** The first leg's snapshot (or its stream from seq 1) is the merged stream's start; a
 //!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
-//!   resync, after its own gap). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
+//!   resync, after its own gap). One that passes puts the books at its leg's point, which may be behind what the
+//!   other leg already sent: the other leg learns again from its next record what it holds past the mark, and
+//!   waits until the mark reaches it. A repair is asked of the leg in step that is furthest on. Before any mark
+//!   is known on a channel, a leg streaming from its seq 1 that lost nothing delivers there as the first leg
+//!   would (both began at the stream's start). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
 //!   together (silent only when every leg that is up is silent). The end of stream passes once every leg in
 //!   the merge has sent it (or went down, or fell silent) and nothing of it waits: a leg that ends first may
 //!   have less than the other, and one that lags may still have records to give. A leg that shuts down or fails
@@ -129,6 +138,15 @@ pub struct MergeStats {
     pub next_seq: u64,
 }
 
+/// One instrument's order-level venue snapshot ([`Merge`]'s `venue_counts`).
+#[derive(Debug, Clone, Copy, Default)]
+struct VenueCount {
+    /// Records of it delivered.
+    passed: u32,
+    /// Records of it each leg sent in its current session.
+    seen: [u32; LEGS],
+}
+
 /// Per-channel mark: `(channel, last delivered position + 1)`; `None`: not known yet (after a snapshot that did
 /// not say it, until the snapshot's leg delivers on that channel).
 type Marks = Vec<(u16, Option<u64>)>;
@@ -143,6 +161,9 @@ struct Leg {
     default: Option<u64>,
     in_snapshot: bool,
     passing: bool,
+    /// Its session began with a stream from seq 1 and lost nothing since: its venue snapshot records are counted
+    /// ([`VenueCount`]).
+    venue_counting: bool,
     /// Instruments whose stale mark from this leg was dropped (the other leg had the data). While any is here
     /// the leg is out of step: it lacks their records. An instrument leaves with the leg's recovery of it, after
     /// which the leg lacks only its records up to the recovery's position (its publisher drops them by
@@ -218,6 +239,7 @@ impl Leg {
 
     /// A loss of its own (ring gap, snapshot start, new session): nothing known until its next records.
     fn discontinuity(&mut self) {
+        self.venue_counting = false;
         self.waiting.clear();
         self.complete.clear();
         self.default = None;
@@ -241,16 +263,21 @@ pub struct Merge {
     recent: Box<[BookUpdate]>,
     /// Instruments a delivered stale mark made stale, until a recovery or a session snapshot passed.
     stale_instruments: HashSet<u32>,
-    /// Instruments whose order-level venue snapshot passed.
-    snapshotted: HashSet<u32>,
+    /// Order-level venue snapshots (a DBN file's opening), per instrument: how many records of it passed, and
+    /// how many each leg sent (module docs).
+    venue_counts: HashMap<u32, VenueCount>,
+    /// The leg whose session snapshot passed last, while it stays continuous: it holds every record after the
+    /// merged books' point, and its venue snapshot records after the snapshot (one taken while its publisher was
+    /// still replaying the file's opening snapshot) pass.
+    snapshot_leg: Option<usize>,
+    /// That leg has sent venue snapshot records since its session snapshot and no venue record yet: losing it
+    /// now cuts the merged venue snapshot (a gap).
+    venue_tail_open: bool,
     /// After a session snapshot passed: per instrument, the key up to which its book in the snapshot covers its
     /// records (dropped from either leg until one past it comes).
     covered: HashMap<u32, u64>,
     /// A session snapshot passed: the books came whole from it, and no venue snapshot passes after it.
     session_snapshot_passed: bool,
-
-    /// Recoveries in progress: instrument -> the leg whose records pass.
-    recovering: HashMap<u32, usize>,
 
     feed_silent: bool,
     ended: bool,
@@ -439,8 +466,9 @@ impl Merge {
             recent: vec![BookUpdate { seq: 0, ..BookUpdate::control(Kind::Heartbeat) }; RECENT_RECORDS]
                 .into_boxed_slice(),
             stale_instruments,
-            recovering: HashMap::new(),
-            snapshotted: HashSet::new(),
+            venue_counts: HashMap::new(),
+            snapshot_leg: None,
+            venue_tail_open: false,
             covered: HashMap::new(),
             session_snapshot_passed: false,
 
@@ -581,7 +609,7 @@ impl Merge {
             self.snapshot_wanted = true;
         }
         l.in_snapshot = false;
-        self.recovering.retain(|_, owner| *owner != leg);
+        self.snapshot_leg_lost(leg);
         if !self.legs.iter().any(Leg::usable) {
             // No leg left in the merge but one left out after a divergence: better its stream, from a snapshot
             // after a gap, than none.
@@ -622,7 +650,21 @@ impl Merge {
         l.max_pos = 0;
         l.quarantined = false;
         l.discontinuity();
+        self.snapshot_leg_lost(leg);
+        // its stream starts again: its venue snapshot records are counted from its first
+        self.venue_counts.values_mut().for_each(|c| c.seen[leg] = 0);
         self.refresh_fast();
+    }
+
+    /// Leg `leg` lost records or went: if the venue snapshot tail after its session snapshot was passing, the
+    /// merged books lack the rest of it (a gap).
+    fn snapshot_leg_lost(&mut self, leg: usize) {
+        if self.snapshot_leg == Some(leg) {
+            self.snapshot_leg = None;
+            if std::mem::take(&mut self.venue_tail_open) && self.gap_owed.is_none() {
+                self.gap_owed = Some((GapCause::SnapshotCut, leg));
+            }
+        }
     }
 
     fn mark(&self, ch: u16) -> Option<u64> {
@@ -733,7 +775,7 @@ impl Merge {
     /// Which legs may take [`Merge::on_record_fast`]: recomputed after every event or call that changes the
     /// merge's state other than the fast path's own (the mark moving, a duplicate counted).
     fn refresh_fast(&mut self) {
-        let plain = !self.slow_only && !self.ended && self.covered.is_empty() && self.recovering.is_empty();
+        let plain = !self.slow_only && !self.ended && self.covered.is_empty() && !self.venue_tail_open;
         for leg in 0..LEGS {
             let l = &self.legs[leg];
             self.fast[leg] = plain
@@ -750,6 +792,7 @@ impl Merge {
         match ev {
             Event::Record(r) => self.on_record(leg, r, f),
             Event::Gap { .. } => {
+                self.snapshot_leg_lost(leg);
                 let l = &mut self.legs[leg];
                 l.stats.gaps += 1;
                 l.discontinuity();
@@ -795,6 +838,7 @@ impl Merge {
         }
         if first && kind != Some(Kind::SnapshotBegin) {
             self.legs[leg].default = Some(0);
+            self.legs[leg].venue_counting = true;
         }
         match kind {
             Some(Kind::Heartbeat) => {}
@@ -805,15 +849,18 @@ impl Merge {
                     && !self.legs[leg].quarantined
                     && !self.legs[leg].benched
                     && !other_passing;
+                self.snapshot_leg_lost(leg);
                 let l = &mut self.legs[leg];
                 l.discontinuity();
                 l.in_snapshot = true;
                 l.passing = pass;
                 if pass {
-                    self.session_snapshot_passed = true; // it holds every book: no venue snapshot after it
+                    // it holds every book: no venue snapshot passes after it but its own leg's tail
+                    self.session_snapshot_passed = true;
                     self.base = Some(leg);
                     self.marks.iter_mut().for_each(|(_, m)| *m = None);
-                    self.recovering.clear();
+                    self.snapshot_leg = None;
+                    self.venue_tail_open = false;
                     self.covered.clear();
                     self.stale_instruments.clear();
                     self.emit(r, f);
@@ -834,6 +881,13 @@ impl Merge {
                     if r.venue_pos != 0 {
                         self.set_mark(ch, Some(r.venue_pos + 1));
                     }
+                    // The books went to this leg's point, behind or ahead of what the others sent: what they hold
+                    // past the mark is learnt again from their next records.
+                    for o in (0..LEGS).filter(|o| *o != leg) {
+                        self.snapshot_leg_lost(o);
+                        self.legs[o].discontinuity();
+                    }
+                    self.snapshot_leg = Some(leg);
                     self.stale = false;
                     self.stats.snapshots += 1;
                     self.emit(r, f);
@@ -945,30 +999,41 @@ impl Merge {
             l.set_complete(ch, Some(c));
             return;
         }
-        // An order-level venue snapshot (a DBN file's, whose positions repeat): once per instrument, from the leg
-        // whose record of it came first, and none after a session snapshot passed (it holds every book).
-        let pass = match self.recovering.get(&id) {
-            Some(owner) => *owner == leg,
-            None => {
-                let first = !self.session_snapshot_passed && self.legs[leg].usable() && self.snapshotted.insert(id);
-                if first {
-                    self.recovering.insert(id, leg);
-                }
-                first
+        // An order-level venue snapshot (a DBN file's opening, whose positions repeat and are not in order).
+        if self.session_snapshot_passed {
+            // The books came whole from a session snapshot of one leg, at one point of its stream: only that leg's
+            // venue snapshot records after it are missing from them (its publisher was still replaying the
+            // opening when it took the snapshot).
+            if self.snapshot_leg == Some(leg) && self.legs[leg].usable() {
+                self.venue_tail_open = true;
+                self.legs[leg].stats.delivered_first += 1;
+                self.emit(r, f);
+            } else {
+                self.legs[leg].stats.recovery_dropped += 1;
             }
-        };
-        if !pass {
+            return;
+        }
+        // Before any session snapshot, by count: the n-th record of an instrument's venue snapshot is the same on
+        // both legs (both publishers replay the same file), so it passes from whichever leg sends it first, as a
+        // venue record does by position. A leg that lost records of its own since its start cannot be counted.
+        if !self.legs[leg].venue_counting {
             self.legs[leg].stats.recovery_dropped += 1;
             return;
         }
+        let c = self.venue_counts.entry(id).or_default();
+        c.seen[leg] += 1;
+        if c.seen[leg] != c.passed + 1 || !self.legs[leg].usable() {
+            self.legs[leg].stats.recovery_dropped += 1; // the other leg's copy passed (or will)
+            return;
+        }
+        c.passed = c.seen[leg];
         self.legs[leg].stats.delivered_first += 1;
         self.emit(r, f);
     }
 
     fn on_venue<F: FnMut(Event<'_>)>(&mut self, leg: usize, r: &BookUpdate, f: &mut F) {
-        if !self.recovering.is_empty() && self.recovering.get(&r.instrument_id) == Some(&leg) {
-            // the owner's recovery of this instrument is over: its incrementals follow
-            self.recovering.remove(&r.instrument_id);
+        if self.venue_tail_open && self.snapshot_leg == Some(leg) {
+            self.venue_tail_open = false; // its venue snapshot is over: its incrementals follow
         }
         let l = &mut self.legs[leg];
         l.max_pos = l.max_pos.max(r.venue_pos);
@@ -1011,7 +1076,14 @@ impl Merge {
             // The mark is not known on this channel: the base leg sets it with its first record, if nothing was
             // lost on it since it became the base (a loss of its own since: a gap first).
             let base_usable = self.base.is_some_and(|b| self.legs[b].usable());
-            if self.base == Some(leg) && known_before && !tainted {
+            // A leg streaming from its seq 1 that lost nothing holds what the merged stream holds, when that too
+            // began at the stream's start (no session snapshot passed): its venue snapshot records passed by count.
+            let from_start = self.legs[leg].default == Some(0) && !tainted && !self.session_snapshot_passed;
+            // The leg whose snapshot the books came from, continuous since (its snapshot's end may carry no
+            // position: one taken before its first venue record).
+            let since_snapshot = self.snapshot_leg == Some(leg) && !tainted;
+            if (self.base == Some(leg) && known_before && !tainted) || from_start || since_snapshot {
+                self.base = Some(leg);
                 self.legs[leg].set_complete(ch, Some(key - 1));
                 self.deliver(leg, r, ch, key, f);
             } else if base_usable && self.base != Some(leg) && !force {
@@ -1306,7 +1378,8 @@ impl PairSubscriber {
             self.last_repair = Some(std::time::Instant::now());
             let leg = (0..LEGS)
                 .filter(|i| self.legs[*i].sub.is_some() && self.merge.leg_usable(*i))
-                .max_by_key(|i| self.merge.leg_in_step(*i));
+                // in step first, then the one furthest on: a leg behind would take the books back in time
+                .max_by_key(|i| (self.merge.leg_in_step(*i), self.merge.legs[*i].max_pos));
             if let Some(sub) = leg.and_then(|i| self.legs[i].sub.as_mut()) {
                 sub.request_snapshot();
             }
@@ -1919,6 +1992,129 @@ mod tests {
         assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "{seen:?}");
         assert_eq!(m.last_gap().map(|g| (g.cause, g.leg)), Some((GapCause::LegGap, 1)), "the second leg's loss");
         assert!(m.is_stale());
+    }
+
+    /// Record `n` (from 1) of a DBN file's opening venue snapshot: flagged `SNAPSHOT`, positions not in order.
+    fn venue_snap(n: u64) -> BookUpdate {
+        BookUpdate { venue_pos: venue_position(3 - n % 3, 0), flags: flags::SNAPSHOT, order_id: 100 + n, ..add(1) }
+    }
+
+    /// The order ids of the venue snapshot records delivered, in order.
+    fn venue_snap_ids(seen: &[(u64, u64, Option<Kind>, u32, u64)]) -> Vec<u64> {
+        seen.iter().filter(|s| s.4 >= 100).map(|s| s.4 - 100).collect()
+    }
+
+    fn feed_ids(m: &mut Merge, seen: &mut Vec<(u64, u64, Option<Kind>, u32, u64)>, leg: usize, records: &[BookUpdate]) {
+        for r in records {
+            m.on_event(leg, Event::Record(r), &mut |e| match e {
+                Event::Record(r) => seen.push((r.seq, r.venue_seq(), r.kind(), r.size, r.order_id)),
+                Event::Gap { expected, .. } => seen.push((expected, 0, None, 0, 0)),
+                _ => {}
+            });
+        }
+    }
+
+    #[test]
+    fn a_files_opening_snapshot_passes_once_by_count_whichever_leg_leads_and_survives_the_leaders_death() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=8).map(venue_snap).collect();
+        feed_ids(&mut m, &mut seen, 0, &snap[..3]); // leg 0 leads: 1..=3
+        feed_ids(&mut m, &mut seen, 1, &snap[..5]); // leg 1 overtakes: 4, 5 from it
+        feed_ids(&mut m, &mut seen, 0, &snap[3..6]); // 6 from leg 0
+        m.leg_down(0); // killed in the middle of the file's opening snapshot
+        feed_ids(&mut m, &mut seen, 1, &snap[5..]); // 7, 8 from leg 1
+        feed_ids(&mut m, &mut seen, 1, &adds(10..=12)); // its stream from the start: no gap
+        assert_eq!(venue_snap_ids(&seen), (1..=8).collect::<Vec<_>>(), "{seen:?}");
+        assert!(seen.iter().all(|s| s.2.is_some()), "no gap: {seen:?}");
+        assert_eq!(seen.iter().filter(|s| s.2 == Some(Kind::Add) && s.4 < 100).count(), 3);
+        assert!(seen.iter().enumerate().all(|(i, s)| s.0 == i as u64 + 1));
+        let (a, b) = (m.leg_stats(0), m.leg_stats(1));
+        assert_eq!((a.delivered_first, a.recovery_dropped, b.delivered_first, b.recovery_dropped), (4, 2, 7, 4));
+        assert!(!m.is_stale() && m.stats().gaps == 0);
+    }
+
+    #[test]
+    fn a_leg_that_lost_records_in_the_opening_snapshot_is_not_counted_and_the_cut_is_a_gap() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=6).map(venue_snap).collect();
+        feed_ids(&mut m, &mut seen, 0, &snap[..4]);
+        feed_ids(&mut m, &mut seen, 1, &snap[..2]);
+        gap(&mut m, &mut Seen::new(), 1); // leg 1 lost 3 in its ring (leg 0 had it: no merged gap)
+        feed_ids(&mut m, &mut seen, 1, &snap[3..]); // not counted: dropped
+        m.leg_down(0);
+        feed_ids(&mut m, &mut seen, 1, &adds(10..=11));
+        assert_eq!(venue_snap_ids(&seen), vec![1, 2, 3, 4], "{seen:?}");
+        assert_eq!(seen.iter().filter(|s| s.2.is_none()).count(), 1, "5 and 6 were lost with leg 0: {seen:?}");
+        assert_eq!(m.last_gap().map(|g| g.cause), Some(GapCause::BaseLost));
+    }
+
+    #[test]
+    fn a_session_snapshot_taken_during_the_opening_snapshot_is_followed_by_that_legs_tail_only() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=6).map(venue_snap).collect();
+        // a late strategy: leg 1 joins with a session snapshot taken after venue snapshot record 3 of its file
+        feed_ids(
+            &mut m,
+            &mut seen,
+            1,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { order_id: 103, ..venue_snap(3) },
+                marker(Kind::SnapshotEnd, 3),
+            ],
+        );
+        feed_ids(&mut m, &mut seen, 0, &snap); // leg 0 from its start: its venue snapshot is not needed
+        feed_ids(&mut m, &mut seen, 1, &snap[3..]); // leg 1's tail: 4..=6
+        feed_ids(&mut m, &mut seen, 0, &adds(10..=11));
+        feed_ids(&mut m, &mut seen, 1, &adds(10..=12));
+        assert_eq!(venue_snap_ids(&seen), vec![3, 4, 5, 6], "{seen:?}");
+        assert!(seen.iter().all(|s| s.2.is_some()), "no gap: {seen:?}");
+        assert_eq!(m.leg_stats(0).recovery_dropped, 6);
+        // the same, but leg 1 goes down in its tail: the merged books lack the rest of it
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        feed_ids(&mut m, &mut seen, 1, &[marker(Kind::SnapshotBegin, 0), marker(Kind::SnapshotEnd, 3)]);
+        feed_ids(&mut m, &mut seen, 1, &snap[3..4]);
+        m.leg_down(1);
+        m.flush(&mut |e| push(&mut Seen::new(), e));
+        assert!(m.is_stale());
+        assert_eq!(m.last_gap().map(|g| (g.cause, g.leg)), Some((GapCause::SnapshotCut, 1)));
+        // a session snapshot whose end carries no position (taken before its publisher's first venue record):
+        // the leg's records after it are the books' next ones, whatever the other leg does
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let end_at_0 = BookUpdate { flags: flags::SNAPSHOT, ..BookUpdate::control(Kind::SnapshotEnd) };
+        feed_ids(&mut m, &mut seen, 1, &[marker(Kind::SnapshotBegin, 0), end_at_0]);
+        feed_ids(&mut m, &mut seen, 0, &adds(1..=2));
+        feed_ids(&mut m, &mut seen, 1, &adds(1..=3));
+        feed_ids(&mut m, &mut seen, 0, &adds(3..=4));
+        assert!(seen.iter().all(|s| s.2.is_some()), "no gap: {seen:?}");
+        assert_eq!(seen.iter().filter(|s| s.2 == Some(Kind::Add)).map(|s| s.1).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_repair_snapshot_from_a_leg_behind_makes_the_leg_ahead_wait_and_loses_nothing() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=3));
+        feed(&mut m, &mut seen, 1, &adds(1..=3));
+        m.leg_down(0);
+        feed(&mut m, &mut seen, 1, &adds(4..=6));
+        gap(&mut m, &mut seen, 1); // the only leg up loses 7: a merged gap
+        feed(&mut m, &mut seen, 1, &adds(8..=10));
+        assert!(m.is_stale());
+        // leg 0 is back, behind: its session snapshot at venue seq 8 repairs the books
+        m.leg_restarted(0);
+        feed(
+            &mut m,
+            &mut seen,
+            0,
+            &[marker(Kind::SnapshotBegin, 0), marker(Kind::Clear, 8), marker(Kind::SnapshotEnd, 8)],
+        );
+        assert!(!m.is_stale());
+        feed(&mut m, &mut seen, 1, &adds(11..=11)); // ahead of the books now: waits
+        feed(&mut m, &mut seen, 0, &adds(9..=12));
+        feed(&mut m, &mut seen, 1, &adds(12..=13));
+        let adds_seen = venue_seqs(&seen).0;
+        assert_eq!(adds_seen, vec![1, 2, 3, 4, 5, 6, 8, 9, 10, 9, 10, 11, 12, 13], "{seen:?}");
+        assert_eq!(m.stats().gaps, 1);
     }
 
     #[test]
