@@ -524,6 +524,17 @@ impl Merge {
             && self.marks.iter().all(|(ch, m)| matches!((l.peek_complete(*ch), m), (Some(c), Some(m)) if c <= *m))
     }
 
+    /// Whether leg `leg` may set the mark of a channel that has none: it holds what the merged stream holds there.
+    /// Either it streams from its seq 1 and lost nothing, and so did the merged stream (no session snapshot
+    /// passed: the file's opening snapshot was placed by count), or the books came from its session snapshot and
+    /// it lost nothing since (that snapshot's end may carry no position: one taken before its first venue record).
+    fn sets_mark(&self, leg: usize) -> bool {
+        let l = &self.legs[leg];
+        l.usable()
+            && l.dropped_marks.is_empty()
+            && ((l.default == Some(0) && !self.session_snapshot_passed) || self.snapshot_leg == Some(leg))
+    }
+
     /// Whether leg `o` can give what another leg lost: usable, not silent, untainted, in step on every channel
     /// the merge knows (or, before any mark, continuous since its start or snapshot).
     fn vouches(&self, o: usize) -> bool {
@@ -544,13 +555,16 @@ impl Merge {
     /// own it has not recovered.
     fn in_step_now(&self, e: usize) -> bool {
         let l = &self.legs[e];
+        // where the merged stream has no mark, only a leg that may set it holds what it needs
+        let unmarked_ok = self.sets_mark(e);
         l.dropped_marks.is_empty()
             && (l.default.is_some() || !l.complete.is_empty())
             && self.marks.iter().all(|(ch, m)| match (l.peek_complete(*ch), m) {
                 (Some(c), Some(m)) => c <= *m,
-                (Some(_), None) => true,
+                (Some(_), None) => unmarked_ok,
                 (None, _) => false,
             })
+            && (unmarked_ok || l.complete.iter().all(|(ch, _)| self.mark(*ch).is_some()))
     }
 
     /// Leg `leg` is silent (its publisher sent nothing, heartbeats included, for its silence timeout) or not:
@@ -603,13 +617,14 @@ impl Merge {
         l.up = false;
         l.stats.downs += 1;
         l.discontinuity();
-        if std::mem::take(&mut l.passing) {
-            // the merged books were emptied by its SnapshotBegin: stale until another passes
-            self.stale = true;
-            self.snapshot_wanted = true;
-        }
+        let was_passing = std::mem::take(&mut l.passing);
         l.in_snapshot = false;
         self.snapshot_leg_lost(leg);
+        if was_passing && self.gap_owed.is_none() {
+            // the merged books were emptied by its SnapshotBegin: a gap (before anything else the merge hands
+            // out), stale until another snapshot passes
+            self.gap_owed = Some((GapCause::SnapshotCut, leg));
+        }
         if !self.legs.iter().any(Leg::usable) {
             // No leg left in the merge but one left out after a divergence: better its stream, from a snapshot
             // after a gap, than none.
@@ -713,7 +728,7 @@ impl Merge {
     /// A merged gap: one seq wide, the books stale until a snapshot passes. None while one is unrepaired (the
     /// strategy knows already).
     fn emit_gap<F: FnMut(Event<'_>)>(&mut self, cause: GapCause, leg: usize, f: &mut F) {
-        if self.stale {
+        if self.stale || self.ended {
             return;
         }
         self.last_gap = Some(MergedGap { seq: self.next_seq, cause, leg, other: self.other_leg(leg) });
@@ -775,7 +790,11 @@ impl Merge {
     /// Which legs may take [`Merge::on_record_fast`]: recomputed after every event or call that changes the
     /// merge's state other than the fast path's own (the mark moving, a duplicate counted).
     fn refresh_fast(&mut self) {
-        let plain = !self.slow_only && !self.ended && self.covered.is_empty() && !self.venue_tail_open;
+        let plain = !self.slow_only
+            && !self.ended
+            && self.covered.is_empty()
+            && !self.venue_tail_open
+            && self.gap_owed.is_none();
         for leg in 0..LEGS {
             let l = &self.legs[leg];
             self.fast[leg] = plain
@@ -789,6 +808,9 @@ impl Merge {
     }
 
     fn on_event_slow<F: FnMut(Event<'_>)>(&mut self, leg: usize, ev: Event<'_>, f: &mut F) {
+        if let Some((cause, owed_by)) = self.gap_owed.take() {
+            self.emit_gap(cause, owed_by, f); // found where no callback was at hand: before anything else
+        }
         match ev {
             Event::Record(r) => self.on_record(leg, r, f),
             Event::Gap { .. } => {
@@ -796,10 +818,11 @@ impl Merge {
                 let l = &mut self.legs[leg];
                 l.stats.gaps += 1;
                 l.discontinuity();
+                // a session that begins with a gap did not stream from its seq 1
+                l.started = true;
                 let was_passing = std::mem::take(&mut l.passing);
-                if was_passing {
-                    l.in_snapshot = false;
-                }
+                // a snapshot cut by a gap is over (its leg asks for another)
+                l.in_snapshot = false;
                 // What this leg lost, only a leg in step on every channel can give: else the merged stream has
                 // lost it too.
                 let covered = (0..LEGS).any(|o| o != leg && self.vouches(o));
@@ -962,7 +985,7 @@ impl Merge {
         let whole = (0..LEGS).any(|e| self.legs[e].usable() && self.legs[e].ended && self.in_step_now(e));
         // A silent leg counts as done only then: otherwise it may be the one that still has what is missing,
         // and the end waits for it to end or go down.
-        let done = |l: &Leg| !l.usable() || (l.ended && l.waiting.is_empty()) || (l.silent && whole);
+        let done = |l: &Leg| !l.usable() || (l.ended && l.waiting.is_empty()) || (l.silent && whole && !l.passing);
         if self.legs.iter().all(done) && self.legs.iter().any(|l| l.usable() && l.ended) {
             if !whole {
                 let leg = (0..LEGS).find(|e| self.legs[*e].ended).unwrap_or(0);
@@ -1073,20 +1096,18 @@ impl Merge {
         let known_before = self.legs[leg].peek_complete(ch).is_some();
         let complete = self.legs[leg].complete_for(ch, Some(key));
         let Some(m) = self.mark(ch) else {
-            // The mark is not known on this channel: the base leg sets it with its first record, if nothing was
-            // lost on it since it became the base (a loss of its own since: a gap first).
-            let base_usable = self.base.is_some_and(|b| self.legs[b].usable());
-            // A leg streaming from its seq 1 that lost nothing holds what the merged stream holds, when that too
-            // began at the stream's start (no session snapshot passed): its venue snapshot records passed by count.
-            let from_start = self.legs[leg].default == Some(0) && !tainted && !self.session_snapshot_passed;
-            // The leg whose snapshot the books came from, continuous since (its snapshot's end may carry no
-            // position: one taken before its first venue record).
-            let since_snapshot = self.snapshot_leg == Some(leg) && !tainted;
-            if (self.base == Some(leg) && known_before && !tainted) || from_start || since_snapshot {
+            // The mark is not known on this channel: a leg that holds what the merged stream holds sets it
+            // ([`Merge::sets_mark`]); another leg's records wait for one (a loss of their own since: a gap first).
+            if self.sets_mark(leg) {
                 self.base = Some(leg);
                 self.legs[leg].set_complete(ch, Some(key - 1));
                 self.deliver(leg, r, ch, key, f);
-            } else if base_usable && self.base != Some(leg) && !force {
+            } else if !force
+                && (0..LEGS).any(|o| o != leg && (self.sets_mark(o) || (self.legs[o].usable() && self.legs[o].passing)))
+            {
+                if !known_before {
+                    self.legs[leg].set_complete(ch, None); // learnt again from this record when it is placed
+                }
                 return false;
             } else {
                 self.base = Some(leg);
@@ -1141,8 +1162,10 @@ impl Merge {
         for leg in 0..LEGS {
             if !self.legs[leg].waiting.is_empty() {
                 self.drain(leg, f);
+                // (never into a session snapshot passing through: its leg ends it, or goes down)
                 let force = !(0..LEGS)
-                    .any(|o| o != leg && self.legs[o].usable() && !self.legs[o].silent && !self.legs[o].ended);
+                    .any(|o| o != leg && self.legs[o].usable() && !self.legs[o].silent && !self.legs[o].ended)
+                    && !self.legs.iter().any(|l| l.passing);
                 if force {
                     while let Some(r) = self.legs[leg].waiting.pop_front() {
                         self.place(leg, &r, true, f);
@@ -1164,7 +1187,13 @@ impl Merge {
             return;
         }
         let ch = r.venue_channel();
-        if self.mark(ch).is_some_and(|m| self.other_in_step(leg, ch, m)) {
+        // the other leg may hold the data: in step past the mark, or, where there is no mark yet, one that may set
+        // it or whose session snapshot is passing (it holds everything after its point)
+        let filled = match self.mark(ch) {
+            Some(m) => self.other_in_step(leg, ch, m),
+            None => (0..LEGS).any(|o| o != leg && (self.sets_mark(o) || self.legs[o].passing)),
+        };
+        if filled {
             let l = &mut self.legs[leg];
             l.stats.stale_filled += 1;
             l.dropped_marks.insert(r.instrument_id);
@@ -2115,6 +2144,288 @@ mod tests {
         let adds_seen = venue_seqs(&seen).0;
         assert_eq!(adds_seen, vec![1, 2, 3, 4, 5, 6, 8, 9, 10, 9, 10, 11, 12, 13], "{seen:?}");
         assert_eq!(m.stats().gaps, 1);
+    }
+
+    // A breaker helper's scripts (stop 38): each handed a strategy a wrong stream, or a gap it need not have.
+
+    #[test]
+    fn records_never_enter_a_passing_snapshot_even_while_its_leg_is_silent() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        // leg 1 joins first, with a session snapshot at venue seq 5: the merged stream's start
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[marker(Kind::SnapshotBegin, 0), BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 5) }],
+        );
+        // leg 0 streams from its seq 1 meanwhile: 1..=5 are in the snapshot (dropped), 6..=8 wait (the base is leg 1)
+        feed(&mut m, &mut seen, 0, &adds(1..=8));
+        m.set_leg_silent(1, true); // leg 1's session reports a silence in the middle of its snapshot
+        m.flush(&mut |e| push(&mut seen, e));
+        m.set_leg_silent(1, false);
+        feed(&mut m, &mut seen, 1, &[marker(Kind::SnapshotEnd, 5)]);
+        feed(&mut m, &mut seen, 1, &adds(6..=9));
+        feed(&mut m, &mut seen, 0, &adds(9..=10));
+        // what came out: SnapshotBegin, Clear@5, Gap, 6, 7, 8, SnapshotEnd@5, 6, 7, 8, 9, 10 and not stale
+        let adds_seen: Vec<u64> = seen.iter().filter(|s| s.2 == Some(Kind::Add)).map(|s| s.1).collect();
+        assert_eq!(adds_seen, vec![6, 7, 8, 9, 10], "6..=8 applied twice, once inside the snapshot: {seen:?}");
+    }
+
+    #[test]
+    fn a_stale_mark_during_the_other_legs_passing_snapshot_is_filled_by_it() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let stale9 = BookUpdate {
+            venue_pos: venue_position(9, 0),
+            instrument_id: 7,
+            ..BookUpdate::control(Kind::InstrumentStale)
+        };
+        feed(&mut m, &mut seen, 0, &adds(1..=4));
+        feed(&mut m, &mut seen, 1, &adds(1..=4));
+        gap(&mut m, &mut seen, 0);
+        gap(&mut m, &mut seen, 1); // both lost 5..=7: one merged gap, the books stale
+        feed(&mut m, &mut seen, 0, &adds(8..=8));
+        // leg 1's repair snapshot at venue seq 8 passes through; meanwhile leg 0's publisher loses venue seq 9
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[marker(Kind::SnapshotBegin, 0), BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 8) }],
+        );
+        feed(&mut m, &mut seen, 0, &[stale9]);
+        feed(&mut m, &mut seen, 1, &[marker(Kind::SnapshotEnd, 8)]);
+        feed(&mut m, &mut seen, 1, &adds(9..=11)); // leg 1 has 9
+        feed(&mut m, &mut seen, 0, &adds(10..=11));
+        assert!(
+            !seen.iter().any(|s| s.2 == Some(Kind::InstrumentStale)),
+            "leg 0's stale mark passed although leg 1, whose snapshot was passing, had venue seq 9: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_session_that_begins_with_a_ring_gap_is_not_a_stream_from_the_start() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=5));
+        feed(&mut m, &mut seen, 1, &adds(1..=5));
+        // leg 1's publisher connection drops; its new session (snapshot at venue seq 7, then 8, 9, ...) overflows its
+        // ring before the first poll: the receiver reports Gap { expected: 1, .. } and leg 1 goes on from venue seq 10
+        m.leg_down(1);
+        m.leg_restarted(1);
+        gap(&mut m, &mut seen, 1); // leg 0 is in step: no merged gap (right)
+        feed(&mut m, &mut seen, 1, &adds(10..=11));
+        feed(&mut m, &mut seen, 0, &adds(6..=11));
+        // came out: 1..=5, 10, 11 with no gap, 6..=9 dropped as duplicates of leg 0 (mark already past them)
+        assert_eq!(venue_seqs(&seen), ((1..=11).collect(), true), "{seen:?}");
+    }
+
+    #[test]
+    fn the_base_leg_reconnecting_inside_the_opening_snapshot_leaves_it_to_the_leg_from_the_start() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=6).map(venue_snap).collect();
+        feed_ids(&mut m, &mut seen, 0, &snap[..2]); // leg 0 from its seq 1: the base; opening records 1, 2 pass
+        feed_ids(&mut m, &mut seen, 1, &snap[..1]); // leg 1 from its seq 1, behind
+                                                    // leg 0's session is lost and reconnects to its (running) publisher: a session snapshot at venue seq 9
+        m.leg_down(0);
+        m.leg_restarted(0);
+        feed_ids(
+            &mut m,
+            &mut seen,
+            0,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 9) },
+                marker(Kind::SnapshotEnd, 9),
+            ],
+        );
+        feed_ids(&mut m, &mut seen, 0, &adds(10..=11));
+        feed_ids(&mut m, &mut seen, 1, &snap[1..]);
+        feed_ids(&mut m, &mut seen, 1, &adds(5..=11));
+        // came out: opening 1, 2, venue 10, 11, opening 3..=6, no gap; venue 5..=9 never (leg 1 had them all)
+        let adds_seen: Vec<u64> = seen.iter().filter(|s| s.2 == Some(Kind::Add) && s.4 < 100).map(|s| s.1).collect();
+        assert!(seen.iter().all(|s| s.2.is_some()), "no gap: {seen:?}");
+        assert_eq!(adds_seen, (5..=11).collect::<Vec<_>>(), "{seen:?}");
+    }
+
+    #[test]
+    fn the_only_leg_reconnecting_inside_the_opening_snapshot_says_what_it_lost() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=6).map(venue_snap).collect();
+        m.leg_down(1); // leg 1's publisher is not there (its first connect failed)
+        feed_ids(&mut m, &mut seen, 0, &snap[..2]);
+        m.leg_down(0);
+        m.leg_restarted(0); // reconnects to its running publisher: a session snapshot at venue seq 9
+        feed_ids(
+            &mut m,
+            &mut seen,
+            0,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 9) },
+                marker(Kind::SnapshotEnd, 9),
+            ],
+        );
+        feed_ids(&mut m, &mut seen, 0, &adds(10..=11));
+        // came out: opening 1, 2, then venue 10, 11: no gap and no snapshot
+        assert!(
+            seen.iter().any(|s| s.2.is_none() || s.2 == Some(Kind::SnapshotBegin)),
+            "neither a gap nor the snapshot: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn a_leg_going_down_inside_its_passing_snapshot_gives_a_gap() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let i8 = |n: u64| BookUpdate { instrument_id: 8, ..add(n) };
+        // both legs join mid-stream: leg 1's snapshot (at venue seq 5) is first and passes; leg 0's (at 6) is dropped
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[marker(Kind::SnapshotBegin, 0), BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 5) }],
+        );
+        feed(
+            &mut m,
+            &mut seen,
+            0,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 6) },
+                BookUpdate { instrument_id: 8, ..marker(Kind::Clear, 4) },
+                marker(Kind::SnapshotEnd, 6),
+            ],
+        );
+        m.leg_down(1); // leg 1 dies before instrument 8's book and its SnapshotEnd
+        feed(&mut m, &mut seen, 0, &[i8(7), add(8)]);
+        m.flush(&mut |e| push(&mut seen, e));
+        // came out: SnapshotBegin, Clear 7 @5, then 7 (instrument 8, on an empty book) and 8; venue seq 6 never; no gap
+        assert!(seen.iter().any(|s| s.2.is_none()), "no Event::Gap reached the strategy: {seen:?}");
+    }
+
+    #[test]
+    fn the_end_is_not_whole_from_a_leg_that_never_gave_what_the_books_lack() {
+        let (mut m, mut seen) = (Merge::new(), Vec::new());
+        let snap: Vec<BookUpdate> = (1..=6).map(venue_snap).collect();
+        feed_ids(&mut m, &mut seen, 0, &snap[..2]); // leg 0 from its seq 1: the base, inside the file's opening
+                                                    // leg 1's session is lost and reconnects to its publisher, which has finished the file: a session snapshot at
+                                                    // the last venue seq (12), then the end of stream
+        m.leg_down(1);
+        m.leg_restarted(1);
+        feed_ids(
+            &mut m,
+            &mut seen,
+            1,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 12) },
+                marker(Kind::SnapshotEnd, 12),
+            ],
+        );
+        feed_ids(&mut m, &mut seen, 1, &[end(CloseReason::EndOfStream)]);
+        m.set_leg_silent(0, true); // leg 0 is slow (or: m.leg_down(0))
+        m.flush(&mut |e| match e {
+            Event::Record(r) => seen.push((r.seq, r.venue_seq(), r.kind(), r.size, r.order_id)),
+            Event::Gap { expected, .. } => seen.push((expected, 0, None, 0, 0)),
+            _ => {}
+        });
+        // came out: opening 1, 2, then EndOfStream, no gap: the books lack opening 3..=6 and venue seq 10..=12
+        assert!(!m.ended() || seen.iter().any(|s| s.2.is_none()), "the end passed without a gap: {seen:?}");
+    }
+
+    #[test]
+    fn the_end_never_passes_inside_a_passing_snapshot() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        // leg 1 joins first, with a session snapshot at venue seq 5 (the merged stream's start): its book of 7 is a
+        // Clear and an order
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[marker(Kind::SnapshotBegin, 0), BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 5) }],
+        );
+        m.set_leg_silent(1, true); // then its session reports a silence
+        feed(&mut m, &mut seen, 0, &adds(1..=5)); // leg 0 from its seq 1 gives the whole file and ends
+        feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
+        // came out: SnapshotBegin, Clear 7, EndOfStream: book 7 empty, no gap, no SnapshotEnd
+        assert!(!m.ended() || seen.iter().any(|s| s.2.is_none()), "ended inside the snapshot, no gap: {seen:?}");
+    }
+
+    #[test]
+    fn a_stale_mark_on_a_channel_with_no_mark_yet_is_filled_by_a_leg_from_the_start() {
+        use mdfan_wire::mdp3_venue_position as pos;
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let lvl = |ch: u16, seq: u32, id: u32| BookUpdate {
+            venue_pos: pos(ch, seq, 0),
+            instrument_id: id,
+            size: 1,
+            flags: flags::MBP | flags::LAST,
+            ..BookUpdate::control(Kind::LevelNew)
+        };
+        // both legs from their seq 1; channel 1 (instrument 7) is busy, channel 2 (instrument 8) has had nothing yet
+        let ch1: Vec<BookUpdate> = (1..=3).map(|s| lvl(1, s, 7)).collect();
+        feed(&mut m, &mut seen, 0, &ch1);
+        feed(&mut m, &mut seen, 1, &ch1);
+        // leg 0's publisher loses channel 2's packet 1 on both its lines: its stale mark for instrument 8 there
+        let stale = BookUpdate {
+            venue_pos: pos(2, 1, 0),
+            instrument_id: 8,
+            flags: flags::MAYBE_BAD_BOOK | flags::LAST,
+            ..BookUpdate::control(Kind::InstrumentStale)
+        };
+        feed(&mut m, &mut seen, 0, &[stale]);
+        feed(&mut m, &mut seen, 1, &[lvl(2, 1, 8), lvl(1, 4, 7)]); // leg 1 has it
+        feed(&mut m, &mut seen, 0, &[lvl(1, 4, 7)]);
+        // came out: 7@1..3, InstrumentStale(8), 7@4 from leg 0; leg 1 benched (its 8@1 never passes)
+        assert!(!seen.iter().any(|s| s.2 == Some(Kind::InstrumentStale)), "{seen:?}");
+    }
+
+    #[test]
+    fn the_base_leg_reconnecting_never_skips_a_channel_with_no_mark_yet_silently() {
+        use mdfan_wire::mdp3_venue_position as pos;
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        let lvl = |ch: u16, seq: u32| BookUpdate {
+            venue_pos: pos(ch, seq, 0),
+            instrument_id: 6 + u32::from(ch),
+            size: seq,
+            flags: flags::MBP | flags::LAST,
+            ..BookUpdate::control(Kind::LevelNew)
+        };
+        feed(&mut m, &mut seen, 1, &[lvl(2, 1)]); // leg 1 from its seq 1: the base; channel 1 has no mark yet
+        m.leg_down(1);
+        m.leg_restarted(1); // reconnects to its running publisher: a session snapshot after channel 1's packet 1
+        feed(
+            &mut m,
+            &mut seen,
+            1,
+            &[
+                marker(Kind::SnapshotBegin, 0),
+                BookUpdate { venue_pos: pos(1, 1, 0), instrument_id: 7, ..marker(Kind::Clear, 0) },
+                BookUpdate { venue_pos: pos(2, 1, 0), instrument_id: 8, ..marker(Kind::Clear, 0) },
+                BookUpdate { venue_pos: pos(1, 1, 0), ..marker(Kind::SnapshotEnd, 0) },
+            ],
+        );
+        feed(&mut m, &mut seen, 1, &[lvl(1, 2)]);
+        feed(&mut m, &mut seen, 0, &[lvl(2, 1), lvl(1, 1), lvl(1, 2)]); // leg 0 from its seq 1 had channel 1's packet 1
+                                                                        // came out: 8@(2,1), 7@(1,2); 7@(1,1) is dropped as a duplicate; no gap
+                                                                        // 7@(1,1) comes, or a gap says it is missing (leg 0 had not started when leg 1 reconnected)
+        let sizes: Vec<u32> = seen.iter().map(|s| s.3).collect();
+        assert!(sizes == vec![1, 1, 2] || sizes == vec![1, 0, 2], "{seen:?}");
+    }
+
+    #[test]
+    fn a_ring_gap_inside_a_dropped_snapshot_ends_it() {
+        let (mut m, mut seen) = (Merge::new(), Seen::new());
+        feed(&mut m, &mut seen, 0, &adds(1..=4));
+        feed(&mut m, &mut seen, 1, &adds(1..=4));
+        gap(&mut m, &mut seen, 0); // leg 0 lost 5 (leg 1 in step: no merged gap)
+        feed(&mut m, &mut seen, 0, &adds(6..=6));
+        // its own resync snapshot (at 8, dropped: the books do not need it) is cut by another ring gap: its
+        // SnapshotEnd and 9 lost
+        feed(&mut m, &mut seen, 0, &[marker(Kind::SnapshotBegin, 0)]);
+        gap(&mut m, &mut seen, 0);
+        feed(&mut m, &mut seen, 0, &adds(10..=20)); // swallowed as "a snapshot the merged books do not need"
+        feed(&mut m, &mut seen, 1, &adds(5..=12));
+        gap(&mut m, &mut seen, 1); // leg 1 loses 13..=15, which leg 0 sent
+        feed(&mut m, &mut seen, 1, &adds(16..=20));
+        assert_eq!(m.stats().gaps, 0, "leg 0 had 13..=15: {seen:?}");
     }
 
     #[test]
