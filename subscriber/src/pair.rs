@@ -46,9 +46,12 @@
 //!   later one passes through only while the merged books are stale, and is otherwise dropped (the leg's own
 //!   resync, after its own gap). One that passes puts the books at its leg's point, which may be behind what the
 //!   other leg already sent: the other leg learns again from its next record what it holds past the mark, and
-//!   waits until the mark reaches it. A repair is asked of the leg in step that is furthest on. Before any mark
-//!   is known on a channel, a leg streaming from its seq 1 that lost nothing delivers there as the first leg
-//!   would (both began at the stream's start). Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
+//!   waits until the mark reaches it. A repair is asked of the leg in step that is furthest on. While a session
+//!   snapshot passes, the other leg's records wait for its end (or its leg going down: a gap). Where no mark is
+//!   known yet on a channel, only a leg that holds what the merged stream holds sets it: one streaming from its
+//!   seq 1 that lost nothing (when the merged stream began at the start too), or the one whose snapshot the books
+//!   came from, continuous since; the other leg waits for it, and its stale mark there is dropped when such a
+//!   leg (or one whose snapshot is passing) may have the data. Heartbeats are dropped; a `FeedStatus` passes when it changes what the legs say
 //!   together (silent only when every leg that is up is silent). The end of stream passes once every leg in
 //!   the merge has sent it (or went down, or fell silent) and nothing of it waits: a leg that ends first may
 //!   have less than the other, and one that lags may still have records to give. A leg that shuts down or fails
