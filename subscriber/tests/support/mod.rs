@@ -204,7 +204,20 @@ pub fn fields(line: &str) -> std::collections::HashMap<&str, &str> {
 
 /// A free TCP port on 127.0.0.1 (bound and released; std sets SO_REUSEADDR, so a publisher can reuse it).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // Below the ephemeral range (32768 and up by default): a port the kernel hands out for `:0` is also one it
+    // may give a client socket of this host before the test's server binds it, or binds it again after a kill
+    // (seen in the Soft-RoCE VM: a publisher exiting on its bind, seconds after this returned). Each test
+    // process walks its own stretch of 20000..32000.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(97);
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = 20_000 + (start.wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port on 127.0.0.1 in 20000..32000");
 }
 
 /// Sends a signal to a child process.
