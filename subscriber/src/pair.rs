@@ -2026,6 +2026,15 @@ mod tests {
         assert!(m.is_stale());
     }
 
+    /// A session snapshot of instrument 7's book (a `Clear`) consistent with venue seq `at`.
+    fn session_snapshot(at: u64) -> [BookUpdate; 3] {
+        [
+            marker(Kind::SnapshotBegin, 0),
+            BookUpdate { instrument_id: 7, ..marker(Kind::Clear, at) },
+            marker(Kind::SnapshotEnd, at),
+        ]
+    }
+
     /// Record `n` (from 1) of a DBN file's opening venue snapshot: flagged `SNAPSHOT`, positions not in order.
     fn venue_snap(n: u64) -> BookUpdate {
         BookUpdate { venue_pos: venue_position(3 - n % 3, 0), flags: flags::SNAPSHOT, order_id: 100 + n, ..add(1) }
@@ -2169,7 +2178,7 @@ mod tests {
         feed(&mut m, &mut seen, 1, &[marker(Kind::SnapshotEnd, 5)]);
         feed(&mut m, &mut seen, 1, &adds(6..=9));
         feed(&mut m, &mut seen, 0, &adds(9..=10));
-        // what came out: SnapshotBegin, Clear@5, Gap, 6, 7, 8, SnapshotEnd@5, 6, 7, 8, 9, 10 and not stale
+        // before the fix (stop 38): SnapshotBegin, Clear@5, Gap, 6, 7, 8, SnapshotEnd@5, 6, 7, 8, 9, 10 and not stale
         let adds_seen: Vec<u64> = seen.iter().filter(|s| s.2 == Some(Kind::Add)).map(|s| s.1).collect();
         assert_eq!(adds_seen, vec![6, 7, 8, 9, 10], "6..=8 applied twice, once inside the snapshot: {seen:?}");
     }
@@ -2216,7 +2225,7 @@ mod tests {
         gap(&mut m, &mut seen, 1); // leg 0 is in step: no merged gap (right)
         feed(&mut m, &mut seen, 1, &adds(10..=11));
         feed(&mut m, &mut seen, 0, &adds(6..=11));
-        // came out: 1..=5, 10, 11 with no gap, 6..=9 dropped as duplicates of leg 0 (mark already past them)
+        // before the fix (stop 38): 1..=5, 10, 11 with no gap, 6..=9 dropped as duplicates of leg 0 (mark already past them)
         assert_eq!(venue_seqs(&seen), ((1..=11).collect(), true), "{seen:?}");
     }
 
@@ -2229,20 +2238,11 @@ mod tests {
                                                     // leg 0's session is lost and reconnects to its (running) publisher: a session snapshot at venue seq 9
         m.leg_down(0);
         m.leg_restarted(0);
-        feed_ids(
-            &mut m,
-            &mut seen,
-            0,
-            &[
-                marker(Kind::SnapshotBegin, 0),
-                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 9) },
-                marker(Kind::SnapshotEnd, 9),
-            ],
-        );
+        feed_ids(&mut m, &mut seen, 0, &session_snapshot(9));
         feed_ids(&mut m, &mut seen, 0, &adds(10..=11));
         feed_ids(&mut m, &mut seen, 1, &snap[1..]);
         feed_ids(&mut m, &mut seen, 1, &adds(5..=11));
-        // came out: opening 1, 2, venue 10, 11, opening 3..=6, no gap; venue 5..=9 never (leg 1 had them all)
+        // before the fix (stop 38): opening 1, 2, venue 10, 11, opening 3..=6, no gap; venue 5..=9 never (leg 1 had them all)
         let adds_seen: Vec<u64> = seen.iter().filter(|s| s.2 == Some(Kind::Add) && s.4 < 100).map(|s| s.1).collect();
         assert!(seen.iter().all(|s| s.2.is_some()), "no gap: {seen:?}");
         assert_eq!(adds_seen, (5..=11).collect::<Vec<_>>(), "{seen:?}");
@@ -2256,18 +2256,9 @@ mod tests {
         feed_ids(&mut m, &mut seen, 0, &snap[..2]);
         m.leg_down(0);
         m.leg_restarted(0); // reconnects to its running publisher: a session snapshot at venue seq 9
-        feed_ids(
-            &mut m,
-            &mut seen,
-            0,
-            &[
-                marker(Kind::SnapshotBegin, 0),
-                BookUpdate { instrument_id: 7, ..marker(Kind::Clear, 9) },
-                marker(Kind::SnapshotEnd, 9),
-            ],
-        );
+        feed_ids(&mut m, &mut seen, 0, &session_snapshot(9));
         feed_ids(&mut m, &mut seen, 0, &adds(10..=11));
-        // came out: opening 1, 2, then venue 10, 11: no gap and no snapshot
+        // before the fix (stop 38): opening 1, 2, then venue 10, 11: no gap and no snapshot
         assert!(
             seen.iter().any(|s| s.2.is_none() || s.2 == Some(Kind::SnapshotBegin)),
             "neither a gap nor the snapshot: {seen:?}"
@@ -2299,7 +2290,7 @@ mod tests {
         m.leg_down(1); // leg 1 dies before instrument 8's book and its SnapshotEnd
         feed(&mut m, &mut seen, 0, &[i8(7), add(8)]);
         m.flush(&mut |e| push(&mut seen, e));
-        // came out: SnapshotBegin, Clear 7 @5, then 7 (instrument 8, on an empty book) and 8; venue seq 6 never; no gap
+        // before the fix (stop 38): SnapshotBegin, Clear 7 @5, then 7 (instrument 8, on an empty book) and 8; venue seq 6 never; no gap
         assert!(seen.iter().any(|s| s.2.is_none()), "no Event::Gap reached the strategy: {seen:?}");
     }
 
@@ -2329,7 +2320,7 @@ mod tests {
             Event::Gap { expected, .. } => seen.push((expected, 0, None, 0, 0)),
             _ => {}
         });
-        // came out: opening 1, 2, then EndOfStream, no gap: the books lack opening 3..=6 and venue seq 10..=12
+        // before the fix (stop 38): opening 1, 2, then EndOfStream, no gap: the books lack opening 3..=6 and venue seq 10..=12
         assert!(!m.ended() || seen.iter().any(|s| s.2.is_none()), "the end passed without a gap: {seen:?}");
     }
 
@@ -2347,7 +2338,7 @@ mod tests {
         m.set_leg_silent(1, true); // then its session reports a silence
         feed(&mut m, &mut seen, 0, &adds(1..=5)); // leg 0 from its seq 1 gives the whole file and ends
         feed(&mut m, &mut seen, 0, &[end(CloseReason::EndOfStream)]);
-        // came out: SnapshotBegin, Clear 7, EndOfStream: book 7 empty, no gap, no SnapshotEnd
+        // before the fix (stop 38): SnapshotBegin, Clear 7, EndOfStream: book 7 empty, no gap, no SnapshotEnd
         assert!(!m.ended() || seen.iter().any(|s| s.2.is_none()), "ended inside the snapshot, no gap: {seen:?}");
     }
 
@@ -2376,7 +2367,7 @@ mod tests {
         feed(&mut m, &mut seen, 0, &[stale]);
         feed(&mut m, &mut seen, 1, &[lvl(2, 1, 8), lvl(1, 4, 7)]); // leg 1 has it
         feed(&mut m, &mut seen, 0, &[lvl(1, 4, 7)]);
-        // came out: 7@1..3, InstrumentStale(8), 7@4 from leg 0; leg 1 benched (its 8@1 never passes)
+        // before the fix (stop 38): 7@1..3, InstrumentStale(8), 7@4 from leg 0; leg 1 benched (its 8@1 never passes)
         assert!(!seen.iter().any(|s| s.2 == Some(Kind::InstrumentStale)), "{seen:?}");
     }
 
@@ -2406,9 +2397,10 @@ mod tests {
             ],
         );
         feed(&mut m, &mut seen, 1, &[lvl(1, 2)]);
-        feed(&mut m, &mut seen, 0, &[lvl(2, 1), lvl(1, 1), lvl(1, 2)]); // leg 0 from its seq 1 had channel 1's packet 1
-                                                                        // came out: 8@(2,1), 7@(1,2); 7@(1,1) is dropped as a duplicate; no gap
-                                                                        // 7@(1,1) comes, or a gap says it is missing (leg 0 had not started when leg 1 reconnected)
+        // leg 0 from its seq 1 had channel 1's packet 1
+        feed(&mut m, &mut seen, 0, &[lvl(2, 1), lvl(1, 1), lvl(1, 2)]);
+        // before the fix (stop 38): 8@(2,1), 7@(1,2); 7@(1,1) is dropped as a duplicate; no gap
+        // 7@(1,1) comes, or a gap says it is missing (leg 0 had not started when leg 1 reconnected)
         let sizes: Vec<u32> = seen.iter().map(|s| s.3).collect();
         assert!(sizes == vec![1, 1, 2] || sizes == vec![1, 0, 2], "{seen:?}");
     }
