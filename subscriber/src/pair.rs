@@ -367,11 +367,11 @@ impl OtherLeg {
 /// publishers had from a rule of the merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MergedGap {
-    /// The merged seq the gap took.
+    /// The merged seq the gap took: the `expected` of its [`Event::Gap`].
     pub seq: u64,
     /// Why.
     pub cause: GapCause,
-    /// The leg whose loss or record it was.
+    /// The leg whose loss or record it was: 0 for the first endpoint, 1 for the second.
     pub leg: usize,
     /// What the other leg was at that moment.
     pub other: OtherLeg,
@@ -1541,7 +1541,9 @@ impl PairSubscriber {
         self.merge.last_divergence()
     }
 
-    /// The last gap the merged stream delivered, with its cause and what the other leg was.
+    /// The last gap the merged stream delivered, with its cause and what the other leg was. Read it after
+    /// [`PairSubscriber::poll`] returns (the callback cannot borrow the pair): note the `Event::Gap` there. One gap
+    /// is delivered per loss: while the books are stale (until a snapshot passes) a further loss gives none.
     pub fn last_gap(&self) -> Option<&MergedGap> {
         self.merge.last_gap()
     }
