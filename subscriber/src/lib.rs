@@ -146,7 +146,7 @@ use mdfan_fabric::PreparedLocalRing;
 use mdfan_wire::control::{self, ControlMsg, SnapshotRequest, Subscribe};
 
 pub use latency::{ClockSource, Latency, NicLatency, TsRecvClock, WireLatency};
-pub use pair::{GapCause, MergedGap, OtherLeg, PairHealth, PairSubscriber};
+pub use pair::{GapCause, MergedGap, OtherLeg, PairHealth, PairSubscriber, DEFAULT_LEG_GIVE_UP};
 pub use receiver::{Event, Receiver, StreamStats};
 
 // What a strategy needs besides this crate's own types, so one dependency is enough.

@@ -56,8 +56,9 @@
 //!   the merge has sent it (or went down, or fell silent) and nothing of it waits: a leg that ends first may
 //!   have less than the other, and one that lags may still have records to give. A leg that shuts down or fails
 //!   ends only its leg while the other is up. A leg's own ring gap is a merged gap unless the other leg, in step
-//!   and not silent, can give what it lost. A silent leg (its session's silence timeout) vouches for nothing, so
-//!   what waits for it goes on with a gap.
+//!   and not silent, can give what it lost. A leg silent for [`PairSubscriber::set_leg_give_up`] (default
+//!   [`DEFAULT_LEG_GIVE_UP`], kept apart from the session's shorter silence report) vouches for nothing, so what
+//!   waits for it goes on with a gap.
 //!
 //! A publisher with several MDP 3.0 channels: the mark and the steps are per channel; a snapshot's end carries
 //! the position of one channel (the last record's), the others are taken from the snapshot leg's first record.
@@ -1294,6 +1295,14 @@ struct PairLeg {
     error: Option<SubscribeError>,
 }
 
+/// How long a leg's silence lasts before the merge stops counting on it by default
+/// ([`PairSubscriber::set_leg_give_up`]): 500 ms, ten times the session's default silence report. A live
+/// publisher on a loaded host (or under emulation) can send nothing, heartbeats included, for the 50 ms of the
+/// report while its records are on the way; giving up on it then turns a loss the other leg would have filled
+/// into a merged gap. The wait costs only when both legs are in trouble at once: records of the other leg wait
+/// only behind a loss of its own.
+pub const DEFAULT_LEG_GIVE_UP: Duration = Duration::from_millis(500);
+
 /// A strategy's subscription to a hot-hot pair: a [`Subscriber`] on each publisher, merged by venue position
 /// ([`Merge`]: module docs). [`PairSubscriber::poll`] hands the merged events exactly as
 /// [`Subscriber::poll`] does (records borrowed for the callback, their `seq` the merged stream's);
@@ -1309,6 +1318,8 @@ pub struct PairSubscriber {
     clock: quanta::Clock,
     last_maintain: u64,
     maintain_interval: Duration,
+    /// A leg silent this long vouches for nothing ([`PairSubscriber::set_leg_give_up`]).
+    leg_give_up: Duration,
 }
 
 impl PairSubscriber {
@@ -1366,7 +1377,16 @@ impl PairSubscriber {
             clock,
             last_maintain,
             maintain_interval: interval,
+            leg_give_up: DEFAULT_LEG_GIVE_UP,
         })
+    }
+
+    /// How long a leg's session must have been silent (nothing, heartbeats included) before the merge stops
+    /// counting on that leg to fill what the other lost ([`DEFAULT_LEG_GIVE_UP`] unless set). Shorter than the
+    /// leg's `silence_timeout` means at its silence report. The leg's silence is reported
+    /// ([`PairHealth::Silent`] when every leg is) at the session's `silence_timeout` either way.
+    pub fn set_leg_give_up(&mut self, give_up: Duration) {
+        self.leg_give_up = give_up;
     }
 
     /// Polls each leg once (up to `max` completions each) and hands the merged events to `f`. Returns the
@@ -1472,7 +1492,7 @@ impl PairSubscriber {
         };
         leg.silent = None;
         let health = sub.maintain();
-        self.merge.set_leg_silent(i, matches!(health, Health::Silent(_)));
+        self.merge.set_leg_silent(i, matches!(health, Health::Silent(d) if d >= self.leg_give_up));
         match health {
             Health::Ok => {}
             Health::Silent(d) => leg.silent = Some(d),

@@ -118,6 +118,10 @@ struct Args {
     /// Report the publisher silent after this many ms without a record or heartbeat (at least 1).
     #[arg(long, default_value_t = 50, value_parser = silence_timeout_ms)]
     silence_timeout_ms: u64,
+    /// With two --connect: how many ms a leg may be silent before the merge stops counting on it to fill what
+    /// the other leg lost (a shorter silence is only reported).
+    #[arg(long, default_value_t = mdfan_subscriber::DEFAULT_LEG_GIVE_UP.as_millis() as u64)]
+    leg_give_up_ms: u64,
     /// When the publisher goes away without ending the stream (or is not up yet), reconnect for up to this
     /// many ms; the books are rebuilt from its snapshot or replay.
     #[arg(long)]
@@ -525,6 +529,7 @@ fn run_pair(
     host_warnings: &[String],
 ) -> Result<i32, CliError> {
     let mut pair = PairSubscriber::connect(cfg_a, cfg_b)?;
+    pair.set_leg_give_up(Duration::from_millis(args.leg_give_up_ms));
     for leg in 0..2 {
         match pair.leg(leg) {
             Some(sub) => out!(
