@@ -601,7 +601,7 @@ pub enum Event {
     SecurityStatus(SecurityStatus),
     /// A price-level book entry (template 32).
     Book(BookEntry),
-    /// The `NoOrderIDEntries` count of a template 32 or 42 message (after its entries).
+    /// The `NoOrderIDEntries` count of a template 32 or 42 message (after its entries), when not 0.
     OrderIdEntries {
         /// `numInGroup`.
         count: u8,
@@ -862,11 +862,27 @@ impl Mdp3Decoder {
         // Deliver, with sequence checks and counters.
         count_templates(stats, payload);
         for (info, ev) in events.iter() {
-            count(stats, ev);
-            if let Event::ChannelReset { .. } = ev {
-                rpt_seq.clear();
-            }
-            if let Some((security_id, got)) = rpt_seq_of(ev) {
+            let sequenced = match ev {
+                Event::Book(e) => {
+                    stats.book_actions[e.action as usize] += 1;
+                    stats.book_entry_types[e.entry_type as usize] += 1;
+                    Some((e.security_id, e.rpt_seq))
+                }
+                Event::OrderIdEntries { count } => {
+                    stats.order_id_entries += u64::from(*count);
+                    None
+                }
+                Event::Unknown { .. } => {
+                    stats.unknown_templates += 1;
+                    None
+                }
+                Event::ChannelReset { .. } => {
+                    rpt_seq.clear();
+                    None
+                }
+                ev => rpt_seq_of(ev),
+            };
+            if let Some((security_id, got)) = sequenced {
                 stats.rpt_seq_entries += 1;
                 let last = match rpt_seq.entry(security_id) {
                     Entry::Occupied(e) if got <= *e.get() => {
@@ -887,18 +903,6 @@ impl Mdp3Decoder {
             on_event(info, ev);
         }
         Ok(PacketOutcome { header, gap, stale: false, messages })
-    }
-}
-
-fn count(stats: &mut Mdp3Stats, ev: &Event) {
-    match ev {
-        Event::Book(e) => {
-            stats.book_actions[e.action as usize] += 1;
-            stats.book_entry_types[e.entry_type as usize] += 1;
-        }
-        Event::OrderIdEntries { count } => stats.order_id_entries += u64::from(*count),
-        Event::Unknown { .. } => stats.unknown_templates += 1,
-        _ => {}
     }
 }
 
@@ -999,18 +1003,16 @@ impl Block<'_> {
     }
     fn action(&self, at: usize, field: &'static str) -> Result<UpdateAction, DecodeError> {
         let v = self.u8(at);
-        UpdateAction::from_u8(v).ok_or(self.ctx.err(field, self.entry, Problem::BadValue { value: v.into() }))
+        UpdateAction::from_u8(v).ok_or_else(|| self.ctx.err(field, self.entry, Problem::BadValue { value: v.into() }))
     }
     fn price_e9(&self, at: usize, field: &'static str) -> Result<Option<i64>, DecodeError> {
         let m = self.i64(at);
         if m == PRICE_NULL {
             return Ok(None);
         }
-        m.checked_mul(PRICE_E7_TO_E9).map(Some).ok_or(self.ctx.err(
-            field,
-            self.entry,
-            Problem::PriceOverflow { mantissa: m },
-        ))
+        m.checked_mul(PRICE_E7_TO_E9)
+            .map(Some)
+            .ok_or_else(|| self.ctx.err(field, self.entry, Problem::PriceOverflow { mantissa: m }))
     }
 }
 
@@ -1028,32 +1030,30 @@ impl<'a> Body<'a> {
             return Err(self.ctx.err("blockLength", 0, Problem::BlockLengthTooShort { got: block_length, min }));
         }
         let len = usize::from(block_length);
-        let b = self.b.get(..len).ok_or(self.ctx.err(
-            "root block",
-            0,
-            Problem::Truncated { need: len, have: self.b.len() },
-        ))?;
+        let b = self
+            .b
+            .get(..len)
+            .ok_or_else(|| self.ctx.err("root block", 0, Problem::Truncated { need: len, have: self.b.len() }))?;
         self.pos = len;
         Ok(Block { b, ctx: self.ctx, entry: 0 })
     }
 
     /// A group's dimensions; checks the entries fit. Returns (blockLength, numInGroup, start of entry 1).
+    #[inline]
     fn group(&mut self, name: &'static str, eight_byte: bool, min: u16) -> Result<Group<'a>, DecodeError> {
         let dim = if eight_byte { GROUP_SIZE_8BYTE_BYTES } else { GROUP_SIZE_BYTES };
-        let rest = &self.b[self.pos.min(self.b.len())..];
-        if rest.len() < dim {
-            return Err(self.ctx.err(name, 0, Problem::Truncated { need: dim, have: rest.len() }));
-        }
-        let block_length = le_u16(rest, 0);
-        let count = rest[dim - 1];
+        let rest = self.b.get(self.pos..).unwrap_or_default();
+        let (Some(head), Some(&count)) = (rest.first_chunk::<2>(), rest.get(dim - 1)) else {
+            return Err(group_err(self.ctx, name, Problem::Truncated { need: dim, have: rest.len() }));
+        };
+        let block_length = u16::from_le_bytes(*head);
         if block_length < min {
-            return Err(self.ctx.err(name, 0, Problem::BlockLengthTooShort { got: block_length, min }));
+            return Err(group_err(self.ctx, name, Problem::BlockLengthTooShort { got: block_length, min }));
         }
         let bytes = usize::from(block_length) * usize::from(count);
-        if rest.len() - dim < bytes {
-            return Err(self.ctx.err(name, 0, Problem::Truncated { need: dim + bytes, have: rest.len() }));
-        }
-        let entries = &rest[dim..dim + bytes];
+        let Some(entries) = rest.get(dim..dim + bytes) else {
+            return Err(group_err(self.ctx, name, Problem::Truncated { need: dim + bytes, have: rest.len() }));
+        };
         self.pos += dim + bytes;
         Ok(Group { entries, block_length: usize::from(block_length), count, ctx: self.ctx })
     }
@@ -1064,6 +1064,11 @@ impl<'a> Body<'a> {
             left => Err(self.ctx.err("MsgSize", 0, Problem::TrailingBytes { left })),
         }
     }
+}
+
+#[cold]
+fn group_err(ctx: Ctx, name: &'static str, problem: Problem) -> DecodeError {
+    ctx.err(name, 0, problem)
 }
 
 struct Group<'a> {
@@ -1128,6 +1133,45 @@ fn walk_packet<F: FnMut(&MessageInfo, &Event)>(
         pos += usize::from(msg_size);
     }
     Ok(message)
+}
+
+/// Reads `N` bytes at `at` of a fixed-size block (offsets are constants at every call, so no bounds check is
+/// left after inlining).
+#[inline(always)]
+fn fixed<const N: usize, const W: usize>(f: &[u8; N], at: usize) -> [u8; W] {
+    let mut w = [0u8; W];
+    w.copy_from_slice(&f[at..at + W]);
+    w
+}
+
+/// One MDIncrementalRefreshBook32 `NoMDEntries` entry from its first 27 bytes (schema offsets: MDEntryPx 0,
+/// MDEntrySize 8, SecurityID 12, RptSeq 16, NumberOfOrders 20, MDPriceLevel 24, MDUpdateAction 25,
+/// MDEntryType 26). Errors: the field's name and what is wrong with it.
+#[inline(always)]
+fn book32_entry(f: &[u8; 27], last_in_message: bool) -> Result<BookEntry, (&'static str, Problem)> {
+    let bad = |field, value: i64| (field, Problem::BadValue { value });
+    let m = i64::from_le_bytes(fixed(f, 0));
+    let price_e9 = if m == PRICE_NULL {
+        None
+    } else {
+        Some(m.checked_mul(PRICE_E7_TO_E9).ok_or(("NoMDEntries.MDEntryPx", Problem::PriceOverflow { mantissa: m }))?)
+    };
+    let opt = |v: i32| Some(v).filter(|v| *v != INT32_NULL);
+    let security_id = i32::from_le_bytes(fixed(f, 12));
+    if security_id < 0 {
+        return Err(bad("NoMDEntries.SecurityID", security_id.into()));
+    }
+    Ok(BookEntry {
+        price_e9,
+        size: opt(i32::from_le_bytes(fixed(f, 8))),
+        security_id,
+        rpt_seq: u32::from_le_bytes(fixed(f, 16)),
+        orders: opt(i32::from_le_bytes(fixed(f, 20))),
+        price_level: f[24],
+        action: UpdateAction::from_u8(f[25]).ok_or(bad("NoMDEntries.MDUpdateAction", f[25].into()))?,
+        entry_type: BookEntryType::from_u8(f[26]).ok_or(bad("NoMDEntries.MDEntryType", f[26].into()))?,
+        last_in_message,
+    })
 }
 
 /// Group layout of the templates read for their `RptSeq` only: (min entry bytes, SecurityID, RptSeq offsets).
@@ -1195,27 +1239,14 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             let g = body.group(ENTRIES, false, 27)?;
             let orders = if version >= 7 { Some(body.group("NoOrderIDEntries", true, 22)?) } else { None };
             body.finish()?;
-            for i in 0..g.count {
-                let e = g.entry(i);
-                let entry_type = e.u8(26);
-                let entry = BookEntry {
-                    price_e9: e.price_e9(0, "NoMDEntries.MDEntryPx")?,
-                    size: e.opt_i32(8),
-                    security_id: e.security_id(12, "NoMDEntries.SecurityID")?,
-                    rpt_seq: e.u32(16),
-                    orders: e.opt_i32(20),
-                    price_level: e.u8(24),
-                    action: e.action(25, "NoMDEntries.MDUpdateAction")?,
-                    entry_type: BookEntryType::from_u8(entry_type).ok_or(info_err(
-                        &e,
-                        "NoMDEntries.MDEntryType",
-                        entry_type,
-                    ))?,
-                    last_in_message: i + 1 == g.count,
-                };
+            // Every entry is at least 27 bytes (`group` checked the block length): read at fixed offsets.
+            for (i, chunk) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
+                let Some(f) = chunk.first_chunk::<27>() else { break };
+                let entry = book32_entry(f, i + 1 == g.count)
+                    .map_err(|(field, problem)| g.ctx.err(field, u16::from(i) + 1, problem))?;
                 sink(&info, &Event::Book(entry));
             }
-            if let Some(o) = orders {
+            if let Some(o) = orders.filter(|o| o.count > 0) {
                 sink(&info, &Event::OrderIdEntries { count: o.count });
             }
         }
@@ -1271,7 +1302,9 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
                 };
                 sink(&info, &Event::TradeSummary(entry));
             }
-            sink(&info, &Event::OrderIdEntries { count: orders.count });
+            if orders.count > 0 {
+                sink(&info, &Event::OrderIdEntries { count: orders.count });
+            }
         }
         27 | 29 | 41 => {
             let (min, tick_at, factor_at) = definition_layout(template_id).expect("27, 29, 41 have a layout");
@@ -1381,6 +1414,12 @@ fn info_err(e: &Block<'_>, field: &'static str, value: u8) -> DecodeError {
 /// The level record of a template 32 entry (mapping in `mdfan_wire::record`, "Price-level (MBP) records"):
 /// a `BookReset` entry becomes `Clear`. `seq` and `ts_send_ticks` are left 0 for the publisher.
 pub fn book_record(info: &MessageInfo, e: &BookEntry) -> BookUpdate {
+    book_record_at(info, e, 0)
+}
+
+/// [`book_record`] with `index` (the entry's index within its packet) in the venue position's low bits.
+#[inline]
+pub(crate) fn book_record_at(info: &MessageInfo, e: &BookEntry, index: u64) -> BookUpdate {
     let (side, implied) = match e.entry_type {
         BookEntryType::Bid => (Side::Bid, false),
         BookEntryType::Offer => (Side::Ask, false),
@@ -1410,7 +1449,7 @@ pub fn book_record(info: &MessageInfo, e: &BookEntry) -> BookUpdate {
         order_id: e.orders.map_or(0, |n| n.max(0) as u64),
         instrument_id: e.security_id as u32,
         size: e.size.map_or(0, |s| s.max(0) as u32),
-        venue_pos: venue_position(u64::from(info.msg_seq_num), 0),
+        venue_pos: venue_position(u64::from(info.msg_seq_num), 0) | index,
         level: if kind == Kind::Clear { 0 } else { e.price_level },
         side: side as u8,
         flags: f,

@@ -2,7 +2,7 @@
 //! (`MsgSeqNum` order, after the A/B arbitration of `mdfan-lines`), records out.
 //!
 //! - [`Mdp3Channel::on_packet`]: decodes one packet ([`Mdp3Decoder`]) and hands each book entry to the caller as
-//!   a price-level record ([`book_record`]), and each `RptSeq` jump as a [`Kind::InstrumentStale`] record naming
+//!   a price-level record ([`book_record`](crate::mdp3::book_record)), and each `RptSeq` jump as a [`Kind::InstrumentStale`] record naming
 //!   the security ([`stale_record`]). A packet the decoder refuses is counted (the error is kept for the report)
 //!   and the channel goes on.
 //! - [`Mdp3Channel::on_lost_packets`]: packets neither line delivered (`mdfan_lines::Event::Gap`). A lost packet
@@ -56,7 +56,7 @@ use rustc_hash::FxHashMap;
 use mdfan_wire::{flags, venue_position, BookUpdate, StaleBook};
 
 use crate::mdp3::{
-    book_record, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, DecodeError,
+    book_record_at, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, DecodeError,
     Event, Mdp3Decoder, SnapshotRefresh,
 };
 
@@ -142,11 +142,17 @@ pub enum RecoveryStatus {
     },
 }
 
+/// Entries of [`Securities`]' cache (a CME channel carries tens to a few thousand securities).
+const SLOT_CACHE: usize = 256;
+
 /// Per-security state: the list in first-seen order, an index, and the stale marks.
 #[derive(Debug)]
 struct Securities {
     list: Vec<i32>,
     index: FxHashMap<i32, usize>,
+    /// A direct-mapped cache in front of `index` (slot `security_id % SLOT_CACHE`): a security's index never
+    /// changes once given, so a hit is final. `-1` (never a `SecurityID`, checked non-negative) is empty.
+    cache: Box<[(i32, u32); SLOT_CACHE]>,
     /// Per security (same order as `list`): `Some(MsgSeqNum)` while stale, the incremental packet a snapshot
     /// must cover (`LastMsgSeqNumProcessed` at or past it) to be applied.
     stale: Vec<Option<u32>>,
@@ -164,15 +170,26 @@ struct Securities {
 
 impl Securities {
     /// The security's index, and whether it is new.
+    #[inline]
     fn slot_new(&mut self, security_id: i32) -> (usize, bool) {
-        if let Some(&i) = self.index.get(&security_id) {
-            return (i, false);
+        let c = &mut self.cache[security_id as usize % SLOT_CACHE];
+        if c.0 == security_id {
+            return (c.1 as usize, false);
         }
-        self.list.push(security_id);
-        self.stale.push(None);
-        self.covered.push(false);
-        self.index.insert(security_id, self.list.len() - 1);
-        (self.list.len() - 1, true)
+        let (i, new) = match self.index.get(&security_id) {
+            Some(&i) => (i, false),
+            None => {
+                self.list.push(security_id);
+                self.stale.push(None);
+                self.covered.push(false);
+                self.index.insert(security_id, self.list.len() - 1);
+                (self.list.len() - 1, true)
+            }
+        };
+        if let Ok(i32_index) = u32::try_from(i) {
+            *c = (security_id, i32_index);
+        }
+        (i, new)
     }
 
     /// The stale mark of a security first seen while the hole `(first, last)` is open, at `venue_seq` (its
@@ -237,6 +254,7 @@ impl Mdp3Channel {
             secs: Securities {
                 list: Vec::with_capacity(instruments),
                 index: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
+                cache: Box::new([(-1, 0); SLOT_CACHE]),
                 stale: Vec::with_capacity(instruments),
                 stale_now: 0,
                 hole: None,
@@ -282,24 +300,23 @@ impl Mdp3Channel {
                 emitted += 1;
                 out(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
             }
-            let record = match event {
+            match event {
                 Event::Book(e) => {
                     counters.level_records += 1;
                     entries += 1;
-                    book_record(info, e)
+                    out(&book_record_at(info, e, entry));
                 }
                 Event::RptSeqGap { security_id, expected, got } => {
                     if secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
                         counters.stale_marked += 1;
                     }
                     counters.rpt_seq_stale_records += 1;
-                    stale_record(info, *security_id, *expected, *got)
+                    let r = stale_record(info, *security_id, *expected, *got);
+                    out(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
                 }
                 _ => return,
-            };
-            // The record's index within the packet completes its venue position.
+            }
             emitted += 1;
-            out(&BookUpdate { venue_pos: record.venue_pos | entry, ..record });
         });
         if let Err(e) = result {
             self.counters.bad_packets += 1;
