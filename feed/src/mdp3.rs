@@ -78,8 +78,6 @@
 //! decoded. Decoding never panics and never allocates, except the growth of that buffer for a packet with more
 //! events and of the `RptSeq` table when more instruments appear than [`Mdp3Decoder::with_capacity`] reserved.
 
-use std::collections::hash_map::Entry;
-
 use rustc_hash::FxHashMap;
 
 use mdfan_wire::{flags, venue_position, BookUpdate, Kind, Side, StaleBook};
@@ -753,6 +751,76 @@ impl SeqTracker {
     }
 }
 
+/// Entries of [`RptSeqTable`]'s cache.
+const RPT_SEQ_CACHE: usize = 256;
+
+/// The last `RptSeq` of each security: a map, and a direct-mapped cache in front of it (slot
+/// `security_id % RPT_SEQ_CACHE`) that holds the current value of the securities it holds (written back to the
+/// map when another security takes the slot). `-1` (never a `SecurityID`, checked non-negative) is empty.
+#[derive(Debug, Clone)]
+struct RptSeqTable {
+    map: FxHashMap<i32, u32>,
+    cache: Box<[(i32, u32); RPT_SEQ_CACHE]>,
+}
+
+impl RptSeqTable {
+    fn with_capacity(instruments: usize) -> RptSeqTable {
+        RptSeqTable {
+            map: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
+            cache: Box::new([(-1, 0); RPT_SEQ_CACHE]),
+        }
+    }
+
+    fn get(&self, security_id: i32) -> Option<u32> {
+        match self.cache[security_id as usize % RPT_SEQ_CACHE] {
+            (id, v) if id == security_id => Some(v),
+            _ => self.map.get(&security_id).copied(),
+        }
+    }
+
+    fn set(&mut self, security_id: i32, rpt_seq: u32) {
+        match &mut self.cache[security_id as usize % RPT_SEQ_CACHE] {
+            (id, v) if *id == security_id => *v = rpt_seq,
+            _ => {
+                self.map.insert(security_id, rpt_seq);
+            }
+        }
+    }
+
+    /// Takes `got` as `security_id`'s last `RptSeq` unless it is at or below the last one (`Err`: stale).
+    /// Returns the last one before it (`None` for its first).
+    #[inline]
+    fn take(&mut self, security_id: i32, got: u32) -> Result<Option<u32>, ()> {
+        let slot = &mut self.cache[security_id as usize % RPT_SEQ_CACHE];
+        if slot.0 == security_id {
+            if got <= slot.1 {
+                return Err(());
+            }
+            return Ok(Some(std::mem::replace(&mut slot.1, got)));
+        }
+        self.take_miss(security_id, got)
+    }
+
+    #[inline(never)]
+    fn take_miss(&mut self, security_id: i32, got: u32) -> Result<Option<u32>, ()> {
+        let last = self.map.get(&security_id).copied();
+        if last.is_some_and(|last| got <= last) {
+            return Err(());
+        }
+        let slot = &mut self.cache[security_id as usize % RPT_SEQ_CACHE];
+        if slot.0 >= 0 {
+            self.map.insert(slot.0, slot.1); // written back: the map holds it again
+        }
+        *slot = (security_id, got);
+        Ok(last)
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.cache.fill((-1, 0));
+    }
+}
+
 /// Events the decoder's packet buffer has room for without growing: a 1,472-byte packet (a 1,500-byte MTU)
 /// holds at most 112 entries of 13 bytes (VolumeEntry37's, the smallest book, trade, volume or statistics
 /// entry), one event each. A packet with more (ChannelReset4's 2-byte entries) grows the buffer once.
@@ -762,7 +830,7 @@ pub const EVENTS_PER_PACKET: usize = 128;
 #[derive(Debug, Clone)]
 pub struct Mdp3Decoder {
     packets: SeqTracker,
-    rpt_seq: FxHashMap<i32, u32>,
+    rpt_seq: RptSeqTable,
     stats: Mdp3Stats,
     /// The packet being decoded: its events, delivered once all of it has decoded.
     events: Vec<(MessageInfo, Event)>,
@@ -782,7 +850,7 @@ impl Mdp3Decoder {
     pub fn with_capacity(instruments: usize) -> Mdp3Decoder {
         Mdp3Decoder {
             packets: SeqTracker::default(),
-            rpt_seq: FxHashMap::with_capacity_and_hasher(instruments, Default::default()),
+            rpt_seq: RptSeqTable::with_capacity(instruments),
             stats: Mdp3Stats::default(),
             events: Vec::with_capacity(EVENTS_PER_PACKET),
         }
@@ -800,7 +868,7 @@ impl Mdp3Decoder {
 
     /// The last `RptSeq` taken for `security_id` (any template carrying one); `None` before its first.
     pub fn rpt_seq(&self, security_id: i32) -> Option<u32> {
-        self.rpt_seq.get(&security_id).copied()
+        self.rpt_seq.get(security_id)
     }
 
     /// A `MsgSeqNum` reset of the channel (the venue restarted its packet sequence, e.g. CME's weekly start):
@@ -814,7 +882,7 @@ impl Mdp3Decoder {
     /// `rpt_seq`. From now on its entries at or below `rpt_seq` are stale (counted, not delivered) and
     /// `rpt_seq + 1` is the one due. Allocates only for a security the table has not held before.
     pub fn resync_rpt_seq(&mut self, security_id: i32, rpt_seq: u32) {
-        self.rpt_seq.insert(security_id, rpt_seq);
+        self.rpt_seq.set(security_id, rpt_seq);
     }
 
     /// Decodes one packet (one UDP payload) received at `ts_recv_ns`, calling `on_event` for each item in order
@@ -884,16 +952,9 @@ impl Mdp3Decoder {
             };
             if let Some((security_id, got)) = sequenced {
                 stats.rpt_seq_entries += 1;
-                let last = match rpt_seq.entry(security_id) {
-                    Entry::Occupied(e) if got <= *e.get() => {
-                        stats.rpt_seq_stale += 1;
-                        continue;
-                    }
-                    Entry::Occupied(mut e) => Some(std::mem::replace(e.get_mut(), got)),
-                    Entry::Vacant(e) => {
-                        e.insert(got);
-                        None
-                    }
+                let Ok(last) = rpt_seq.take(security_id, got) else {
+                    stats.rpt_seq_stale += 1;
+                    continue;
                 };
                 if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
                     stats.rpt_seq_gaps += 1;
@@ -1718,5 +1779,50 @@ pub fn write_snapshot_message(out: &mut Vec<u8>, s: &SnapshotRefresh, entries: &
         out.push(e.open_close_settl_flag);
         out.push(e.settl_price_type);
         out.push(e.entry_type);
+    }
+}
+
+#[cfg(test)]
+mod rpt_seq_table_tests {
+    use super::{RptSeqTable, RPT_SEQ_CACHE};
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    proptest! {
+        /// The cached table answers exactly as a plain map, whichever securities share a cache slot.
+        #[test]
+        fn the_cached_table_answers_as_a_plain_map(
+            ops in proptest::collection::vec((0u8..4, 0i32..6, 0u32..8), 1..200)
+        ) {
+            let mut table = RptSeqTable::with_capacity(4);
+            let mut model: HashMap<i32, u32> = HashMap::new();
+            for (op, k, v) in ops {
+                // six securities over two cache slots: 0, 256, 512 share one, 1, 257, 513 the other
+                let id = (k % 2) + (k / 2) * RPT_SEQ_CACHE as i32;
+                match op {
+                    0 | 1 => {
+                        let want = match model.get(&id).copied() {
+                            Some(last) if v <= last => Err(()),
+                            last => {
+                                model.insert(id, v);
+                                Ok(last)
+                            }
+                        };
+                        prop_assert_eq!(table.take(id, v), want);
+                    }
+                    2 => {
+                        table.set(id, v);
+                        model.insert(id, v);
+                    }
+                    _ => {
+                        if v == 0 {
+                            table.clear();
+                            model.clear();
+                        }
+                    }
+                }
+                prop_assert_eq!(table.get(id), model.get(&id).copied());
+            }
+        }
     }
 }

@@ -172,10 +172,16 @@ impl Securities {
     /// The security's index, and whether it is new.
     #[inline]
     fn slot_new(&mut self, security_id: i32) -> (usize, bool) {
-        let c = &mut self.cache[security_id as usize % SLOT_CACHE];
+        let c = self.cache[security_id as usize % SLOT_CACHE];
         if c.0 == security_id {
             return (c.1 as usize, false);
         }
+        self.slot_miss(security_id)
+    }
+
+    /// [`Securities::slot_new`] past its cache: the index (a new security is added), and the cache slot filled.
+    #[inline(never)]
+    fn slot_miss(&mut self, security_id: i32) -> (usize, bool) {
         let (i, new) = match self.index.get(&security_id) {
             Some(&i) => (i, false),
             None => {
@@ -186,8 +192,8 @@ impl Securities {
                 (self.list.len() - 1, true)
             }
         };
-        if let Ok(i32_index) = u32::try_from(i) {
-            *c = (security_id, i32_index);
+        if let Ok(index) = u32::try_from(i) {
+            self.cache[security_id as usize % SLOT_CACHE] = (security_id, index);
         }
         (i, new)
     }
