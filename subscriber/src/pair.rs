@@ -6,6 +6,44 @@
 //! venue record once, in venue order, first arrival wins, with a `seq` of its own (1, 2, 3, ...). A gap or a
 //! stale mark reaches the strategy only when both legs lack the data.
 //!
+//! ```no_run
+//! use std::time::Duration;
+//! use mdfan_subscriber::{
+//!     Event, IdleStrategy, Idler, Kind, MbpBooks, PairHealth, PairSubscriber, Reconnect, SubscriberConfig,
+//! };
+//!
+//! // One config per publisher; each leg reconnects under its own policy while the other carries the stream.
+//! let mut a = SubscriberConfig::new("10.0.0.1:7700", "my-strategy");
+//! a.reconnect = Some(Reconnect::within(Duration::from_secs(30)));
+//! let b = SubscriberConfig { endpoint: "10.0.0.2:7700".into(), ..a.clone() };
+//! let mut pair = PairSubscriber::connect(&a, &b)?;
+//! // CME MDP 3.0 sends price levels (MbpBooks); an order-level feed (DBN, ITCH) would take Books
+//! let (mut books, mut idler, mut done) = (MbpBooks::with_capacity(4096), Idler::new(IdleStrategy::BusySpin), false);
+//! while !done {
+//!     let mut gap = false;
+//!     let n = pair.poll(256, |event| match event {
+//!         Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => done = true,
+//!         Event::Record(r) => {
+//!             let _ = books.apply(r); // one stream: each venue record once, in venue order
+//!         }
+//!         // both publishers lacked the data: the books are stale until a snapshot passes
+//!         Event::Gap { .. } => gap = true,
+//!         Event::Closed(_) => done = true,
+//!         Event::Stale { .. } | Event::Corrupt { .. } => {}
+//!     });
+//!     if let Some(why) = pair.last_gap().filter(|_| gap) {
+//!         eprintln!("merged gap at seq {}: {:?} on leg {}, the other {:?}", why.seq, why.cause, why.leg, why.other);
+//!     }
+//!     idler.idle(n);
+//!     match pair.maintain_if_due() {
+//!         Some(PairHealth::LegDown { leg, .. }) => eprintln!("publisher {leg} down; the other carries on"),
+//!         Some(PairHealth::Ended(_)) => break,
+//!         _ => {}
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! [`Merge`] is the rule without any I/O (tests drive it directly):
 //!
 //! - **High-water mark.** Per channel ([`BookUpdate::venue_channel`]), the last venue position delivered. A

@@ -446,6 +446,8 @@ struct State {
     pending: std::collections::VecDeque<BookUpdate>,
     /// Every instrument the relay has seen or been told of: a gap makes each stale.
     known: std::collections::BTreeSet<u32>,
+    /// The instrument last put in `known` (most records follow one of the same instrument: no tree walk then).
+    last_known: Option<u32>,
     stale_book: StaleBook,
     last_venue_pos: u64,
     /// Silent or lost, and since when (realtime ns of the last record before it, set when the silence is found).
@@ -492,8 +494,12 @@ impl State {
                     if self.silent && !self.lost {
                         self.go_live();
                     }
-                    if r.instrument_id != CHANNEL_INSTRUMENT_ID && r.kind() != Some(Kind::FeedStatus) {
+                    if r.instrument_id != CHANNEL_INSTRUMENT_ID
+                        && r.kind() != Some(Kind::FeedStatus)
+                        && self.last_known != Some(r.instrument_id)
+                    {
                         self.known.insert(r.instrument_id);
+                        self.last_known = Some(r.instrument_id);
                     }
                     if r.flags & flags::SNAPSHOT == 0 && r.kind() != Some(Kind::FeedStatus) {
                         self.last_venue_pos = r.venue_pos;
@@ -761,6 +767,7 @@ pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
     let state = State {
         pending: std::collections::VecDeque::with_capacity(PENDING_RECORDS),
         known,
+        last_known: None,
         stale_book: if book == BookKind::Mbp { StaleBook::PriceLevel } else { StaleBook::Order },
         last_venue_pos: 0,
         silent: false,
