@@ -309,6 +309,24 @@ pub enum SubscribeError {
     },
 }
 
+impl SubscribeError {
+    /// Whether the publisher was not there or went away during the handshake: nobody accepted at the endpoint
+    /// ([`SubscribeError::Connect`]), or the control connection failed, closed or timed out before the answer
+    /// ([`SubscribeError::Control`] with [`control::ControlError::Io`], `Closed` or `Timeout`): what a reconnect
+    /// policy waits out ([`Subscriber::connect_with_retry`]). A refusal, an answer that is not the protocol or
+    /// its version, or a ring that cannot be set up here is not: trying again would fail the same way.
+    pub fn is_transient(&self) -> bool {
+        use control::ControlError;
+        match self {
+            SubscribeError::Connect { .. } => true,
+            SubscribeError::Control { source, .. } => {
+                matches!(source, ControlError::Io(_) | ControlError::Closed | ControlError::Timeout(_))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// What [`Subscriber::maintain`] found: the transitions of [`State`] a strategy acts on (see the crate docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
@@ -578,8 +596,9 @@ impl Subscriber {
         })
     }
 
-    /// [`Subscriber::connect`], tried again every [`Reconnect::interval`] while nobody accepts at the endpoint
-    /// (the publisher is not up yet: [`SubscribeError::Connect`]), for up to the [`Reconnect::budget`] of
+    /// [`Subscriber::connect`], tried again every [`Reconnect::interval`] while the publisher is not there
+    /// ([`SubscribeError::is_transient`]: nobody accepts at the endpoint, or the control connection closed, reset
+    /// or timed out during the handshake, as when the publisher dies or restarts then), for up to the [`Reconnect::budget`] of
     /// [`SubscriberConfig::reconnect`]; one try when that is `None`. `stop` is asked before each wait: `true`
     /// gives up at once (e.g. a signal flag). Blocks its thread meanwhile; each try may block up to
     /// [`SubscriberConfig::timeout`].
@@ -598,7 +617,7 @@ impl Subscriber {
         loop {
             tries += 1;
             match Subscriber::connect(cfg) {
-                Err(SubscribeError::Connect { .. }) if start.elapsed() < policy.budget && !stop() => {
+                Err(e) if e.is_transient() && start.elapsed() < policy.budget && !stop() => {
                     std::thread::sleep(policy.interval)
                 }
                 Err(e) if tries > 1 => {

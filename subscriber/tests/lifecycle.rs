@@ -257,6 +257,39 @@ fn connect_with_retry_tries_within_the_budget_and_says_how_many_tries() {
     }
 }
 
+/// `connect_with_retry` against a publisher that dies during the handshake (it accepts the control connection
+/// and closes it before answering, as a publisher killed or restarting then does): a reconnect policy tries
+/// again within its budget, as for one not up yet; without a policy the one try's own error.
+#[test]
+fn connect_with_retry_tries_again_when_the_publisher_goes_away_during_the_handshake() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = std::sync::Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            count.fetch_add(1, Ordering::Relaxed);
+            drop(conn); // closed before any answer
+        }
+    });
+    let gone = |e: &SubscribeError| matches!(e, SubscribeError::Control { .. }) && e.is_transient();
+    match Subscriber::connect_with_retry(&config(addr, "no-policy", None), || false) {
+        Err(e) => assert!(gone(&e), "{e}"),
+        Ok(_) => panic!("the publisher at {addr} never answers"),
+    }
+    assert_eq!(accepted.load(Ordering::Relaxed), 1);
+    let budget = Reconnect::within(Duration::from_millis(350));
+    match Subscriber::connect_with_retry(&config(addr, "retries", Some(budget)), || false) {
+        Err(SubscribeError::GaveUp { tries, source, .. }) => {
+            assert!(tries >= 2, "{tries} tries");
+            assert!(gone(&source), "{source}");
+            assert_eq!(accepted.load(Ordering::Relaxed), 1 + tries);
+        }
+        Err(e) => panic!("expected GaveUp after several tries, got {e}"),
+        Ok(_) => panic!("the publisher at {addr} never answers"),
+    }
+}
+
 /// The reconnect rule, for every way a session ends.
 #[test]
 fn only_a_vanished_publisher_or_a_broken_transport_allows_reconnecting() {

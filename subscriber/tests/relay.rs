@@ -146,10 +146,12 @@ fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() 
     let _ = relay.child.wait();
     let relay = start_relay();
     for (i, s) in local.into_iter().enumerate() {
-        let lines = stdout_lines(&wait_with_watchdog(s));
-        assert_exact(&lines, &format!("strategy {i}"));
+        let out = wait_with_watchdog(s);
+        let lines = stdout_lines(&out);
+        let who = format!("strategy {i} (stderr: {})", String::from_utf8_lossy(&out.stderr).trim());
+        assert_exact(&lines, &who);
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
-        assert_eq!((stream["reconnects"], stream["end"], stream["book_errors"]), ("1", "end_of_stream", "0"));
+        assert_eq!((stream["reconnects"], stream["end"], stream["book_errors"]), ("1", "end_of_stream", "0"), "{who}");
     }
     relay_report(relay);
     assert_eq!(up.finish().0, Some(0));
