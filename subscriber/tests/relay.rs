@@ -140,15 +140,22 @@ fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() 
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-kill", &[up_addr], "");
     let mut relay = start_relay();
-    let local = strategies(&relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"]);
+    let mut local: Vec<Watched> =
+        strategies(&relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"])
+            .into_iter()
+            .map(Watched::new)
+            .collect();
+    // Each has a session with the first relay before it dies (under emulation a start can take over a second).
+    for s in &mut local {
+        s.wait_for_line("subscribed ");
+    }
     std::thread::sleep(Duration::from_millis(1500));
     relay.child.kill().unwrap(); // SIGKILL, mid-stream
     let _ = relay.child.wait();
     let relay = start_relay();
     for (i, s) in local.into_iter().enumerate() {
-        let out = wait_with_watchdog(s);
-        let lines = stdout_lines(&out);
-        let who = format!("strategy {i} (stderr: {})", String::from_utf8_lossy(&out.stderr).trim());
+        let (_, lines, stderr) = s.finish();
+        let who = format!("strategy {i} (stderr: {})", stderr.trim());
         assert_exact(&lines, &who);
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
         assert_eq!((stream["reconnects"], stream["end"], stream["book_errors"]), ("1", "end_of_stream", "0"), "{who}");
