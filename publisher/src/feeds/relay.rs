@@ -18,7 +18,7 @@
 //! | the upstream's end of the feed | the end of this stream (`end_of_stream`) |
 //! | no session within the budget | the end of this stream as a feed error naming the endpoint |
 //!
-//! An upstream not up when the relay starts is tried every 100 ms for `reconnect_budget_ms` before it binds.
+//! An upstream not up when the relay starts (or one that goes away during the handshake) is tried every 100 ms for `reconnect_budget_ms` before it binds.
 //!
 //! With two endpoints (`connect = [A, B]`) the pair's merge decides what a gap is: a leg lost alone changes
 //! nothing downstream. The upstream session is unfiltered unless `instruments` names the union the local
@@ -735,15 +735,15 @@ impl FeedSource for RelaySource {
 /// Connects upstream (one endpoint, or both of a pair: a leg down at the start is tried again) and takes its
 /// symbology and book kind.
 pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
-    // An upstream not up yet (a relay started first) is tried every 100 ms for reconnect_budget_ms.
+    // An upstream not up yet (a relay started first), or one that went away during the handshake (killed or
+    // restarting after it accepted: `SubscribeError::is_transient`), is tried every 100 ms for
+    // reconnect_budget_ms. A refusal or a bad answer is final.
     let start = std::time::Instant::now();
     let mut warned = false;
     let upstream = loop {
         match Upstream::connect(f) {
             Ok(u) => break u,
-            Err(e @ mdfan_subscriber::SubscribeError::Connect { .. })
-                if start.elapsed() < Duration::from_millis(f.reconnect_budget_ms) =>
-            {
+            Err(e) if e.is_transient() && start.elapsed() < Duration::from_millis(f.reconnect_budget_ms) => {
                 if !warned {
                     tracing::warn!(cause = %e, "upstream not answering yet: trying every 100 ms (feed.reconnect_budget_ms)");
                     warned = true;
@@ -830,5 +830,32 @@ mod tests {
             let e = parse(feed).expect_err(feed);
             assert!(e.contains(want), "{feed}: {e}");
         }
+    }
+
+    /// An upstream that accepts the control connection and closes it unanswered (a publisher killed or
+    /// restarting during the handshake) is tried again within `reconnect_budget_ms`, as one not up yet is; the
+    /// relay's start gives up only at the budget, naming the upstream's last error.
+    #[test]
+    fn a_relay_start_tries_again_when_the_upstream_goes_away_during_the_handshake() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(AtomicU32::new(0));
+        let count = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                count.fetch_add(1, Ordering::Relaxed);
+                drop(conn); // closed before any answer
+            }
+        });
+        let cfg = parse(&format!("connect = [\"{addr}\"]\nreconnect_budget_ms = 450")).unwrap();
+        let FeedConfig::Relay(f) = &cfg.feed else { panic!("{:?}", cfg.feed) };
+        let e = match super::open(f) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("the upstream at {addr} never answers"),
+        };
+        assert!(e.contains("control"), "{e}");
+        let tries = accepted.load(Ordering::Relaxed);
+        assert!(tries >= 3, "{tries} handshakes in 450 ms at one per 100 ms: {e}");
     }
 }
