@@ -519,13 +519,21 @@ fn export(
             parquet::RowGroups { rows: row_group_rows as usize, span_ns: row_group_s.saturating_mul(1_000_000_000) };
         let (done, t) = parquet::export(dir, name, out, groups)?;
         torn(t);
+        if done.prices_out_of_range > 0 {
+            eprintln!(
+                "mdfan-capture: {} rows have a price of a billion or more, which `price` (decimal 18, 9) cannot hold: \
+                 null there (mdfan.prices_out_of_range)",
+                done.prices_out_of_range
+            );
+        }
         println!(
-            "export parquet={} rows={} row_groups={} gaps={} bytes={}",
+            "export parquet={} rows={} row_groups={} gaps={} bytes={} prices_out_of_range={}",
             out.display(),
             done.rows,
             done.row_groups,
             done.gaps,
-            done.bytes
+            done.bytes,
+            done.prices_out_of_range
         );
     }
     if let Some(out) = to_dbn {

@@ -14,7 +14,7 @@
 //! | `symbol`        | Utf8, null if not named      | the segment's symbology (what the publisher named at session start) |
 //! | `kind`          | Utf8                         | `kind` in snake case (`add`, `level_change`, ...; `unknown_N`) |
 //! | `side`          | Utf8                         | `side`: `B`, `A`, `N` (DBN's characters)                      |
-//! | `price`         | Decimal128(19, 9), nullable  | `price_e9` exactly; null for `i64::MAX` (undefined)            |
+//! | `price`         | Decimal128(18, 9), nullable  | `price_e9` exactly; null for `i64::MAX` (undefined) and for a price of a billion or more (counted) |
 //! | `size`          | UInt32                       | `size`                                                        |
 //! | `order_id`      | UInt64                       | `order_id`                                                    |
 //! | `level`         | UInt8                        | `level`                                                       |
@@ -26,10 +26,13 @@
 //! that never reached the capture), `mdfan.restarts` (JSON list of `{"record", "last_ts_recv_ns",
 //! "next_ts_recv_ns"}`: where a writer started again; what came between is not in the capture),
 //! `mdfan.session_records` (how many were left out), `mdfan.stop` (how the capture stopped, or `none` for one
-//! still being written). A row group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is
-//! about 24 groups) or after `--row-group-rows` rows (default 1 Mi), whichever comes first; every column has
-//! min/max statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
-//! Compression: zstd level 1; the rising columns delta-encoded, `order_id` plain, the others dictionary-encoded.
+//! still being written), `mdfan.prices_out_of_range` (rows whose price `price` cannot hold). A row group ends at
+//! `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is about 24 groups) or after
+//! `--row-group-rows` rows (default 1 Mi), whichever comes first; every column but `kind` and `side` has min/max
+//! statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
+//! Encodings: the rising columns and `order_id` delta-encoded, the others dictionary-encoded. Compression: zstd
+//! level 1, but for `ts_event`, `ts_recv` and `order_id`, whose deltas it shrank by 30%, 30% and 7% for a tenth
+//! of the export's instructions. `kind` and `side` have no statistics (a handful of values in every group).
 //!
 //! The file is written as `OUT.partial.PID` and put in place when whole (`crate::output`): a reader never sees
 //! half a file, and an existing OUT is never overwritten.
@@ -39,10 +42,10 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    Decimal128Builder, StringBuilder, TimestampNanosecondBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
+use arrow_array::{
+    ArrayRef, Decimal128Array, RecordBatch, StringArray, TimestampNanosecondArray, UInt32Array, UInt64Array, UInt8Array,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use mdfan_feed::capture::{is_session_record, Item, Reader, StopReason};
 use mdfan_wire::{BookUpdate, Kind};
@@ -57,8 +60,13 @@ use parquet::schema::types::ColumnPath;
 /// Rows per Arrow batch handed to the writer (bounds memory; row groups are cut by the writer).
 const BATCH_ROWS: usize = 65_536;
 
-/// Decimal precision and scale of `price`: every `i64` fits in 19 digits; 9 decimals is the record's 1e-9.
-pub const PRICE_PRECISION: u8 = 19;
+/// Decimal precision and scale of `price`: 18 digits, 9 of them decimals (the record's 1e-9), so a price below a
+/// billion (every real one) is exact and Parquet stores it as an INT64 (a 19th digit would make it a 9-byte
+/// FIXED_LEN_BYTE_ARRAY: a third of the export's time went to hashing and comparing those).
+pub const PRICE_PRECISION: u8 = 18;
+/// The smallest `price_e9` magnitude [`PRICE_PRECISION`] cannot hold (a billion, in the record's 1e-9 units): such
+/// a price (a corrupt or synthetic record) is written as null and counted in `mdfan.prices_out_of_range`.
+pub const PRICE_E9_LIMIT: i64 = 1_000_000_000_000_000_000;
 /// See [`PRICE_PRECISION`].
 pub const PRICE_SCALE: i8 = 9;
 
@@ -83,6 +91,8 @@ pub struct Exported {
     pub gaps: u64,
     /// The file's size, bytes.
     pub bytes: u64,
+    /// Rows whose price `price` cannot hold (|price_e9| >= [`PRICE_E9_LIMIT`], not `i64::MAX`): null there.
+    pub prices_out_of_range: u64,
 }
 
 /// The file's schema (module docs).
@@ -131,89 +141,91 @@ pub fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-/// One batch's columns being filled.
+/// What `kind` says for each kind byte: the name of each kind, `unknown_N` for the others.
+fn kind_names() -> Vec<String> {
+    (0..=u8::MAX)
+        .map(|b| match Kind::from_u8(b) {
+            Some(k) => kind_name(k).to_owned(),
+            None => format!("unknown_{b}"),
+        })
+        .collect()
+}
+
+/// What `side` says for each side byte: the byte as a character when it is ASCII, `?` otherwise.
+fn side_names() -> Vec<String> {
+    (0..=u8::MAX).map(|b| if b.is_ascii() { char::from(b).to_string() } else { "?".to_owned() }).collect()
+}
+
+/// No symbol: the instrument is not in the segment's symbology.
+const NO_SYMBOL: u32 = u32::MAX;
+
+/// One batch being gathered: the records as they came, and what each row adds to its record (its capture index,
+/// its symbol as an index into the export's names). The columns are cut from it at the end, one tight pass each.
 struct Columns {
-    capture_index: UInt64Builder,
-    seq: UInt64Builder,
-    ts_event: TimestampNanosecondBuilder,
-    ts_recv: TimestampNanosecondBuilder,
-    venue_pos: UInt64Builder,
-    instrument_id: UInt32Builder,
-    symbol: StringBuilder,
-    kind: StringBuilder,
-    side: StringBuilder,
-    price: Decimal128Builder,
-    size: UInt32Builder,
-    order_id: UInt64Builder,
-    level: UInt8Builder,
-    flags: UInt8Builder,
-    rows: usize,
+    records: Vec<BookUpdate>,
+    capture_index: Vec<u64>,
+    symbol: Vec<u32>,
 }
 
 impl Columns {
     fn new() -> Columns {
-        let ts = || TimestampNanosecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC");
         Columns {
-            capture_index: UInt64Builder::with_capacity(BATCH_ROWS),
-            seq: UInt64Builder::with_capacity(BATCH_ROWS),
-            ts_event: ts(),
-            ts_recv: ts(),
-            venue_pos: UInt64Builder::with_capacity(BATCH_ROWS),
-            instrument_id: UInt32Builder::with_capacity(BATCH_ROWS),
-            symbol: StringBuilder::new(),
-            kind: StringBuilder::new(),
-            side: StringBuilder::new(),
-            price: Decimal128Builder::with_capacity(BATCH_ROWS)
-                .with_precision_and_scale(PRICE_PRECISION, PRICE_SCALE)
-                .expect("19, 9 is a valid decimal"),
-            size: UInt32Builder::with_capacity(BATCH_ROWS),
-            order_id: UInt64Builder::with_capacity(BATCH_ROWS),
-            level: UInt8Builder::with_capacity(BATCH_ROWS),
-            flags: UInt8Builder::with_capacity(BATCH_ROWS),
-            rows: 0,
+            records: Vec::with_capacity(BATCH_ROWS),
+            capture_index: Vec::with_capacity(BATCH_ROWS),
+            symbol: Vec::with_capacity(BATCH_ROWS),
         }
     }
 
-    fn push(&mut self, index: u64, r: &BookUpdate, symbol: Option<&str>) {
-        self.capture_index.append_value(index);
-        self.seq.append_value(r.seq);
-        self.ts_event.append_value(r.ts_event_ns as i64);
-        self.ts_recv.append_value(r.ts_recv_ns as i64);
-        self.venue_pos.append_value(r.venue_pos);
-        self.instrument_id.append_value(r.instrument_id);
-        self.symbol.append_option(symbol);
-        match r.kind() {
-            Some(k) => self.kind.append_value(kind_name(k)),
-            None => self.kind.append_value(format!("unknown_{}", r.kind)),
-        }
-        let side = [r.side];
-        self.side.append_value(std::str::from_utf8(&side).unwrap_or("?"));
-        self.price.append_option((r.price_e9 != i64::MAX).then_some(i128::from(r.price_e9)));
-        self.size.append_value(r.size);
-        self.order_id.append_value(r.order_id);
-        self.level.append_value(r.level);
-        self.flags.append_value(r.flags);
-        self.rows += 1;
+    fn rows(&self) -> usize {
+        self.records.len()
     }
 
-    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, String> {
+    fn push(&mut self, index: u64, r: &BookUpdate, symbol: u32) {
+        self.records.push(*r);
+        self.capture_index.push(index);
+        self.symbol.push(symbol);
+    }
+
+    /// The batch (new vectors in place at full capacity). `names`: the symbols the rows' indexes point into;
+    /// `kinds` and `sides`: [`kind_names`], [`side_names`]; `out_of_range` counts the prices written as null
+    /// because `price` cannot hold them.
+    fn finish(
+        &mut self,
+        schema: &SchemaRef,
+        names: &[String],
+        kinds: &[String],
+        sides: &[String],
+        out_of_range: &mut u64,
+    ) -> Result<RecordBatch, String> {
+        let Columns { records: recs, capture_index, symbol } = std::mem::replace(self, Columns::new());
+        let priced = |r: &BookUpdate| r.price_e9 != i64::MAX && r.price_e9.unsigned_abs() < PRICE_E9_LIMIT as u64;
+        *out_of_range += recs.iter().filter(|r| r.price_e9 != i64::MAX && !priced(r)).count() as u64;
+        let u64s = |f: fn(&BookUpdate) -> u64| UInt64Array::from_iter_values(recs.iter().map(f));
+        let ts = |f: fn(&BookUpdate) -> u64| {
+            TimestampNanosecondArray::from_iter_values(recs.iter().map(|r| f(r) as i64)).with_timezone("UTC")
+        };
+        let price = Decimal128Array::new(
+            recs.iter().map(|r| i128::from(r.price_e9)).collect(),
+            Some(NullBuffer::from_iter(recs.iter().map(priced))),
+        )
+        .with_precision_and_scale(PRICE_PRECISION, PRICE_SCALE)
+        .map_err(|e| format!("building a batch: {e}"))?;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.capture_index.finish()),
-            Arc::new(self.seq.finish()),
-            Arc::new(self.ts_event.finish()),
-            Arc::new(self.ts_recv.finish()),
-            Arc::new(self.venue_pos.finish()),
-            Arc::new(self.instrument_id.finish()),
-            Arc::new(self.symbol.finish()),
-            Arc::new(self.kind.finish()),
-            Arc::new(self.side.finish()),
-            Arc::new(self.price.finish()),
-            Arc::new(self.size.finish()),
-            Arc::new(self.order_id.finish()),
-            Arc::new(self.level.finish()),
-            Arc::new(self.flags.finish()),
+            Arc::new(UInt64Array::from(capture_index)),
+            Arc::new(u64s(|r| r.seq)),
+            Arc::new(ts(|r| r.ts_event_ns)),
+            Arc::new(ts(|r| r.ts_recv_ns)),
+            Arc::new(u64s(|r| r.venue_pos)),
+            Arc::new(UInt32Array::from_iter_values(recs.iter().map(|r| r.instrument_id))),
+            Arc::new(StringArray::from_iter(symbol.iter().map(|&k| names.get(k as usize).map(String::as_str)))),
+            Arc::new(StringArray::from_iter_values(recs.iter().map(|r| kinds[usize::from(r.kind)].as_str()))),
+            Arc::new(StringArray::from_iter_values(recs.iter().map(|r| sides[usize::from(r.side)].as_str()))),
+            Arc::new(price),
+            Arc::new(UInt32Array::from_iter_values(recs.iter().map(|r| r.size))),
+            Arc::new(u64s(|r| r.order_id)),
+            Arc::new(UInt8Array::from_iter_values(recs.iter().map(|r| r.level))),
+            Arc::new(UInt8Array::from_iter_values(recs.iter().map(|r| r.flags))),
         ];
-        self.rows = 0;
         RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| format!("building a batch: {e}"))
     }
 }
@@ -357,13 +369,28 @@ fn write(
             .set_column_encoding(ColumnPath::from(col), Encoding::DELTA_BINARY_PACKED);
     }
     // Order ids are nearly all distinct.
-    let props = props.set_column_dictionary_enabled(ColumnPath::from("order_id"), false).build();
+    let mut props = props
+        .set_column_dictionary_enabled(ColumnPath::from("order_id"), false)
+        .set_column_encoding(ColumnPath::from("order_id"), Encoding::DELTA_BINARY_PACKED)
+        .set_column_compression(ColumnPath::from("order_id"), Compression::UNCOMPRESSED);
+    for col in ["ts_event", "ts_recv"] {
+        props = props.set_column_compression(ColumnPath::from(col), Compression::UNCOMPRESSED);
+    }
+    for col in ["kind", "side"] {
+        props = props
+            .set_column_statistics_enabled(ColumnPath::from(col), parquet::file::properties::EnabledStatistics::None);
+    }
+    let props = props.build();
     let io = |e: parquet::errors::ParquetError| format!("{}: {e}", path.display());
     let max_rows = groups.rows.max(1);
     let arrow = ArrowWriter::try_new(&file, Arc::clone(&schema), Some(props)).map_err(io)?;
     let mut writer = Groups::new(arrow, Arc::clone(&schema), max_rows).map_err(io)?;
     let mut cols = Columns::new();
-    let mut symbols: HashMap<u32, String> = HashMap::new();
+    let (kinds, sides) = (kind_names(), side_names());
+    // Each segment's symbology appended to `names`; `symbols` maps an instrument to its name's index there.
+    let (mut names, mut symbols): (Vec<String>, HashMap<u32, u32>) = (Vec::new(), HashMap::new());
+    let mut last_symbol: Option<(u32, u32)> = None;
+    let mut out_of_range = 0u64;
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
@@ -373,7 +400,12 @@ fn write(
     while let Some(item) = reader.next().map_err(|e| e.to_string())? {
         match item {
             Item::Segment(m) => {
-                symbols = m.symbology.iter().map(|d| (d.instrument_id, d.symbol.clone())).collect();
+                symbols.clear();
+                for d in &m.symbology {
+                    symbols.insert(d.instrument_id, names.len() as u32);
+                    names.push(d.symbol.clone());
+                }
+                last_symbol = None;
                 symbology = serde_json::to_string(&m.symbology).map_err(|e| e.to_string())?;
                 (source, session, book) = (m.source, m.session, m.book);
             }
@@ -390,25 +422,35 @@ fn write(
                 if let Some(bucket) = r.ts_recv_ns.checked_div(groups.span_ns) {
                     if bucket != span && span != u64::MAX {
                         // A new time span: what is pending closes the row group.
-                        if cols.rows > 0 {
-                            writer.write(&cols.finish(&schema)?).map_err(io)?;
+                        if cols.rows() > 0 {
+                            writer
+                                .write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?)
+                                .map_err(io)?;
                         }
                         writer.finish_group().map_err(io)?;
                     }
                     span = bucket;
                 }
-                cols.push(capture_index, &r, symbols.get(&r.instrument_id).map(String::as_str));
+                let symbol = match last_symbol {
+                    Some((id, k)) if id == r.instrument_id => k,
+                    _ => {
+                        let k = symbols.get(&r.instrument_id).copied().unwrap_or(NO_SYMBOL);
+                        last_symbol = Some((r.instrument_id, k));
+                        k
+                    }
+                };
+                cols.push(capture_index, &r, symbol);
                 rows += 1;
-                if cols.rows == BATCH_ROWS {
-                    writer.write(&cols.finish(&schema)?).map_err(io)?;
+                if cols.rows() == BATCH_ROWS {
+                    writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?).map_err(io)?;
                 }
             }
             Item::Gap { expected, got } => gaps.push(serde_json::json!({ "expected": expected, "got": got })),
             Item::Stop { reason, .. } => stop = reason.map_or("unknown", StopReason::as_str).to_owned(),
         }
     }
-    if cols.rows > 0 {
-        writer.write(&cols.finish(&schema)?).map_err(io)?;
+    if cols.rows() > 0 {
+        writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?).map_err(io)?;
     }
     let gap_count = gaps.len() as u64;
     for (k, v) in [
@@ -420,13 +462,14 @@ fn write(
         ("mdfan.restarts", serde_json::to_string(&restarts.found).map_err(|e| e.to_string())?),
         ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
+        ("mdfan.prices_out_of_range", out_of_range.to_string()),
     ] {
         writer.file.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
     }
     let row_groups = writer.close().map_err(io)?;
     file.sync_all().map_err(|e| format!("{}: fsync: {e}", path.display()))?;
     let bytes = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    let exported = Exported { rows, row_groups, gaps: gap_count, bytes };
+    let exported = Exported { rows, row_groups, gaps: gap_count, bytes, prices_out_of_range: out_of_range };
     Ok((exported, reader.torn().map(str::to_owned)))
 }
 
@@ -509,6 +552,41 @@ mod tests {
         // Never over an existing file; nothing left behind.
         let e = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap_err();
         assert!(e.ends_with("t.parquet: exists already (an export never overwrites a file)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `price` holds 18 digits: the largest price below a billion is exact; a billion or more (no real price) is
+    /// null there and counted, in the result and the file's metadata; `i64::MAX` (no price) is null, not counted.
+    #[test]
+    fn a_price_of_a_billion_or_more_is_null_and_counted() {
+        let (dir, mut w) =
+            crate::test_support::writer("parquet-range", "t", "mbo", vec![InstrumentDef::new(7, "ESH4")]);
+        for (seq, price_e9) in
+            [(1, 999_999_999_999_999_999), (2, PRICE_E9_LIMIT), (3, -PRICE_E9_LIMIT), (4, i64::MAX), (5, i64::MIN)]
+        {
+            w.record(&record(seq, 7, Kind::Add, price_e9), 1).unwrap();
+        }
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let out = dir.join("t.parquet");
+        let (done, _) = export(&dir, None, &out, RowGroups { rows: 1000, span_ns: 0 }).unwrap();
+        assert_eq!((done.rows, done.prices_out_of_range), (5, 3));
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        let counted = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .find_map(|k| (k.key == "mdfan.prices_out_of_range").then(|| k.value.clone().unwrap_or_default()));
+        assert_eq!(counted.as_deref(), Some("3"));
+        let mut prices = Vec::new();
+        for b in reader.build().unwrap() {
+            let b = b.unwrap();
+            let price = b.column_by_name("price").unwrap().as_primitive::<Decimal128Type>().clone();
+            prices.extend((0..b.num_rows()).map(|i| price.is_valid(i).then(|| price.value_as_string(i))));
+        }
+        assert_eq!(prices, [Some("999999999.999999999".to_owned()), None, None, None, None]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -61,6 +61,7 @@ fn parquet_rows(path: &Path) -> Vec<(BookUpdate, Option<String>)> {
     assert_eq!(kv["mdfan.gaps"].as_deref(), Some("[]"));
     assert!(kv["mdfan.restarts"].is_some() && kv["mdfan.session_records"].is_some(), "{kv:?}");
     assert_eq!(kv["mdfan.stop"].as_deref(), Some("end_of_stream"));
+    assert_eq!(kv["mdfan.prices_out_of_range"].as_deref(), Some("0"));
     assert_eq!(kv["mdfan.book"].as_deref(), Some("mbo"));
     assert!(kv["mdfan.symbology"].as_deref().unwrap().contains("\"ESH4\""), "{kv:?}");
     let (mut out, mut last_index) = (Vec::new(), None);
@@ -188,7 +189,8 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     // Hourly row groups: the snapshot at midnight, then the hours with records.
     let groups = text.split("row_groups=").nth(1).and_then(|t| t.split(' ').next()).unwrap();
     assert!(
-        text.starts_with(&format!("export parquet={} rows=68792 row_groups={groups} gaps=0 ", pq.display())),
+        text.starts_with(&format!("export parquet={} rows=68792 row_groups={groups} gaps=0 ", pq.display()))
+            && text.lines().next().is_some_and(|l| l.ends_with(" prices_out_of_range=0")),
         "{text}"
     );
     assert!(
