@@ -58,8 +58,10 @@ enum Command {
         /// a second session of the same name unless it allows duplicate names).
         #[arg(long)]
         session: Option<String>,
-        /// Ring size in slots (power of two; 64 B each).
-        #[arg(long, default_value_t = 131_072)]
+        /// Ring size in slots (power of two; 64 B each). Default 524,288 (32 MiB, about 90 ms of the fastest
+        /// replay): four times a strategy's, since a recorder runs unpinned and must ride out being descheduled
+        /// on a shared host (at 128 Ki slots it missed records of a max-pace replay on a 2-core host).
+        #[arg(long, default_value_t = 524_288)]
         ring_slots: u32,
         /// Slow-consumer policy: resync (default: skipped records come back as a snapshot, the gap recorded),
         /// disconnect, block (where the publisher allows it).
