@@ -10,7 +10,10 @@
 //!   the rate is what both sustain): records / s from the first record to the end.
 //! - **capture**: the same replay to `mdfan-capture record` (the binary, policy `resync`, its default ring),
 //!   records / s from its first record to its stop block (its `recording_ms`), and the gaps it had (0 means it
-//!   kept up). Target: ≥ 1.0x replay.
+//!   kept up); and by CPU time, the rate its busier thread (session or writer) sustains on its own core, from
+//!   the CPU clocks it reports (`session_cpu_ms`, `writer_cpu_ms`). Target: ≥ 1.0x replay with 0 gaps, read
+//!   from records / s with a core per busy thread (4: the publisher's feed and hot loop, the capture's two),
+//!   from CPU time on a host with fewer (the rule of the replay targets).
 //! - **export**: `mdfan-capture export --parquet` and `--dbn` of the capture (binaries): rows / s. Target: Parquet
 //!   ≥ 5 M rows / s.
 //! - **bridge**: the same replay to `mdfan-bridge` and a `nats-server -js` on a loopback port (started here;
@@ -40,6 +43,8 @@ struct Round {
     replay_per_s: f64,
     capture_per_s: f64,
     capture_gaps: u64,
+    /// CPU ns per record of the capture's session thread and of its writing thread.
+    capture_cpu_ns: (f64, f64),
     parquet_per_s: f64,
     dbn_per_s: f64,
     bridge_per_s: Option<f64>,
@@ -177,6 +182,8 @@ fn round(work: &Path, stream: &Path, records: u64, nats: Option<&str>) -> anyhow
     // the last segment at exit; the process's life when an older binary does not say.
     let recording_s = field_f64(&out, "recording_ms").map_or(secs, |ms| ms / 1e3);
     (r.capture_per_s, r.capture_gaps) = (records as f64 / recording_s.max(1e-9), field(&out, "stream_gaps"));
+    let per_record = |name| field_f64(&out, name).unwrap_or(0.0) * 1e6 / records as f64;
+    r.capture_cpu_ns = (per_record("session_cpu_ms"), per_record("writer_cpu_ms"));
 
     for (flag, file) in [("--parquet", "x.parquet"), ("--dbn", "x.dbn.zst")] {
         let path = work.join(file);
@@ -279,10 +286,27 @@ pub fn run(out: &Path, rounds: u32, repeats: u32) -> anyhow::Result<()> {
     md += &format!("| publisher replay to a counting subscriber (baseline) | {} | 1.00 | | |\n", m(replay));
     let (cap, cap_ratio) = (pick(|r| r.capture_per_s), ratio(|r| r.capture_per_s));
     let gaps: u64 = all.iter().map(|r| r.capture_gaps).sum();
+    // The capture's run has four busy threads (the publisher's feed and hot loop, the capture's session and
+    // writer): with fewer cores its records/s measures the scheduler, and the target reads CPU time instead
+    // (as the replay targets do): what the busier of its threads could sustain on a core of its own.
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let by_cpu = cores < 4;
+    let (session_ns, writer_ns) = (pick(|r| r.capture_cpu_ns.0), pick(|r| r.capture_cpu_ns.1));
+    let capacity = |r: &Round| 1e9 / r.capture_cpu_ns.0.max(r.capture_cpu_ns.1).max(1e-9);
+    let (cap_cpu, cap_cpu_ratio) = (
+        median(all.iter().map(capacity).collect()),
+        median(all.iter().map(|r| capacity(r) / r.replay_per_s).collect()),
+    );
+    let judged = |this: bool, ok: bool| if this { yes(ok) } else { "not judged here" };
     md += &format!(
-        "| mdfan-capture record (gaps in all rounds: {gaps}) | {} | {cap_ratio:.2} | >= 1.0x replay, 0 gaps | {} |\n",
+        "| mdfan-capture record (gaps in all rounds: {gaps}) | {} | {cap_ratio:.2} | >= 1.0x replay, 0 gaps (with a core per busy thread: 4) | {} |\n",
         m(cap),
-        yes(cap_ratio >= 1.0 && gaps == 0)
+        judged(!by_cpu, cap_ratio >= 1.0 && gaps == 0)
+    );
+    md += &format!(
+        "| mdfan-capture record, by CPU time: records / s its busier thread sustains (session {session_ns:.0} ns, writer {writer_ns:.0} ns per record) | {} | {cap_cpu_ratio:.2} | >= 1.0x replay, 0 gaps (fewer than 4 cores) | {} |\n",
+        m(cap_cpu),
+        judged(by_cpu, cap_cpu_ratio >= 1.0 && gaps == 0)
     );
     let pq = pick(|r| r.parquet_per_s);
     md += &format!(
@@ -306,9 +330,10 @@ pub fn run(out: &Path, rounds: u32, repeats: u32) -> anyhow::Result<()> {
         md += "| mdfan-bridge | not measured: no nats-server on PATH | | | |\n";
     }
     md += &format!(
-        "\nHost: {} ({} cores).\n",
+        "\nHost: {} ({cores} cores). The capture's rate is judged where there is a core for each of the run's 4 busy \
+         threads; with fewer, by CPU time: each capture thread's CPU clock (the kernel's per-thread clock, from its \
+         first record to the end of the stream) per record, and the rate its busier thread would sustain alone.\n",
         crate::cpu_model(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     std::fs::write(out.join("consumers.md"), &md)?;
     print!("{md}");

@@ -286,6 +286,17 @@ struct Written {
     failure: Option<String>,
     /// When the last record was written (the stop block follows).
     last_record: Option<std::time::Instant>,
+    /// The writing thread's CPU time from its first record to its last, ns.
+    cpu_ns: u64,
+}
+
+/// The calling thread's CPU time so far, ns: the kernel's per-thread clock (what
+/// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` reads), from `/proc/thread-self/schedstat`; 0 where unreadable.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The writing thread: takes what the session thread hands over, writes blocks, closes segments (on the closing
@@ -300,10 +311,13 @@ fn write_loop(
 ) -> Written {
     let mut failure = None;
     let mut last_record = None;
+    let mut cpu_first = None;
+    // Nothing here waits on the wire: an empty hand-off sleeps at once (doubling to 1 ms), leaving the cores to
+    // the threads that do.
     let mut idler = mdfan_subscriber::Idler::new(mdfan_subscriber::IdleStrategy::Backoff {
-        spins: 64,
-        yields: 256,
-        max_park: Duration::from_micros(200),
+        spins: 0,
+        yields: 0,
+        max_park: Duration::from_millis(1),
     });
     loop {
         let done = polling_done.load(Ordering::Acquire);
@@ -325,6 +339,7 @@ fn write_loop(
         }
         if n > 0 {
             last_record = Some(std::time::Instant::now());
+            cpu_first.get_or_insert_with(thread_cpu_ns);
         }
         if failure.is_none() {
             if let Err(e) = w.tick(now) {
@@ -343,6 +358,9 @@ fn write_loop(
         }
         idler.idle(n);
     }
+    // From the first record to the end of the stream (the idle tail after the last record parks, at most 1 ms
+    // a sleep).
+    let cpu_ns = cpu_first.map_or(0, |first| thread_cpu_ns().saturating_sub(first));
     let end = if failure.is_some() {
         StopReason::WriteFailed
     } else {
@@ -367,7 +385,7 @@ fn write_loop(
         }
     };
     drop(to_closer);
-    Written { stats, failure, last_record }
+    Written { stats, failure, last_record, cpu_ns }
 }
 
 fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -> Result<u8, String> {
@@ -422,14 +440,15 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
             .spawn(move || write_loop(w, rx, to_closer, &failed, &polling_done, &end_reason))
             .map_err(|e| format!("cannot start the writing thread: {e}"))?
     };
-    // A recorder must not burn a core, nor fall a ring behind while the stream flows: PAUSE, then yield, then
-    // sleep at most 100 us.
+    // A recorder must not take a core from the publisher or the strategies on its host, nor fall a ring behind
+    // while the stream flows: a few yields, then sleeps doubling to 1 ms (its ring holds ~90 ms of max replay).
     let mut idler = mdfan_subscriber::Idler::new(mdfan_subscriber::IdleStrategy::Backoff {
-        spins: 64,
-        yields: 1024,
-        max_park: Duration::from_micros(100),
+        spins: 0,
+        yields: 16,
+        max_park: Duration::from_millis(1),
     });
     let mut first_record: Option<std::time::Instant> = None;
+    let mut session_cpu_first = 0;
     let end = loop {
         if shutdown.load(Ordering::Relaxed) {
             break StopReason::Interrupted;
@@ -446,7 +465,10 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
                 let item = match e {
                     Event::Record(r) if r.kind() == Some(Kind::Heartbeat) => return,
                     Event::Record(r) => {
-                        first_record.get_or_insert_with(std::time::Instant::now);
+                        first_record.get_or_insert_with(|| {
+                            session_cpu_first = thread_cpu_ns();
+                            std::time::Instant::now()
+                        });
                         Handoff::Record(*r)
                     }
                     Event::Gap { expected, got } => Handoff::Gap(expected, got),
@@ -469,7 +491,8 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
     let end = if failed.load(Ordering::Acquire) { StopReason::WriteFailed } else { end };
     end_reason.store(end as u8, Ordering::Relaxed);
     polling_done.store(true, Ordering::Release);
-    let Written { stats, failure, last_record } =
+    let session_cpu_ns = first_record.map_or(0, |_| thread_cpu_ns().saturating_sub(session_cpu_first));
+    let Written { stats, failure, last_record, cpu_ns: writer_cpu_ns } =
         writing.join().map_err(|_| "the writing thread panicked".to_string())?;
     let closing_errors = closing.join().unwrap_or_default();
     let recording_ms = match (first_record, last_record) {
@@ -481,7 +504,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
     }
     let st = sub.stats();
     println!(
-        "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} recording_ms={recording_ms:.1} end={}",
+        "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} recording_ms={recording_ms:.1} session_cpu_ms={:.1} writer_cpu_ms={:.1} end={}",
         stats.records,
         stats.blocks,
         stats.gaps,
@@ -490,6 +513,8 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         stats.bytes,
         stats.fsyncs,
         st.gaps,
+        session_cpu_ns as f64 / 1e6,
+        writer_cpu_ns as f64 / 1e6,
         end.as_str()
     );
     if let Some(f) = failure {
