@@ -12,7 +12,7 @@
 //! `--snapshot-every-s` for each instrument that changed, so a late consumer starts near the head.
 //!
 //! Output: `bridge stream=.. subjects=PREFIX.> nats=..` when the stream is ready, a `bridge ...` counters line
-//! every `--report-s` and at the end. Exit status: 0 after the upstream end of stream (every message sent
+//! every `--report-s` and at the end (`publishing_ms`: from the first record in to the last acknowledgement). Exit status: 0 after the upstream end of stream (every message sent
 //! acknowledged or counted failed); 1 on a setup error (one line naming the endpoint or the server); 2 for bad
 //! usage; 3 when the upstream session ended otherwise; 130 on SIGINT/SIGTERM.
 
@@ -124,13 +124,25 @@ struct Counters {
     connects: AtomicU64,
     /// A publish found no stream for its subject (deleted, or a server restarted without its store).
     stream_missing: AtomicBool,
+    /// When the first record came in and when the last acknowledgement came back, µs since [`EPOCH`] (0: not
+    /// yet): the span `publishing_ms` reports.
+    first_record_us: AtomicU64,
+    last_ack_us: AtomicU64,
+}
+
+/// The process's clock origin for [`Counters`]' times.
+static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// µs since [`EPOCH`], at least 1 (0 means "not yet").
+fn since_epoch_us() -> u64 {
+    (EPOCH.elapsed().as_micros() as u64).max(1)
 }
 
 impl Counters {
     fn line(&self, stream: &str) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "bridge stream={stream} records_in={} messages={} acked={} records_acked={} snapshots={} failed={} dropped={} resyncs={} upstream_gaps={} book_errors={} snapshot_too_large={} connects={}",
+            "bridge stream={stream} records_in={} messages={} acked={} records_acked={} snapshots={} failed={} dropped={} resyncs={} upstream_gaps={} book_errors={} snapshot_too_large={} connects={} publishing_ms={:.1}",
             g(&self.records_in),
             g(&self.messages),
             g(&self.acked),
@@ -143,6 +155,7 @@ impl Counters {
             g(&self.book_errors),
             g(&self.too_large),
             g(&self.connects),
+            g(&self.last_ack_us).saturating_sub(g(&self.first_record_us)) as f64 / 1e3,
         )
     }
 }
@@ -345,7 +358,9 @@ impl Session {
             }
             _ => {}
         }
-        self.counters.records_in.fetch_add(1, Ordering::Relaxed);
+        if self.counters.records_in.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.counters.first_record_us.store(since_epoch_us(), Ordering::Relaxed);
+        }
         let id = r.instrument_id;
         if self.known.insert(id) && !self.in_snapshot {
             // An instrument's first record in this run: a snapshot of its book before it (empty, unless the
@@ -820,6 +835,7 @@ impl NatsSide {
                         Ok(_) => {
                             counters.acked.fetch_add(1, Ordering::Relaxed);
                             counters.records_acked.fetch_add(records, Ordering::Relaxed);
+                            counters.last_ack_us.fetch_max(since_epoch_us(), Ordering::Relaxed);
                         }
                         Err(e) => {
                             counters.failed.fetch_add(1, Ordering::Relaxed);
