@@ -410,7 +410,13 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
     let (compress, fsync, dir, name) = (writer.compress, writer.fsync, writer.dir.clone(), writer.name.clone());
     let (w, recovered) = Writer::open_locked(lock, writer, meta, now_ns()).map_err(|e| e.to_string())?;
     let (to_closer, closing) = closer(compress)?;
-    for r in recovered {
+    if let Some((path, bytes)) = &recovered.removed {
+        println!(
+            "capture recovered segment={} removed: it ends inside its own header ({bytes} bytes, no record); the next segment takes its number",
+            path.display()
+        );
+    }
+    for r in recovered.recovered {
         println!(
             "capture recovered segment={} kept_blocks={} kept_records={} cut_bytes={}",
             r.path.display(),
@@ -541,6 +547,10 @@ fn export(
             eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block); exported up to it");
         }
     };
+    // Every target checked before any is written: one refused leaves none behind.
+    for out in to_parquet.into_iter().chain(to_dbn) {
+        output::check_new(out)?;
+    }
     if let Some(out) = to_parquet {
         let groups =
             parquet::RowGroups { rows: row_group_rows as usize, span_ns: row_group_s.saturating_mul(1_000_000_000) };
@@ -618,4 +628,40 @@ fn cat(dir: &std::path::Path, name: Option<&str>, follow: bool, shutdown: &Atomi
         eprintln!("mdfan-capture: {t}: the capture ends there (a writer was killed mid-block)");
     }
     Ok(if shutdown.load(Ordering::Relaxed) { 130 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use mdfan_feed::capture::StopReason;
+    use mdfan_wire::{BookUpdate, InstrumentDef, Kind, Side};
+
+    /// `export --parquet A --dbn B` with B there already is refused before A is written: nothing is left behind,
+    /// and the error names B.
+    #[test]
+    fn an_export_with_one_target_taken_writes_neither() {
+        let (dir, mut w) = crate::test_support::writer("both-targets", "t", "mbo", vec![InstrumentDef::new(7, "ESH4")]);
+        let add = BookUpdate {
+            seq: 1,
+            instrument_id: 7,
+            kind: Kind::Add as u8,
+            side: Side::Bid as u8,
+            price_e9: 4_810_000_000_000,
+            size: 2,
+            order_id: 9,
+            flags: 0x80,
+            ..BookUpdate::control(Kind::Add)
+        };
+        w.record(&add, 1).unwrap();
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let (pq, dbn) = (dir.join("new.parquet"), dir.join("taken.dbn.zst"));
+        std::fs::write(&dbn, b"someone's file").unwrap();
+        let e = super::export(&dir, None, Some(&pq), 1 << 20, 3600, Some(&dbn), "GLBX.MDP3").unwrap_err();
+        assert!(e.contains("taken.dbn.zst: exists already"), "{e}");
+        assert!(!pq.exists(), "the Parquet file was not written");
+        assert_eq!(std::fs::read(&dbn).unwrap(), b"someone's file");
+        std::fs::remove_file(&dbn).unwrap();
+        assert_eq!(super::export(&dir, None, Some(&pq), 1 << 20, 3600, Some(&dbn), "GLBX.MDP3"), Ok(0));
+        assert!(pq.exists() && dbn.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

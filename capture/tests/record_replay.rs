@@ -139,6 +139,8 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         "esh4",
         "--rotate-mb",
         "1",
+        "--fsync",
+        "block",
     ])
     .spawn()
     .unwrap();
@@ -169,6 +171,7 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     );
     assert!(rep.contains("capture kind=EndOfStream records=1 "), "{rep}");
     assert!(rep.lines().next().unwrap().starts_with("capture segments=5 "), "1 MiB segments: {rep}");
+    assert!(rep.lines().next().unwrap().contains(" stop=end_of_stream fsync=block"), "the policy it ran with: {rep}");
 
     // Exported to Parquet (a row per record, whose values give back the records and the book) and to DBN MBO
     // (the bundled file's own records back, but for the fields a record does not carry).

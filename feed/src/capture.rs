@@ -779,11 +779,40 @@ pub struct Recovery {
     pub last: u64,
     /// Records of all the segments (the last one's `first_record` plus its records).
     pub records: u64,
+    /// A last segment removed because it ends inside its own header (a writer that died between creating it and
+    /// writing its header: it holds no record), and its bytes. The next segment takes its number.
+    pub removed: Option<(PathBuf, u64)>,
+}
+
+/// Whether plain segment `path` ends inside its own header (a writer that died between creating the file and
+/// writing the header whole, or a crash that left the header's bytes zero): its length then. A header with
+/// another magic or version is damage, not this (`None`: [`scan_segment`] names it).
+fn header_cut_short(path: &Path) -> Result<Option<u64>, CaptureError> {
+    let io = |what, source| CaptureError::Io { path: path.to_owned(), what, source };
+    let mut f = File::open(path).map_err(|e| io("open", e))?;
+    let len = f.metadata().map_err(|e| io("stat", e))?.len();
+    let mut h = [0u8; SEGMENT_HEADER_BYTES];
+    let got = read_full(&mut f, &mut h).map_err(|e| io("read", e))?;
+    let h = &h[..got];
+    if h.iter().all(|b| *b == 0) {
+        return Ok(Some(len));
+    }
+    let magic = got.min(MAGIC.len());
+    if h[..magic] != MAGIC[..magic] {
+        return Ok(None);
+    }
+    if got < SEGMENT_HEADER_BYTES {
+        return Ok(Some(len));
+    }
+    let meta_bytes = le_u32(h, 10) as u64;
+    let whole = u16::from_le_bytes([h[8], h[9]]) == FORMAT_VERSION && meta_bytes <= MAX_META_BYTES as u64;
+    Ok((whole && len < SEGMENT_HEADER_BYTES as u64 + meta_bytes).then_some(len))
 }
 
 /// Readies capture `name` for a writer after one that stopped without closing it (killed, a crash): the
 /// segments not closed (plain `.mdcap` without its `.mdidx` index) are checked, and the last one is cut after
-/// its last whole block when the file ends inside a block. A closed segment is never touched.
+/// its last whole block when the file ends inside a block, or removed when it ends inside its own header (it
+/// holds no record). A closed segment is never touched.
 ///
 /// # Errors
 /// [`CaptureError`] for a segment that cannot be read, whose header is damaged, that holds a damaged block
@@ -791,7 +820,19 @@ pub struct Recovery {
 /// ends cut short, or that cannot be cut.
 pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     let mut out = Recovery::default();
-    let all = segments(dir, name)?;
+    let mut all = segments(dir, name)?;
+    if let Some((_, path)) = all.last().filter(|(_, p)| p.to_string_lossy().ends_with(SEGMENT_EXT)) {
+        if let Some(bytes) = header_cut_short(path)? {
+            std::fs::remove_file(path).map_err(|source| CaptureError::Io {
+                path: path.clone(),
+                what: "remove (its header was cut short)",
+                source,
+            })?;
+            let _ = std::fs::remove_file(index_path(path));
+            out.removed = Some((path.clone(), bytes));
+            all.pop();
+        }
+    }
     let last = all.last().map_or(0, |(n, _)| *n);
     out.last = last;
     for (n, path) in &all {
@@ -856,7 +897,14 @@ pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
     let index = index_of(path)?;
     let stem = path.to_string_lossy().trim_end_matches(&format!(".{SEGMENT_EXT}")).to_owned();
     let idx = PathBuf::from(format!("{stem}.{INDEX_EXT}"));
-    std::fs::write(&idx, &index).map_err(|source| CaptureError::Io { path: idx.clone(), what: "write", source })?;
+    // Written aside and renamed: an index present is whole (a full disk leaves no empty one marking the segment
+    // closed).
+    let idx_tmp = PathBuf::from(format!("{stem}.{INDEX_EXT}.tmp"));
+    if let Err(source) = std::fs::write(&idx_tmp, &index) {
+        let _ = std::fs::remove_file(&idx_tmp);
+        return Err(CaptureError::Io { path: idx_tmp, what: "write", source });
+    }
+    std::fs::rename(&idx_tmp, &idx).map_err(|source| CaptureError::Io { path: idx.clone(), what: "rename", source })?;
     if !compress {
         return Ok(());
     }
@@ -956,6 +1004,9 @@ pub struct Writer {
     path: PathBuf,
     /// Bytes in the current segment.
     seg_bytes: u64,
+    /// Where the space allocated to the current segment ends ([`Writer::reserve`]); `None` on a filesystem
+    /// without `fallocate`.
+    reserved_to: Option<u64>,
     seg_opened_ns: u64,
     /// The current block's records.
     block: Vec<u8>,
@@ -1029,17 +1080,76 @@ impl Syncer {
     }
 }
 
+/// Space a writer allocates ahead of its writes, at a time (`fallocate` with `FALLOC_FL_KEEP_SIZE`: the file's
+/// size, what readers see, is unchanged).
+const RESERVE_CHUNK_BYTES: u64 = 4 << 20;
+
+/// A stop block: what the reservation always keeps room for.
+const STOP_BLOCK_BYTES: u64 = BLOCK_HEADER_BYTES as u64;
+
+/// Allocates `len` bytes of `file` from `offset` (the size unchanged). `Ok(false)` where the filesystem has no
+/// `fallocate` (the writer then writes without a reservation).
+fn allocate(file: &File, offset: u64, len: u64) -> Result<bool, nix::errno::Errno> {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    match fallocate(file, FallocateFlags::FALLOC_FL_KEEP_SIZE, offset as i64, len as i64) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::EOPNOTSUPP | nix::errno::Errno::ENOSYS) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives back what was allocated past `end` and not written (best effort).
+fn release(file: &File, end: u64, reserved_to: Option<u64>) {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    if let Some(to) = reserved_to.filter(|to| *to > end) {
+        let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        let _ = fallocate(file, mode, end as i64, (to - end) as i64);
+    }
+}
+
 impl Writer {
+    /// Makes sure `bytes` more and then a stop block fit in space already allocated to the segment, allocating
+    /// [`RESERVE_CHUNK_BYTES`] more (or, on a disk nearly full, just what is needed) when they do not. So a full
+    /// disk is met here, before a write, with the room for the stop block still there: nothing of the block is
+    /// written, the capture stops with a stop block and no torn end.
+    ///
+    /// # Errors
+    /// [`CaptureError::Write`] (ENOSPC, EDQUOT, ...) naming the segment, the bytes and the offset.
+    fn reserve(&mut self, bytes: u64) -> Result<(), CaptureError> {
+        let Some(to) = self.reserved_to else { return Ok(()) };
+        let need = self.seg_bytes + bytes + STOP_BLOCK_BYTES;
+        if need <= to {
+            return Ok(());
+        }
+        let fail = |path: &Path, offset: u64, e: nix::errno::Errno| CaptureError::Write {
+            path: path.to_owned(),
+            bytes: bytes as usize,
+            offset,
+            source: std::io::Error::from(e),
+        };
+        let got = match allocate(&self.file, to, need - to + RESERVE_CHUNK_BYTES) {
+            Ok(true) => Some(need + RESERVE_CHUNK_BYTES),
+            Ok(false) => None,
+            Err(_) => match allocate(&self.file, to, need - to) {
+                Ok(true) => Some(need),
+                Ok(false) => None,
+                Err(e) => return Err(fail(&self.path, self.seg_bytes, e)),
+            },
+        };
+        self.reserved_to = got;
+        Ok(())
+    }
+
     /// Starts a capture in `cfg.dir`: takes the capture's lock (`DIR/NAME.lock`, flock, held while the writer
     /// lives: a second writer of the same name is refused, never lets two interleave), cuts what an earlier
     /// writer of the same name left open after its last whole block ([`recover`]; the caller closes those
     /// segments, [`close_segment`]), then opens the next segment with `meta` (its `name`, `fsync`, `segment`,
-    /// `created_ns` and `first_record` set here). Returns the writer and what was recovered.
+    /// `created_ns` and `first_record` set here). Returns the writer and what was recovered ([`Recovery`]).
     ///
     /// # Errors
     /// [`CaptureError`] naming the lock held by another writer, or the file that could not be read, cut or
     /// created.
-    pub fn open(cfg: WriterConfig, meta: SegmentMeta, now_ns: u64) -> Result<(Writer, Vec<Recovered>), CaptureError> {
+    pub fn open(cfg: WriterConfig, meta: SegmentMeta, now_ns: u64) -> Result<(Writer, Recovery), CaptureError> {
         let lock = CaptureLock::acquire(&cfg.dir, &cfg.name)?;
         Writer::open_locked(lock, cfg, meta, now_ns)
     }
@@ -1054,14 +1164,16 @@ impl Writer {
         cfg: WriterConfig,
         mut meta: SegmentMeta,
         now_ns: u64,
-    ) -> Result<(Writer, Vec<Recovered>), CaptureError> {
-        let Recovery { recovered, last, records } = recover(&cfg.dir, &cfg.name)?;
+    ) -> Result<(Writer, Recovery), CaptureError> {
+        let recovery = recover(&cfg.dir, &cfg.name)?;
+        let (last, records) = (recovery.last, recovery.records);
         meta.name = cfg.name.clone();
         meta.fsync = cfg.fsync.as_string();
         meta.first_record = records;
         meta.segment = last + 1;
         meta.created_ns = now_ns;
         let (file, path) = create_segment(&cfg, &meta)?;
+        let reserved_to = reserve_new(&file, &path, segment_header(&meta).len() as u64)?;
         let mut w = Writer {
             block: Vec::with_capacity(cfg.block_records.clamp(1, MAX_BLOCK_RECORDS) * 64),
             cfg,
@@ -1069,6 +1181,7 @@ impl Writer {
             file,
             path,
             seg_bytes: 0,
+            reserved_to,
             seg_opened_ns: now_ns,
             block_count: 0,
             block_first: BookUpdate::control(mdfan_wire::Kind::NoAction),
@@ -1092,7 +1205,7 @@ impl Writer {
         let header = segment_header(&w.meta);
         w.write_bytes(&header)?;
         w.sync(now_ns, true)?;
-        Ok((w, recovered))
+        Ok((w, recovery))
     }
 
     /// The segment being written.
@@ -1106,15 +1219,27 @@ impl Writer {
         WriterStats { fsyncs: self.stats.fsyncs + background, ..self.stats }
     }
 
+    /// Opens the next segment; on an error (a full disk) the current one stays current, so that the stop block
+    /// goes there.
     fn open_segment(&mut self, now_ns: u64) -> Result<(), CaptureError> {
-        self.meta.segment += 1;
-        self.meta.created_ns = now_ns;
-        self.meta.first_record = self.base_records + self.stats.records;
-        (self.file, self.path) = create_segment(&self.cfg, &self.meta)?;
+        let mut meta = self.meta.clone();
+        meta.segment += 1;
+        meta.created_ns = now_ns;
+        meta.first_record = self.base_records + self.stats.records;
+        let header = segment_header(&meta);
+        let (file, path) = create_segment(&self.cfg, &meta)?;
+        let reserved_to = match reserve_new(&file, &path, header.len() as u64) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        release(&self.file, self.seg_bytes, self.reserved_to);
+        (self.file, self.path, self.meta, self.reserved_to) = (file, path, meta, reserved_to);
         self.seg_bytes = 0;
         self.seg_opened_ns = now_ns;
         self.stats.segments += 1;
-        let header = segment_header(&self.meta);
         self.write_bytes(&header)?;
         self.sync(now_ns, true)
     }
@@ -1171,6 +1296,7 @@ impl Writer {
         records: u64,
         now_ns: u64,
     ) -> Result<(), CaptureError> {
+        self.reserve((BLOCK_HEADER_BYTES + payload_len) as u64)?;
         let header = h.encode();
         self.write_bytes(&header)?;
         if payload_len > 0 {
@@ -1281,8 +1407,10 @@ impl Writer {
     /// Closes the current segment (fsync; it waits in [`Writer::take_closed`]) and opens the next.
     fn rotate(&mut self, now_ns: u64) -> Result<(), CaptureError> {
         self.sync(now_ns, true)?;
-        self.closed.push(self.path.clone());
-        self.open_segment(now_ns)
+        let old = self.path.clone();
+        self.open_segment(now_ns)?;
+        self.closed.push(old);
+        Ok(())
     }
 
     /// The segments closed since the last call, for the caller to index and compress ([`close_segment`]) off
@@ -1310,11 +1438,33 @@ impl Writer {
             payload_crc: crc(&[]),
         };
         let stopped = self.write_bytes(&h.encode()).and_then(|_| self.sync(now_ns, true));
+        release(&self.file, self.seg_bytes, self.reserved_to);
         flushed?;
         stopped?;
         self.stats.blocks += 1;
         self.closed.push(self.path.clone());
         Ok((self.stats(), std::mem::take(&mut self.closed)))
+    }
+}
+
+/// A new segment's first reservation: its header, a stop block and [`RESERVE_CHUNK_BYTES`] (or, on a disk nearly
+/// full, the header and the stop block alone); `None` on a filesystem without `fallocate`.
+fn reserve_new(file: &File, path: &Path, header_bytes: u64) -> Result<Option<u64>, CaptureError> {
+    let need = header_bytes + STOP_BLOCK_BYTES;
+    let fail = |e: nix::errno::Errno| CaptureError::Write {
+        path: path.to_owned(),
+        bytes: header_bytes as usize,
+        offset: 0,
+        source: std::io::Error::from(e),
+    };
+    match allocate(file, 0, need + RESERVE_CHUNK_BYTES) {
+        Ok(true) => Ok(Some(need + RESERVE_CHUNK_BYTES)),
+        Ok(false) => Ok(None),
+        Err(_) => match allocate(file, 0, need) {
+            Ok(true) => Ok(Some(need)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(fail(e)),
+        },
     }
 }
 
@@ -1405,15 +1555,18 @@ pub struct Report {
     pub stop: Option<StopReason>,
     /// Where it ended on a block that was not whole.
     pub torn: Option<String>,
+    /// The fsync policies its segments were written with (`SegmentMeta::fsync`), each once, in order.
+    pub fsync: Vec<String>,
 }
 
 impl Report {
-    /// `capture segments=.. records=.. gaps=.. missed=.. restarts=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..`,
+    /// `capture segments=.. records=.. gaps=.. missed=.. restarts=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..
+    /// fsync=..` (the segments' fsync policies, comma-separated when a restart changed it),
     /// one `capture restart record=.. last_ts_recv_ns=.. next_ts_recv_ns=..` line per restart, then one
     /// `capture kind=NAME records=.. size=..` line per kind.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={}{}",
+            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={} fsync={}{}",
             self.segments,
             self.records,
             self.gaps,
@@ -1424,6 +1577,7 @@ impl Report {
             self.first_ts_event_ns,
             self.last_ts_event_ns,
             self.stop.map_or("none", StopReason::as_str),
+            if self.fsync.is_empty() { "none".to_owned() } else { self.fsync.join(",") },
             self.torn.as_ref().map_or(String::new(), |t| format!(" torn=\"{t}\"")),
         )];
         for r in &self.restarts {
@@ -1460,7 +1614,12 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
     let mut restarts = Restarts::default();
     while let Some(item) = r.next()? {
         match item {
-            Item::Segment(_) => rep.segments += 1,
+            Item::Segment(m) => {
+                rep.segments += 1;
+                if !rep.fsync.contains(&m.fsync) {
+                    rep.fsync.push(m.fsync);
+                }
+            }
             Item::Record(rec) => {
                 restarts.record(&rec);
                 if !is_session_record(&rec) {

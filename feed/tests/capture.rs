@@ -90,7 +90,7 @@ fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
     let d = dir("rotate");
     // 1 MiB segments: 68,792 records of 64 bytes (4.4 MB with block headers) make five.
     let (mut w, recovered) = Writer::open(config(&d, 1 << 20), meta(), 1).unwrap();
-    assert!(recovered.is_empty());
+    assert!(recovered.recovered.is_empty() && recovered.removed.is_none());
     for (i, r) in recs.iter().enumerate() {
         if i == 30_000 {
             w.gap(30_001, 30_004, 2).unwrap(); // as a subscriber reports a gap before record 30,004
@@ -147,6 +147,47 @@ fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A writer that died between creating its next segment and writing that segment's header whole (a crash, a
+/// full disk) leaves a last segment shorter than its header: the next writer removes it (it holds no record),
+/// says so, and takes its number; every record of the segments before it is read back. Damage of another kind
+/// (another magic) is still an error.
+#[test]
+fn a_last_segment_cut_inside_its_header_is_removed_and_its_number_taken_again() {
+    let recs = records();
+    for (tag, stub) in [("empty", &b""[..]), ("magic-only", &b"MDFANCAP"[..]), ("zeroed", &[0u8; 40][..])] {
+        let d = dir(&format!("cut-header-{tag}"));
+        let (mut w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, u64::MAX) }, meta(), 1).unwrap();
+        for r in &recs[..1_000] {
+            w.record(r, 2).unwrap();
+        }
+        for closed in w.stop(StopReason::Interrupted, 3).unwrap().1 {
+            close_segment(&closed, false).unwrap();
+        }
+        let stub_path = d.join("esh4-000002.mdcap");
+        std::fs::write(&stub_path, stub).unwrap();
+        let (mut w, recovery) = Writer::open(config(&d, u64::MAX), meta(), 5).unwrap();
+        assert_eq!(recovery.removed, Some((stub_path.clone(), stub.len() as u64)), "{tag}");
+        assert!(recovery.recovered.is_empty(), "{tag}: {:?}", recovery.recovered);
+        assert!(w.path().ends_with("esh4-000002.mdcap"), "{tag}: {}", w.path().display());
+        for r in &recs[1_000..1_500] {
+            w.record(r, 6).unwrap();
+        }
+        let _ = w.stop(StopReason::EndOfStream, 7).unwrap();
+        let (back, _) = read_all(&d);
+        assert!(back == recs[..1_500], "{tag}: {} records read back", back.len());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Another file's bytes where the header should be: damage, named, not removed.
+    let d = dir("cut-header-damage");
+    let (w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, u64::MAX) }, meta(), 1).unwrap();
+    let _ = w.stop(StopReason::Interrupted, 3).unwrap();
+    std::fs::write(d.join("esh4-000002.mdcap"), b"PK\x03\x04 not a capture").unwrap();
+    let e = Writer::open(config(&d, u64::MAX), meta(), 5).err().expect("damage is an error").to_string();
+    assert!(e.contains("esh4-000002.mdcap") && e.contains("magic"), "{e}");
+    assert!(d.join("esh4-000002.mdcap").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn a_writer_killed_mid_block_leaves_every_whole_block_and_the_next_says_what_it_cut() {
     let recs = records();
@@ -173,6 +214,7 @@ fn a_writer_killed_mid_block_leaves_every_whole_block_and_the_next_says_what_it_
     assert!(r.torn().is_some_and(|t| t.contains("esh4-000001.mdcap") && t.contains("cut short")), "{:?}", r.torn());
     // The next writer cuts the torn block off, says so, and goes on in a new segment.
     let (mut w, recovered) = Writer::open(config(&d, u64::MAX), meta(), 5).unwrap();
+    let recovered = recovered.recovered;
     assert_eq!(recovered.len(), 1);
     assert_eq!((recovered[0].scan.blocks, recovered[0].scan.records), (3, 768));
     assert_eq!(recovered[0].cut_bytes, BLOCK_HEADER_BYTES as u64 + 232 * 64 - 100);
@@ -222,7 +264,7 @@ fn a_reader_follows_a_segment_as_it_is_written_and_never_hands_out_half_a_block(
 }
 
 #[test]
-fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes() {
+fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes_and_the_capture_ends_with_its_stop_block() {
     if !std::fs::read_to_string("/proc/self/status")
         .is_ok_and(|t| t.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
     {
@@ -250,19 +292,23 @@ fn a_full_disk_is_an_error_naming_the_segment_and_the_bytes() {
     );
     assert!(w.stats().records > 3_000, "the blocks before it were written: {:?}", w.stats());
     let written = w.stats().records;
-    drop(w);
-    let (back, _) = {
-        let mut r = Reader::open(&d, None, false).unwrap();
-        let mut recs_back = Vec::new();
-        while let Some(item) = r.next().unwrap() {
-            if let Item::Record(rec) = item {
-                recs_back.push(rec);
-            }
+    // The stop block still fits (the writer keeps room for it allocated): the capture ends whole, saying why.
+    let stopped = w.stop(StopReason::WriteFailed, 3);
+    assert!(stopped.as_ref().is_ok_and(|(stats, _)| stats.records == written), "{stopped:?}");
+    let mut r = Reader::open(&d, None, false).unwrap();
+    let (mut back, mut last) = (Vec::new(), None);
+    while let Some(item) = r.next().unwrap() {
+        match item {
+            Item::Record(rec) => back.push(rec),
+            other => last = Some(other),
         }
-        (recs_back, ())
-    };
+    }
+    assert_eq!(r.torn(), None, "no block cut short");
+    assert_eq!(last, Some(Item::Stop { reason: Some(StopReason::WriteFailed), at_ns: 3 }));
     assert_eq!(back.len() as u64, written, "every whole block before the full disk reads back");
     assert!(back == recs[..written as usize], "the records read back are the ones written");
+    let rep = report(&d, None).unwrap();
+    assert!(rep.lines()[0].contains(" stop=write_failed "), "{:?}", rep.lines());
     let _ = std::process::Command::new("umount").arg(&d).status();
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -317,7 +363,7 @@ fn damage_or_a_missing_segment_is_an_error_and_recovery_never_cuts_a_closed_segm
     };
     let before = sizes(&d);
     let (w, recovered) = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 20) }, meta(), 4).unwrap();
-    assert!(recovered.is_empty(), "closed segments are not recovered: {recovered:?}");
+    assert!(recovered.recovered.is_empty(), "closed segments are not recovered: {:?}", recovered.recovered);
     assert_eq!(sizes(&d)[..5], before[..], "no segment cut");
     // One writer per capture.
     let second = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 20) }, meta(), 5);
