@@ -79,6 +79,7 @@ fn write_stream(dir: &Path, repeats: u32) -> anyhow::Result<u64> {
         source: "mdfan-bench".into(),
         session: "consumers".into(),
         book: "mbo".into(),
+        feed: mdfan_wire::FeedIdentity::new("dbn", "GLBX.MDP3", "esh4-glbx-mdp3-20231225.mbo.dbn.zst"),
         symbology: ids.iter().enumerate().map(|(r, id)| InstrumentDef::new(*id, format!("ESH4R{r}"))).collect(),
         fsync: String::new(),
         first_record: 0,

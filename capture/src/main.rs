@@ -112,10 +112,11 @@ enum Command {
         /// A Parquet row group ends where ts_recv enters a new span of this many seconds (0: by rows only).
         #[arg(long, default_value_t = 3600)]
         row_group_s: u64,
-        /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist); needs --dataset.
-        #[arg(long, value_name = "FILE", requires = "dataset")]
+        /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist).
+        #[arg(long, value_name = "FILE")]
         dbn: Option<PathBuf>,
-        /// The dataset the DBN metadata names (e.g. GLBX.MDP3: a capture does not record it).
+        /// The dataset the DBN metadata names (e.g. GLBX.MDP3); default the venue the capture's feed named
+        /// (its segment header), needed when it named none.
         #[arg(long, default_value = "", requires = "dbn")]
         dataset: String,
     },
@@ -403,6 +404,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         source: sub.endpoint().to_owned(),
         session: cfg.name.clone(),
         book: format!("{:?}", sub.book_kind()).to_lowercase(),
+        feed: sub.feed().clone(),
         symbology: sub.symbology().iter().cloned().collect(),
         fsync: String::new(),
         first_record: 0,
@@ -533,6 +535,15 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
     })
 }
 
+/// The feed a capture's first segment names (its header).
+fn captured_feed(dir: &std::path::Path, name: Option<&str>) -> Result<mdfan_wire::FeedIdentity, String> {
+    let mut r = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
+    match r.next().map_err(|e| e.to_string())? {
+        Some(Item::Segment(m)) => Ok(m.feed),
+        _ => Ok(mdfan_wire::FeedIdentity::default()),
+    }
+}
+
 fn export(
     dir: &std::path::Path,
     name: Option<&str>,
@@ -551,6 +562,16 @@ fn export(
     for out in to_parquet.into_iter().chain(to_dbn) {
         output::check_new(out)?;
     }
+    let dataset = match (to_dbn, dataset) {
+        (Some(_), "") => {
+            let feed = captured_feed(dir, name)?;
+            if feed.venue.is_empty() {
+                return Err(format!("--dbn needs --dataset: the capture's feed named no venue's dataset ({feed})"));
+            }
+            feed.venue
+        }
+        (_, d) => d.to_owned(),
+    };
     if let Some(out) = to_parquet {
         let groups =
             parquet::RowGroups { rows: row_group_rows as usize, span_ns: row_group_s.saturating_mul(1_000_000_000) };
@@ -574,7 +595,7 @@ fn export(
         );
     }
     if let Some(out) = to_dbn {
-        let (done, t) = dbn::export(dir, name, out, dataset)?;
+        let (done, t) = dbn::export(dir, name, out, &dataset)?;
         torn(t);
         println!(
             "export dbn={} records={} left_out={} gaps_not_in_dbn={}",

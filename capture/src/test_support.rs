@@ -29,6 +29,7 @@ pub fn writer(tag: &str, name: &str, book: &str, symbology: Vec<InstrumentDef>) 
         source: "127.0.0.1:7700".into(),
         session: "unit".into(),
         book: book.into(),
+        feed: mdfan_wire::FeedIdentity::new("dbn", "GLBX.MDP3", "unit.dbn"),
         symbology,
         fsync: String::new(),
         first_record: 0,

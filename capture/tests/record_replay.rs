@@ -171,7 +171,12 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
     );
     assert!(rep.contains("capture kind=EndOfStream records=1 "), "{rep}");
     assert!(rep.lines().next().unwrap().starts_with("capture segments=5 "), "1 MiB segments: {rep}");
-    assert!(rep.lines().next().unwrap().contains(" stop=end_of_stream fsync=block"), "the policy it ran with: {rep}");
+    assert!(
+        rep.lines().next().unwrap().ends_with(
+            " stop=end_of_stream fsync=block format=dbn venue=GLBX.MDP3 channel=esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+        ),
+        "the policy it ran with and the feed it is of: {rep}"
+    );
 
     // Exported to Parquet (a row per record, whose values give back the records and the book) and to DBN MBO
     // (the bundled file's own records back, but for the fields a record does not carry).
@@ -183,8 +188,7 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         pq.to_str().unwrap(),
         "--dbn",
         dbn_out.to_str().unwrap(),
-        "--dataset",
-        "GLBX.MDP3",
+        // no --dataset: the capture's header names the feed's (the publisher's Accept: the DBN file's GLBX.MDP3)
     ];
     let out = capture(&export).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

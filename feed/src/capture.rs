@@ -41,7 +41,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use mdfan_wire::{BookUpdate, InstrumentDef};
+use mdfan_wire::{BookUpdate, FeedIdentity, InstrumentDef};
 use serde::{Deserialize, Serialize};
 
 /// The segment magic.
@@ -143,6 +143,9 @@ pub struct SegmentMeta {
     pub session: String,
     /// The book its records build (`mbo` or `mbp`).
     pub book: String,
+    /// The feed it is of (format, venue's dataset, channel), as the publisher named it; empty when not known.
+    #[serde(default, skip_serializing_if = "FeedIdentity::is_unknown")]
+    pub feed: FeedIdentity,
     /// The instruments the publisher named when the session began.
     pub symbology: Vec<InstrumentDef>,
     /// The fsync policy it was written with (`block`, `every_ms:N`, `rotation`).
@@ -1557,16 +1560,19 @@ pub struct Report {
     pub torn: Option<String>,
     /// The fsync policies its segments were written with (`SegmentMeta::fsync`), each once, in order.
     pub fsync: Vec<String>,
+    /// The feed its first segment names (`SegmentMeta::feed`).
+    pub feed: FeedIdentity,
 }
 
 impl Report {
     /// `capture segments=.. records=.. gaps=.. missed=.. restarts=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..
-    /// fsync=..` (the segments' fsync policies, comma-separated when a restart changed it),
+    /// fsync=.. format=.. venue=.. channel=..` (the segments' fsync policies, comma-separated when a restart
+    /// changed it; the feed the first segment names, `-` for what it does not know),
     /// one `capture restart record=.. last_ts_recv_ns=.. next_ts_recv_ns=..` line per restart, then one
     /// `capture kind=NAME records=.. size=..` line per kind.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={} fsync={}{}",
+            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={} fsync={} {}{}",
             self.segments,
             self.records,
             self.gaps,
@@ -1578,6 +1584,7 @@ impl Report {
             self.last_ts_event_ns,
             self.stop.map_or("none", StopReason::as_str),
             if self.fsync.is_empty() { "none".to_owned() } else { self.fsync.join(",") },
+            self.feed,
             self.torn.as_ref().map_or(String::new(), |t| format!(" torn=\"{t}\"")),
         )];
         for r in &self.restarts {
@@ -1616,6 +1623,9 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
         match item {
             Item::Segment(m) => {
                 rep.segments += 1;
+                if rep.segments == 1 {
+                    rep.feed = m.feed.clone();
+                }
                 if !rep.fsync.contains(&m.fsync) {
                     rep.fsync.push(m.fsync);
                 }

@@ -43,6 +43,7 @@ fn meta() -> SegmentMeta {
         source: "127.0.0.1:7700".into(),
         session: "capture".into(),
         book: "mbo".into(),
+        feed: mdfan_wire::FeedIdentity::new("dbn", "GLBX.MDP3", "esh4.dbn.zst"),
         symbology: vec![InstrumentDef::new(esh4::INSTRUMENT_ID, "ESH4")],
         fsync: String::new(),
         first_record: 0,

@@ -773,6 +773,7 @@ impl Conductor {
             definitions: self.definitions_for(filter.as_deref()),
             ts_recv_clock: self.ts_recv_clock.get(),
             book: self.traits.book,
+            feed: self.traits.identity.clone(),
         }));
         if let Err(Overflow { waiting, frame }) = conn.queue(&accept) {
             // never with a fresh connection (the buffer holds the largest frame): a bug if seen
@@ -1470,6 +1471,7 @@ mod tests {
                 definitions,
                 ts_recv_clock: Default::default(),
                 book: Default::default(),
+                feed: Default::default(),
             })
         };
         let few: Vec<InstrumentDef> = symbology().iter().cloned().collect();

@@ -155,7 +155,7 @@ pub use receiver::{Event, Receiver, StreamStats};
 pub use hdrhistogram::Histogram;
 pub use mdfan_fabric::{AnyLocalRing, CloseReason, FabricConfig, Provider};
 pub use mdfan_tuning::{allowed_cores, pin_current_thread, IdleStrategy, Idler, TuningError};
-pub use mdfan_wire::control::{BookKind, Bye, SlowConsumerPolicy};
+pub use mdfan_wire::control::{BookKind, Bye, FeedIdentity, SlowConsumerPolicy};
 pub use mdfan_wire::record::{flags, format_price_e9};
 pub use mdfan_wire::{
     mdp3_venue_position, venue_position, Book, BookCapacity, BookError, BookUpdate, Books, FeedHealth, FeedState,
@@ -500,6 +500,7 @@ struct Opened {
     symbology: Symbology,
     ts_recv_clock: TsRecvClock,
     book: BookKind,
+    feed: FeedIdentity,
 }
 
 /// A connected subscription: the ring (owned here), the control connection, the seq tracker.
@@ -520,6 +521,8 @@ pub struct Subscriber {
     symbology: Symbology,
     /// The book its accept said the records build.
     book: BookKind,
+    /// The feed its accept named.
+    feed: FeedIdentity,
     control_closed: bool,
     /// Thorough polls ([`Receiver::poll_thorough`]: the CQ itself read) that found nothing so far. "A poll after
     /// X found the ring empty" is `empty_polls` above its value at X: how [`Subscriber::maintain`] knows the ring
@@ -560,7 +563,7 @@ impl Subscriber {
     /// # Errors
     /// [`SubscribeError`] naming the endpoint: cannot connect, ring creation failed, refused, bad answer.
     pub fn connect(cfg: &SubscriberConfig) -> Result<Subscriber, SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book } = Self::open(cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book, feed } = Self::open(cfg)?;
         let clock = quanta::Clock::new();
         let last_rx = clock.raw();
         let mut rx = Receiver::new(ring);
@@ -577,6 +580,7 @@ impl Subscriber {
             policy,
             symbology,
             book,
+            feed,
             control_closed: false,
             empty_polls: 0,
             empty_polls_at_close: 0,
@@ -690,6 +694,7 @@ impl Subscriber {
             symbology: accept.definitions.into_iter().collect(),
             ts_recv_clock: accept.ts_recv_clock,
             book: accept.book,
+            feed: accept.feed,
         })
     }
 
@@ -701,9 +706,10 @@ impl Subscriber {
     /// # Errors
     /// As [`Subscriber::connect`]; the old session is gone either way, and the state is unchanged.
     pub fn reconnect(&mut self) -> Result<(), SubscribeError> {
-        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book } = Self::open(&self.cfg)?;
+        let Opened { ring, control, session_id, policy, symbology, ts_recv_clock, book, feed } = Self::open(&self.cfg)?;
         self.rx.restart(ring);
         self.book = book;
+        self.feed = feed;
         self.rx.set_ts_recv_clock(ts_recv_clock);
         self.control = control;
         self.session_id = session_id;
@@ -1052,6 +1058,12 @@ impl Subscriber {
     /// publisher that does not say (tell by the records: price-level ones carry [`flags::MBP`]).
     pub fn book_kind(&self) -> BookKind {
         self.book
+    }
+
+    /// What the feed is, as the publisher's `Accept` named it (format, venue's dataset, channel; a relay passes
+    /// its upstream's on): empty fields where the publisher does not know, or does not say.
+    pub fn feed(&self) -> &FeedIdentity {
+        &self.feed
     }
 
     /// The publisher's session id for this subscriber.

@@ -113,10 +113,20 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
     let local = strategies(&relay_addr, &["s1", "s2", "s3"], &["--levels", "10"]);
     std::thread::sleep(Duration::from_millis(500)); // the three attach before the replay starts
     let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
+    // Each strategy hears the upstream's feed named, through the relay as directly.
+    let names_the_feed = |lines: &[String]| {
+        lines.iter().any(|l| {
+            l.starts_with("subscribed ") && l.contains(" format=dbn venue=GLBX.MDP3 channel=esh4-glbx-mdp3-20231225")
+        })
+    };
     for (i, s) in local.into_iter().enumerate() {
-        assert_clean(&stdout_lines(&wait_with_watchdog(s)), &format!("strategy {i} through the relay"));
+        let lines = stdout_lines(&wait_with_watchdog(s));
+        assert_clean(&lines, &format!("strategy {i} through the relay"));
+        assert!(names_the_feed(&lines), "strategy {i}: {:?}", lines.first());
     }
-    assert_clean(&stdout_lines(&wait_with_watchdog(direct)), "direct strategy");
+    let lines = stdout_lines(&wait_with_watchdog(direct));
+    assert_clean(&lines, "direct strategy");
+    assert!(names_the_feed(&lines), "direct: {:?}", lines.first());
     let (code, lines, err) = relay.finish();
     assert_eq!(code, Some(0), "{lines:?} {err}");
     let r = relay_line(&lines);

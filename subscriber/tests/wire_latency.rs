@@ -38,6 +38,7 @@ fn publisher(listener: TcpListener, clock: TsRecvClock) {
         definitions: Vec::new(),
         ts_recv_clock: clock,
         book: mdfan_wire::control::BookKind::Mbo,
+        feed: Default::default(),
     };
     control::write_msg(&mut s, &ControlMsg::Accept(accept)).unwrap();
     let slots = sub.ring.slot_count() as u64;

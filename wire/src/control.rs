@@ -204,6 +204,49 @@ pub struct Accept {
     /// when [`BookKind::Unknown`].
     #[serde(default, skip_serializing_if = "BookKind::is_unknown")]
     pub book: BookKind,
+    /// What the feed is (format, venue, channel): what a recorder writes in its capture's header. Left out of
+    /// the JSON when not known.
+    #[serde(default, skip_serializing_if = "FeedIdentity::is_unknown")]
+    pub feed: FeedIdentity,
+}
+
+/// What a publisher's feed is ([`Accept::feed`]): the format it decodes, the venue's dataset when known, and the
+/// channel within it. An empty string is not known; a relay passes its upstream's on, and a capture's replay
+/// the captured feed's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedIdentity {
+    /// The format the publisher decodes: `dbn`, `mdp3`, `itch5`, `moldudp64`, `lobster`, `capture` (a capture
+    /// that kept no identity).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub format: String,
+    /// The venue's dataset in Databento's naming (`GLBX.MDP3`, from a DBN file's metadata or for CME MDP 3.0),
+    /// when the feed says it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub venue: String,
+    /// The channel: MDP 3.0's channel id, a MoldUDP64 session, a file's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub channel: String,
+}
+
+impl FeedIdentity {
+    /// An identity of `format`, `venue` and `channel`.
+    pub fn new(format: impl Into<String>, venue: impl Into<String>, channel: impl Into<String>) -> FeedIdentity {
+        FeedIdentity { format: format.into(), venue: venue.into(), channel: channel.into() }
+    }
+
+    /// Nothing known.
+    pub fn is_unknown(&self) -> bool {
+        self.format.is_empty() && self.venue.is_empty() && self.channel.is_empty()
+    }
+}
+
+impl std::fmt::Display for FeedIdentity {
+    /// `format=.. venue=.. channel=..` (`-` for what is not known).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or = |s: &str| if s.is_empty() { "-".to_owned() } else { s.replace(' ', "_") };
+        write!(f, "format={} venue={} channel={}", or(&self.format), or(&self.venue), or(&self.channel))
+    }
 }
 
 /// Which book a feed's records build ([`Accept::book`]): what a strategy keeps for it.
@@ -626,6 +669,7 @@ mod tests {
             definitions,
             ts_recv_clock: TsRecvClock::None,
             book: BookKind::Unknown,
+            feed: FeedIdentity::default(),
         })
     }
 
@@ -749,6 +793,7 @@ mod tests {
             definitions: Vec::new(),
             ts_recv_clock,
             book: BookKind::Unknown,
+            feed: FeedIdentity::default(),
         })
     }
 
@@ -764,6 +809,27 @@ mod tests {
         }
         let bad = br#"{"v":5,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"book":"mbx"}}"#;
         assert!(matches!(decode_body(bad), Err(ControlError::Malformed(_))));
+    }
+
+    /// The feed's identity rides on the accept, its unknown parts left out; an accept without it (a publisher
+    /// that does not know) reads as unknown.
+    #[test]
+    fn an_accept_names_the_feed_and_leaves_out_what_it_does_not_know() {
+        let ControlMsg::Accept(plain) = accept_clocked(TsRecvClock::None) else { unreachable!() };
+        assert!(!std::str::from_utf8(&encode(&ControlMsg::Accept(plain.clone()))[4..]).unwrap().contains("feed"));
+        let feed = FeedIdentity::new("mdp3", "GLBX.MDP3", "310");
+        let frame = encode(&ControlMsg::Accept(Accept { feed: feed.clone(), ..plain.clone() }));
+        let text = std::str::from_utf8(&frame[4..]).unwrap();
+        assert!(text.ends_with(r#""feed":{"format":"mdp3","venue":"GLBX.MDP3","channel":"310"}}}"#), "{text}");
+        let ControlMsg::Accept(back) = read_msg(&mut &frame[..]).unwrap() else { unreachable!() };
+        assert_eq!(back.feed, feed);
+        assert_eq!(back.feed.to_string(), "format=mdp3 venue=GLBX.MDP3 channel=310");
+        let itch = FeedIdentity::new("itch5", "", "12302019_first1000.itch");
+        let frame = encode(&ControlMsg::Accept(Accept { feed: itch.clone(), ..plain.clone() }));
+        assert!(std::str::from_utf8(&frame[4..])
+            .unwrap()
+            .ends_with(r#""feed":{"format":"itch5","channel":"12302019_first1000.itch"}}}"#));
+        assert_eq!(itch.to_string(), "format=itch5 venue=- channel=12302019_first1000.itch");
     }
 
     #[test]

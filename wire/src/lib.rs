@@ -27,6 +27,7 @@ pub mod status;
 pub mod symbology;
 
 pub use book::{Book, BookError, Books, Level};
+pub use control::FeedIdentity;
 pub use hot_book::{BookCapacity, HotBook, HotBooks, LevelIter, RestingOrder};
 pub use mbp::{MbpBook, MbpBooks, MbpError, MbpLevel, MBP_DEPTH};
 pub use record::{

@@ -204,6 +204,12 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
     let c = Arc::clone(&counters);
     let bounds = f.clone();
     let name = format!("capture {} ({})", f.path.display(), meta.name);
+    // The captured feed's identity, so that a replay says what the stream was; a capture without one, its own.
+    let identity = if meta.feed.is_unknown() {
+        mdfan_wire::FeedIdentity::new("capture", "", meta.name.clone())
+    } else {
+        meta.feed.clone()
+    };
     // Before the `from_` bound: the books the captured subscriber kept, for the opening snapshot.
     let (mut books, mut mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
     let (mut started, mut rebuilt) = (false, 0u64);
@@ -275,6 +281,7 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
             live: false,
             book,
             price_level_instruments: (book == BookKind::Mbp).then_some(symbology.len().max(4096)),
+            identity,
         },
         counters: vec![counters],
         symbology,

@@ -51,9 +51,10 @@ impl DbnFeed {
 pub(crate) fn open(f: &DbnFeed) -> Result<Opened, PublisherError> {
     let mut stream = MboStream::open(&f.path)?;
     let symbology = stream.symbology().clone();
+    let identity = mdfan_wire::FeedIdentity::new("dbn", stream.dataset(), super::file_name(&f.path));
     Ok(Opened {
         source: Box::new(Records::new(move || stream.next_update().map_err(|e| e.to_string()))),
-        traits: FeedTraits { live: false, book: BookKind::Mbo, price_level_instruments: None },
+        traits: FeedTraits { live: false, book: BookKind::Mbo, price_level_instruments: None, identity },
         counters: Vec::new(),
         symbology,
         definitions: None,

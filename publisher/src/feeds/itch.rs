@@ -165,7 +165,12 @@ pub(crate) fn open(f: &ItchFeed, ts_recv_clock: &TsRecvClockCell) -> Result<Open
     };
     Ok(Opened {
         source: Box::new(live),
-        traits: FeedTraits { live: true, book: BookKind::Mbo, price_level_instruments: None },
+        traits: FeedTraits {
+            live: true,
+            book: BookKind::Mbo,
+            price_level_instruments: None,
+            identity: mdfan_wire::FeedIdentity::new("moldudp64", "", format!("line_a={}", addrs[0])),
+        },
         counters: vec![Arc::clone(&counters) as Arc<dyn FeedCounters>],
         symbology: Default::default(),
         definitions: Some(from_feed),
@@ -214,7 +219,12 @@ fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
     });
     Ok(Opened {
         source: Box::new(source),
-        traits: FeedTraits { live: false, book: BookKind::Mbo, price_level_instruments: None },
+        traits: FeedTraits {
+            live: false,
+            book: BookKind::Mbo,
+            price_level_instruments: None,
+            identity: mdfan_wire::FeedIdentity::new("itch5", "", super::file_name(&f.path)),
+        },
         counters: vec![counters],
         symbology,
         definitions: None,

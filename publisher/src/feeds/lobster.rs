@@ -153,7 +153,12 @@ pub(crate) fn open(f: &LobsterFeed) -> Result<Opened, PublisherError> {
     });
     Ok(Opened {
         source: Box::new(source),
-        traits: FeedTraits { live: false, book: BookKind::Mbp, price_level_instruments: Some(1) },
+        traits: FeedTraits {
+            live: false,
+            book: BookKind::Mbp,
+            price_level_instruments: Some(1),
+            identity: mdfan_wire::FeedIdentity::new("lobster", "", super::file_name(&f.path)),
+        },
         counters: vec![counters],
         symbology,
         definitions: None,

@@ -354,6 +354,11 @@ pub(crate) fn open(f: &Mdp3Feed, ts_recv_clock: &TsRecvClockCell) -> Result<Open
             live: true,
             book: BookKind::Mbp,
             price_level_instruments: Some(lines.instruments * channels.len().max(1)),
+            identity: mdfan_wire::FeedIdentity::new(
+                "mdp3",
+                "GLBX.MDP3",
+                info.iter().map(|c| c.id.to_string()).collect::<Vec<_>>().join(","),
+            ),
         },
         counters: info.iter().map(|c| Arc::clone(&c.counters) as Arc<dyn FeedCounters>).collect(),
         symbology,

@@ -98,8 +98,13 @@ pub trait FeedSource: Send {
     }
 }
 
+/// A feed file's name without its folder (a feed's channel in its identity).
+pub(crate) fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
 /// What the publisher must know of a source besides its records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedTraits {
     /// A live feed: the market does not wait, so the journal never waits for a late joiner's catch-up, the hot
     /// loop does not wait for subscribers, the records are not paced, and an instrument not seen yet may still
@@ -109,6 +114,8 @@ pub struct FeedTraits {
     pub book: BookKind,
     /// Price-level books the conductor keeps for snapshots (`None`: an order-level feed).
     pub price_level_instruments: Option<usize>,
+    /// What the feed is (what each `Accept` says, and a recorder keeps).
+    pub identity: mdfan_wire::FeedIdentity,
 }
 
 /// A source's counters, read off the feed thread: written into the counters file, the run report and a dump.

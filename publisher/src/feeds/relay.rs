@@ -753,6 +753,11 @@ pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
             Err(e) => return Err(PublisherError::Upstream(e.to_string())),
         }
     };
+    // The upstream's feed, passed on (a relay is not a feed of its own).
+    let identity = match &upstream {
+        Upstream::Pair(pair) => (0..2).find_map(|i| pair.leg(i).map(|s| s.feed().clone())).unwrap_or_default(),
+        Upstream::One(sub) => sub.feed().clone(),
+    };
     let (symbology, book) = match &upstream {
         Upstream::Pair(pair) => (
             pair.symbology().cloned().unwrap_or_default(),
@@ -786,6 +791,7 @@ pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
             live: true,
             book,
             price_level_instruments: (book == BookKind::Mbp).then_some(instruments.max(4096)),
+            identity,
         },
         counters: vec![shared],
         symbology,

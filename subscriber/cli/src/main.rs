@@ -351,11 +351,12 @@ fn run(args: &Args) -> Result<i32, CliError> {
         Err(e) => return Err(e.into()),
     };
     out!(
-        "subscribed endpoint={} session={} ring_slots={} policy={} book={}",
+        "subscribed endpoint={} session={} ring_slots={} policy={} {} book={}",
         sub.endpoint(),
         sub.session_id(),
         cfg.ring_slots,
         sub.policy().as_str(),
+        sub.feed(),
         sub.book_kind().as_str()
     );
 
