@@ -109,10 +109,24 @@ fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
     let segs = segments(&d, "esh4").unwrap();
     assert_eq!(segs.len(), 5);
     assert!(segs.iter().all(|(_, p)| p.to_string_lossy().ends_with(".mdcap.zst")), "{segs:?}");
+    // The indexes: per block its offset, first seq, first ts_recv_ns, first venue position (4 x u64 LE), the
+    // offsets rising within a segment, one entry per block written (the gap and stop blocks included).
+    let mut entries = Vec::new();
     for (n, _) in &segs {
-        let idx = std::fs::metadata(d.join(format!("esh4-{n:06}.mdidx"))).unwrap().len();
-        assert!(idx > 0 && idx.is_multiple_of(32), "segment {n}: index of {idx} bytes");
+        let idx = std::fs::read(d.join(format!("esh4-{n:06}.mdidx"))).unwrap();
+        assert!(!idx.is_empty() && idx.len().is_multiple_of(32), "segment {n}: index of {} bytes", idx.len());
+        let of_segment: Vec<[u64; 4]> = idx
+            .chunks(32)
+            .map(|e| std::array::from_fn(|i| u64::from_le_bytes(e[i * 8..i * 8 + 8].try_into().unwrap())))
+            .collect();
+        assert!(of_segment.windows(2).all(|w| w[0][0] < w[1][0]), "segment {n}: offsets rise");
+        entries.push(of_segment);
     }
+    assert_eq!(entries.iter().map(Vec::len).sum::<usize>() as u64, stats.blocks);
+    let first = entries[0][0];
+    assert_eq!(first[1..], [recs[0].seq, recs[0].ts_recv_ns, recs[0].venue_pos], "the first block's entry");
+    let second_segment = entries[1][0];
+    assert!(second_segment[0] > 18, "past the segment header: {second_segment:?}");
     let (back, other) = read_all(&d);
     assert_eq!(back.len(), recs.len());
     assert!(back == recs, "every record back, in order, byte for byte");
@@ -145,6 +159,28 @@ fn esh4_written_in_rotated_compressed_segments_reads_back_record_for_record() {
     let rep = report(&d, None).unwrap();
     assert_eq!((rep.segments, rep.records, rep.gaps, rep.missed), (5, esh4::RECORDS, 1, 3));
     assert_eq!((rep.last_ts_recv_ns, rep.stop), (esh4::LAST_TS_RECV_NS, Some(StopReason::EndOfStream)));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Rotation by time: a segment is closed once it has been open `rotate_ns`, checked after each block; every
+/// record reads back across the segments.
+#[test]
+fn segments_rotate_by_time() {
+    let recs = records();
+    let d = dir("rotate-time");
+    let cfg = WriterConfig { rotate_ns: 1_000, compress: false, ..config(&d, u64::MAX) };
+    let (mut w, _) = Writer::open(cfg, meta(), 0).unwrap();
+    // 10 ns a record: each block of 256 spans 2,560 ns, past the 1,000 ns limit, so each block ends its segment:
+    // 3 full blocks of the 1,000 records, the last 232 (written at the stop, 2,330 ns after the third) in a
+    // fourth, and the stop block in a fifth.
+    for (i, r) in recs[..1_000].iter().enumerate() {
+        w.record(r, i as u64 * 10).unwrap();
+    }
+    let (stats, _) = w.stop(StopReason::EndOfStream, 10_000).unwrap();
+    assert_eq!((stats.segments, stats.records), (5, 1_000));
+    assert_eq!(segments(&d, "esh4").unwrap().len(), 5);
+    let (back, _) = read_all(&d);
+    assert!(back == recs[..1_000], "{} records read back", back.len());
     let _ = std::fs::remove_dir_all(&d);
 }
 
