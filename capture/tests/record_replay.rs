@@ -278,29 +278,41 @@ fn a_capture_of_the_esh4_replay_replays_to_the_same_records_and_book() {
         assert_final_book(who, &got);
     }
 
-    // A replay of records 40,000 to 40,999 only (by ts_recv): an opening snapshot of the books before, then those
-    // records: the books equal the direct subscriber's after the same records.
+    // A replay of records 40,000 to 40,999 only (by ts_recv), and of records 20,000 to 20,499 (by venue
+    // position): an opening snapshot of the books before, then those records: the books equal the direct
+    // subscriber's after the same records.
     let (from, to) = (direct[40_000].ts_recv_ns, direct[40_999].ts_recv_ns);
-    let (endpoint, third) =
-        publisher(&format!("format = \"capture\"\npath = {d:?}\nfrom_ts_recv_ns = {from}\nto_ts_recv_ns = {to}"), 1);
-    let bounded = subscribe(&endpoint, "bounded").join().unwrap();
-    let report = third.join().unwrap().capture.unwrap();
-    let last = direct.iter().rposition(|r| r.ts_recv_ns <= to).unwrap();
-    let first = direct.iter().position(|r| r.ts_recv_ns >= from).unwrap();
-    assert_eq!(report.replayed as usize, last + 1 - first, "{}", report.line());
-    assert!(report.opening_snapshot > 10_000, "the books before record {first}: {}", report.line());
-    assert!(report.read < esh4::RECORDS, "the replay stops past its bound: {}", report.line());
-    let (mut want, mut got) = (Books::new(), Books::new());
-    for r in &direct[..=last] {
-        want.apply(r).unwrap();
-    }
-    for r in &bounded {
-        got.apply(r).unwrap_or_else(|e| panic!("the bounded replay's book refused a record: {e}"));
-    }
-    let (w, g) = (want.get(esh4::INSTRUMENT_ID).unwrap(), got.get(esh4::INSTRUMENT_ID).unwrap());
-    assert_eq!(g.order_count(), w.order_count());
-    for side in [Side::Bid, Side::Ask] {
-        assert_eq!(g.top(side, usize::MAX), w.top(side, usize::MAX), "{side:?}");
+    let by_time = (
+        format!("from_ts_recv_ns = {from}\nto_ts_recv_ns = {to}"),
+        direct.iter().position(|r| r.ts_recv_ns >= from).unwrap(),
+        direct.iter().rposition(|r| r.ts_recv_ns <= to).unwrap(),
+    );
+    // By venue position: started at the first record at or past `from`, stopped at the first past `to` (a
+    // DBN file's snapshot records carry the snapshot's venue sequence, not rising; the live ones rise).
+    let (from, to) = (direct[20_000].venue_pos, direct[20_499].venue_pos);
+    let first = direct.iter().position(|r| r.venue_pos >= from).unwrap();
+    let last = first + direct[first..].iter().position(|r| r.venue_pos > to).unwrap() - 1;
+    assert_eq!((first, last), (20_000, 20_499), "the live records' positions rise");
+    let by_position = (format!("from_venue_pos = {from}\nto_venue_pos = {to}"), first, last);
+    for (bounds, first, last) in [by_time, by_position] {
+        let (endpoint, third) = publisher(&format!("format = \"capture\"\npath = {d:?}\n{bounds}"), 1);
+        let bounded = subscribe(&endpoint, "bounded").join().unwrap();
+        let report = third.join().unwrap().capture.unwrap();
+        assert_eq!(report.replayed as usize, last + 1 - first, "{bounds}: {}", report.line());
+        assert!(report.opening_snapshot > 1_000, "{bounds}: the books before record {first}: {}", report.line());
+        assert!(report.read < esh4::RECORDS, "{bounds}: the replay stops past its bound: {}", report.line());
+        let (mut want, mut got) = (Books::new(), Books::new());
+        for r in &direct[..=last] {
+            want.apply(r).unwrap();
+        }
+        for r in &bounded {
+            got.apply(r).unwrap_or_else(|e| panic!("{bounds}: the bounded replay's book refused a record: {e}"));
+        }
+        let (w, g) = (want.get(esh4::INSTRUMENT_ID).unwrap(), got.get(esh4::INSTRUMENT_ID).unwrap());
+        assert_eq!(g.order_count(), w.order_count(), "{bounds}");
+        for side in [Side::Bid, Side::Ask] {
+            assert_eq!(g.top(side, usize::MAX), w.top(side, usize::MAX), "{bounds}: {side:?}");
+        }
     }
     let _ = std::fs::remove_dir_all(&d);
 }
