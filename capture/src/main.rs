@@ -45,9 +45,11 @@ struct Args {
 enum Command {
     /// Subscribe and write the stream to DIR as it arrives.
     Record {
-        /// Publisher control endpoint: HOST:PORT, or unix:PATH.
-        #[arg(long, default_value = "127.0.0.1:7700")]
-        connect: String,
+        /// Publisher control endpoint: HOST:PORT, or unix:PATH (a relay's too). Twice for a hot-hot pair: the
+        /// stream merged by venue position, each leg with its own session (the second publisher knows it as
+        /// SESSION-b), a leg that goes away tried again for 60 s while the other carries the stream.
+        #[arg(long, default_value = "127.0.0.1:7700", action = clap::ArgAction::Append)]
+        connect: Vec<String>,
         /// The capture's folder (it must exist).
         #[arg(long)]
         dir: PathBuf,
@@ -85,6 +87,13 @@ enum Command {
         /// Leave closed segments uncompressed.
         #[arg(long)]
         no_compress: bool,
+        /// A file holding the session's token (first line), for a publisher that authenticates subscribers (its
+        /// `[access]` list); MDFAN_TOKEN is read when this is not given.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Folder for the ring file (the publisher's fabric.shm_dir).
+        #[arg(long, default_value = "/dev/shm")]
+        shm_dir: PathBuf,
     },
     /// What a capture holds: records per kind and their sizes, gaps, first and last times, how it stopped.
     Report {
@@ -182,12 +191,41 @@ fn main() -> ExitCode {
             block_ms,
             fsync,
             no_compress,
+            token_file,
+            shm_dir,
         } => {
             // At most 64 bytes (a session name's limit); the name is ASCII.
-            let session = session.unwrap_or_else(|| format!("mdfan-capture-{name}").chars().take(64).collect());
-            let mut cfg = SubscriberConfig::new(&connect, &session);
+            let session = session.unwrap_or_else(|| format!("mdfan-capture-{name}").chars().take(62).collect());
+            let mut cfg = SubscriberConfig::new(&connect[0], &session);
             cfg.ring_slots = ring_slots;
             cfg.policy = policy;
+            cfg.fabric = mdfan_subscriber::FabricConfig::Shm { dir: shm_dir };
+            let token = match token(token_file.as_deref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("mdfan-capture: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            cfg.token = token;
+            let pair = match connect.as_slice() {
+                [_] => None,
+                [a, b] if a != b => {
+                    let leg = |endpoint: &str, name: String| SubscriberConfig {
+                        endpoint: endpoint.to_owned(),
+                        name,
+                        reconnect: Some(mdfan_subscriber::Reconnect::within(Duration::from_secs(60))),
+                        ..cfg.clone()
+                    };
+                    Some((leg(a, session.clone()), leg(b, format!("{session}-b"))))
+                }
+                _ => {
+                    eprintln!(
+                        "mdfan-capture: --connect: once for a publisher, twice (two publishers) for a hot-hot pair"
+                    );
+                    return ExitCode::from(2);
+                }
+            };
             let writer = WriterConfig {
                 dir,
                 name,
@@ -198,7 +236,7 @@ fn main() -> ExitCode {
                 fsync,
                 compress: !no_compress,
             };
-            record(&cfg, writer, &shutdown)
+            record(&cfg, pair.as_ref(), writer, &shutdown)
         }
         Command::Report { dir, name } => mdfan_feed::capture::report(&dir, name.as_deref())
             .map(|r| {
@@ -255,6 +293,103 @@ fn closer(compress: bool) -> Result<Closer, String> {
 
 /// Subscribes; while the publisher still holds a session of this name (an earlier run just killed: the
 /// publisher notices its closed connection within a pass or two), tries again for up to 5 s.
+/// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
+fn token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+            match text.lines().next().map(str::trim) {
+                Some(t) if !t.is_empty() => Ok(Some(t.to_owned())),
+                _ => Err(format!("--token-file {}: empty", path.display())),
+            }
+        }
+        None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
+    }
+}
+
+/// What a recorder subscribes with: one publisher, or a hot-hot pair merged by venue position.
+enum Session {
+    One(Box<Subscriber>),
+    Pair(Box<mdfan_subscriber::PairSubscriber>),
+}
+
+impl Session {
+    fn connect(
+        cfg: &SubscriberConfig,
+        pair: Option<&(SubscriberConfig, SubscriberConfig)>,
+        shutdown: &AtomicBool,
+    ) -> Result<Session, String> {
+        match pair {
+            None => connect(cfg, shutdown).map(|s| Session::One(Box::new(s))),
+            Some((a, b)) => mdfan_subscriber::PairSubscriber::connect(a, b)
+                .map(|p| Session::Pair(Box::new(p)))
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, f: F) -> usize {
+        match self {
+            Session::One(s) => s.poll(max, f),
+            Session::Pair(p) => p.poll(max, f),
+        }
+    }
+
+    /// How the stream ended, once it has (a pair: a leg's loss is said on stderr, and the stream goes on).
+    fn ended(&mut self) -> Option<Option<mdfan_subscriber::CloseReason>> {
+        match self {
+            Session::One(s) => match s.maintain_if_due() {
+                Some(Health::Ended(end)) => Some(end.reason()),
+                _ => None,
+            },
+            Session::Pair(p) => match p.maintain_if_due() {
+                Some(mdfan_subscriber::PairHealth::Ended(end)) => Some(end.reason()),
+                Some(mdfan_subscriber::PairHealth::LegDown { leg, end }) => {
+                    let end = end.map_or("reconnecting", |e| e.as_str());
+                    eprintln!("mdfan-capture: leg {} down ({end}): the other carries the stream", ["a", "b"][leg]);
+                    None
+                }
+                Some(mdfan_subscriber::PairHealth::LegUp { leg, .. }) => {
+                    eprintln!("mdfan-capture: leg {} up again: it rejoins the merge", ["a", "b"][leg]);
+                    None
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// The subscriber of a leg that has a session (the first one's first).
+    fn any_leg(&self) -> Option<&Subscriber> {
+        match self {
+            Session::One(s) => Some(s),
+            Session::Pair(p) => (0..2).find_map(|i| p.leg(i)),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        match self {
+            Session::One(s) => s.endpoint().to_owned(),
+            Session::Pair(p) => {
+                (0..2).filter_map(|i| p.leg(i).map(|s| s.endpoint().to_owned())).collect::<Vec<_>>().join(",")
+            }
+        }
+    }
+
+    fn symbology(&self) -> Vec<mdfan_wire::InstrumentDef> {
+        match self {
+            Session::One(s) => s.symbology().iter().cloned().collect(),
+            Session::Pair(p) => p.symbology().map(|s| s.iter().cloned().collect()).unwrap_or_default(),
+        }
+    }
+
+    /// Gaps the session's stream had (a pair: those both legs lacked).
+    fn gaps(&self) -> u64 {
+        match self {
+            Session::One(s) => s.stats().gaps,
+            Session::Pair(p) => p.stats().gaps,
+        }
+    }
+}
+
 fn connect(cfg: &SubscriberConfig, shutdown: &AtomicBool) -> Result<Subscriber, String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -389,23 +524,31 @@ fn write_loop(
     Written { stats, failure, last_record, cpu_ns }
 }
 
-fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -> Result<u8, String> {
+fn record(
+    cfg: &SubscriberConfig,
+    pair: Option<&(SubscriberConfig, SubscriberConfig)>,
+    writer: WriterConfig,
+    shutdown: &AtomicBool,
+) -> Result<u8, String> {
     // The folder and the lock first: a recorder that cannot write never takes a session at the publisher.
     if !writer.dir.is_dir() {
         return Err(format!("--dir {}: no such folder (it must exist)", writer.dir.display()));
     }
     let lock = CaptureLock::acquire(&writer.dir, &writer.name).map_err(|e| e.to_string())?;
-    let mut sub = connect(cfg, shutdown)?;
+    let mut sub = Session::connect(cfg, pair, shutdown)?;
+    let (book, feed) = sub
+        .any_leg()
+        .map_or((mdfan_subscriber::BookKind::Unknown, Default::default()), |s| (s.book_kind(), s.feed().clone()));
     let meta = SegmentMeta {
         format_version: mdfan_feed::capture::FORMAT_VERSION,
         name: String::new(),
         segment: 0,
         created_ns: 0,
-        source: sub.endpoint().to_owned(),
+        source: sub.endpoint(),
         session: cfg.name.clone(),
-        book: format!("{:?}", sub.book_kind()).to_lowercase(),
-        feed: sub.feed().clone(),
-        symbology: sub.symbology().iter().cloned().collect(),
+        book: format!("{book:?}").to_lowercase(),
+        feed,
+        symbology: sub.symbology(),
         fsync: String::new(),
         first_record: 0,
     };
@@ -486,14 +629,10 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
             })
         };
         idler.idle(n);
-        match sub.maintain_if_due() {
-            Some(Health::Ended(end)) => {
-                break match end.reason() {
-                    Some(mdfan_subscriber::CloseReason::EndOfStream) => StopReason::EndOfStream,
-                    _ => StopReason::SessionEnded,
-                };
-            }
-            _ => continue,
+        match sub.ended() {
+            Some(Some(mdfan_subscriber::CloseReason::EndOfStream)) => break StopReason::EndOfStream,
+            Some(_) => break StopReason::SessionEnded,
+            None => continue,
         }
     };
     let end = if failed.load(Ordering::Acquire) { StopReason::WriteFailed } else { end };
@@ -510,7 +649,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
     for e in &closing_errors {
         eprintln!("mdfan-capture: closing a segment: {e} (it stays readable as it is)");
     }
-    let st = sub.stats();
+    let stream_gaps = sub.gaps();
     println!(
         "capture name={name} records={} blocks={} gaps={} missed={} segments={} bytes={} fsyncs={} stream_gaps={} recording_ms={recording_ms:.1} session_cpu_ms={:.1} writer_cpu_ms={:.1} end={}",
         stats.records,
@@ -520,7 +659,7 @@ fn record(cfg: &SubscriberConfig, writer: WriterConfig, shutdown: &AtomicBool) -
         stats.segments,
         stats.bytes,
         stats.fsyncs,
-        st.gaps,
+        stream_gaps,
         session_cpu_ns as f64 / 1e6,
         writer_cpu_ns as f64 / 1e6,
         end.as_str()

@@ -2,7 +2,8 @@
 //! capture (`format = "capture"`) to two subscribers, whose record streams equal the one a direct subscriber of
 //! the first received (the publisher's own fields, `seq` and `ts_send_ticks`, aside) and whose books equal the
 //! data README's final ESH4 book. Then a capture killed with SIGKILL mid-stream: its next start says what it
-//! kept and cut, and the two runs' capture replays to the same final book.
+//! kept and cut, and the two runs' capture replays to the same final book. And a recorder on a hot-hot pair,
+//! and at a publisher with an access list.
 
 #[path = "../../feed/tests/support/esh4.rs"]
 mod esh4;
@@ -22,12 +23,24 @@ use support::{dir, subscribe, venue, WATCHDOG};
 
 /// A publisher of `feed` (a `[feed]` section's body) waiting for `wait_for` subscribers; its endpoint and thread.
 fn publisher(feed: &str, wait_for: usize) -> (String, JoinHandle<mdfan_publisher::RunReport>) {
+    let (endpoint, _, run) = stoppable_publisher(feed, wait_for);
+    (endpoint, run)
+}
+
+/// [`publisher`], with the flag that stops it (a shutdown, as for a restart: its sessions end
+/// `publisher_shutdown`).
+fn stoppable_publisher(
+    feed: &str,
+    wait_for: usize,
+) -> (String, Arc<AtomicBool>, JoinHandle<mdfan_publisher::RunReport>) {
     let text = format!(
         "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = {wait_for}\ncounters_dir = \"\"\n\n[feed]\n{feed}\n\n[fabric]\nprovider = \"shm\"\n"
     );
     let p = Publisher::bind(Config::parse(&text, Path::new("capture-test.toml")).unwrap()).expect("binds");
     let endpoint = p.local_addr().to_string();
-    (endpoint, std::thread::spawn(move || p.run(Arc::new(AtomicBool::new(false))).expect("runs")))
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    (endpoint, stop, std::thread::spawn(move || p.run(flag).expect("runs")))
 }
 
 fn assert_final_book(who: &str, records: &[BookUpdate]) {
@@ -370,5 +383,81 @@ fn a_capture_killed_mid_stream_says_what_it_kept_on_restart_and_both_runs_replay
     // The restart shows: the report names where the second run began.
     assert_eq!(all.restarts.len(), 1, "{:?}", all.lines());
     assert_eq!(all.restarts[0].record, kept_records, "{:?}", all.lines());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A recorder on a hot-hot pair (`--connect A --connect B`): two publishers replay ESH4, paced; A stops mid-stream
+/// (a shutdown, as for a restart). The capture, carried on by leg B, holds every venue record once, in order,
+/// with no gap, and its book is the final ESH4 book; the recorder said the leg went down.
+#[test]
+fn a_capture_of_a_hot_hot_pair_loses_nothing_when_one_publisher_stops_mid_stream() {
+    let d = dir("pair");
+    let feed = format!("format = \"dbn\"\npath = {:?}\npace = 500.0", esh4::main_file());
+    let (a, stop_a, run_a) = stoppable_publisher(&feed, 1);
+    let (b, run_b) = publisher(&feed, 1);
+    let args = ["record", "--connect", &a, "--connect", &b, "--dir", d.to_str().unwrap(), "--name", "pair"];
+    let recorder = capture(&args).spawn().unwrap();
+    let deadline = Instant::now() + WATCHDOG;
+    while mdfan_feed::capture::report(&d, Some("pair")).map_or(0, |r| r.records) < 5_000 {
+        assert!(Instant::now() < deadline, "the recorder wrote nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop_a.store(true, std::sync::atomic::Ordering::Relaxed);
+    run_a.join().unwrap();
+    let out = recorder.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.contains(" stream_gaps=0 ") && last.ends_with(" end=end_of_stream"), "{stdout}");
+    assert!(stderr.contains("leg a down"), "{stderr}");
+    run_b.join().unwrap();
+    let mut r = mdfan_feed::capture::Reader::open(&d, Some("pair"), false).unwrap();
+    let (mut records, mut gaps) = (Vec::new(), 0);
+    while let Some(item) = r.next().unwrap() {
+        match item {
+            mdfan_feed::capture::Item::Record(rec) if !mdfan_feed::capture::is_session_record(&rec) => {
+                records.push(rec)
+            }
+            mdfan_feed::capture::Item::Gap { .. } => gaps += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((gaps, records.len() as u64), (0, esh4::RECORDS), "every venue record once, no gap");
+    assert!(records.windows(2).all(|w| w[1].seq == w[0].seq + 1), "the merged stream's own seq, contiguous");
+    assert_final_book("the pair's capture", &records);
+    let rep = mdfan_feed::capture::report(&d, Some("pair")).unwrap();
+    assert!(rep.lines()[0].contains(" format=dbn venue=GLBX.MDP3 "), "{:?}", rep.lines());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A publisher with an `[access]` list: a recorder without the token of its session is refused (and writes no
+/// segment); with `--token-file` it records the whole stream.
+#[test]
+fn a_recorder_needs_its_token_at_a_publisher_with_an_access_list() {
+    let d = dir("token");
+    let token = "c0ffee00c0ffee11c0ffee22c0ffee33-capture";
+    let text = format!(
+        "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 1\ncounters_dir = \"\"\n\n[feed]\nformat = \"dbn\"\npath = {:?}\n\n[fabric]\nprovider = \"shm\"\n\n[access]\n[[access.subscribers]]\nname = \"mdfan-capture-tok\"\ntoken = \"{token}\"\n",
+        esh4::main_file()
+    );
+    let p = Publisher::bind(Config::parse(&text, Path::new("capture-access.toml")).unwrap()).expect("binds");
+    let endpoint = p.local_addr().to_string();
+    let run = std::thread::spawn(move || p.run(Arc::new(AtomicBool::new(false))).expect("runs"));
+    let args = ["record", "--connect", &endpoint, "--dir", d.to_str().unwrap(), "--name", "tok"];
+    let refused = capture(&args).env_remove("MDFAN_TOKEN").output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("mdfan-capture-tok"), "the refusal names the session: {err}");
+    assert!(mdfan_feed::capture::segments(&d, "tok").unwrap().is_empty(), "no segment written");
+    let token_file = d.join("tok.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let mut with_token = args.to_vec();
+    with_token.extend(["--token-file", token_file.to_str().unwrap()]);
+    let out = capture(&with_token).env_remove("MDFAN_TOKEN").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.contains(&format!(" records={} ", esh4::RECORDS + 1)) && last.contains(" stream_gaps=0 "), "{stdout}");
+    run.join().unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
