@@ -82,6 +82,10 @@ struct Args {
     /// A counters line this often, s (0: only at the end).
     #[arg(long, default_value_t = 10)]
     report_s: u64,
+    /// A file holding the session's token (first line), for a publisher that authenticates subscribers (its
+    /// `[access]` list); MDFAN_TOKEN is read when this is not given.
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
 }
 
 /// What the session thread hands the NATS thread, in upstream order.
@@ -227,6 +231,7 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
     let mut cfg = SubscriberConfig::new(&args.connect, &session);
     cfg.ring_slots = args.ring_slots;
     cfg.policy = SlowConsumerPolicy::Resync;
+    cfg.token = SubscriberConfig::token_from(args.token_file.as_deref())?;
     let mut sub = match Subscriber::connect(&cfg) {
         Ok(sub) => sub,
         Err(e) => {

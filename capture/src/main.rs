@@ -200,7 +200,7 @@ fn main() -> ExitCode {
             cfg.ring_slots = ring_slots;
             cfg.policy = policy;
             cfg.fabric = mdfan_subscriber::FabricConfig::Shm { dir: shm_dir };
-            let token = match token(token_file.as_deref()) {
+            let token = match SubscriberConfig::token_from(token_file.as_deref()) {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("mdfan-capture: {e}");
@@ -293,20 +293,6 @@ fn closer(compress: bool) -> Result<Closer, String> {
 
 /// Subscribes; while the publisher still holds a session of this name (an earlier run just killed: the
 /// publisher notices its closed connection within a pass or two), tries again for up to 5 s.
-/// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
-fn token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
-    match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-            match text.lines().next().map(str::trim) {
-                Some(t) if !t.is_empty() => Ok(Some(t.to_owned())),
-                _ => Err(format!("--token-file {}: empty", path.display())),
-            }
-        }
-        None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
-    }
-}
-
 /// What a recorder subscribes with: one publisher, or a hot-hot pair merged by venue position.
 enum Session {
     One(Box<Subscriber>),

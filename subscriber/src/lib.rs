@@ -228,6 +228,26 @@ impl Reconnect {
 }
 
 impl SubscriberConfig {
+    /// A subscriber's token as its process is given it: the first line of `file` (trimmed), or else the
+    /// `MDFAN_TOKEN` environment variable (empty: none). Not a command-line flag with the token itself: command
+    /// lines are visible to every user of the host.
+    ///
+    /// # Errors
+    /// The file cannot be read, or its first line is empty: the message names the file.
+    pub fn token_from(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+        match file {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+                match text.lines().next().map(str::trim) {
+                    Some(t) if !t.is_empty() => Ok(Some(t.to_owned())),
+                    _ => Err(format!("--token-file {}: empty", path.display())),
+                }
+            }
+            None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
+        }
+    }
+
     /// Defaults for everything but the endpoint and name.
     pub fn new(endpoint: &str, name: &str) -> SubscriberConfig {
         SubscriberConfig {

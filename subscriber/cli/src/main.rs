@@ -180,17 +180,7 @@ fn preflight(args: &Args) -> Result<Vec<String>, CliError> {
 
 /// The token from `--token-file` (its first line, trimmed) or MDFAN_TOKEN.
 fn token(args: &Args) -> Result<Option<String>, CliError> {
-    match &args.token_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::Usage(format!("--token-file {}: {e}", path.display())))?;
-            match text.lines().next().map(str::trim) {
-                Some(t) if !t.is_empty() => Ok(Some(t.to_owned())),
-                _ => Err(CliError::Usage(format!("--token-file {}: empty", path.display()))),
-            }
-        }
-        None => Ok(std::env::var("MDFAN_TOKEN").ok().filter(|t| !t.is_empty())),
-    }
+    SubscriberConfig::token_from(args.token_file.as_deref()).map_err(CliError::Usage)
 }
 
 /// `--silence-timeout-ms`: a whole number of ms from 1 (0 would find the publisher silent between any two polls,
