@@ -634,7 +634,22 @@ impl Reader {
             let Some((_, r)) = self.cur.as_mut() else {
                 // The next segment, if there is one.
                 let next = segments(&self.dir, &self.name)?.into_iter().find(|(n, _)| *n > self.done);
-                let Some((n, path)) = next else { return Ok(None) };
+                let Some((n, path)) = next else {
+                    // A closed segment's index without the segment: the segment was lost (deleted, moved), not
+                    // a capture that ends here.
+                    let orphan = self.dir.join(format!("{}-{:06}.{INDEX_EXT}", self.name, self.done + 1));
+                    if self.done > 0 && orphan.exists() {
+                        return Err(CaptureError::Format {
+                            path: orphan,
+                            offset: 0,
+                            detail: format!(
+                                "the index of segment {} is here but not the segment: it is missing",
+                                self.done + 1
+                            ),
+                        });
+                    }
+                    return Ok(None);
+                };
                 let (r, meta) = SegmentReader::open(&path)?;
                 // Segments follow one another without a hole, each starting where the one before ended (the
                 // first one read may be any: older ones may have been deleted on purpose).
@@ -1562,17 +1577,21 @@ pub struct Report {
     pub fsync: Vec<String>,
     /// The feed its first segment names (`SegmentMeta::feed`).
     pub feed: FeedIdentity,
+    /// The first segment's number and `first_record`: (1, 0) for a capture read from its start; more when the
+    /// segments before were deleted (on purpose, to keep a window of days; said in the report line).
+    pub first_segment: (u64, u64),
 }
 
 impl Report {
     /// `capture segments=.. records=.. gaps=.. missed=.. restarts=.. first_ts_recv_ns=.. last_ts_recv_ns=.. stop=..
     /// fsync=.. format=.. venue=.. channel=..` (the segments' fsync policies, comma-separated when a restart
-    /// changed it; the feed the first segment names, `-` for what it does not know),
+    /// changed it; the feed the first segment names, `-` for what it does not know; then `first_segment=N
+    /// records_before=M (..)` when the capture's first segments were deleted),
     /// one `capture restart record=.. last_ts_recv_ns=.. next_ts_recv_ns=..` line per restart, then one
     /// `capture kind=NAME records=.. size=..` line per kind.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={} fsync={} {}{}",
+            "capture segments={} records={} gaps={} missed={} restarts={} first_ts_recv_ns={} last_ts_recv_ns={} first_ts_event_ns={} last_ts_event_ns={} stop={} fsync={} {}{}{}",
             self.segments,
             self.records,
             self.gaps,
@@ -1585,6 +1604,12 @@ impl Report {
             self.stop.map_or("none", StopReason::as_str),
             if self.fsync.is_empty() { "none".to_owned() } else { self.fsync.join(",") },
             self.feed,
+            match self.first_segment {
+                (n, first) if n > 1 || first > 0 => {
+                    format!(" first_segment={n} records_before={first} (the segments before it are gone)")
+                }
+                _ => String::new(),
+            },
             self.torn.as_ref().map_or(String::new(), |t| format!(" torn=\"{t}\"")),
         )];
         for r in &self.restarts {
@@ -1625,6 +1650,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
                 rep.segments += 1;
                 if rep.segments == 1 {
                     rep.feed = m.feed.clone();
+                    rep.first_segment = (m.segment, m.first_record);
                 }
                 if !rep.fsync.contains(&m.fsync) {
                     rep.fsync.push(m.fsync);

@@ -428,3 +428,34 @@ fn damage_or_a_missing_segment_is_an_error_and_recovery_never_cuts_a_closed_segm
     assert!(e.contains("esh4-000002.mdcap") && e.contains("a later segment follows"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Segments deleted on purpose from a capture's start (a window of days kept) are said in the report; a closed
+/// segment lost from the end, whose index is still there, is an error naming it, not a shorter capture.
+#[test]
+fn a_capture_says_when_its_first_segments_are_gone_and_refuses_one_lost_from_its_end() {
+    let recs = records();
+    let d = dir("lost-segments");
+    let (mut w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, 1 << 16) }, meta(), 1).unwrap();
+    for r in &recs[..5_000] {
+        w.record(r, 2).unwrap();
+        for closed in w.take_closed() {
+            close_segment(&closed, false).unwrap();
+        }
+    }
+    for closed in w.stop(StopReason::EndOfStream, 3).unwrap().1 {
+        close_segment(&closed, false).unwrap();
+    }
+    let segs = segments(&d, "esh4").unwrap();
+    assert!(segs.len() >= 4, "{segs:?}");
+    // The first segment deleted, with its index: the report starts later and says so.
+    std::fs::remove_file(&segs[0].1).unwrap();
+    std::fs::remove_file(d.join("esh4-000001.mdidx")).unwrap();
+    let line = report(&d, None).unwrap().lines()[0].clone();
+    assert!(line.contains(" first_segment=2 records_before="), "{line}");
+    // The last segment lost, its index left: an error naming it.
+    let (n, last) = segs.last().unwrap();
+    std::fs::remove_file(last).unwrap();
+    let e = report(&d, None).unwrap_err().to_string();
+    assert!(e.contains(&format!("esh4-{n:06}.mdidx")) && e.contains("it is missing"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
