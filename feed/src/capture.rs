@@ -1111,7 +1111,8 @@ fn allocate(file: &File, offset: u64, len: u64) -> Result<bool, nix::errno::Errn
     use nix::fcntl::{fallocate, FallocateFlags};
     match fallocate(file, FallocateFlags::FALLOC_FL_KEEP_SIZE, offset as i64, len as i64) {
         Ok(()) => Ok(true),
-        Err(nix::errno::Errno::EOPNOTSUPP | nix::errno::Errno::ENOSYS) => Ok(false),
+        // Not offered by this filesystem (EINVAL: some refuse the mode rather than say they lack it).
+        Err(nix::errno::Errno::EOPNOTSUPP | nix::errno::Errno::ENOSYS | nix::errno::Errno::EINVAL) => Ok(false),
         Err(e) => Err(e),
     }
 }
