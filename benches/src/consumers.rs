@@ -295,6 +295,9 @@ pub fn run(out: &Path, rounds: u32, repeats: u32) -> anyhow::Result<()> {
     // writer): with fewer cores its records/s measures the scheduler, and the target reads CPU time instead
     // (as the replay targets do): what the busier of its threads could sustain on a core of its own.
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // A run whose capture gave no CPU times (an older binary, no /proc/thread-self/schedstat) is not judged by
+    // them: 0 ns would read as an unbounded rate.
+    let cpu_measured = all.iter().all(|r| r.capture_cpu_ns.0 > 0.0 && r.capture_cpu_ns.1 > 0.0);
     let by_cpu = cores < 4;
     let (session_ns, writer_ns) = (pick(|r| r.capture_cpu_ns.0), pick(|r| r.capture_cpu_ns.1));
     let capacity = |r: &Round| 1e9 / r.capture_cpu_ns.0.max(r.capture_cpu_ns.1).max(1e-9);
@@ -311,7 +314,7 @@ pub fn run(out: &Path, rounds: u32, repeats: u32) -> anyhow::Result<()> {
     md += &format!(
         "| mdfan-capture record, by CPU time: records / s its busier thread sustains (session {session_ns:.0} ns, writer {writer_ns:.0} ns per record) | {} | {cap_cpu_ratio:.2} | >= 1.0x replay, 0 gaps (fewer than 4 cores) | {} |\n",
         m(cap_cpu),
-        judged(by_cpu, cap_cpu_ratio >= 1.0 && gaps == 0)
+        if cpu_measured { judged(by_cpu, cap_cpu_ratio >= 1.0 && gaps == 0) } else { "not measured" }
     );
     let pq = pick(|r| r.parquet_per_s);
     md += &format!(

@@ -291,8 +291,6 @@ fn closer(compress: bool) -> Result<Closer, String> {
     Ok((tx, thread))
 }
 
-/// Subscribes; while the publisher still holds a session of this name (an earlier run just killed: the
-/// publisher notices its closed connection within a pass or two), tries again for up to 5 s.
 /// What a recorder subscribes with: one publisher, or a hot-hot pair merged by venue position.
 enum Session {
     One(Box<Subscriber>),
@@ -376,6 +374,8 @@ impl Session {
     }
 }
 
+/// Subscribes; while the publisher still holds a session of this name (an earlier run just killed: the
+/// publisher notices its closed connection within a pass or two), tries again for up to 5 s.
 fn connect(cfg: &SubscriberConfig, shutdown: &AtomicBool) -> Result<Subscriber, String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -408,7 +408,7 @@ struct Written {
     failure: Option<String>,
     /// When the last record was written (the stop block follows).
     last_record: Option<std::time::Instant>,
-    /// The writing thread's CPU time from its first record to its last, ns.
+    /// The writing thread's CPU time from its first batch of records to the end of the stream, ns.
     cpu_ns: u64,
 }
 
@@ -684,6 +684,11 @@ fn export(
         }
     };
     // Every target checked before any is written: one refused leaves none behind.
+    if let (Some(p), Some(d)) = (to_parquet, to_dbn) {
+        if p == d {
+            return Err(format!("--parquet and --dbn name one file, {}: give each its own", p.display()));
+        }
+    }
     for out in to_parquet.into_iter().chain(to_dbn) {
         output::check_new(out)?;
     }

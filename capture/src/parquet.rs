@@ -387,8 +387,10 @@ fn write(
     let mut writer = Groups::new(arrow, Arc::clone(&schema), max_rows).map_err(io)?;
     let mut cols = Columns::new();
     let (kinds, sides) = (kind_names(), side_names());
-    // Each segment's symbology appended to `names`; `symbols` maps an instrument to its name's index there.
+    // Each symbol once in `names` (`name_index`: where); `symbols` maps an instrument to its name's index, the
+    // current segment's symbology.
     let (mut names, mut symbols): (Vec<String>, HashMap<u32, u32>) = (Vec::new(), HashMap::new());
+    let mut name_index: HashMap<String, u32> = HashMap::new();
     let mut last_symbol: Option<(u32, u32)> = None;
     let mut out_of_range = 0u64;
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
@@ -402,8 +404,11 @@ fn write(
             Item::Segment(m) => {
                 symbols.clear();
                 for d in &m.symbology {
-                    symbols.insert(d.instrument_id, names.len() as u32);
-                    names.push(d.symbol.clone());
+                    let k = *name_index.entry(d.symbol.clone()).or_insert_with(|| {
+                        names.push(d.symbol.clone());
+                        names.len() as u32 - 1
+                    });
+                    symbols.insert(d.instrument_id, k);
                 }
                 last_symbol = None;
                 symbology = serde_json::to_string(&m.symbology).map_err(|e| e.to_string())?;

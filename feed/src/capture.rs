@@ -813,7 +813,15 @@ fn header_cut_short(path: &Path) -> Result<Option<u64>, CaptureError> {
     let got = read_full(&mut f, &mut h).map_err(|e| io("read", e))?;
     let h = &h[..got];
     if h.iter().all(|b| *b == 0) {
-        return Ok(Some(len));
+        // Zeros where the header should be: a crash after the filesystem extended the file, before the data
+        // came; only when nothing but zeros follows (a header is made durable before any block is written, so
+        // blocks behind a zeroed header are damage, named by the scan).
+        if len > 1 << 16 {
+            return Ok(None);
+        }
+        let mut rest = Vec::new();
+        f.read_to_end(&mut rest).map_err(|e| io("read", e))?;
+        return Ok(rest.iter().all(|b| *b == 0).then_some(len));
     }
     let magic = got.min(MAGIC.len());
     if h[..magic] != MAGIC[..magic] {
@@ -839,7 +847,10 @@ fn header_cut_short(path: &Path) -> Result<Option<u64>, CaptureError> {
 pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     let mut out = Recovery::default();
     let mut all = segments(dir, name)?;
-    if let Some((_, path)) = all.last().filter(|(_, p)| p.to_string_lossy().ends_with(SEGMENT_EXT)) {
+    // A closed segment (its index written) is never touched.
+    if let Some((_, path)) =
+        all.last().filter(|(_, p)| p.to_string_lossy().ends_with(SEGMENT_EXT) && !index_path(p).exists())
+    {
         if let Some(bytes) = header_cut_short(path)? {
             std::fs::remove_file(path).map_err(|source| CaptureError::Io {
                 path: path.clone(),
@@ -891,7 +902,11 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let f = e.file_name().to_string_lossy().into_owned();
-            if f.starts_with(name) && f.ends_with(".tmp") {
+            // NAME-NNNNNN.<ext>.tmp only: another capture's names may start with this one's.
+            let ours = f.strip_prefix(name).and_then(|r| r.strip_prefix('-')).is_some_and(|r| {
+                r.len() > 7 && r.as_bytes()[..6].iter().all(u8::is_ascii_digit) && r.as_bytes()[6] == b'.'
+            });
+            if ours && f.ends_with(".tmp") {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -1117,10 +1132,13 @@ fn allocate(file: &File, offset: u64, len: u64) -> Result<bool, nix::errno::Errn
     }
 }
 
-/// Gives back what was allocated past `end` and not written (best effort).
+/// Gives back what was allocated past `end` and not written (best effort): a truncation to the size it has
+/// (what ext4 frees preallocated blocks past the end on; a punched hole starting at the end frees nothing
+/// there), then the hole for the filesystems that take that instead.
 fn release(file: &File, end: u64, reserved_to: Option<u64>) {
     use nix::fcntl::{fallocate, FallocateFlags};
     if let Some(to) = reserved_to.filter(|to| *to > end) {
+        let _ = file.set_len(end);
         let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
         let _ = fallocate(file, mode, end as i64, (to - end) as i64);
     }
@@ -1191,8 +1209,7 @@ impl Writer {
         meta.first_record = records;
         meta.segment = last + 1;
         meta.created_ns = now_ns;
-        let (file, path) = create_segment(&cfg, &meta)?;
-        let reserved_to = reserve_new(&file, &path, segment_header(&meta).len() as u64)?;
+        let (file, path, reserved_to, header_bytes) = create_segment(&cfg, &meta)?;
         let mut w = Writer {
             block: Vec::with_capacity(cfg.block_records.clamp(1, MAX_BLOCK_RECORDS) * 64),
             cfg,
@@ -1221,9 +1238,10 @@ impl Writer {
             })?);
         }
         w.stats.segments = 1;
-        let header = segment_header(&w.meta);
-        w.write_bytes(&header)?;
-        w.sync(now_ns, true)?;
+        // the header, written and made durable by create_segment
+        w.seg_bytes = header_bytes;
+        w.stats.bytes += header_bytes;
+        w.stats.fsyncs += 1;
         Ok((w, recovery))
     }
 
@@ -1238,29 +1256,23 @@ impl Writer {
         WriterStats { fsyncs: self.stats.fsyncs + background, ..self.stats }
     }
 
-    /// Opens the next segment; on an error (a full disk) the current one stays current, so that the stop block
-    /// goes there.
+    /// Opens the next segment (its header written and durable); on an error (a full disk) nothing of it is left
+    /// and the current one stays current, so that the stop block goes there.
     fn open_segment(&mut self, now_ns: u64) -> Result<(), CaptureError> {
         let mut meta = self.meta.clone();
         meta.segment += 1;
         meta.created_ns = now_ns;
         meta.first_record = self.base_records + self.stats.records;
-        let header = segment_header(&meta);
-        let (file, path) = create_segment(&self.cfg, &meta)?;
-        let reserved_to = match reserve_new(&file, &path, header.len() as u64) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                return Err(e);
-            }
-        };
+        let (file, path, reserved_to, header_bytes) = create_segment(&self.cfg, &meta)?;
         release(&self.file, self.seg_bytes, self.reserved_to);
         (self.file, self.path, self.meta, self.reserved_to) = (file, path, meta, reserved_to);
-        self.seg_bytes = 0;
+        self.seg_bytes = header_bytes;
         self.seg_opened_ns = now_ns;
         self.stats.segments += 1;
-        self.write_bytes(&header)?;
-        self.sync(now_ns, true)
+        self.stats.bytes += header_bytes;
+        self.stats.fsyncs += 1;
+        self.dirty_since_ns = None;
+        Ok(())
     }
 
     fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), CaptureError> {
@@ -1488,14 +1500,43 @@ fn reserve_new(file: &File, path: &Path, header_bytes: u64) -> Result<Option<u64
 }
 
 /// Creates segment `meta.segment` of `cfg`'s capture (never an existing file).
-fn create_segment(cfg: &WriterConfig, meta: &SegmentMeta) -> Result<(File, PathBuf), CaptureError> {
+///
+/// Whole or not at all: written as `NAME-NNNNNN.mdcap.tmp` (its first reservation, [`reserve_new`], then its
+/// header, made durable), then linked into place and the temporary name removed, so that a reader never finds
+/// a segment without its header. Returns the file, its path, where its reservation ends and its header's bytes.
+fn create_segment(cfg: &WriterConfig, meta: &SegmentMeta) -> Result<(File, PathBuf, Option<u64>, u64), CaptureError> {
     let path = cfg.dir.join(format!("{}-{:06}.{SEGMENT_EXT}", cfg.name, meta.segment));
-    let file = OpenOptions::new().write(true).create_new(true).open(&path).map_err(|source| CaptureError::Io {
-        path: path.clone(),
-        what: "create",
-        source,
-    })?;
-    Ok((file, path))
+    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    let io = |p: &Path, what: &'static str| {
+        let p = p.to_owned();
+        move |source| CaptureError::Io { path: p, what, source }
+    };
+    if path.exists() {
+        return Err(CaptureError::Io {
+            path,
+            what: "create",
+            source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        });
+    }
+    let _ = std::fs::remove_file(&tmp); // what a crash here left
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io(&path, "create"))?;
+    let header = segment_header(meta);
+    let mut made = || -> Result<Option<u64>, CaptureError> {
+        let reserved = reserve_new(&file, &path, header.len() as u64)?;
+        file.write_all(&header).map_err(|source| CaptureError::Write {
+            path: path.clone(),
+            bytes: header.len(),
+            offset: 0,
+            source,
+        })?;
+        file.sync_data().map_err(io(&path, "fsync"))?;
+        // never over an existing file
+        std::fs::hard_link(&tmp, &path).map_err(io(&path, "create"))?;
+        Ok(reserved)
+    };
+    let made = made();
+    let _ = std::fs::remove_file(&tmp);
+    Ok((file, path, made?, header.len() as u64))
 }
 
 /// A place where a new writer's session begins ([`Report::restarts`], [`Restarts`]).

@@ -60,28 +60,28 @@ fn bad_control_messages_are_refused_with_a_reason_and_the_publisher_goes_on() {
     assert!(r.contains("malformed"), "{r}");
     let r = rejected(send_raw(addr, &u32::MAX.to_le_bytes()));
     assert!(r.contains("exceeds"), "{r}");
-    let r = rejected(send_raw(addr, &frame(br#"{"v":5,"msg":{"type":"bye","reason":"peer_gone"}}"#)));
+    let r = rejected(send_raw(addr, &frame(br#"{"v":6,"msg":{"type":"bye","reason":"peer_gone"}}"#)));
     assert_eq!(r, "expected a subscribe message, got bye");
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":5,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/etc/passwd","slot_count":64}}}"#),
+        &frame(br#"{"v":6,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/etc/passwd","slot_count":64}}}"#),
     ));
     assert!(r.contains("/etc/passwd") && r.contains("path must be"), "{r}");
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":5,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/dev/shm/mdfan-ring-x","slot_count":1000}}}"#),
+        &frame(br#"{"v":6,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"shm","path":"/dev/shm/mdfan-ring-x","slot_count":1000}}}"#),
     ));
     assert!(r.contains("ring.slot_count") && r.contains("1000"), "{r}");
     // a ring on another fabric than the one this publisher serves
     let r = rejected(send_raw(
         addr,
-        &frame(br#"{"v":5,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"verbs","endpoint":{"qpn":1,"psn":2,"gid":"00000000000000000000ffff7f000001","lid":0},"ring_addr":4096,"ring_rkey":7,"slot_count":1024}}}"#),
+        &frame(br#"{"v":6,"msg":{"type":"subscribe","name":"x","instruments":null,"ring":{"fabric":"verbs","endpoint":{"qpn":1,"psn":2,"gid":"00000000000000000000ffff7f000001","lid":0},"ring_addr":4096,"ring_rkey":7,"slot_count":1024}}}"#),
     ));
     assert_eq!(r, "field ring: a verbs ring was offered to an end that serves fabric shm");
     // truncated: a length that promises more than is sent, then the peer goes away
     {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&frame(br#"{"v":5,"msg""#)[..10]).unwrap();
+        s.write_all(&frame(br#"{"v":6,"msg""#)[..10]).unwrap();
     }
 
     // the publisher still serves a real subscriber to the end

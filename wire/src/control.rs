@@ -13,12 +13,13 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-/// The control protocol version this build speaks. 5: [`Accept`] says which book the records build
+/// The control protocol version this build speaks. 6: [`Accept`] names the feed ([`Accept::feed`], a
+/// [`FeedIdentity`]; a version-5 subscriber would refuse such an accept as malformed). 5: [`Accept`] says which book the records build
 /// ([`Accept::book`]: `mbo` or `mbp`). 4: the venue position in every record (`crate::record`). 3: [`Subscribe`] may carry `symbols` and a `token`,
 /// [`Accept`] the instruments' `definitions` and the `ts_recv_clock` (a version-2 subscriber would refuse such an
 /// accept as malformed, so the version says it first). 2: [`Bye`] carries a typed [`CloseReason`] and a separate
 /// detail (1 had one free-text reason).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Largest control frame accepted, in bytes (the length prefix excluded): 2 MiB, room for an `Accept` carrying a
 /// whole Nasdaq day's Stock Directory (some 9,000 definitions of about 90 bytes).
 pub const MAX_FRAME_BYTES: u32 = 2 * 1024 * 1024;
@@ -224,7 +225,7 @@ pub struct FeedIdentity {
     /// when the feed says it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub venue: String,
-    /// The channel: MDP 3.0's channel id, a MoldUDP64 session, a file's name.
+    /// The channel: MDP 3.0's channel ids, a MoldUDP64 feed's line A (`line_a=ADDR`), a file's name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub channel: String,
 }
@@ -682,7 +683,7 @@ mod tests {
         let body = std::str::from_utf8(&encode(&accept(vec![]))[4..]).unwrap().to_owned();
         assert_eq!(
             body,
-            r#"{"v":5,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
+            r#"{"v":6,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#
         );
         assert_eq!(decode_body(body.as_bytes()).unwrap(), accept(vec![]));
         // Present.
@@ -704,9 +705,9 @@ mod tests {
         ));
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), msg);
         // A definition with only id and symbol takes the defaults (display factor 1, tick unknown).
-        let short = br#"{"v":5,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
+        let short = br#"{"v":6,"msg":{"type":"accept","session_id":7,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"definitions":[{"instrument_id":17077,"symbol":"ESH4"}]}}"#;
         assert_eq!(decode_body(short).unwrap(), accept(vec![InstrumentDef::new(17077, "ESH4")]));
-        let bad = br#"{"v":5,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
+        let bad = br#"{"v":6,"msg":{"type":"subscribe","name":"a","instruments":null,"symbols":[17077],"ring":{"fabric":"shm","path":"/p","slot_count":8}}}"#;
         let e = decode_body(bad).unwrap_err().to_string();
         assert!(e.contains("invalid type: integer `17077`, expected a string"), "{e}");
     }
@@ -749,14 +750,14 @@ mod tests {
         let frame = encode(&bye);
         assert_eq!(
             std::str::from_utf8(&frame[4..]).unwrap(),
-            r#"{"v":5,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
+            r#"{"v":6,"msg":{"type":"bye","reason":"fabric_error","detail":"the subscriber's QP never connected"}}"#
         );
         assert_eq!(read_msg(&mut &frame[..]).unwrap(), bye);
-        let shutdown = decode_body(br#"{"v":5,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
+        let shutdown = decode_body(br#"{"v":6,"msg":{"type":"bye","reason":"publisher_shutdown"}}"#).unwrap();
         assert_eq!(shutdown, ControlMsg::Bye(Bye::new(CloseReason::Shutdown)));
         assert_eq!(shutdown.kind(), "bye");
         // a free-text reason (protocol 1) is not a reason any more
-        let e = decode_body(br#"{"v":5,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
+        let e = decode_body(br#"{"v":6,"msg":{"type":"bye","reason":"ring_full: behind"}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown variant `ring_full: behind`"), "{e}");
         for v in 1..=8 {
             let r = CloseReason::from_u32(v).unwrap();
@@ -807,7 +808,7 @@ mod tests {
             assert_eq!(read_msg(&mut &frame[..]).unwrap(), ControlMsg::Accept(Accept { book, ..plain.clone() }));
             assert_eq!(book.as_str(), name);
         }
-        let bad = br#"{"v":5,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"book":"mbx"}}"#;
+        let bad = br#"{"v":6,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10,"book":"mbx"}}"#;
         assert!(matches!(decode_body(bad), Err(ControlError::Malformed(_))));
     }
 
@@ -834,7 +835,7 @@ mod tests {
 
     #[test]
     fn an_accept_says_which_clock_stamped_ts_recv_and_a_replay_reads_as_before() {
-        let before = r#"{"v":5,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
+        let before = r#"{"v":6,"msg":{"type":"accept","session_id":3,"first_seq":1,"fabric":{"fabric":"shm"},"policy":"resync","heartbeat_interval_ms":10}}"#;
         // a replay's accept is byte for byte what a publisher without the field sent, and that one parses as a replay
         let replay = encode(&accept_clocked(TsRecvClock::None));
         assert_eq!(std::str::from_utf8(&replay[4..]).unwrap(), before);
@@ -872,7 +873,7 @@ mod tests {
         let huge = (MAX_FRAME_BYTES + 1).to_le_bytes();
         assert!(matches!(read_msg(&mut &huge[..]), Err(ControlError::TooLarge(n)) if n == MAX_FRAME_BYTES + 1));
         assert!(matches!(decode_body(b"\x00\xffgarbage"), Err(ControlError::Malformed(_))));
-        assert!(matches!(decode_body(br#"{"v":5,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
+        assert!(matches!(decode_body(br#"{"v":6,"msg":{"type":"launch"}}"#), Err(ControlError::Malformed(_))));
         assert!(matches!(decode_body(br#"{"msg":{}}"#), Err(ControlError::Malformed(m)) if m.contains("`v`")));
     }
 }
