@@ -214,15 +214,20 @@ fn a_last_segment_cut_inside_its_header_is_removed_and_its_number_taken_again() 
         assert!(back == recs[..1_500], "{tag}: {} records read back", back.len());
         let _ = std::fs::remove_dir_all(&d);
     }
-    // Another file's bytes where the header should be: damage, named, not removed.
-    let d = dir("cut-header-damage");
-    let (w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, u64::MAX) }, meta(), 1).unwrap();
-    let _ = w.stop(StopReason::Interrupted, 3).unwrap();
-    std::fs::write(d.join("esh4-000002.mdcap"), b"PK\x03\x04 not a capture").unwrap();
-    let e = Writer::open(config(&d, u64::MAX), meta(), 5).err().expect("damage is an error").to_string();
-    assert!(e.contains("esh4-000002.mdcap") && e.contains("magic"), "{e}");
-    assert!(d.join("esh4-000002.mdcap").exists());
-    let _ = std::fs::remove_dir_all(&d);
+    // Another file's bytes where the header should be, or a zeroed header with bytes behind it (a header is
+    // durable before any block is written): damage, named, not removed.
+    let mut zeroed_then_data = vec![0u8; 64];
+    zeroed_then_data.extend_from_slice(&[7u8; 64]);
+    for (tag, bytes) in [("other", b"PK\x03\x04 not a capture".to_vec()), ("zeroed-then-data", zeroed_then_data)] {
+        let d = dir(&format!("cut-header-damage-{tag}"));
+        let (w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, u64::MAX) }, meta(), 1).unwrap();
+        let _ = w.stop(StopReason::Interrupted, 3).unwrap();
+        std::fs::write(d.join("esh4-000002.mdcap"), &bytes).unwrap();
+        let e = Writer::open(config(&d, u64::MAX), meta(), 5).err().expect("damage is an error").to_string();
+        assert!(e.contains("esh4-000002.mdcap") && e.contains("magic"), "{tag}: {e}");
+        assert!(d.join("esh4-000002.mdcap").exists(), "{tag}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
 
 #[test]
