@@ -173,6 +173,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A token file that cannot be read is bad usage (2), found before NATS or the publisher is touched.
+    let token = match SubscriberConfig::token_from(args.token_file.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mdfan-bridge: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let shutdown = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&shutdown)) {
@@ -180,7 +188,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    match run(&args, subjects, &shutdown) {
+    match run(&args, subjects, token, &shutdown) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("mdfan-bridge: {e}");
@@ -189,7 +197,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, String> {
+fn run(args: &Args, subjects: Subjects, token: Option<String>, shutdown: &AtomicBool) -> Result<u8, String> {
     // NATS first (the stream made or checked): a bridge that cannot publish never takes a session at the
     // publisher.
     let counters = Arc::new(Counters::default());
@@ -231,7 +239,7 @@ fn run(args: &Args, subjects: Subjects, shutdown: &AtomicBool) -> Result<u8, Str
     let mut cfg = SubscriberConfig::new(&args.connect, &session);
     cfg.ring_slots = args.ring_slots;
     cfg.policy = SlowConsumerPolicy::Resync;
-    cfg.token = SubscriberConfig::token_from(args.token_file.as_deref())?;
+    cfg.token = token;
     let mut sub = match Subscriber::connect(&cfg) {
         Ok(sub) => sub,
         Err(e) => {
