@@ -1291,14 +1291,30 @@ impl Conductor {
         for s in sessions.iter_mut() {
             s.ring_mut().drain(DRAIN_TIMEOUT);
         }
-        for (_, mut e) in std::mem::take(&mut self.sessions) {
+        // A session the hot loop never served (still connecting, or handed over after its last command was read)
+        // got none of the stream: at the end of a complete replay it ends `stalled` with a word why, never with
+        // a normal end over an empty book (as `FanoutAgent::finish` ends one whose catch-up was unfinished).
+        let served: std::collections::BTreeSet<u64> = sessions.iter().map(|s| s.id).collect();
+        for (id, mut e) in std::mem::take(&mut self.sessions) {
+            let unserved = !served.contains(&id) && matches!(e.stage, Stage::Connecting { .. } | Stage::Live);
+            let (end, bye) = if unserved && agent.end == CloseReason::EndOfStream {
+                let detail = "subscribed as the feed ended: no record of the stream reached this session".into();
+                (CloseReason::Stalled, Some(Bye { reason: CloseReason::Stalled, detail }))
+            } else {
+                (agent.end, None)
+            };
             if let Stage::Connecting { session, .. } = &mut e.stage {
-                session.close(agent.end);
+                session.close(end);
             }
-            self.end_session(e, agent.end, None);
+            self.end_session(e, end, bye);
         }
         drop(sessions); // unmapped here, off the hot path
-        self.handshakes.clear();
+                        // Connections still in their handshake are told, not just closed (a subscriber would take a silent close
+                        // for a publisher that died, and try again).
+        for h in std::mem::take(&mut self.handshakes) {
+            let reason = format!("the feed ended ({}) before this subscription was answered", agent.end.as_str());
+            self.refuse(h.conn, reason, false);
+        }
         let deadline = Instant::now() + BYE_FLUSH;
         while !self.closing.is_empty() && Instant::now() < deadline {
             self.flush_closing(Instant::now());
@@ -1536,5 +1552,65 @@ mod tests {
         assert_eq!((records[0].size, records[5].size), (0, 0), "no book");
         let (all, _) = conductor.snapshot(None);
         assert_eq!(all.iter().filter(|r| r.status().is_some()).count(), 6, "locates 1, 2 and 3");
+    }
+
+    /// A subscriber whose handshake the conductor answers after the hot loop has ended a complete replay (its
+    /// `Finished` already queued) got none of the stream: it is ended `stalled` with a word why, on its control
+    /// connection and in the run report, never given a normal end over an empty book; a connection that has not
+    /// subscribed yet is refused, saying the feed ended. (Seen on Soft-RoCE: a relay
+    /// restarted as its upstream's file ended relayed nothing and took the end for a restart.)
+    #[test]
+    fn a_session_that_subscribes_as_the_replay_ends_is_ended_stalled_not_given_a_normal_end() {
+        use mdfan_fabric::shm::{ShmLocalRing, DEFAULT_DIR};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
+        let text = format!(
+            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\ncounters_dir = \"\"\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
+        );
+        let publisher = crate::Publisher::bind(Config::parse(&text, std::path::Path::new("t.toml")).unwrap()).unwrap();
+        let addr = publisher.local_addr();
+        let crate::Agents { mut feed, mut fanout, mut conductor } =
+            publisher.into_agents(Arc::new(AtomicBool::new(false)));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !fanout.is_done() {
+            assert!(std::time::Instant::now() < deadline, "watchdog");
+            feed.do_work();
+            fanout.do_work(); // the conductor does not run: the hot loop's `Finished` waits in its queue
+        }
+        let (ring, grant) = ShmLocalRing::create(std::path::Path::new(DEFAULT_DIR), 64).unwrap();
+        let mut silent = std::net::TcpStream::connect(addr).unwrap(); // connected, never subscribes
+        let mut late = std::net::TcpStream::connect(addr).unwrap();
+        control::write_msg(&mut late, &ControlMsg::Subscribe(Subscribe::new("late", grant))).unwrap();
+        // accepted, answered and handed to the hot loop, which will never read the command
+        while !conductor.sessions.values().any(|e| matches!(e.stage, Stage::Live)) {
+            assert!(std::time::Instant::now() < deadline, "watchdog");
+            conductor.follow_journal();
+            conductor.accept();
+            conductor.finish_handshakes();
+            conductor.admit_ready();
+        }
+        while !conductor.is_done() {
+            assert!(std::time::Instant::now() < deadline, "watchdog");
+            conductor.do_work();
+        }
+        late.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert!(matches!(control::read_msg(&mut late), Ok(ControlMsg::Accept(_))));
+        let bye = Bye {
+            reason: CloseReason::Stalled,
+            detail: "subscribed as the feed ended: no record of the stream reached this session".into(),
+        };
+        assert_eq!(control::read_msg(&mut late).unwrap(), ControlMsg::Bye(bye));
+        // the one still in its handshake is told too (a silent close reads as a publisher that died)
+        silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let reject = Reject {
+            reason: "the feed ended (end_of_stream) before this subscription was answered".into(),
+            publisher_version: control::PROTOCOL_VERSION,
+        };
+        assert_eq!(control::read_msg(&mut silent).unwrap(), ControlMsg::Reject(reject));
+        let report = conductor.take_report().unwrap();
+        assert_eq!(report.end, CloseReason::EndOfStream);
+        let session = report.session("late").unwrap();
+        assert_eq!((session.end, session.sent), (Some(CloseReason::Stalled), 0), "{}", session.line());
+        drop(ring);
     }
 }
