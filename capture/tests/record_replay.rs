@@ -461,3 +461,33 @@ fn a_recorder_needs_its_token_at_a_publisher_with_an_access_list() {
     run.join().unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Recorded twice into one folder (two sessions of the whole ESH4 replay, the second from the start of the day
+/// again): the replay clears every book where the second session begins, as the recorder's subscriber began with
+/// empty books, and ends on the final book with no book error. (It once applied the second day on top of the
+/// first: every one of the 11,217 resting orders added twice.)
+#[test]
+fn a_capture_recorded_twice_into_one_folder_replays_each_session_from_empty_books() {
+    let d = dir("twice");
+    for run in 0..2 {
+        let (endpoint, publisher_run) = publisher(&format!("format = \"dbn\"\npath = {:?}", esh4::main_file()), 1);
+        let args = ["record", "--connect", &endpoint, "--dir", d.to_str().unwrap(), "--name", "twice"];
+        let out = capture(&args).output().unwrap();
+        assert!(out.status.success(), "run {run}: {}", String::from_utf8_lossy(&out.stderr));
+        publisher_run.join().unwrap();
+    }
+    let all = mdfan_feed::capture::report(&d, Some("twice")).unwrap();
+    assert_eq!(all.restarts.len(), 1, "{:?}", all.lines());
+    let (endpoint, replay_run) = publisher(&format!("format = \"capture\"\npath = {d:?}"), 1);
+    let replay = subscribe(&endpoint, "replay").join().unwrap();
+    let report = replay_run.join().unwrap();
+    assert_final_book("replay of two sessions", &replay);
+    let feed = report.capture.expect("a capture feed's counters");
+    assert_eq!((feed.restarts, feed.gaps), (1, 0), "{}", feed.line());
+    // the restart's Clear of ESH4 (flagged SNAPSHOT) comes right before the second session's first record
+    let at =
+        replay.iter().rposition(|r| r.kind() == Some(Kind::Clear) && r.flags & mdfan_subscriber::flags::SNAPSHOT != 0);
+    let clear = &replay[at.expect("a Clear at the restart")];
+    assert_eq!(clear.instrument_id, esh4::INSTRUMENT_ID);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -123,6 +123,8 @@ pub struct CaptureCounters {
     pub missed: AtomicU64,
     /// Records of the opening snapshot (a replay from a bound).
     pub opening_snapshot: AtomicU64,
+    /// Sessions that begin again in the capture (a recorder restarted: its `seq` counts from 1 again).
+    pub restarts: AtomicU64,
 }
 
 /// A copy of [`CaptureCounters`] for the run report.
@@ -140,14 +142,16 @@ pub struct CaptureReport {
     pub missed: u64,
     /// See [`CaptureCounters::opening_snapshot`].
     pub opening_snapshot: u64,
+    /// See [`CaptureCounters::restarts`].
+    pub restarts: u64,
 }
 
 impl CaptureReport {
-    /// `feed format=capture read=.. replayed=.. left_out=.. gaps=.. missed=.. opening_snapshot=..`.
+    /// `feed format=capture read=.. replayed=.. left_out=.. gaps=.. missed=.. opening_snapshot=.. restarts=..`.
     pub fn line(&self) -> String {
         format!(
-            "feed format=capture read={} replayed={} left_out={} gaps={} missed={} opening_snapshot={}",
-            self.read, self.replayed, self.left_out, self.gaps, self.missed, self.opening_snapshot
+            "feed format=capture read={} replayed={} left_out={} gaps={} missed={} opening_snapshot={} restarts={}",
+            self.read, self.replayed, self.left_out, self.gaps, self.missed, self.opening_snapshot, self.restarts
         )
     }
 }
@@ -162,6 +166,7 @@ impl CaptureCounters {
             gaps: ld(&self.gaps),
             missed: ld(&self.missed),
             opening_snapshot: ld(&self.opening_snapshot),
+            restarts: ld(&self.restarts),
         }
     }
 }
@@ -214,6 +219,10 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
     let (mut books, mut mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
     let (mut started, mut rebuilt) = (false, 0u64);
     let mut pending: std::collections::VecDeque<BookUpdate> = std::collections::VecDeque::new();
+    // A restart (a record whose seq is not above the last: a recorder started again, its subscriber's books
+    // empty): every book replayed so far is cleared, as the captured subscriber's were.
+    let (mut last_seq, mut known) = (0u64, std::collections::BTreeSet::new());
+    let mbp_flag = if book == BookKind::Mbp { mdfan_wire::record::flags::MBP } else { 0 };
     let source = Records::new(move || loop {
         if let Some(r) = pending.pop_front() {
             return Ok(Some(r));
@@ -227,7 +236,31 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                 return Ok(None);
             }
             Some(Item::Record(r)) => {
-                c.read.fetch_add(1, Ordering::Relaxed);
+                let restart = c.read.fetch_add(1, Ordering::Relaxed) > 0 && r.seq <= last_seq;
+                last_seq = r.seq;
+                if restart {
+                    c.restarts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        record = c.read.load(Ordering::Relaxed) - 1,
+                        books = known.len(),
+                        "the capture holds a restarted session here: every book so far is cleared"
+                    );
+                    if started {
+                        pending.extend(known.iter().map(|&id| BookUpdate {
+                            instrument_id: id,
+                            venue_pos: r.venue_pos,
+                            ts_event_ns: r.ts_recv_ns,
+                            ts_recv_ns: r.ts_recv_ns,
+                            flags: mdfan_wire::record::flags::LAST | mdfan_wire::record::flags::SNAPSHOT | mbp_flag,
+                            ..BookUpdate::control(mdfan_wire::Kind::Clear)
+                        }));
+                    } else {
+                        (books, mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
+                    }
+                }
+                if r.instrument_id != mdfan_wire::CHANNEL_INSTRUMENT_ID && !mdfan_feed::capture::is_session_record(&r) {
+                    known.insert(r.instrument_id);
+                }
                 if !started && bounds.before(&r) {
                     // Kept as the captured subscriber kept it (a book refused here was refused there too).
                     let _ = books.apply(&r);
