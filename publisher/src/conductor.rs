@@ -1509,16 +1509,23 @@ mod tests {
     /// locates 1 (A), 2 (AA) and 3 (AAAU) a Stock Trading Action `T` and a Reg SHO `0` each (A's at venue_seq 82
     /// and 83, AAAU's at 583 and 584) and no order: replayed to no subscriber, a snapshot of locates 1 and 3
     /// carries those four status records, flagged as snapshot records, between its markers (which count no book).
-    #[test]
-    fn a_snapshot_carries_each_instruments_last_trading_statuses() {
+    /// The start-of-day ITCH snippet's publisher (data/nasdaq-itch50-20191230-binaryfile-excerpts/
+    /// 12302019_first1000.itch, no subscriber awaited, no counters file), split into its three agents for a test
+    /// to drive by hand; its control endpoint.
+    fn itch_snippet_agents() -> (crate::Agents, std::net::SocketAddr) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
         let text = format!(
-            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
+            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\ncounters_dir = \"\"\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
         );
         let publisher = crate::Publisher::bind(Config::parse(&text, std::path::Path::new("t.toml")).unwrap()).unwrap();
-        let crate::Agents { mut feed, mut fanout, mut conductor } =
-            publisher.into_agents(Arc::new(AtomicBool::new(false)));
+        let addr = publisher.local_addr();
+        (publisher.into_agents(Arc::new(AtomicBool::new(false))), addr)
+    }
+
+    #[test]
+    fn a_snapshot_carries_each_instruments_last_trading_statuses() {
+        let (crate::Agents { mut feed, mut fanout, mut conductor }, _) = itch_snippet_agents();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !fanout.is_done() {
             assert!(std::time::Instant::now() < deadline, "watchdog");
@@ -1562,15 +1569,7 @@ mod tests {
     #[test]
     fn a_session_that_subscribes_as_the_replay_ends_is_ended_stalled_not_given_a_normal_end() {
         use mdfan_fabric::shm::{ShmLocalRing, DEFAULT_DIR};
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../data/nasdaq-itch50-20191230-binaryfile-excerpts/12302019_first1000.itch");
-        let text = format!(
-            "[publisher]\nlisten = \"127.0.0.1:0\"\nwait_for_subscribers = 0\ncounters_dir = \"\"\n\n[feed]\nformat = \"itch50\"\npath = {path:?}\nsession_date = \"2019-12-30\"\n"
-        );
-        let publisher = crate::Publisher::bind(Config::parse(&text, std::path::Path::new("t.toml")).unwrap()).unwrap();
-        let addr = publisher.local_addr();
-        let crate::Agents { mut feed, mut fanout, mut conductor } =
-            publisher.into_agents(Arc::new(AtomicBool::new(false)));
+        let (crate::Agents { mut feed, mut fanout, mut conductor }, addr) = itch_snippet_agents();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !fanout.is_done() {
             assert!(std::time::Instant::now() < deadline, "watchdog");
