@@ -104,7 +104,9 @@
 //! **Cost.** In the steady state (both legs in step, nothing waiting, recovering or covered by a snapshot) a
 //! venue record takes a fast path: find its channel's mark, then deliver it or compare it as a duplicate. Which
 //! legs may take it is recomputed after every other event; a property test checks that the merge hands out and
-//! counts exactly what the full rule does on random scripts. The `pair_merge` micro bench times it.
+//! counts exactly what the full rule does on random scripts. The `pair_merge` micro bench times it, and
+//! `mdfan-bench plant` gives its cost per record beside the merged stream's latency and each leg's
+//! ([`PairSubscriber::with_latency`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -1331,6 +1333,8 @@ struct PairLeg {
     since: std::time::Instant,
     silent: Option<Duration>,
     error: Option<SubscribeError>,
+    /// Each session of this leg records latency ([`PairSubscriber::with_latency`]).
+    latency: bool,
 }
 
 /// How long a leg's silence lasts before the merge stops counting on it by default
@@ -1358,6 +1362,8 @@ pub struct PairSubscriber {
     maintain_interval: Duration,
     /// A leg silent this long vouches for nothing ([`PairSubscriber::set_leg_give_up`]).
     leg_give_up: Duration,
+    /// The merged stream's post-to-handout latency, when on ([`PairSubscriber::with_latency`]).
+    latency: Option<crate::Latency>,
 }
 
 impl PairSubscriber {
@@ -1390,6 +1396,7 @@ impl PairSubscriber {
                 since: now,
                 silent: None,
                 error,
+                latency: false,
             });
         }
         if legs.iter().all(|l| l.sub.is_none()) {
@@ -1416,7 +1423,28 @@ impl PairSubscriber {
             last_maintain,
             maintain_interval: interval,
             leg_give_up: DEFAULT_LEG_GIVE_UP,
+            latency: None,
         })
+    }
+
+    /// Records post-to-poll latency on each leg ([`Subscriber::with_latency`], read with
+    /// [`PairSubscriber::leg`]`(i)?.latency()`; every copy a leg polls, duplicates included) and on the merged
+    /// stream ([`PairSubscriber::latency`]: from the post of the copy handed out to its handout, so a record that
+    /// waited in the merge counts its wait). One more TSC read per record handed out.
+    pub fn with_latency(mut self) -> PairSubscriber {
+        for leg in &mut self.legs {
+            leg.latency = true;
+            if let Some(sub) = leg.sub.take() {
+                leg.sub = Some(sub.with_latency());
+            }
+        }
+        self.latency = Some(crate::Latency::new());
+        self
+    }
+
+    /// The merged stream's latency histogram (ns; post of the copy handed out to its handout), if enabled.
+    pub fn latency(&self) -> Option<&crate::Latency> {
+        self.latency.as_ref()
     }
 
     /// How long a leg's session must have been silent (nothing, heartbeats included) before the merge stops
@@ -1431,14 +1459,32 @@ impl PairSubscriber {
     /// completions reaped on both legs; 0 means nothing was ready. No syscall, no allocation.
     #[inline]
     pub fn poll<F: FnMut(Event<'_>)>(&mut self, max: usize, mut f: F) -> usize {
-        let Self { legs, merge, .. } = self;
+        let Self { legs, merge, latency, .. } = self;
         let mut n = 0;
-        for (i, leg) in legs.iter_mut().enumerate() {
-            if let Some(sub) = leg.sub.as_mut() {
-                n += sub.poll(max, |ev| merge.on_event(i, ev, &mut f));
+        match latency {
+            None => {
+                for (i, leg) in legs.iter_mut().enumerate() {
+                    if let Some(sub) = leg.sub.as_mut() {
+                        n += sub.poll(max, |ev| merge.on_event(i, ev, &mut f));
+                    }
+                }
+                merge.flush(&mut f);
+            }
+            Some(l) => {
+                let mut timed = |ev: Event<'_>| {
+                    if let Event::Record(r) = &ev {
+                        l.record(r.ts_send_ticks);
+                    }
+                    f(ev)
+                };
+                for (i, leg) in legs.iter_mut().enumerate() {
+                    if let Some(sub) = leg.sub.as_mut() {
+                        n += sub.poll(max, |ev| merge.on_event(i, ev, &mut timed));
+                    }
+                }
+                merge.flush(&mut timed);
             }
         }
-        merge.flush(&mut f);
         n
     }
 
@@ -1508,6 +1554,7 @@ impl PairSubscriber {
             }
             match Subscriber::connect(&leg.cfg) {
                 Ok(s) => {
+                    let s = if leg.latency { s.with_latency() } else { s };
                     let session_id = s.session_id();
                     leg.sub = Some(s);
                     leg.next_try = None;

@@ -31,7 +31,9 @@ fn a_pair_merged_by_venue_position_loses_nothing_when_one_publisher_is_killed_an
         c.reconnect = Some(Reconnect::within(Duration::from_secs(30)));
         c
     };
-    let mut pair = PairSubscriber::connect(&cfg(addr_a, "pair-a"), &cfg(addr_b, "pair-b")).expect("both legs connect");
+    let mut pair = PairSubscriber::connect(&cfg(addr_a, "pair-a"), &cfg(addr_b, "pair-b"))
+        .expect("both legs connect")
+        .with_latency();
     let (mut books, mut book_records, mut gaps, mut ended) = (Books::new(), 0u64, 0u64, false);
     let (mut seqs_ok, mut last_seq) = (true, 0u64);
     let mut moves = Vec::new();
@@ -96,6 +98,13 @@ fn a_pair_merged_by_venue_position_loses_nothing_when_one_publisher_is_killed_an
     assert!(leg_b.delivered_first > 0 && leg_a.downs == 1 && leg_b.gaps == 0, "{leg_a:?} {leg_b:?}");
     assert!(leg_a.duplicates > 0, "the restarted leg A replays from its start: every record a duplicate {leg_a:?}");
     assert!(seqs_ok, "the merged seqs run 1, 2, 3, ... to {last_seq}");
+    // latency: one sample per record handed out on the merged stream; per leg, one per copy polled (leg A's
+    // histogram survives its reconnect, and holds its restarted replay's duplicates too)
+    let merged = pair.latency().expect("latency on").histogram().len();
+    assert_eq!(merged, last_seq, "a merged latency sample per record handed out");
+    let leg_len = |i: usize| pair.leg(i).and_then(|s| s.latency()).map_or(0, |l| l.histogram().len());
+    assert!(leg_len(1) >= leg_b.delivered_first + leg_b.duplicates, "leg B: {} samples {leg_b:?}", leg_len(1));
+    assert!(leg_len(0) >= leg_a.delivered_first + leg_a.duplicates, "leg A: {} samples {leg_a:?}", leg_len(0));
     drop(pair);
     assert_eq!(b.finish().0, Some(0));
     if let Some(mut a) = a {
