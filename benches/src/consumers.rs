@@ -52,7 +52,7 @@ struct Round {
 }
 
 /// Writes the bench stream (module docs) as capture `stream` in `dir`; returns its records.
-fn write_stream(dir: &Path, repeats: u32) -> anyhow::Result<u64> {
+pub(crate) fn write_stream(dir: &Path, repeats: u32) -> anyhow::Result<u64> {
     let file = mdfan_feed::dbn::load_mbo_file(&crate::repo_root().join(crate::replay::CAPTURE))?;
     let base: Vec<BookUpdate> = file
         .records
@@ -134,11 +134,13 @@ fn replay(dir: &Path, records: u64) -> anyhow::Result<f64> {
     Ok(records as f64 / secs.max(1e-9))
 }
 
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
+/// The release binary `name` beside this one (`cargo build --release -p mdfan-capture -p mdfan-bridge -p
+/// mdfan-publisher`).
+pub(crate) fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let here = std::env::current_exe()?;
     let p = here.parent().map(|d| d.join(name)).ok_or_else(|| anyhow!("no folder of {}", here.display()))?;
     if !p.exists() {
-        bail!("{} not found: cargo build --release -p mdfan-capture -p mdfan-bridge", p.display());
+        bail!("{} not found: cargo build --release -p mdfan-capture -p mdfan-bridge -p mdfan-publisher", p.display());
     }
     Ok(p)
 }

@@ -73,6 +73,7 @@ mod mdp3;
 mod mdp3_loopback;
 mod openloop;
 mod pingpong;
+mod plant;
 mod plot;
 mod probe;
 mod replay;
@@ -156,6 +157,24 @@ enum Cmd {
         /// ESH4's records this many times over (an instrument each).
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeats: u32,
+    },
+    /// The plant (issue 28): a hot-hot pair's merged stream beside its legs, the merge's cost per record, the
+    /// relay's hop, and the upstream publisher's fan-out cost to strategies direct or through one relay, in one
+    /// run: writes OUT/plant.md and its charts (benches/src/plant.rs). Needs the release binary of mdfan-relay
+    /// beside this one.
+    Plant {
+        /// Report folder (created).
+        #[arg(long)]
+        out: PathBuf,
+        /// Rounds (the figures are their medians).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+        rounds: u32,
+        /// ESH4's records this many times over (an instrument each) in the fan-out's stream.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeats: u32,
+        /// The relay hop's replay speed-up over ESH4's own timestamps.
+        #[arg(long, default_value_t = 1000.0)]
+        speedup: f64,
     },
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
@@ -405,6 +424,14 @@ fn main() {
         Cmd::Decode { case, passes } => callgrind::decode(&repo_root(), &case, passes),
         Cmd::Compare { a, b } => compare(&a, &b),
         Cmd::Consumers { out, rounds, repeats } => consumers::run(&out, rounds, repeats),
+        Cmd::Plant { out, rounds, repeats, speedup } => {
+            let allowed = mdfan_tuning::allowed_cores();
+            let cores = match allowed.as_slice() {
+                [a, b, ..] => (Some(*a), Some(*b)),
+                _ => (None, None),
+            };
+            plant::run(&out, &plant::Options { rounds, repeats, speedup }, cores)
+        }
     };
     if let Err(e) = result {
         eprintln!("mdfan-bench: error: {e:#}");

@@ -216,7 +216,7 @@ pub fn run(
 
 /// The publisher's feed and hot-loop threads (their names, `Agent::role_name`).
 const FEED_THREAD: &str = "mdfan-feed";
-const HOT_THREAD: &str = "mdfan-hot";
+pub(crate) const HOT_THREAD: &str = "mdfan-hot";
 
 /// The calling thread's CPU time so far, ns: the kernel's per-thread CPU clock (`sum_exec_runtime`, what
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` reads), from `/proc/thread-self/schedstat`; 0 where unreadable.
@@ -233,7 +233,7 @@ fn cpu_ns_of(schedstat: &Path) -> u64 {
 /// `CLOCK_THREAD_CPUTIME_ID` reads, which counts from the thread's start) every [`ThreadCpu::PERIOD`] while it
 /// lives, sleeping in between (it never spins, so it takes no core from the measured threads), and keeps the last
 /// value: the thread's CPU time to within one period of its end.
-struct ThreadCpu {
+pub(crate) struct ThreadCpu {
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<std::collections::BTreeMap<String, u64>>,
 }
@@ -241,7 +241,7 @@ struct ThreadCpu {
 impl ThreadCpu {
     const PERIOD: std::time::Duration = std::time::Duration::from_micros(500);
 
-    fn start(names: &[&'static str]) -> ThreadCpu {
+    pub(crate) fn start(names: &[&'static str]) -> ThreadCpu {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let names: Vec<&'static str> = names.to_vec();
@@ -277,7 +277,7 @@ impl ThreadCpu {
     }
 
     /// CPU ns by thread name.
-    fn stop(self) -> std::collections::BTreeMap<String, u64> {
+    pub(crate) fn stop(self) -> std::collections::BTreeMap<String, u64> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
