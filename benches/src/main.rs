@@ -175,6 +175,9 @@ enum Cmd {
         /// The relay hop's replay speed-up over ESH4's own timestamps.
         #[arg(long, default_value_t = 1000.0)]
         speedup: f64,
+        /// Only these parts: pair, merge, relay, fanout (default: all).
+        #[arg(long, value_delimiter = ',', value_parser = ["pair", "merge", "relay", "fanout"])]
+        parts: Vec<String>,
     },
     /// Print two runs' figures side by side with the ratio B/A.
     Compare {
@@ -424,13 +427,13 @@ fn main() {
         Cmd::Decode { case, passes } => callgrind::decode(&repo_root(), &case, passes),
         Cmd::Compare { a, b } => compare(&a, &b),
         Cmd::Consumers { out, rounds, repeats } => consumers::run(&out, rounds, repeats),
-        Cmd::Plant { out, rounds, repeats, speedup } => {
+        Cmd::Plant { out, rounds, repeats, speedup, parts } => {
             let allowed = mdfan_tuning::allowed_cores();
             let cores = match allowed.as_slice() {
                 [a, b, ..] => (Some(*a), Some(*b)),
                 _ => (None, None),
             };
-            plant::run(&out, &plant::Options { rounds, repeats, speedup }, cores)
+            plant::run(&out, &plant::Options { rounds, repeats, speedup, parts }, cores)
         }
     };
     if let Err(e) = result {

@@ -71,6 +71,14 @@ pub struct Options {
     pub repeats: u32,
     /// The relay hop's replay speed-up over ESH4's own timestamps.
     pub speedup: f64,
+    /// The parts to run: `pair`, `merge`, `relay`, `fanout` (all when empty).
+    pub parts: Vec<String>,
+}
+
+impl Options {
+    fn runs(&self, part: &str) -> bool {
+        self.parts.is_empty() || self.parts.iter().any(|p| p == part)
+    }
 }
 
 /// One round's figures.
@@ -606,10 +614,16 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
     for i in 0..opts.rounds {
         eprintln!("mdfan-bench plant: round {} of {}", i + 1, opts.rounds);
         let mut r = Round::default();
-        pair_round(&mut r).context("pair")?;
-        r.merge_ns = merge_cost().context("merge cost")?;
-        relay_round(&work, opts.speedup, cores, &mut r).context("relay hop")?;
-        for &n in &FANOUT {
+        if opts.runs("pair") {
+            pair_round(&mut r).context("pair")?;
+        }
+        if opts.runs("merge") {
+            r.merge_ns = merge_cost().context("merge cost")?;
+        }
+        if opts.runs("relay") {
+            relay_round(&work, opts.speedup, cores, &mut r).context("relay hop")?;
+        }
+        for &n in FANOUT.iter().filter(|_| opts.runs("fanout")) {
             r.fanout_direct.push((n, fanout(&stream, records, n, false).context("fan-out, direct")?));
             r.fanout_relay.push((n, fanout(&stream, records, n, true).context("fan-out, relay")?));
         }
@@ -621,19 +635,24 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
     let (a, b, m) = (last.leg_a.as_ref(), last.leg_b.as_ref(), last.merged.as_ref());
     if let (Some(a), Some(b), Some(m)) = (a, b, m) {
         let svg = crate::plot::latency_by_percentile(
-            "hot-hot pair: post-to-poll by leg and merged (last round)",
+            "hot-hot pair: from the first post to each leg's poll and to the merged handout (last round)",
             &[("leg A", a), ("leg B", b), ("merged", m)],
         )?;
         std::fs::write(out.join("pair-latency.svg"), svg)?;
     }
-    let med = |f: fn(&Round) -> &Vec<(usize, f64)>| -> Vec<(usize, f64)> {
-        FANOUT.iter().enumerate().map(|(i, &n)| (n, median(rounds.iter().map(|r| f(r)[i].1).collect()))).collect()
-    };
-    let svg = crate::plot::cost_by_subscribers(
-        "publisher hot-thread CPU per record: strategies direct or through one relay",
-        &[("direct".to_owned(), med(|r| &r.fanout_direct)), ("through one relay".to_owned(), med(|r| &r.fanout_relay))],
-    )?;
-    std::fs::write(out.join("relay-fanout.svg"), svg)?;
+    if opts.runs("fanout") {
+        let med = |f: fn(&Round) -> &Vec<(usize, f64)>| -> Vec<(usize, f64)> {
+            FANOUT.iter().enumerate().map(|(i, &n)| (n, median(rounds.iter().map(|r| f(r)[i].1).collect()))).collect()
+        };
+        let svg = crate::plot::cost_by_subscribers(
+            "publisher hot-thread CPU per record: strategies direct or through one relay",
+            &[
+                ("direct".to_owned(), med(|r| &r.fanout_direct)),
+                ("through one relay".to_owned(), med(|r| &r.fanout_relay)),
+            ],
+        )?;
+        std::fs::write(out.join("relay-fanout.svg"), svg)?;
+    }
     print!("{md}");
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
@@ -651,7 +670,7 @@ fn render(rounds: &[Round], opts: &Options, records: u64, cores: usize) -> anyho
         opts.speedup,
         opts.repeats
     );
-    for (q, name) in PAIR_PERCENTILES {
+    for (q, name) in PAIR_PERCENTILES.iter().copied().filter(|_| opts.runs("pair")) {
         let ratio =
             median(rounds.iter().map(|r| p(&r.merged, q) / p(&r.leg_a, q).min(p(&r.leg_b, q)).max(1.0)).collect());
         let med = |f: fn(&Round) -> &Option<Histogram<u64>>| median(rounds.iter().map(|r| p(f(r), q)).collect());
@@ -665,45 +684,56 @@ fn render(rounds: &[Round], opts: &Options, records: u64, cores: usize) -> anyho
     }
     let (one, two) =
         (median(rounds.iter().map(|r| r.merge_ns.0).collect()), median(rounds.iter().map(|r| r.merge_ns.1).collect()));
-    md += &format!(
+    md += &if !opts.runs("merge") {
+        String::new()
+    } else {
+        format!(
         "\nMerge cost per record at p50 over batches of {BATCH}: one leg to the callback {one:.1} ns, two legs merged \
          {two:.1} ns: the merge costs {:.1} ns (target <= 10 ns: {}).\n",
         two - one,
         yes(two - one <= 10.0)
-    );
-    let busy = 5;
-    let judged = cores >= busy;
-    md += "\n## Relay hop\n\n| percentile | direct ns | through the relay ns | added ns | cache-line one-way ns |\n|---|---|---|---|---|\n";
-    for (q, name) in [(50.0, "p50"), (99.0, "p99"), (99.9, "p999")] {
-        let med = |f: fn(&Round) -> &Option<Histogram<u64>>| median(rounds.iter().map(|r| p(f(r), q)).collect());
-        let added = median(rounds.iter().map(|r| p(&r.relayed, q) - p(&r.direct, q)).collect());
+    )
+    };
+    if opts.runs("relay") {
+        let busy = 5;
+        let judged = cores >= busy;
+        md += "\n## Relay hop\n\n| percentile | direct ns | through the relay ns | added ns | cache-line one-way ns |\n|---|---|---|---|---|\n";
+        for (q, name) in [(50.0, "p50"), (99.0, "p99"), (99.9, "p999")] {
+            let med = |f: fn(&Round) -> &Option<Histogram<u64>>| median(rounds.iter().map(|r| p(f(r), q)).collect());
+            let added = median(rounds.iter().map(|r| p(&r.relayed, q) - p(&r.direct, q)).collect());
+            md += &format!(
+                "| {name} | {:.0} | {:.0} | {added:.0} | {:.0} |\n",
+                med(|r| &r.direct),
+                med(|r| &r.relayed),
+                med(|r| &r.cacheline)
+            );
+        }
+        let hop = median(
+            rounds
+                .iter()
+                .map(|r| (p(&r.relayed, 50.0) - p(&r.direct, 50.0)) / p(&r.cacheline, 50.0).max(1.0))
+                .collect(),
+        );
         md += &format!(
-            "| {name} | {:.0} | {:.0} | {added:.0} | {:.0} |\n",
-            med(|r| &r.direct),
-            med(|r| &r.relayed),
-            med(|r| &r.cacheline)
+            "\nThe hop at p50 is {hop:.1}x a cache-line transfer (target <= 1.5x): {}.\n",
+            if judged {
+                yes(hop <= 1.5).to_owned()
+            } else {
+                format!(
+                    "not judged here: {busy} busy threads on {cores} cores, so every thread yields when idle and the \
+                     latencies are the scheduler's"
+                )
+            }
         );
     }
-    let hop = median(
-        rounds.iter().map(|r| (p(&r.relayed, 50.0) - p(&r.direct, 50.0)) / p(&r.cacheline, 50.0).max(1.0)).collect(),
-    );
-    md += &format!(
-        "\nThe hop at p50 is {hop:.1}x a cache-line transfer (target <= 1.5x): {}.\n",
-        if judged {
-            yes(hop <= 1.5).to_owned()
-        } else {
-            format!(
-                "not judged here: {busy} busy threads on {cores} cores, so every thread yields when idle and the \
-                 latencies are the scheduler's"
-            )
+    if opts.runs("fanout") {
+        md += "\n## Fan-out: the upstream publisher's hot-thread CPU per record\n\n| strategies | direct ns | through one relay ns | relay / one direct | target | met |\n|---|---|---|---|---|---|\n";
+        for (i, &k) in FANOUT.iter().enumerate() {
+            let direct = median(rounds.iter().map(|r| r.fanout_direct[i].1).collect());
+            let relay = median(rounds.iter().map(|r| r.fanout_relay[i].1).collect());
+            let ratio = median(rounds.iter().map(|r| r.fanout_relay[i].1 / r.fanout_direct[0].1.max(1e-9)).collect());
+            md += &format!("| {k} | {direct:.0} | {relay:.0} | {ratio:.2} | <= 1.10 | {} |\n", yes(ratio <= 1.10));
         }
-    );
-    md += "\n## Fan-out: the upstream publisher's hot-thread CPU per record\n\n| strategies | direct ns | through one relay ns | relay / one direct | target | met |\n|---|---|---|---|---|---|\n";
-    for (i, &k) in FANOUT.iter().enumerate() {
-        let direct = median(rounds.iter().map(|r| r.fanout_direct[i].1).collect());
-        let relay = median(rounds.iter().map(|r| r.fanout_relay[i].1).collect());
-        let ratio = median(rounds.iter().map(|r| r.fanout_relay[i].1 / r.fanout_direct[0].1.max(1e-9)).collect());
-        md += &format!("| {k} | {direct:.0} | {relay:.0} | {ratio:.2} | <= 1.10 | {} |\n", yes(ratio <= 1.10));
     }
     md += &format!(
         "\nHost: {} ({cores} cores). The hot thread decodes the feed too (`feed_on_hot_thread`), so its CPU clock is \
