@@ -609,7 +609,7 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
     let _ = std::fs::remove_dir_all(&work);
     let stream = work.join("stream");
     std::fs::create_dir_all(&stream)?;
-    let records = fanout_stream(&stream, opts.repeats)?;
+    let records = if opts.runs("fanout") { fanout_stream(&stream, opts.repeats)? } else { 0 };
     let mut rounds = Vec::new();
     for i in 0..opts.rounds {
         eprintln!("mdfan-bench plant: round {} of {}", i + 1, opts.rounds);
@@ -661,15 +661,30 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
 fn render(rounds: &[Round], opts: &Options, records: u64, cores: usize) -> anyhow::Result<String> {
     let yes = |b: bool| if b { "yes" } else { "no" };
     let n = rounds.len();
+    let mut what = Vec::new();
+    if opts.runs("pair") {
+        let merged = median(rounds.iter().map(|r| r.pair_records as f64).collect());
+        what.push(format!(
+            "pair: the CME MDP 3.0 capture at {FEEDSIM_SPEED}x on lines A and B, {merged} venue records merged"
+        ));
+    }
+    if opts.runs("relay") {
+        what.push(format!("relay hop: ESH4 at {}x its own pace", opts.speedup));
+    }
+    if opts.runs("merge") {
+        what.push("merge cost: ESH4 after its opening snapshot, 3 timed passes".to_owned());
+    }
+    if opts.runs("fanout") {
+        what.push(format!("fan-out: {records} records (ESH4 x {}) at pace max", opts.repeats));
+    }
     let mut md = format!(
         "# The plant: hot-hot pair, relay, fan-out\n\nMedians of {n} rounds (each figure's rule in \
-         benches/src/plant.rs). Pair: the CME MDP 3.0 capture at {FEEDSIM_SPEED}x on lines A and B, {} venue records \
-         merged; relay hop: ESH4 at {}x its own pace; fan-out: {records} records (ESH4 x {}) at pace max.\n\n\
-         ## Hot-hot pair\n\n| percentile, from the first post | leg A's poll ns | leg B's poll ns | merged handout ns | merged / better leg | target | met |\n|---|---|---|---|---|---|---|\n",
-        median(rounds.iter().map(|r| r.pair_records as f64).collect()),
-        opts.speedup,
-        opts.repeats
+         benches/src/plant.rs). {}.\n",
+        what.join("; ")
     );
+    if opts.runs("pair") {
+        md += "\n## Hot-hot pair\n\n| percentile, from the first post | leg A's poll ns | leg B's poll ns | merged handout ns | merged / better leg | target | met |\n|---|---|---|---|---|---|---|\n";
+    }
     for (q, name) in PAIR_PERCENTILES.iter().copied().filter(|_| opts.runs("pair")) {
         let ratio =
             median(rounds.iter().map(|r| p(&r.merged, q) / p(&r.leg_a, q).min(p(&r.leg_b, q)).max(1.0)).collect());
