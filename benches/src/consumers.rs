@@ -232,7 +232,8 @@ fn round(work: &Path, stream: &Path, records: u64, nats: Option<&str>) -> anyhow
     Ok(r)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one of an even count; 0 for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         0.0

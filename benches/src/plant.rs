@@ -55,6 +55,7 @@ use mdfan_subscriber::pair::Merge;
 use mdfan_subscriber::{Event, Idler, Kind, Latency, SlowConsumerPolicy, Subscriber, SubscriberConfig};
 use mdfan_wire::{flags, BookUpdate};
 
+use crate::consumers::median;
 use crate::replay::{ThreadCpu, CAPTURE, HOT_THREAD};
 
 /// Records per timed batch of the merge cost (16 KiB of records: the TSC reads are 2 per batch).
@@ -586,15 +587,6 @@ fn fanout(stream: &Path, records: u64, strategies: usize, via_relay: bool) -> an
     ensure!(report.records >= records, "fan-out: the publisher replayed {} of {records} records", report.records);
     ensure!(hot_ns > 0, "fan-out: no CPU time for thread {HOT_THREAD} (/proc/self/task/*/schedstat unreadable?)");
     Ok(hot_ns as f64 / report.records as f64)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
 }
 
 fn p(h: &Option<Histogram<u64>>, q: f64) -> f64 {
