@@ -606,8 +606,8 @@ fn wire_clock(c: &mut Criterion) {
 /// straight to the strategy's callback (what a single-leg subscriber's poll does past the ring): ESH4's live
 /// records (after its opening venue snapshot, whose DBN `sequence`s are not in order) on two legs, leg A's copy
 /// then leg B's (the second compared with the first and dropped). Issue 28's
-/// target: the merge costs at most 10 ns per record over the single leg. A fresh merge per batch (its tables, 4
-/// MiB, made untimed).
+/// target: the merge costs at most 10 ns per record over the single leg. A fresh merge per batch (made untimed;
+/// the first touch of its tables is timed: `mdfan-bench plant --parts merge` gives the steady state).
 fn pair_merge(c: &mut Criterion) {
     use mdfan_subscriber::pair::Merge;
     use mdfan_subscriber::Event;
