@@ -364,6 +364,10 @@ pub struct BookEntry {
     pub entry_type: BookEntryType,
     /// Whether this is the message's last `NoMDEntries` entry.
     pub last_in_message: bool,
+    /// 0-based index of this entry among the packet's MDIncrementalRefreshBook32 entries, every entry counted
+    /// (one whose `RptSeq` is stale too, though it is not delivered): the index of its venue position, which
+    /// both publishers of a pair compute alike whatever each has recovered (saturates at `u16::MAX`).
+    pub index: u16,
 }
 
 /// One entry of MDIncrementalRefreshSessionStatistics35.
@@ -625,6 +629,9 @@ pub enum Event {
         expected: u32,
         /// The `RptSeq` received.
         got: u32,
+        /// The [`BookEntry::index`] of that entry when it is a book entry; otherwise the index the packet's next
+        /// book entry takes (the book entries before it).
+        book_index: u16,
     },
     /// A SnapshotFullRefresh38 root block (market recovery feed); its entries follow.
     Snapshot(SnapshotRefresh),
@@ -916,6 +923,7 @@ impl Mdp3Decoder {
         // Decode the whole packet into the buffer; deliver nothing yet.
         let Mdp3Decoder { packets, rpt_seq, stats, events } = self;
         events.clear();
+        let mut next_book = 0u16; // BookEntry::index of the packet's next book entry, stale ones counted
         let messages = match walk_packet(payload, header, ts_recv_ns, &mut |info, ev| events.push((*info, *ev))) {
             Ok(n) => n,
             Err(e) => {
@@ -939,8 +947,10 @@ impl Mdp3Decoder {
         // Deliver, with sequence checks and counters.
         count_templates(stats, payload);
         for (info, ev) in events.iter() {
+            let book_index = next_book;
             let sequenced = match ev {
                 Event::Book(e) => {
+                    next_book = e.index.saturating_add(1);
                     stats.book_actions[e.action as usize] += 1;
                     stats.book_entry_types[e.entry_type as usize] += 1;
                     Some((e.security_id, e.rpt_seq))
@@ -967,7 +977,8 @@ impl Mdp3Decoder {
                 };
                 if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
                     stats.rpt_seq_gaps += 1;
-                    on_event(info, &Event::RptSeqGap { security_id, expected: last.wrapping_add(1), got });
+                    let expected = last.wrapping_add(1);
+                    on_event(info, &Event::RptSeqGap { security_id, expected, got, book_index });
                 }
             }
             on_event(info, ev);
@@ -1164,6 +1175,7 @@ fn walk_packet<F: FnMut(&MessageInfo, &Event)>(
 ) -> Result<u16, DecodeError> {
     let mut pos = PACKET_HEADER_BYTES;
     let mut message = 0u16;
+    let mut books = 0u16; // book entries so far in the packet: BookEntry::index
     while pos < payload.len() {
         message = message.saturating_add(1);
         let mut ctx = Ctx { msg_seq_num: header.msg_seq_num, message, template_id: None };
@@ -1199,7 +1211,7 @@ fn walk_packet<F: FnMut(&MessageInfo, &Event)>(
             transact_time_ns: 0,
             match_event_indicator: 0,
         };
-        decode_message(body, block_length, version, info, msg_size, sink)?;
+        decode_message(body, block_length, version, info, msg_size, &mut books, sink)?;
         pos += usize::from(msg_size);
     }
     Ok(message)
@@ -1218,7 +1230,7 @@ fn fixed<const N: usize, const W: usize>(f: &[u8; N], at: usize) -> [u8; W] {
 /// MDEntrySize 8, SecurityID 12, RptSeq 16, NumberOfOrders 20, MDPriceLevel 24, MDUpdateAction 25,
 /// MDEntryType 26). Errors: the field's name and what is wrong with it.
 #[inline(always)]
-fn book32_entry(f: &[u8; 27], last_in_message: bool) -> Result<BookEntry, (&'static str, Problem)> {
+fn book32_entry(f: &[u8; 27], last_in_message: bool, index: u16) -> Result<BookEntry, (&'static str, Problem)> {
     let bad = |field, value: i64| (field, Problem::BadValue { value });
     let m = i64::from_le_bytes(fixed(f, 0));
     let price_e9 = if m == PRICE_NULL {
@@ -1241,6 +1253,7 @@ fn book32_entry(f: &[u8; 27], last_in_message: bool) -> Result<BookEntry, (&'sta
         action: UpdateAction::from_u8(f[25]).ok_or(bad("NoMDEntries.MDUpdateAction", f[25].into()))?,
         entry_type: BookEntryType::from_u8(f[26]).ok_or(bad("NoMDEntries.MDEntryType", f[26].into()))?,
         last_in_message,
+        index,
     })
 }
 
@@ -1260,6 +1273,7 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
     version: u16,
     mut info: MessageInfo,
     msg_size: u16,
+    books: &mut u16,
     sink: &mut F,
 ) -> Result<(), DecodeError> {
     const ENTRIES: &str = "NoMDEntries";
@@ -1312,8 +1326,9 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             // Every entry is at least 27 bytes (`group` checked the block length): read at fixed offsets.
             for (i, chunk) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
                 let Some(f) = chunk.first_chunk::<27>() else { break };
-                let entry = book32_entry(f, i + 1 == g.count)
+                let entry = book32_entry(f, i + 1 == g.count, *books)
                     .map_err(|(field, problem)| g.ctx.err(field, u16::from(i) + 1, problem))?;
+                *books = books.saturating_add(1);
                 sink(&info, &Event::Book(entry));
             }
             if let Some(o) = orders.filter(|o| o.count > 0) {

@@ -286,18 +286,19 @@ impl Mdp3Channel {
     pub fn on_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.packets += 1;
         let (secs, counters) = (&mut self.secs, &mut self.counters);
-        let (mut emitted, mut entries) = (0, 0usize);
+        let mut emitted = 0;
         let result = self.decoder.decode_packet(payload, ts_recv_ns, |info, event| {
-            // A record's index counts the book entries before it in the packet; a stale mark written inside the
-            // packet (an instrument first seen after a loss, an `RptSeq` jump) takes the index of the entry it
-            // precedes, so the entries' positions do not depend on what this handler lost: both publishers of a
-            // hot-hot pair give each entry the same position.
-            let entry = u64::from(u16::try_from(entries).unwrap_or(u16::MAX));
-            let security_id = match event {
-                Event::Book(e) => e.security_id,
-                Event::RptSeqGap { security_id, .. } => *security_id,
+            // A record's index is its book entry's index in the packet, counted by the decoder over every book
+            // entry (one whose `RptSeq` is stale after a market recovery too, though not delivered); a stale mark
+            // written inside the packet (an instrument first seen after a loss, an `RptSeq` jump) takes the index
+            // of the entry it precedes. So the entries' positions do not depend on what this handler lost or
+            // recovered: both publishers of a hot-hot pair give each entry the same position.
+            let (security_id, index) = match event {
+                Event::Book(e) => (e.security_id, e.index),
+                Event::RptSeqGap { security_id, book_index, .. } => (*security_id, *book_index),
                 _ => return,
             };
+            let entry = u64::from(index);
             let (i, new) = secs.slot_new(security_id);
             if let (true, Some(hole)) = (new, secs.hole) {
                 counters.stale_marked += 1;
@@ -309,10 +310,9 @@ impl Mdp3Channel {
             match event {
                 Event::Book(e) => {
                     counters.level_records += 1;
-                    entries += 1;
                     out(&book_record_at(info, e, entry));
                 }
-                Event::RptSeqGap { security_id, expected, got } => {
+                Event::RptSeqGap { security_id, expected, got, .. } => {
                     if secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
                         counters.stale_marked += 1;
                     }

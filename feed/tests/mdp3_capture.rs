@@ -52,7 +52,7 @@ fn replay(packets: &[&UdpPacket]) -> (Mdp3Decoder, MbpBooks, Replay) {
                         r.book_securities.insert(e.security_id);
                         Some(book_record(info, e))
                     }
-                    Event::RptSeqGap { security_id, expected, got } => {
+                    Event::RptSeqGap { security_id, expected, got, .. } => {
                         Some(stale_record(info, *security_id, *expected, *got))
                     }
                     Event::TradeSummary(t) => {
@@ -345,7 +345,7 @@ fn sequence_gaps_are_reported_per_packet_and_per_instrument() {
         }
     }
     let gaps: Vec<_> = events.iter().filter(|e| matches!(e, Event::RptSeqGap { .. })).collect();
-    assert_eq!(gaps, [&Event::RptSeqGap { security_id: 9, expected: 2, got: 4 }]);
+    assert_eq!(gaps, [&Event::RptSeqGap { security_id: 9, expected: 2, got: 4, book_index: 0 }]);
     let s = dec.stats();
     assert_eq!((s.packets, s.packet_gaps, s.packets_missed, s.stale_packets), (3, 1, 1, 1));
     assert_eq!((s.rpt_seq_entries, s.rpt_seq_gaps, s.rpt_seq_stale), (3, 1, 1));

@@ -27,7 +27,7 @@ fn decoding_normalising_and_applying_feed_a_allocates_nothing() {
             let out = dec.decode_packet(&p.payload, p.ts_ns, |info, ev| {
                 let r = match ev {
                     Event::Book(e) => book_record(info, e),
-                    Event::RptSeqGap { security_id, expected, got } => {
+                    Event::RptSeqGap { security_id, expected, got, .. } => {
                         stale_record(info, *security_id, *expected, *got)
                     }
                     _ => return,

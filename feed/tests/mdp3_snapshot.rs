@@ -184,18 +184,26 @@ fn bad_template_38_input_is_refused_naming_the_field() {
 
 /// One MDIncrementalRefreshBook32 packet (schema v8): one entry of `SECURITY`.
 fn book_packet(seq: u32, rpt_seq: u32, action: u8, side: u8, level: u8, px_tenths: i64, size: i32) -> Vec<u8> {
+    book_packet_of(seq, &[(rpt_seq, action, side, level, px_tenths, size)])
+}
+
+/// One MDIncrementalRefreshBook32 packet (schema v8) of one message whose entries, all of `SECURITY`, are
+/// (`RptSeq`, `MDUpdateAction`, `MDEntryType`, `MDPriceLevel`, price in tenths, size).
+fn book_packet_of(seq: u32, entries: &[(u32, u8, u8, u8, i64, i32)]) -> Vec<u8> {
     let mut p = Vec::new();
     write_packet_header(&mut p, seq, 1);
     let mut body = 5u64.to_le_bytes().to_vec();
     body.extend_from_slice(&[0x80, 0, 0]); // MatchEventIndicator EndOfEvent, 2 padding bytes: root 11
     body.extend_from_slice(&32u16.to_le_bytes());
-    body.push(1);
-    body.extend_from_slice(&(px_tenths * 1_000_000).to_le_bytes());
-    body.extend_from_slice(&size.to_le_bytes());
-    body.extend_from_slice(&SECURITY.to_le_bytes());
-    body.extend_from_slice(&rpt_seq.to_le_bytes());
-    body.extend_from_slice(&1i32.to_le_bytes());
-    body.extend_from_slice(&[level, action, side, 0, 0, 0, 0, 0]);
+    body.push(entries.len() as u8);
+    for &(rpt_seq, action, side, level, px_tenths, size) in entries {
+        body.extend_from_slice(&(px_tenths * 1_000_000).to_le_bytes());
+        body.extend_from_slice(&size.to_le_bytes());
+        body.extend_from_slice(&SECURITY.to_le_bytes());
+        body.extend_from_slice(&rpt_seq.to_le_bytes());
+        body.extend_from_slice(&1i32.to_le_bytes());
+        body.extend_from_slice(&[level, action, side, 0, 0, 0, 0, 0]);
+    }
     body.extend_from_slice(&24u16.to_le_bytes());
     body.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // 5 padding bytes, numInGroup 0
     p.extend_from_slice(&(10 + body.len() as u16).to_le_bytes());
@@ -204,6 +212,34 @@ fn book_packet(seq: u32, rpt_seq: u32, action: u8, side: u8, level: u8, px_tenth
     }
     p.extend_from_slice(&body);
     p
+}
+
+/// An entry's venue position is its index among the packet's book entries whatever the channel recovered: after
+/// a snapshot at `RptSeq` 3, a packet whose first entry (`RptSeq` 3) is already in the snapshot delivers its
+/// second at index 1, as a channel that lost nothing does. (A hot-hot pair compares its two publishers' copies
+/// by position: counting only the delivered entries once made two different entries one position, seen as a
+/// divergence in `hot_hot::two_live_mdp3_publishers_with_a_hole_each`.)
+#[test]
+fn an_entry_keeps_its_position_in_the_packet_when_an_entry_before_it_is_already_in_the_snapshot() {
+    let packet = book_packet_of(13, &[(3, 1, b'0', 1, 75_700, 1), (4, 1, b'0', 1, 75_806, 4)]);
+    let run = |ch: &mut Mdp3Channel, p: &[u8]| {
+        let mut records = Vec::new();
+        ch.on_packet(p, 500, &mut |r: &BookUpdate| records.push(*r));
+        records
+    };
+    let mut whole = Mdp3Channel::with_capacity(4);
+    let all = run(&mut whole, &packet);
+    let positions: Vec<(u64, u64)> = all.iter().map(|r| (r.venue_seq(), r.venue_pos & 0xFFFF)).collect();
+    assert_eq!(positions, [(13, 0), (13, 1)]);
+    let mut recovered = Mdp3Channel::with_capacity(4);
+    run(&mut recovered, &book_packet(10, 1, 0, b'0', 1, 75_700, 1));
+    recovered.on_lost_packets(11, 12, 600, &mut |_| {});
+    let snap = snapshot_packet(1, &[(root(SECURITY, 12, 3), entries())]);
+    assert_eq!(recovered.on_snapshot_packet(&snap, 700, &mut |_| {}), 5);
+    assert!(!recovered.is_stale(SECURITY));
+    let after = run(&mut recovered, &packet);
+    assert_eq!(after, [all[1]], "the entry RptSeq 4 alone, at index 1");
+    assert_eq!(recovered.decoder().stats().rpt_seq_stale, 1);
 }
 
 #[test]

@@ -37,7 +37,7 @@
 //!
 //! | feed | venue seq (high 48 bits) | index (low 16 bits) |
 //! |---|---|---|
-//! | CME MDP 3.0 (live) | the channel id in its top 16 bits, the packet's `MsgSeqNum` (u32) below ([`mdp3_venue_position`]) | the book entry's index within the packet; a stale mark inside a packet (an `RptSeq` jump, an instrument first seen after a loss) shares the index of the entry it precedes, so entries have the same positions whatever a publisher lost; stale marks of a loss: their index among them, at the first lost `MsgSeqNum` |
+//! | CME MDP 3.0 (live) | the channel id in its top 16 bits, the packet's `MsgSeqNum` (u32) below ([`mdp3_venue_position`]) | the book entry's index among the packet's book entries, counting those a publisher does not deliver (`RptSeq` already in its market recovery's snapshot); a stale mark inside a packet (an `RptSeq` jump, an instrument first seen after a loss) shares the index of the entry it precedes, so entries have the same positions whatever a publisher lost; stale marks of a loss: their index among them, at the first lost `MsgSeqNum` |
 //! | MoldUDP64 / ITCH 5.0 (live) | the message's MoldUDP64 sequence number (u64) | the record's index within the message (stale marks of a hole: within its first message) |
 //! | ITCH 5.0 file | the message's index in the file | the record's index within the message |
 //! | DBN MBO file | the record's DBN `sequence` | the record's index among the consecutive records of that `sequence` |
