@@ -193,6 +193,22 @@ pub fn wait_with_watchdog(mut child: Child) -> Output {
     out
 }
 
+/// An `mdfan-subscribe` run's stdout lines, once it ended (watchdog as [`wait_with_watchdog`]); panics with its exit
+/// status and stderr when it printed no closing `stream ` line (it ended on an error: the reason is on stderr).
+pub fn finished_lines(child: Child) -> Vec<String> {
+    let out = wait_with_watchdog(child);
+    let lines = stdout_lines(&out);
+    if !lines.iter().any(|l| l.starts_with("stream ")) {
+        panic!(
+            "mdfan-subscribe ended ({}) without its stream line\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            lines.join("\n"),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lines
+}
+
 pub fn stdout_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
