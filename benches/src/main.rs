@@ -158,10 +158,11 @@ enum Cmd {
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeats: u32,
     },
-    /// The plant (issue 28): a hot-hot pair's merged stream beside its legs, the merge's cost per record, the
-    /// relay's hop, and the upstream publisher's fan-out cost to strategies direct or through one relay, in one
-    /// run: writes OUT/plant.md and its charts (benches/src/plant.rs). Needs the release binary of mdfan-relay
-    /// beside this one.
+    /// The plant: a hot-hot pair's merged stream beside its legs, the merge's cost per record, the relay's hop,
+    /// and the upstream publisher's fan-out cost to strategies direct or through one relay, in one run: writes
+    /// OUT/plant.md and its charts (benches/src/plant.rs). Needs the release binaries of mdfan-relay and
+    /// mdfan-feedsim beside this one. The defaults take about a minute on 2 cores; `--rounds 1 --repeats 2`
+    /// about 10 s.
     Plant {
         /// Report folder (created).
         #[arg(long)]
