@@ -110,9 +110,28 @@ fn wait_until_skipped(publisher: SocketAddr, session: &str) {
 }
 
 /// `mdfan-subscribe` strategies named `names` on the relay (over shared memory, whatever the upstream's fabric),
-/// with `extra` arguments.
-fn strategies(relay: &str, names: &[&str], extra: &[&str]) -> Vec<std::process::Child> {
-    names.iter().map(|n| local_strategy(relay, n, extra)).collect()
+/// with `extra` arguments, returned once each has its session (printed `subscribed`): a fault a test injects
+/// next finds every strategy attached. Under emulation a start can take over a second: a strategy still in its
+/// handshake when its relay stopped timed out and exited, and one whose session began as the upstream died learnt
+/// of the stale book from its snapshot (a mark flagged SNAPSHOT, not printed as `instrument_stale`) rather than
+/// from the stream the tests assert (CI, 2026-12-05 and 06).
+fn strategies(relay: &str, names: &[&str], extra: &[&str]) -> Vec<Watched> {
+    let mut local: Vec<Watched> = names.iter().map(|n| Watched::new(local_strategy(relay, n, extra))).collect();
+    for s in &mut local {
+        s.wait_for_line("subscribed ");
+    }
+    local
+}
+
+/// A strategy's stdout lines once it ended (watchdog); panics with its exit status and stderr when it printed no
+/// closing `stream ` line.
+fn finished(strategy: Watched) -> Vec<String> {
+    let (code, lines, stderr) = strategy.finish();
+    assert!(
+        lines.iter().any(|l| l.starts_with("stream ")),
+        "ended ({code:?}) without its stream line: {lines:?} {stderr}"
+    );
+    lines
 }
 
 /// One `mdfan-subscribe` on the relay over shared memory; stdout and stderr captured.
@@ -134,7 +153,7 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-a", &[up_addr], "");
     let relay = start_relay();
     let local = strategies(&relay_addr, &["s1", "s2", "s3"], &["--levels", "10"]);
-    std::thread::sleep(Duration::from_millis(500)); // the three attach before the replay starts
+    // the three are attached (`strategies`) before the direct one starts the replay
     let direct = spawn_subscriber(up_addr, "direct", &["--levels", "10"]);
     // Each strategy hears the upstream's feed named, through the relay as directly.
     let names_the_feed = |lines: &[String]| {
@@ -143,7 +162,7 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
         })
     };
     for (i, s) in local.into_iter().enumerate() {
-        let lines = finished_lines(s);
+        let lines = finished(s);
         assert_clean(&lines, &format!("strategy {i} through the relay"));
         assert!(names_the_feed(&lines), "strategy {i}: {:?}", lines.first());
     }
@@ -175,15 +194,8 @@ fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() 
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-kill", &[up_addr], "");
     let mut relay = start_relay();
-    let mut local: Vec<Watched> =
-        strategies(&relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"])
-            .into_iter()
-            .map(Watched::new)
-            .collect();
-    // Each has a session with the first relay before it dies (under emulation a start can take over a second).
-    for s in &mut local {
-        s.wait_for_line("subscribed ");
-    }
+    // Each has a session with the first relay before it dies.
+    let local = strategies(&relay_addr, &["k1", "k2", "k3"], &["--levels", "10", "--reconnect-ms", "30000"]);
     std::thread::sleep(Duration::from_millis(1500));
     relay.child.kill().unwrap(); // SIGKILL, mid-stream
     let _ = relay.child.wait();
@@ -208,15 +220,8 @@ fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-stop", &[up_addr], "ring_slots = 4096");
     let relay = start_relay();
-    // Each strategy and the direct one have their sessions before the stop. Under emulation a start can take
-    // over a second: a strategy still in its handshake when the relay stopped timed out and exited (CI,
-    // 2026-12-05), and one whose session began as the relay stopped learnt of the mark from its snapshot
-    // (flagged SNAPSHOT, not printed as `instrument_stale`), not from the stream this test asserts.
-    let mut local: Vec<Watched> =
-        strategies(&relay_addr, &["t1", "t2", "t3"], &["--levels", "10"]).into_iter().map(Watched::new).collect();
-    for s in &mut local {
-        s.wait_for_line("subscribed ");
-    }
+    // Each strategy and the direct one have their sessions before the stop (see `strategies`).
+    let local = strategies(&relay_addr, &["t1", "t2", "t3"], &["--levels", "10"]);
     let mut direct = Watched::new(spawn_subscriber(up_addr, "direct", &["--levels", "10"]));
     direct.wait_for_line("subscribed "); // the upstream's replay starts with its second session
     std::thread::sleep(Duration::from_millis(1000));
@@ -268,7 +273,7 @@ fn a_relay_on_a_hot_hot_pair_loses_nothing_when_one_upstream_is_killed() {
     a.child.kill().unwrap(); // SIGKILL publisher A mid-stream
     let _ = a.child.wait();
     for (i, s) in local.into_iter().enumerate() {
-        let lines = finished_lines(s);
+        let lines = finished(s);
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
         let stream = fields(lines.iter().find(|l| l.starts_with("stream ")).unwrap());
@@ -305,7 +310,7 @@ fn a_relay_tells_its_strategies_when_its_upstream_dies_and_resyncs_them_from_the
     assert!(summary.ends_with(" stale=true"), "{late:?}");
     let up = start_up(); // the file again from its start
     for (i, s) in local.into_iter().enumerate() {
-        let lines = finished_lines(s);
+        let lines = finished(s);
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
         // Told, in order: silent, the book stale, live again with the book emptied and stale until the new
@@ -352,7 +357,7 @@ fn a_relay_waits_for_an_upstream_that_is_not_up_yet_and_outlives_its_restart() {
     let local = strategies(&relay_addr, &["r1", "r2"], &["--levels", "10"]);
     tx.send(()).unwrap();
     for (i, s) in local.into_iter().enumerate() {
-        let lines = finished_lines(s);
+        let lines = finished(s);
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
         assert!(lines.iter().any(|l| l.starts_with("feed_silent ")), "{who}: {lines:?}");
@@ -387,7 +392,7 @@ fn a_relay_on_a_pair_tells_its_strategies_when_both_legs_are_down() {
     std::thread::sleep(Duration::from_millis(500));
     let (a, b) = (start_a(), start_b());
     for (i, s) in local.into_iter().enumerate() {
-        let lines = finished_lines(s);
+        let lines = finished(s);
         let who = format!("strategy {i}");
         assert_exact(&lines, &who);
         assert!(lines.iter().any(|l| l.starts_with("feed_silent ")), "{who}: told: {lines:?}");
