@@ -14,11 +14,17 @@ fuzz_target!(|data: &[u8]| {
     let mut dec = Mdp3Decoder::with_capacity(16);
     let mut books = MbpBooks::with_capacity(16);
     let mut events = 0u64;
+    let mut next_book = 0u16; // the BookEntry::index the packet's next book entry may take, at the least
     let res = dec.decode_packet(data, 1, |info, ev| {
         events += 1;
         let r = match ev {
-            Event::Book(e) => book_record(info, e),
-            Event::RptSeqGap { security_id, expected, got } => stale_record(info, *security_id, *expected, *got),
+            Event::Book(e) => {
+                // entries are numbered in packet order, those not delivered (a stale RptSeq) counted too
+                assert!(e.index >= next_book, "book entry index {} after {next_book}", e.index);
+                next_book = e.index.saturating_add(1);
+                book_record(info, e)
+            }
+            Event::RptSeqGap { security_id, expected, got, .. } => stale_record(info, *security_id, *expected, *got),
             _ => return,
         };
         let _ = books.apply(&r); // a refused record (level 0, a 17th instrument) is fine here
