@@ -14,7 +14,7 @@ mod common;
 mod esh4;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -87,26 +87,27 @@ fn relay_line(lines: &[String]) -> std::collections::HashMap<String, String> {
 }
 
 /// Waits (watchdog) until the publisher listening on `publisher` has skipped live records of its session named
-/// `session` (a full ring, policy resync), as its counters file in /dev/shm says through `mdfan-stat`.
+/// `session` (a full ring, policy resync), as its counters file (default folder /dev/shm) says.
 fn wait_until_skipped(publisher: SocketAddr, session: &str) {
-    let file = format!("/dev/shm/mdfan-publisher-{}_{}.counters", publisher.ip(), publisher.port());
-    let wanted = format!("mdfan_session_skipped_total{{role=\"publisher\",instance=\"{publisher}\",");
+    let file = mdfan_publisher::counters_path(Path::new("/dev/shm"), publisher);
+    let labels_end = format!("subscriber=\"{session}\"");
     let deadline = std::time::Instant::now() + watchdog();
-    let mut last = String::new();
+    let mut last = None;
     while std::time::Instant::now() < deadline {
-        let out = Command::new(bin("mdfan-stat")).args(["--prometheus", &file]).output().expect("mdfan-stat runs");
-        last = String::from_utf8_lossy(&out.stdout).into_owned();
-        let skipped = last
-            .lines()
-            .filter(|l| l.starts_with(&wanted) && l.contains(&format!("subscriber=\"{session}\"}}")))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .next();
+        let snapshot = mdfan_tuning::counters::read(&file);
+        let skipped = snapshot.as_ref().ok().and_then(|s| {
+            s.metrics
+                .iter()
+                .find(|m| m.name == "mdfan_session_skipped_total" && m.labels.ends_with(&labels_end))
+                .map(|m| m.value)
+        });
         if skipped.is_some_and(|n| n > 0) {
             return;
         }
+        last = Some(snapshot.map(|s| s.metrics));
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("{publisher} never skipped records of session {session}: {last}");
+    panic!("{publisher} never skipped records of session {session}: {last:?}");
 }
 
 /// `mdfan-subscribe` strategies named `names` on the relay (over shared memory, whatever the upstream's fabric),
@@ -121,17 +122,6 @@ fn strategies(relay: &str, names: &[&str], extra: &[&str]) -> Vec<Watched> {
         s.wait_for_line("subscribed ");
     }
     local
-}
-
-/// A strategy's stdout lines once it ended (watchdog); panics with its exit status and stderr when it printed no
-/// closing `stream ` line.
-fn finished(strategy: Watched) -> Vec<String> {
-    let (code, lines, stderr) = strategy.finish();
-    assert!(
-        lines.iter().any(|l| l.starts_with("stream ")),
-        "ended ({code:?}) without its stream line: {lines:?} {stderr}"
-    );
-    lines
 }
 
 /// One `mdfan-subscribe` on the relay over shared memory; stdout and stderr captured.

@@ -196,16 +196,17 @@ pub fn wait_with_watchdog(mut child: Child) -> Output {
 /// An `mdfan-subscribe` run's stdout lines, once it ended (watchdog as [`wait_with_watchdog`]); panics with its exit
 /// status and stderr when it printed no closing `stream ` line (it ended on an error: the reason is on stderr).
 pub fn finished_lines(child: Child) -> Vec<String> {
-    let out = wait_with_watchdog(child);
-    let lines = stdout_lines(&out);
-    if !lines.iter().any(|l| l.starts_with("stream ")) {
-        panic!(
-            "mdfan-subscribe ended ({}) without its stream line\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            lines.join("\n"),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    finished(Watched::new(child))
+}
+
+/// As [`finished_lines`], for a child already [`Watched`].
+pub fn finished(child: Watched) -> Vec<String> {
+    let (code, lines, stderr) = child.finish();
+    assert!(
+        lines.iter().any(|l| l.starts_with("stream ")),
+        "mdfan-subscribe ended ({code:?}) without its stream line\nstdout:\n{}\nstderr:\n{stderr}",
+        lines.join("\n")
+    );
     lines
 }
 
