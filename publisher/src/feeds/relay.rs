@@ -468,6 +468,24 @@ fn realtime_ns() -> u64 {
 }
 
 impl State {
+    fn new(shared: Arc<Shared>, stale_book: StaleBook, silence_bound_ns: u64) -> State {
+        State {
+            pending: std::collections::VecDeque::with_capacity(PENDING_RECORDS),
+            known: std::collections::BTreeSet::new(),
+            last_known: None,
+            stale_book,
+            last_venue_pos: 0,
+            silent: false,
+            last_rx_ns: realtime_ns(),
+            silence_bound_ns,
+            silences: 0,
+            lost: false,
+            after_loss: false,
+            ended: false,
+            shared,
+        }
+    }
+
     fn on_event(&mut self, ev: Event<'_>) {
         match ev {
             Event::Record(r) if std::mem::take(&mut self.after_loss) => {
@@ -487,6 +505,11 @@ impl State {
                     self.shared.c.left_out.fetch_add(1, Ordering::Relaxed);
                 }
                 _ if mdfan_feed::capture::is_session_record(r) => {
+                    // The upstream's heartbeat ends a silence as a record does: its session is there again (a
+                    // quiet feed's upstream sends heartbeats only; the feed's own state comes as FeedStatus).
+                    if r.kind() == Some(Kind::Heartbeat) && self.silent && !self.lost {
+                        self.go_live();
+                    }
                     self.shared.c.left_out.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {
@@ -769,21 +792,9 @@ pub(crate) fn open(f: &RelayFeed) -> Result<Opened, PublisherError> {
     let shared = Arc::new(Shared { upstream: endpoints.clone(), c: RelayCounters::default() });
     let mut known = std::collections::BTreeSet::new();
     known.extend(symbology.iter().map(|d| d.instrument_id));
-    let state = State {
-        pending: std::collections::VecDeque::with_capacity(PENDING_RECORDS),
-        known,
-        last_known: None,
-        stale_book: if book == BookKind::Mbp { StaleBook::PriceLevel } else { StaleBook::Order },
-        last_venue_pos: 0,
-        silent: false,
-        last_rx_ns: realtime_ns(),
-        silence_bound_ns: f.silence_timeout_ms * 1_000_000,
-        silences: 0,
-        lost: false,
-        after_loss: false,
-        ended: false,
-        shared: Arc::clone(&shared),
-    };
+    let stale_book = if book == BookKind::Mbp { StaleBook::PriceLevel } else { StaleBook::Order };
+    let mut state = State::new(Arc::clone(&shared), stale_book, f.silence_timeout_ms * 1_000_000);
+    state.known = known;
     let instruments = symbology.len();
     Ok(Opened {
         source: Box::new(RelaySource { upstream, state, endpoints: endpoints.clone(), feed: f.clone(), retry: None }),
@@ -836,6 +847,32 @@ mod tests {
             let e = parse(feed).expect_err(feed);
             assert!(e.contains(want), "{feed}: {e}");
         }
+    }
+
+    /// A silence of the upstream session ends with its next heartbeat, not only its next record: a quiet feed's
+    /// upstream sends heartbeats alone (the relay demo on a busy host once ended every strategy `silent_at_end`
+    /// after a 50 ms hiccup in the feed's idle tail, 327 heartbeats later). A heartbeat after a loss does not:
+    /// that is `back`'s, with its snapshot.
+    #[test]
+    fn an_upstream_heartbeat_ends_a_silence() {
+        use mdfan_wire::{BookUpdate, FeedState, Kind};
+        let shared = std::sync::Arc::new(super::Shared { upstream: "a:1".into(), c: Default::default() });
+        let mut s = super::State::new(shared, mdfan_wire::StaleBook::PriceLevel, 50_000_000);
+        let heartbeat = BookUpdate::control(Kind::Heartbeat);
+        let states =
+            |s: &super::State| -> Vec<Option<FeedState>> { s.pending.iter().map(|r| r.feed_state()).collect() };
+        s.on_event(mdfan_subscriber::Event::Record(&heartbeat));
+        assert!(s.pending.is_empty(), "live already: nothing to say");
+        s.go_silent();
+        s.on_event(mdfan_subscriber::Event::Record(&heartbeat));
+        assert_eq!(states(&s), [Some(FeedState::Silent), Some(FeedState::Live)]);
+        assert!(!s.silent);
+        assert_eq!(s.shared.c.left_out.load(std::sync::atomic::Ordering::Relaxed), 2, "heartbeats are not relayed");
+        s.pending.clear();
+        s.lose();
+        let before = s.pending.len();
+        s.on_event(mdfan_subscriber::Event::Record(&heartbeat));
+        assert!(s.silent && s.pending.len() == before, "a lost session is back only through `back`");
     }
 
     /// An upstream that accepts the control connection and closes it unanswered (a publisher killed or
