@@ -618,6 +618,13 @@ impl BookUpdate {
         bytemuck::cast_ref(self)
     }
 
+    /// The record's 64 bytes as eight native-endian 64-bit words, word `i` at byte offset `8 * i` (compared
+    /// whole, a word at a time: the pair's merge).
+    #[inline]
+    pub fn as_words(&self) -> &[u64; RECORD_SIZE_BYTES / 8] {
+        bytemuck::cast_ref(self)
+    }
+
     /// Views 64 bytes as a record, in place. Any bit pattern is accepted; check `kind()`/`side()`.
     #[inline]
     pub fn from_bytes(bytes: &[u8; RECORD_SIZE_BYTES]) -> BookUpdate {
