@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::{itch, mdp3};
+use mdfan_subscriber::pair::Merge;
+
+use crate::{itch, mdp3, plant};
 
 /// The function callgrind counts alone.
 pub const COLLECTED: &str = "mdfan_bench::callgrind::collected";
@@ -41,6 +43,9 @@ pub fn collected(f: &mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<()
 /// `decode --case CASE --passes N`: the case's decoder over its input, the timed part `passes` times inside
 /// [`collected`]. Prints `case=.. passes=.. units=..` (units: messages or packets of one pass).
 pub fn decode(root: &Path, case: &str, passes: u32) -> anyhow::Result<()> {
+    if let Some(legs) = case.strip_prefix("merge-") {
+        return merge(legs, passes);
+    }
     let units = match case.strip_prefix("itch-") {
         Some(rest) => {
             let (input, decoder) = rest.split_once('-').ok_or_else(|| anyhow::anyhow!("case {case}: unknown"))?;
@@ -82,6 +87,35 @@ pub fn decode(root: &Path, case: &str, passes: u32) -> anyhow::Result<()> {
         }
     };
     println!("case={case} passes={passes} units={units}");
+    Ok(())
+}
+
+/// `decode --case merge-one-leg` / `merge-two-legs`: the plant's merge cost input (`crate::plant`) through one
+/// leg or the merge of two, `passes` passes of ESH4 (each at venue positions past the last) inside [`collected`].
+/// Units: records of one pass.
+fn merge(legs: &str, passes: u32) -> anyhow::Result<()> {
+    let input = plant::MergeInput::load()?;
+    let (mut m, mut seq) = (Merge::new(), 0u64);
+    let mut units = 0;
+    for pass in 0..u64::from(passes) {
+        let src = input.pass(pass, &mut seq);
+        let want: u64 = src.iter().map(|r| u64::from(r.size)).sum();
+        let mut got = 0;
+        match legs {
+            "one-leg" => collected(&mut || {
+                got = plant::one_leg(&src);
+                Ok(())
+            })?,
+            "two-legs" => collected(&mut || {
+                got = plant::two_legs(&mut m, &src);
+                Ok(())
+            })?,
+            _ => anyhow::bail!("case merge-{legs}: unknown (merge-one-leg, merge-two-legs)"),
+        }
+        anyhow::ensure!(got == want, "merge-{legs}: {got} lots handed out of {want}");
+        units = src.len();
+    }
+    println!("case=merge-{legs} passes={passes} units={units}");
     Ok(())
 }
 

@@ -137,7 +137,7 @@ enum Cmd {
     Run(Box<RunArgs>),
     /// Run one decoder over one fixed input (what `run` counts instructions of under callgrind): `itch-snippet-mdfan`,
     /// `itch-snippet-itch5_hashmap`, `itch-snippet-itch5_parse`, `itch-synthetic-*` (the same three), `mdp3-mdfan`,
-    /// `mdp3-sbe`.
+    /// `mdp3-sbe`; and the hot-hot merge's `merge-one-leg`, `merge-two-legs` (units: records).
     Decode {
         #[arg(long)]
         case: String,

@@ -23,7 +23,9 @@
 //!   compared and dropped) through [`Merge`], against the same records handed straight to the strategy's
 //!   callback (what a single leg's poll does past the ring); ns per record from the TSC around each batch of
 //!   [`BATCH`] records, p50 over the batches. Target: merged minus one leg at most 10 ns (CPU work on one
-//!   thread: judged on any host; the `pair_merge` micro bench times the same).
+//!   thread: judged on any host; the `pair_merge` micro bench times the same). Beside it, where valgrind is
+//!   installed, the instructions per record of both (`mdfan-bench decode --case merge-one-leg` and
+//!   `merge-two-legs` under callgrind, as the decoders'), which the host's noise does not move.
 //! - **relay hop**: one publisher replays ESH4 at the speed-up to a direct strategy and to `mdfan-relay`, which
 //!   serves a second strategy (both polled by one thread). Direct: the direct strategy's post-to-poll. Through
 //!   the relay: the relayed strategy's poll of the n-th venue record minus the publisher's post of the same
@@ -270,63 +272,118 @@ fn pair_round(r: &mut Round) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The merge cost (module docs): (one leg, merged) ns per record at p50 over batches of [`BATCH`]. One merge
-/// takes the stream four times over (each time at venue seqs past the last, as a longer day would), the first
-/// untimed: its tables (4 MiB) are faulted in then, as after a session's first minutes.
-fn merge_cost() -> anyhow::Result<(f64, f64)> {
-    let file = mdfan_feed::dbn::load_mbo_file(&crate::repo_root().join(CAPTURE))?;
-    let span = file.records.iter().map(|m| u64::from(m.sequence)).max().unwrap_or(0) + 1;
-    let mut base = Vec::with_capacity(file.records.len());
-    for m in &file.records {
-        let r = mdfan_feed::dbn::normalize_mbo(m).map_err(|e| anyhow!("{e}"))?;
-        // the opening venue snapshot's positions repeat: it is placed by count, not by the fast path timed here
-        if r.flags & flags::SNAPSHOT == 0 {
-            base.push((u64::from(m.sequence), r));
+/// The merge cost's input (module docs): ESH4's records after its opening venue snapshot, each with its venue
+/// sequence (DBN `sequence`), and the span of those sequences.
+pub struct MergeInput {
+    base: Vec<(u64, BookUpdate)>,
+    span: u64,
+}
+
+impl MergeInput {
+    /// ESH4 from the bundled capture.
+    pub fn load() -> anyhow::Result<MergeInput> {
+        let file = mdfan_feed::dbn::load_mbo_file(&crate::repo_root().join(CAPTURE))?;
+        let span = file.records.iter().map(|m| u64::from(m.sequence)).max().unwrap_or(0) + 1;
+        let mut base = Vec::with_capacity(file.records.len());
+        for m in &file.records {
+            let r = mdfan_feed::dbn::normalize_mbo(m).map_err(|e| anyhow!("{e}"))?;
+            // the opening venue snapshot's positions repeat: it is placed by count, not by the fast path timed
+            if r.flags & flags::SNAPSHOT == 0 {
+                base.push((u64::from(m.sequence), r));
+            }
+        }
+        Ok(MergeInput { base, span })
+    }
+
+    /// Pass `pass`'s records as a leg's subscriber gets them: seq on from `seq`, venue positions `pass` spans
+    /// past the first pass's (each pass at venue seqs past the last, as a longer day would).
+    pub fn pass(&self, pass: u64, seq: &mut u64) -> Vec<BookUpdate> {
+        let mut run = mdfan_wire::VenueRun::default();
+        self.base
+            .iter()
+            .map(|(venue_seq, r)| {
+                *seq += 1;
+                BookUpdate { seq: *seq, venue_pos: run.position(venue_seq + pass * self.span), ..*r }
+            })
+            .collect()
+    }
+}
+
+/// One leg: `records` handed straight to the strategy's callback (what a single leg's poll does past the ring);
+/// the sum of their sizes.
+#[inline(never)]
+pub fn one_leg(records: &[BookUpdate]) -> u64 {
+    let mut size = 0u64;
+    let mut f = |e: Event<'_>| {
+        if let Event::Record(x) = e {
+            size += u64::from(x.size);
+        }
+    };
+    for r in records {
+        f(Event::Record(std::hint::black_box(r)));
+    }
+    size
+}
+
+/// Two legs: each of `records` through `m` as leg A's copy, then leg B's (compared and dropped); the sum of the
+/// sizes handed to the callback.
+#[inline(never)]
+pub fn two_legs(m: &mut Merge, records: &[BookUpdate]) -> u64 {
+    let mut size = 0u64;
+    for r in records {
+        for leg in 0..2 {
+            m.on_event(leg, Event::Record(std::hint::black_box(r)), &mut |e| {
+                if let Event::Record(x) = e {
+                    size += u64::from(x.size);
+                }
+            });
         }
     }
+    size
+}
+
+/// The merge cost in instructions (callgrind, which the host's noise does not move): a sentence for the report,
+/// empty without valgrind.
+fn merge_instructions(out: &Path) -> String {
+    if !crate::callgrind::available() {
+        return String::new();
+    }
+    let count = |case| crate::callgrind::instructions_per_unit(case, crate::callgrind::PASSES, out);
+    match (count("merge-one-leg"), count("merge-two-legs")) {
+        (Ok(one), Ok(two)) => format!(
+            " Instructions per record (valgrind --tool=callgrind, {} passes): one leg {one:.0}, two legs merged \
+             {two:.0}, the merge {:.0}.",
+            crate::callgrind::PASSES,
+            two - one
+        ),
+        (Err(e), _) | (_, Err(e)) => format!(" Instructions per record: callgrind failed: {e:#}."),
+    }
+}
+
+/// The merge cost (module docs): (one leg, merged) ns per record at p50 over batches of [`BATCH`]. One merge
+/// takes the stream four times over, the first untimed: its table of delivered records (256 KiB) is faulted in
+/// then, as after a session's first minutes.
+fn merge_cost() -> anyhow::Result<(f64, f64)> {
+    let input = MergeInput::load()?;
     let clock = quanta::Clock::new();
     let per_record = |t0: u64, t1: u64| clock.delta_as_nanos(t0, t1) as f64 / BATCH as f64;
     let (mut one, mut two) = (Vec::new(), Vec::new());
     let (mut m, mut seq) = (Merge::new(), 0u64);
     for pass in 0..4u64 {
-        let mut run = mdfan_wire::VenueRun::default();
-        let src: Vec<BookUpdate> = base
-            .iter()
-            .map(|(venue_seq, r)| {
-                seq += 1;
-                BookUpdate { seq, venue_pos: run.position(venue_seq + pass * span), ..*r }
-            })
-            .collect();
+        let src = input.pass(pass, &mut seq);
         let want: u64 = src.iter().map(|r| u64::from(r.size)).sum();
-        let mut size = 0u64;
         for chunk in src.chunks_exact(BATCH) {
             let t0 = clock.raw();
-            let mut f = |e: Event<'_>| {
-                if let Event::Record(x) = e {
-                    size += u64::from(x.size);
-                }
-            };
-            for r in chunk {
-                f(Event::Record(std::hint::black_box(r)));
-            }
+            std::hint::black_box(one_leg(chunk));
             if pass > 0 {
                 one.push(per_record(t0, clock.raw()));
             }
         }
-        std::hint::black_box(size);
         let (before, dups_before) = (m.stats().records, m.leg_stats(1).duplicates);
         let mut size = 0u64;
         for chunk in src.chunks(BATCH) {
             let t0 = clock.raw();
-            for r in chunk {
-                for leg in 0..2 {
-                    m.on_event(leg, Event::Record(std::hint::black_box(r)), &mut |e| {
-                        if let Event::Record(x) = e {
-                            size += u64::from(x.size);
-                        }
-                    });
-                }
-            }
+            size += two_legs(&mut m, chunk);
             if pass > 0 && chunk.len() == BATCH {
                 two.push(per_record(t0, clock.raw()));
             }
@@ -640,7 +697,8 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
         }
         rounds.push(r);
     }
-    let md = render(&rounds, opts, records, host_cores)?;
+    let instructions = if opts.runs("merge") { merge_instructions(&work) } else { String::new() };
+    let md = render(&rounds, opts, records, host_cores, &instructions)?;
     std::fs::write(out.join("plant.md"), &md)?;
     let last = rounds.last().context("no rounds")?;
     let (a, b, m) = (last.leg_a.as_ref(), last.leg_b.as_ref(), last.merged.as_ref());
@@ -669,7 +727,14 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
     Ok(())
 }
 
-fn render(rounds: &[Round], opts: &Options, records: u64, cores: usize) -> anyhow::Result<String> {
+/// The report; `merge_instructions` is [`merge_instructions`]'s sentence.
+fn render(
+    rounds: &[Round],
+    opts: &Options,
+    records: u64,
+    cores: usize,
+    merge_instructions: &str,
+) -> anyhow::Result<String> {
     let yes = |b: bool| if b { "yes" } else { "no" };
     let n = rounds.len();
     let mut what = Vec::new();
@@ -715,11 +780,12 @@ fn render(rounds: &[Round], opts: &Options, records: u64, cores: usize) -> anyho
         String::new()
     } else {
         format!(
-        "\nMerge cost per record at p50 over batches of {BATCH}: one leg to the callback {one:.1} ns, two legs merged \
-         {two:.1} ns: the merge costs {:.1} ns (target <= 10 ns: {}).\n",
-        two - one,
-        yes(two - one <= 10.0)
-    )
+            "\nMerge cost per record at p50 over batches of {BATCH}: one leg to the callback {one:.1} ns, two legs \
+             merged {two:.1} ns: the merge costs {:.1} ns (target <= 10 ns: {}).{}\n",
+            two - one,
+            yes(two - one <= 10.0),
+            merge_instructions
+        )
     };
     if opts.runs("relay") {
         let busy = 5;
