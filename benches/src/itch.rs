@@ -320,9 +320,8 @@ pub fn mdfan_pass(
     reader.restart(Bytes::new(file));
     let (mut n, mut venue_seq) = (0u64, 0u64);
     let mut records = mdfan_feed::itch::Records::default();
-    while let Some((_, m)) = reader.next_message()? {
+    while reader.next_into(norm, venue_seq.wrapping_add(1), &mut records)?.is_some() {
         venue_seq = venue_seq.wrapping_add(1);
-        norm.normalize_into(&m, venue_seq, 0, &mut records);
         for r in records.as_slice() {
             ring.push(r);
             n += 1;

@@ -517,14 +517,164 @@ impl Reader<'_> {
     }
 }
 
+/// The specification's length of a type [`book_message`] reads (0 for any other, which it never asks for).
+const fn book_len(msg_type: u8) -> usize {
+    match message_length(msg_type) {
+        Some(n) => n,
+        None => 0,
+    }
+}
+
+/// Big-endian fields of a message whose length was checked: `at` is a constant at each call, so these compile
+/// to plain loads.
+#[inline(always)]
+fn be16<const N: usize>(b: &[u8; N], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+#[inline(always)]
+fn be32<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+#[inline(always)]
+fn be64<const N: usize>(b: &[u8; N], at: usize) -> u64 {
+    u64::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]])
+}
+
+/// Whether each of the 8 bytes of `v` is printable ASCII (0x20 to 0x7e), a word at a time: a byte below 0x20
+/// borrows into its high bit when 0x20 is taken from it (and a borrow only starts at such a byte), a byte above
+/// 0x7e has its high bit set once 1 is added or had it already (and a carry only starts at 0xff, which had).
+#[inline(always)]
+const fn all_printable(v: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
+    let above = (v.wrapping_add(ONES) | v) & HIGH;
+    below | above == 0
+}
+
+/// The message header of a message whose length was checked; `None` for a timestamp at or past 24 h.
+#[inline(always)]
+fn book_header<const N: usize>(b: &[u8; N]) -> Option<Header> {
+    let t = u64::from(be16(b, 5)) << 32 | u64::from(be32(b, 7));
+    (t < DAY_NS).then(|| Header {
+        msg_type: b[0],
+        stock_locate: be16(b, 1),
+        tracking_number: be16(b, 3),
+        timestamp_ns: t,
+    })
+}
+
+/// The order-book messages (`A`, `F`, `E`, `C`, `X`, `D`, `U`, `P`: spec 4.3 to 4.5.1) read in place, each
+/// field at its fixed offset once the length is checked: what [`decode_message`] gives for them. `None` for any
+/// other type and for any message one of its checks refuses (length, timestamp, buy/sell, a symbol or MPID that
+/// is not printable): [`decode_message`] then decodes it field by field and names the field.
+#[inline]
+fn book_message(b: &[u8]) -> Option<Message> {
+    let side = |c: u8| matches!(c, b'B' | b'S').then_some(c);
+    let price4 = |raw: u32| i64::from(raw) * PRICE4_TO_E9;
+    let stock = |v: [u8; 8]| all_printable(u64::from_le_bytes(v)).then_some(Symbol(v));
+    let field8 = |b: &[u8], at: usize| -> [u8; 8] {
+        [b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]]
+    };
+    let (header, body) = match *b.first()? {
+        b'A' => {
+            let b = b.first_chunk::<{ book_len(b'A') }>()?;
+            let body = Body::AddOrder(AddOrder {
+                order_ref: be64(b, 11),
+                buy_sell: side(b[19])?,
+                shares: be32(b, 20),
+                stock: stock(field8(b, 24))?,
+                price_e9: price4(be32(b, 32)),
+                mpid: None,
+            });
+            (book_header(b)?, body)
+        }
+        b'F' => {
+            let b = b.first_chunk::<{ book_len(b'F') }>()?;
+            let mpid = [b[36], b[37], b[38], b[39]];
+            // checked as 8 bytes, padded with spaces (printable)
+            if !all_printable(u64::from_le_bytes([mpid[0], mpid[1], mpid[2], mpid[3], b' ', b' ', b' ', b' '])) {
+                return None;
+            }
+            let body = Body::AddOrder(AddOrder {
+                order_ref: be64(b, 11),
+                buy_sell: side(b[19])?,
+                shares: be32(b, 20),
+                stock: stock(field8(b, 24))?,
+                price_e9: price4(be32(b, 32)),
+                mpid: Some(Mpid(mpid)),
+            });
+            (book_header(b)?, body)
+        }
+        b'E' => {
+            let b = b.first_chunk::<{ book_len(b'E') }>()?;
+            let body = Body::Executed { order_ref: be64(b, 11), shares: be32(b, 19), match_number: be64(b, 23) };
+            (book_header(b)?, body)
+        }
+        b'C' => {
+            let b = b.first_chunk::<{ book_len(b'C') }>()?;
+            let body = Body::ExecutedWithPrice {
+                order_ref: be64(b, 11),
+                shares: be32(b, 19),
+                match_number: be64(b, 23),
+                printable: b[31],
+                price_e9: price4(be32(b, 32)),
+            };
+            (book_header(b)?, body)
+        }
+        b'X' => {
+            let b = b.first_chunk::<{ book_len(b'X') }>()?;
+            (book_header(b)?, Body::Cancel { order_ref: be64(b, 11), shares: be32(b, 19) })
+        }
+        b'D' => {
+            let b = b.first_chunk::<{ book_len(b'D') }>()?;
+            (book_header(b)?, Body::Delete { order_ref: be64(b, 11) })
+        }
+        b'U' => {
+            let b = b.first_chunk::<{ book_len(b'U') }>()?;
+            let body = Body::Replace {
+                original_ref: be64(b, 11),
+                new_ref: be64(b, 19),
+                shares: be32(b, 27),
+                price_e9: price4(be32(b, 31)),
+            };
+            (book_header(b)?, body)
+        }
+        b'P' => {
+            let b = b.first_chunk::<{ book_len(b'P') }>()?;
+            let body = Body::Trade {
+                order_ref: be64(b, 11),
+                buy_sell: side(b[19])?,
+                shares: be32(b, 20),
+                stock: stock(field8(b, 24))?,
+                price_e9: price4(be32(b, 32)),
+                match_number: be64(b, 36),
+            };
+            (book_header(b)?, body)
+        }
+        _ => return None,
+    };
+    Some(Message { header, body })
+}
+
 /// Decodes one message (the bytes after its length prefix); `offset` (of the length prefix) only names it in
-/// errors. An unknown type gives [`Body::Unknown`], not an error.
+/// errors. An unknown type gives [`Body::Unknown`], not an error. The order-book types are read in place first
+/// (each field at its offset once the length is checked); a message that fails any check there, and every other
+/// type, is decoded field by field, which names the field at fault.
 ///
 /// # Errors
 /// [`DecodeError`] for an empty message, a known type shorter than the spec's length, a timestamp at or past
 /// 24 h, a buy/sell other than `B`/`S`, a symbol or MPID that is not printable ASCII, or an MWCB level past
 /// `i64` once scaled.
 pub fn decode_message(b: &[u8], offset: u64) -> Result<Message, DecodeError> {
+    match book_message(b) {
+        Some(m) => Ok(m),
+        None => decode_fields(b, offset),
+    }
+}
+
+/// [`decode_message`] field by field, each read checked and named in its error.
+fn decode_fields(b: &[u8], offset: u64) -> Result<Message, DecodeError> {
     let Some(&msg_type) = b.first() else {
         return Err(DecodeError { offset, msg_type: 0, field: "length", problem: Problem::Empty });
     };
@@ -1481,6 +1631,33 @@ impl<R: Read> ItchFile<R> {
         Ok(Some((at, &self.buf[body..body + len])))
     }
 
+    /// The next message normalized by `norm` into `out` (emptied first): [`ItchFile::next_message`] then
+    /// [`ItchNormalizer::normalize_at`] with venue seq `venue_seq` and the message's byte offset, the decoded
+    /// message read where it was decoded (not moved through a `Result`: the publisher's file path). Returns the
+    /// byte offset of the message's length prefix; `None` at the end of the file.
+    ///
+    /// # Errors
+    /// [`ItchFileError`] as [`ItchFile::next_message`]; `out` is then empty.
+    pub fn next_into(
+        &mut self,
+        norm: &mut ItchNormalizer,
+        venue_seq: u64,
+        out: &mut Records,
+    ) -> Result<Option<u64>, ItchFileError> {
+        out.len = 0;
+        let Some((at, b)) = self.next_raw()? else { return Ok(None) };
+        let len = b.len();
+        let m = match book_message(b) {
+            Some(m) => m,
+            None => {
+                decode_message(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?
+            }
+        };
+        self.stats.count(&m, len);
+        norm.normalize_at(&m, venue_seq, 0, at, out);
+        Ok(Some(at))
+    }
+
     /// The next message and the byte offset of its length prefix; `None` at the end of the file.
     ///
     /// # Errors
@@ -1546,6 +1723,72 @@ pub fn stock_directory(path: &Path) -> Result<(Symbology, Option<ItchFileError>)
 
 #[cfg(test)]
 mod tests {
+    mod in_place {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// A message of a book type around its length, its fields random; the checked ones (buy/sell, the
+        /// timestamp, a symbol's and an MPID's bytes) mostly valid, and invalid at the edges of what they allow.
+        fn book_bytes() -> impl Strategy<Value = Vec<u8>> {
+            let text = prop_oneof![
+                12 => 0x20u8..0x7f,
+                1 => prop::sample::select(vec![0x00u8, 0x1f, 0x7f, 0x80, 0xff]),
+            ];
+            (
+                prop::sample::select(b"AFECXDUP".to_vec()),
+                -1i32..=2,
+                prop::collection::vec(any::<u8>(), 44),
+                prop::collection::vec(text, 12),
+                prop::sample::select(vec![b'B', b'S', b'B', b'S', b'X', 0]),
+                any::<bool>(),
+            )
+                .prop_map(|(t, extra, mut body, text, side, near_midnight)| {
+                    let need = message_length(t).unwrap_or(0);
+                    body[0] = t;
+                    let ts = if near_midnight {
+                        DAY_NS - 1 + u64::from(body[10] % 3) // the day's edge
+                    } else {
+                        u64::from_be_bytes([0, 0, body[5], body[6], body[7], body[8], body[9], body[10]]) % DAY_NS
+                    };
+                    body[5..11].copy_from_slice(&ts.to_be_bytes()[2..]);
+                    if matches!(t, b'A' | b'F' | b'P') {
+                        body[19] = side;
+                        body[24..32].copy_from_slice(&text[..8]);
+                    }
+                    if t == b'F' {
+                        body[36..40].copy_from_slice(&text[8..]);
+                    }
+                    body.resize((need as i32 + extra).max(1) as usize, b' ');
+                    body
+                })
+        }
+
+        proptest! {
+            /// Read in place, a book message is exactly what the field-by-field decoder gives, and the in-place
+            /// reader gives up only where that decoder refuses the message.
+            #[test]
+            fn a_book_message_read_in_place_is_the_one_decoded_field_by_field(b in book_bytes()) {
+                match (book_message(&b), decode_fields(&b, 7)) {
+                    (Some(m), Ok(d)) => prop_assert_eq!(m, d),
+                    (Some(m), Err(e)) => prop_assert!(false, "in place {m:?}, field by field {e}"),
+                    (None, Ok(d)) => prop_assert!(false, "in place refused {d:?}"),
+                    (None, Err(_)) => {}
+                }
+            }
+        }
+
+        #[test]
+        fn printable_is_0x20_to_0x7e_in_every_byte_of_the_word() {
+            for c in 0..=255u8 {
+                for at in 0..8 {
+                    let mut w = [b'A'; 8];
+                    w[at] = c;
+                    assert_eq!(all_printable(u64::from_le_bytes(w)), (0x20..0x7f).contains(&c), "byte {c:#x} at {at}");
+                }
+            }
+        }
+    }
+
     use super::*;
 
     fn msg(bytes: &[u8]) -> Result<Message, DecodeError> {

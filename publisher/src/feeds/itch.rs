@@ -202,9 +202,11 @@ fn open_file(f: &ItchFeed, midnight: u64) -> Result<Opened, PublisherError> {
             next += 1;
             return Ok(Some(queued[next - 1]));
         }
-        let Some((at, m)) = file.next_message().map_err(|e| e.to_string())? else { return Ok(None) };
-        position = position.wrapping_add(1);
-        normalizer.normalize_at(&m, position, 0, at, &mut records);
+        let venue_seq = position.wrapping_add(1);
+        if file.next_into(&mut normalizer, venue_seq, &mut records).map_err(|e| e.to_string())?.is_none() {
+            return Ok(None);
+        }
+        position = venue_seq;
         c.messages.store(position, std::sync::atomic::Ordering::Relaxed);
         let skipped = &normalizer.stats().skipped;
         if skipped.total() != skipped_stored {
