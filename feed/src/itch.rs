@@ -138,7 +138,29 @@ const PRICE8_TO_E9: i64 = 10;
 pub const DAY_NS: u64 = 86_400_000_000_000;
 
 /// The specification's length of a message type, header included; `None` for a type ITCH 5.0 does not define.
+/// (A table lookup: it runs for every message.)
 pub const fn message_length(msg_type: u8) -> Option<usize> {
+    match LENGTHS[msg_type as usize] {
+        0 => None,
+        n => Some(n as usize),
+    }
+}
+
+/// [`spec_length`] of each type byte, 0 for none.
+const LENGTHS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut t = 0;
+    while t < 256 {
+        if let Some(n) = spec_length(t as u8) {
+            table[t] = n as u8;
+        }
+        t += 1;
+    }
+    table
+};
+
+/// The lengths of spec section 4, by type.
+const fn spec_length(msg_type: u8) -> Option<usize> {
     Some(match msg_type {
         b'S' | b'W' => 12,
         b'R' => 39,
@@ -1606,6 +1628,17 @@ impl<R: Read> ItchFile<R> {
     #[inline]
     fn next_raw(&mut self) -> Result<Option<(u64, &[u8])>, ItchFileError> {
         let at = self.offset;
+        // the common case: the window holds the length prefix and the whole message
+        let avail = self.end - self.start;
+        if avail >= LENGTH_PREFIX_BYTES {
+            let len = usize::from(u16::from_be_bytes([self.buf[self.start], self.buf[self.start + 1]]));
+            if avail >= LENGTH_PREFIX_BYTES + len {
+                let body = self.start + LENGTH_PREFIX_BYTES;
+                self.start = body + len;
+                self.offset += (LENGTH_PREFIX_BYTES + len) as u64;
+                return Ok(Some((at, &self.buf[body..body + len])));
+            }
+        }
         let truncated = |path: &Path, what, have, need| ItchFileError::Truncated {
             path: path.to_owned(),
             offset: at,

@@ -4,7 +4,8 @@
 //! Invariants: the file reader consumes exactly the length prefixes and messages it hands out (offsets are
 //! contiguous), each message gives at most 3 records, the last of which carries `F_LAST`, and the normaliser
 //! counts every message it gave no record for; a message also decodes alone (`decode_message`) to the same
-//! result as through the file.
+//! result as through the file, and `ItchFile::next_into` (the publisher's path: decode and normalise in one
+//! call) gives the same records as `next_message` then `normalize_at`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -15,6 +16,9 @@ fuzz_target!(|data: &[u8]| {
     let mut file = ItchFile::from_reader(std::path::Path::new("fuzz.itch"), data);
     let mut norm = ItchNormalizer::new(0, 64);
     let mut out = Records::default();
+    let (mut file_into, mut norm_into) =
+        (ItchFile::from_reader(std::path::Path::new("fuzz.itch"), data), ItchNormalizer::new(0, 64));
+    let mut out_into = Records::default();
     let (mut next_offset, mut n, mut empty) = (0u64, 0u64, 0u64);
     loop {
         let Ok(Some((offset, m))) = file.next_message() else { break };
@@ -24,10 +28,19 @@ fuzz_target!(|data: &[u8]| {
         let body = &data[offset as usize + 2..next_offset as usize];
         assert_eq!(decode_message(body, offset).as_ref(), Ok(&m), "alone as through the file");
         n += 1;
-        let (no_record, unknown, stale_before) =
-            (norm.stats().no_record.iter().sum::<u64>(), norm.stats().unknown_references(), norm.stats().too_many_shares);
+        let (no_record, unknown, stale_before) = (
+            norm.stats().no_record.iter().sum::<u64>(),
+            norm.stats().unknown_references(),
+            norm.stats().too_many_shares,
+        );
         norm.normalize_at(&m, n, 0, offset, &mut out);
         let recs = out.as_slice();
+        assert_eq!(
+            file_into.next_into(&mut norm_into, n, &mut out_into).ok().flatten(),
+            Some(offset),
+            "next_into: {m:?}"
+        );
+        assert_eq!(out_into.as_slice(), recs, "next_into gives next_message's records: {m:?}");
         assert!(recs.len() <= 3);
         if let Some(last) = recs.last() {
             assert_ne!(last.flags & flags::LAST, 0, "the last record of a message carries F_LAST");

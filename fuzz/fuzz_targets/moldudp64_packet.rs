@@ -11,7 +11,8 @@ use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionRecei
 use mdfan_feed::moldudp64::Packet;
 
 fuzz_target!(|data: &[u8]| {
-    let mut rx = SessionReceiver::new(SessionConfig { window_messages: 64, requests: false, ..SessionConfig::default() });
+    let mut rx =
+        SessionReceiver::new(SessionConfig { window_messages: 64, requests: false, ..SessionConfig::default() });
     let mut last_delivered: Option<u64> = None;
     let mut holes: Vec<(u64, u64)> = Vec::new();
     let mut at = 0usize;
