@@ -586,30 +586,48 @@ fn book_header<const N: usize>(b: &[u8; N]) -> Option<Header> {
     })
 }
 
+/// Side of a book message: `B` or `S`, else `None`.
+#[inline(always)]
+fn book_side(c: u8) -> Option<u8> {
+    matches!(c, b'B' | b'S').then_some(c)
+}
+
+/// 4-decimal price to 1e-9 units.
+#[inline(always)]
+fn book_price4(raw: u32) -> i64 {
+    i64::from(raw) * PRICE4_TO_E9
+}
+
+/// An 8-byte symbol at `at`, if every byte is printable.
+#[inline(always)]
+fn book_stock<const N: usize>(b: &[u8; N], at: usize) -> Option<Symbol> {
+    let v = [b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]];
+    all_printable(u64::from_le_bytes(v)).then_some(Symbol(v))
+}
+
+/// The fields `A` and `F` share (spec 4.3.1, 4.3.2), from a message whose length was checked.
+#[inline(always)]
+fn add_order<const N: usize>(b: &[u8; N], mpid: Option<Mpid>) -> Option<AddOrder> {
+    Some(AddOrder {
+        order_ref: be64(b, 11),
+        buy_sell: book_side(b[19])?,
+        shares: be32(b, 20),
+        stock: book_stock(b, 24)?,
+        price_e9: book_price4(be32(b, 32)),
+        mpid,
+    })
+}
+
 /// The order-book messages (`A`, `F`, `E`, `C`, `X`, `D`, `U`, `P`: spec 4.3 to 4.5.1) read in place, each
 /// field at its fixed offset once the length is checked: what [`decode_message`] gives for them. `None` for any
 /// other type and for any message one of its checks refuses (length, timestamp, buy/sell, a symbol or MPID that
 /// is not printable): [`decode_message`] then decodes it field by field and names the field.
 #[inline]
 fn book_message(b: &[u8]) -> Option<Message> {
-    let side = |c: u8| matches!(c, b'B' | b'S').then_some(c);
-    let price4 = |raw: u32| i64::from(raw) * PRICE4_TO_E9;
-    let stock = |v: [u8; 8]| all_printable(u64::from_le_bytes(v)).then_some(Symbol(v));
-    let field8 = |b: &[u8], at: usize| -> [u8; 8] {
-        [b[at], b[at + 1], b[at + 2], b[at + 3], b[at + 4], b[at + 5], b[at + 6], b[at + 7]]
-    };
     let (header, body) = match *b.first()? {
         b'A' => {
             let b = b.first_chunk::<{ book_len(b'A') }>()?;
-            let body = Body::AddOrder(AddOrder {
-                order_ref: be64(b, 11),
-                buy_sell: side(b[19])?,
-                shares: be32(b, 20),
-                stock: stock(field8(b, 24))?,
-                price_e9: price4(be32(b, 32)),
-                mpid: None,
-            });
-            (book_header(b)?, body)
+            (book_header(b)?, Body::AddOrder(add_order(b, None)?))
         }
         b'F' => {
             let b = b.first_chunk::<{ book_len(b'F') }>()?;
@@ -618,15 +636,7 @@ fn book_message(b: &[u8]) -> Option<Message> {
             if !all_printable(u64::from_le_bytes([mpid[0], mpid[1], mpid[2], mpid[3], b' ', b' ', b' ', b' '])) {
                 return None;
             }
-            let body = Body::AddOrder(AddOrder {
-                order_ref: be64(b, 11),
-                buy_sell: side(b[19])?,
-                shares: be32(b, 20),
-                stock: stock(field8(b, 24))?,
-                price_e9: price4(be32(b, 32)),
-                mpid: Some(Mpid(mpid)),
-            });
-            (book_header(b)?, body)
+            (book_header(b)?, Body::AddOrder(add_order(b, Some(Mpid(mpid)))?))
         }
         b'E' => {
             let b = b.first_chunk::<{ book_len(b'E') }>()?;
@@ -640,7 +650,7 @@ fn book_message(b: &[u8]) -> Option<Message> {
                 shares: be32(b, 19),
                 match_number: be64(b, 23),
                 printable: b[31],
-                price_e9: price4(be32(b, 32)),
+                price_e9: book_price4(be32(b, 32)),
             };
             (book_header(b)?, body)
         }
@@ -658,7 +668,7 @@ fn book_message(b: &[u8]) -> Option<Message> {
                 original_ref: be64(b, 11),
                 new_ref: be64(b, 19),
                 shares: be32(b, 27),
-                price_e9: price4(be32(b, 31)),
+                price_e9: book_price4(be32(b, 31)),
             };
             (book_header(b)?, body)
         }
@@ -666,10 +676,10 @@ fn book_message(b: &[u8]) -> Option<Message> {
             let b = b.first_chunk::<{ book_len(b'P') }>()?;
             let body = Body::Trade {
                 order_ref: be64(b, 11),
-                buy_sell: side(b[19])?,
+                buy_sell: book_side(b[19])?,
                 shares: be32(b, 20),
-                stock: stock(field8(b, 24))?,
-                price_e9: price4(be32(b, 32)),
+                stock: book_stock(b, 24)?,
+                price_e9: book_price4(be32(b, 32)),
                 match_number: be64(b, 36),
             };
             (book_header(b)?, body)
