@@ -1692,9 +1692,7 @@ impl<R: Read> ItchFile<R> {
         let len = b.len();
         let m = match book_message(b) {
             Some(m) => m,
-            None => {
-                decode_message(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?
-            }
+            None => decode_fields(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?,
         };
         self.stats.count(&m, len);
         norm.normalize_at(&m, venue_seq, 0, at, out);
