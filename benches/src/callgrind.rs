@@ -18,7 +18,8 @@ use crate::{itch, mdp3, plant};
 /// The function callgrind counts alone.
 pub const COLLECTED: &str = "mdfan_bench::callgrind::collected";
 
-/// The cases `decode --case` takes: (name, decoder key stem, input, unit count per pass).
+/// The decoder cases `decode --case` takes, which `mdfan-bench run` counts (`merge-one-leg` and `merge-two-legs`,
+/// which `mdfan-bench plant` counts, are not among them).
 pub const CASES: [&str; 8] = [
     "itch-snippet-mdfan",
     "itch-snippet-itch5_hashmap",

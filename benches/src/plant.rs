@@ -697,7 +697,7 @@ pub fn run(out: &Path, opts: &Options, cores: (Option<usize>, Option<usize>)) ->
         }
         rounds.push(r);
     }
-    let instructions = if opts.runs("merge") { merge_instructions(&work) } else { String::new() };
+    let instructions = if opts.runs("merge") { merge_instructions(out) } else { String::new() };
     let md = render(&rounds, opts, records, host_cores, &instructions)?;
     std::fs::write(out.join("plant.md"), &md)?;
     let last = rounds.last().context("no rounds")?;
@@ -828,10 +828,11 @@ fn render(
             md += &format!("| {k} | {direct:.0} | {relay:.0} | {ratio:.2} | <= 1.10 | {} |\n", yes(ratio <= 1.10));
         }
     }
-    md += &format!(
-        "\nHost: {} ({cores} cores). The hot thread decodes the feed too (`feed_on_hot_thread`), so its CPU clock is \
-         the publisher's whole cost per record: decode, then one write per session.\n",
-        crate::cpu_model()
-    );
+    md += &format!("\nHost: {} ({cores} cores).", crate::cpu_model());
+    if opts.runs("fanout") {
+        md += " In the fan-out, the hot thread decodes the feed too (`feed_on_hot_thread`), so its CPU clock is the \
+               publisher's whole cost per record: decode, then one write per session.";
+    }
+    md += "\n";
     Ok(md)
 }
