@@ -753,9 +753,15 @@ fn render(
     if opts.runs("fanout") {
         what.push(format!("fan-out: {records} records (ESH4 x {}) at pace max", opts.repeats));
     }
+    let title: Vec<&str> =
+        [("pair", "hot-hot pair"), ("merge", "merge cost"), ("relay", "relay"), ("fanout", "fan-out")]
+            .into_iter()
+            .filter(|(part, _)| opts.runs(part))
+            .map(|(_, name)| name)
+            .collect();
     let mut md = format!(
-        "# The plant: hot-hot pair, relay, fan-out\n\nMedians of {n} round{} (each figure's rule in \
-         benches/src/plant.rs). {}.\n",
+        "# The plant: {}\n\nMedians of {n} round{} (each figure's rule in benches/src/plant.rs). {}.\n",
+        title.join(", "),
         if n == 1 { "" } else { "s" },
         what.join("; ")
     );
