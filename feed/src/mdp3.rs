@@ -920,10 +920,9 @@ impl Mdp3Decoder {
                 return Err(e);
             }
         };
-        // Decode the whole packet into the buffer; deliver nothing yet.
         let Mdp3Decoder { packets, rpt_seq, stats, events } = self;
+        // Decode the whole packet into the buffer; deliver nothing yet.
         events.clear();
-        let mut next_book = 0u16; // BookEntry::index of the packet's next book entry, stale ones counted
         let messages = match walk_packet(payload, header, ts_recv_ns, &mut |info, ev| events.push((*info, *ev))) {
             Ok(n) => n,
             Err(e) => {
@@ -931,60 +930,83 @@ impl Mdp3Decoder {
                 return Err(e);
             }
         };
-        let gap = match packets.observe(header.msg_seq_num) {
-            SeqCheck::Stale => {
-                stats.stale_packets += 1;
-                return Ok(PacketOutcome { header, gap: None, stale: true, messages: 0 });
-            }
-            SeqCheck::InOrder => None,
-            SeqCheck::Gap { expected } => {
-                stats.packet_gaps += 1;
-                stats.packets_missed += u64::from(header.msg_seq_num.wrapping_sub(expected));
-                Some((expected, header.msg_seq_num))
-            }
+        let Some(gap) = observe(packets, stats, header.msg_seq_num) else {
+            return Ok(PacketOutcome { header, gap: None, stale: true, messages: 0 });
         };
-        stats.packets += 1;
-        // Deliver, with sequence checks and counters.
         count_templates(stats, payload);
+        let mut next_book = 0u16; // BookEntry::index of the packet's next book entry, stale ones counted
         for (info, ev) in events.iter() {
-            let book_index = next_book;
-            let sequenced = match ev {
-                Event::Book(e) => {
-                    next_book = e.index.saturating_add(1);
-                    stats.book_actions[e.action as usize] += 1;
-                    stats.book_entry_types[e.entry_type as usize] += 1;
-                    Some((e.security_id, e.rpt_seq))
-                }
-                Event::OrderIdEntries { count } => {
-                    stats.order_id_entries += u64::from(*count);
-                    None
-                }
-                Event::Unknown { .. } => {
-                    stats.unknown_templates += 1;
-                    None
-                }
-                Event::ChannelReset { .. } => {
-                    rpt_seq.clear();
-                    None
-                }
-                ev => rpt_seq_of(ev),
-            };
-            if let Some((security_id, got)) = sequenced {
-                stats.rpt_seq_entries += 1;
-                let Ok(last) = rpt_seq.take(security_id, got) else {
-                    stats.rpt_seq_stale += 1;
-                    continue;
-                };
-                if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
-                    stats.rpt_seq_gaps += 1;
-                    let expected = last.wrapping_add(1);
-                    on_event(info, &Event::RptSeqGap { security_id, expected, got, book_index });
-                }
-            }
-            on_event(info, ev);
+            deliver(rpt_seq, stats, &mut next_book, info, ev, &mut on_event);
         }
         Ok(PacketOutcome { header, gap, stale: false, messages })
     }
+}
+
+/// Takes a valid packet's `MsgSeqNum` (counters): `None` when it is stale, else its gap, if any.
+fn observe(packets: &mut SeqTracker, stats: &mut Mdp3Stats, msg_seq_num: u32) -> Option<Option<(u32, u32)>> {
+    let gap = match packets.observe(msg_seq_num) {
+        SeqCheck::Stale => {
+            stats.stale_packets += 1;
+            return None;
+        }
+        SeqCheck::InOrder => None,
+        SeqCheck::Gap { expected } => {
+            stats.packet_gaps += 1;
+            stats.packets_missed += u64::from(msg_seq_num.wrapping_sub(expected));
+            Some((expected, msg_seq_num))
+        }
+    };
+    stats.packets += 1;
+    Some(gap)
+}
+
+/// Delivers one event of a valid packet after the instrument-level checks (module docs, "Sequencing"), with
+/// its counters. `next_book`: the [`BookEntry::index`] the packet's next book entry takes (an
+/// [`Event::RptSeqGap`] before a non-book entry names it).
+#[inline(always)]
+fn deliver(
+    rpt_seq: &mut RptSeqTable,
+    stats: &mut Mdp3Stats,
+    next_book: &mut u16,
+    info: &MessageInfo,
+    ev: &Event,
+    on_event: &mut impl FnMut(&MessageInfo, &Event),
+) {
+    let book_index = *next_book;
+    let sequenced = match ev {
+        Event::Book(e) => {
+            *next_book = e.index.saturating_add(1);
+            stats.book_actions[e.action as usize] += 1;
+            stats.book_entry_types[e.entry_type as usize] += 1;
+            Some((e.security_id, e.rpt_seq))
+        }
+        Event::OrderIdEntries { count } => {
+            stats.order_id_entries += u64::from(*count);
+            None
+        }
+        Event::Unknown { .. } => {
+            stats.unknown_templates += 1;
+            None
+        }
+        Event::ChannelReset { .. } => {
+            rpt_seq.clear();
+            None
+        }
+        ev => rpt_seq_of(ev),
+    };
+    if let Some((security_id, got)) = sequenced {
+        stats.rpt_seq_entries += 1;
+        let Ok(last) = rpt_seq.take(security_id, got) else {
+            stats.rpt_seq_stale += 1;
+            return;
+        };
+        if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
+            stats.rpt_seq_gaps += 1;
+            let expected = last.wrapping_add(1);
+            on_event(info, &Event::RptSeqGap { security_id, expected, got, book_index });
+        }
+    }
+    on_event(info, ev);
 }
 
 /// Counts the messages of an already validated packet by template.
@@ -1082,10 +1104,6 @@ impl Block<'_> {
         }
         Ok(v)
     }
-    fn action(&self, at: usize, field: &'static str) -> Result<UpdateAction, DecodeError> {
-        let v = self.u8(at);
-        UpdateAction::from_u8(v).ok_or_else(|| self.ctx.err(field, self.entry, Problem::BadValue { value: v.into() }))
-    }
     fn price_e9(&self, at: usize, field: &'static str) -> Result<Option<i64>, DecodeError> {
         let m = self.i64(at);
         if m == PRICE_NULL {
@@ -1160,6 +1178,12 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
+    /// The error of entry `i` (0-based; the error names it 1-based).
+    #[cold]
+    fn err(&self, i: u8, field: &'static str, problem: Problem) -> DecodeError {
+        self.ctx.err(field, u16::from(i) + 1, problem)
+    }
+
     fn entry(&self, i: u8) -> Block<'a> {
         let at = usize::from(i) * self.block_length;
         Block { b: &self.entries[at..at + self.block_length], ctx: self.ctx, entry: u16::from(i) + 1 }
@@ -1226,34 +1250,100 @@ fn fixed<const N: usize, const W: usize>(f: &[u8; N], at: usize) -> [u8; W] {
     w
 }
 
+/// `MDEntryPx` (`PRICENULL` mantissa, exponent -7) in 1e-9 units; `None` when null. Errors: `field` and
+/// [`Problem::PriceOverflow`].
+#[inline(always)]
+fn price_e9_of(m: i64, field: &'static str) -> Result<Option<i64>, (&'static str, Problem)> {
+    if m == PRICE_NULL {
+        return Ok(None);
+    }
+    m.checked_mul(PRICE_E7_TO_E9).map(Some).ok_or((field, Problem::PriceOverflow { mantissa: m }))
+}
+
+/// A `SecurityID`, refused when negative.
+#[inline(always)]
+fn security_id_of(v: i32, field: &'static str) -> Result<i32, (&'static str, Problem)> {
+    if v < 0 {
+        return Err((field, Problem::BadValue { value: v.into() }));
+    }
+    Ok(v)
+}
+
+/// An `MDUpdateAction`, refused outside the schema's enum.
+#[inline(always)]
+fn action_of(v: u8, field: &'static str) -> Result<UpdateAction, (&'static str, Problem)> {
+    UpdateAction::from_u8(v).ok_or((field, Problem::BadValue { value: v.into() }))
+}
+
+#[inline(always)]
+fn opt_i32(v: i32) -> Option<i32> {
+    Some(v).filter(|v| *v != INT32_NULL)
+}
+
 /// One MDIncrementalRefreshBook32 `NoMDEntries` entry from its first 27 bytes (schema offsets: MDEntryPx 0,
 /// MDEntrySize 8, SecurityID 12, RptSeq 16, NumberOfOrders 20, MDPriceLevel 24, MDUpdateAction 25,
 /// MDEntryType 26). Errors: the field's name and what is wrong with it.
 #[inline(always)]
 fn book32_entry(f: &[u8; 27], last_in_message: bool, index: u16) -> Result<BookEntry, (&'static str, Problem)> {
-    let bad = |field, value: i64| (field, Problem::BadValue { value });
-    let m = i64::from_le_bytes(fixed(f, 0));
-    let price_e9 = if m == PRICE_NULL {
-        None
-    } else {
-        Some(m.checked_mul(PRICE_E7_TO_E9).ok_or(("NoMDEntries.MDEntryPx", Problem::PriceOverflow { mantissa: m }))?)
-    };
-    let opt = |v: i32| Some(v).filter(|v| *v != INT32_NULL);
-    let security_id = i32::from_le_bytes(fixed(f, 12));
-    if security_id < 0 {
-        return Err(bad("NoMDEntries.SecurityID", security_id.into()));
-    }
+    let price_e9 = price_e9_of(i64::from_le_bytes(fixed(f, 0)), "NoMDEntries.MDEntryPx")?;
+    let security_id = security_id_of(i32::from_le_bytes(fixed(f, 12)), "NoMDEntries.SecurityID")?;
     Ok(BookEntry {
         price_e9,
-        size: opt(i32::from_le_bytes(fixed(f, 8))),
+        size: opt_i32(i32::from_le_bytes(fixed(f, 8))),
         security_id,
         rpt_seq: u32::from_le_bytes(fixed(f, 16)),
-        orders: opt(i32::from_le_bytes(fixed(f, 20))),
+        orders: opt_i32(i32::from_le_bytes(fixed(f, 20))),
         price_level: f[24],
-        action: UpdateAction::from_u8(f[25]).ok_or(bad("NoMDEntries.MDUpdateAction", f[25].into()))?,
-        entry_type: BookEntryType::from_u8(f[26]).ok_or(bad("NoMDEntries.MDEntryType", f[26].into()))?,
+        action: action_of(f[25], "NoMDEntries.MDUpdateAction")?,
+        entry_type: BookEntryType::from_u8(f[26])
+            .ok_or(("NoMDEntries.MDEntryType", Problem::BadValue { value: f[26].into() }))?,
         last_in_message,
         index,
+    })
+}
+
+/// One MDIncrementalRefreshSessionStatistics35 entry from its first 19 bytes, and `MDEntrySize` when the entry
+/// has 23 or more (`e`: the whole entry). Errors as [`book32_entry`].
+#[inline(always)]
+fn statistics35_entry(f: &[u8; 19], e: &[u8]) -> Result<StatisticsEntry, (&'static str, Problem)> {
+    Ok(StatisticsEntry {
+        price_e9: price_e9_of(i64::from_le_bytes(fixed(f, 0)), "NoMDEntries.MDEntryPx")?.unwrap_or(PRICE_NULL),
+        security_id: security_id_of(i32::from_le_bytes(fixed(f, 8)), "NoMDEntries.SecurityID")?,
+        rpt_seq: u32::from_le_bytes(fixed(f, 12)),
+        open_close_settl_flag: f[16],
+        action: action_of(f[17], "NoMDEntries.MDUpdateAction")?,
+        entry_type: f[18],
+        size: e.get(19..23).and_then(|s| s.first_chunk::<4>()).and_then(|s| opt_i32(i32::from_le_bytes(*s))),
+    })
+}
+
+/// One MDIncrementalRefreshVolume37 entry from its first 13 bytes. Errors as [`book32_entry`].
+#[inline(always)]
+fn volume37_entry(f: &[u8; 13]) -> Result<VolumeEntry, (&'static str, Problem)> {
+    Ok(VolumeEntry {
+        volume: i32::from_le_bytes(fixed(f, 0)),
+        security_id: security_id_of(i32::from_le_bytes(fixed(f, 4)), "NoMDEntries.SecurityID")?,
+        rpt_seq: u32::from_le_bytes(fixed(f, 8)),
+        action: action_of(f[12], "NoMDEntries.MDUpdateAction")?,
+    })
+}
+
+/// One MDIncrementalRefreshTradeSummary42 `NoMDEntries` entry from its first 26 bytes. Errors as
+/// [`book32_entry`]; `AggressorSide` is checked first.
+#[inline(always)]
+fn trade42_entry(f: &[u8; 26]) -> Result<TradeEntry, (&'static str, Problem)> {
+    let aggressor = f[24];
+    if aggressor > 2 && aggressor != UINT8_NULL {
+        return Err(("NoMDEntries.AggressorSide", Problem::BadValue { value: aggressor.into() }));
+    }
+    Ok(TradeEntry {
+        price_e9: price_e9_of(i64::from_le_bytes(fixed(f, 0)), "NoMDEntries.MDEntryPx")?.unwrap_or(PRICE_NULL),
+        size: i32::from_le_bytes(fixed(f, 8)),
+        security_id: security_id_of(i32::from_le_bytes(fixed(f, 12)), "NoMDEntries.SecurityID")?,
+        rpt_seq: u32::from_le_bytes(fixed(f, 16)),
+        orders: opt_i32(i32::from_le_bytes(fixed(f, 20))),
+        aggressor_side: aggressor,
+        action: action_of(f[25], "NoMDEntries.MDUpdateAction")?,
     })
 }
 
@@ -1326,8 +1416,8 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             // Every entry is at least 27 bytes (`group` checked the block length): read at fixed offsets.
             for (i, chunk) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
                 let Some(f) = chunk.first_chunk::<27>() else { break };
-                let entry = book32_entry(f, i + 1 == g.count, *books)
-                    .map_err(|(field, problem)| g.ctx.err(field, u16::from(i) + 1, problem))?;
+                let entry =
+                    book32_entry(f, i + 1 == g.count, *books).map_err(|(field, problem)| g.err(i, field, problem))?;
                 *books = books.saturating_add(1);
                 sink(&info, &Event::Book(entry));
             }
@@ -1338,31 +1428,18 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
         35 => {
             let g = body.group(ENTRIES, false, 19)?;
             body.finish()?;
-            for i in 0..g.count {
-                let e = g.entry(i);
-                let entry = StatisticsEntry {
-                    price_e9: e.price_e9(0, "NoMDEntries.MDEntryPx")?.unwrap_or(PRICE_NULL),
-                    security_id: e.security_id(8, "NoMDEntries.SecurityID")?,
-                    rpt_seq: e.u32(12),
-                    open_close_settl_flag: e.u8(16),
-                    action: e.action(17, "NoMDEntries.MDUpdateAction")?,
-                    entry_type: e.u8(18),
-                    size: if e.b.len() >= 23 { e.opt_i32(19) } else { None },
-                };
+            for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
+                let Some(f) = e.first_chunk::<19>() else { break };
+                let entry = statistics35_entry(f, e).map_err(|(field, problem)| g.err(i, field, problem))?;
                 sink(&info, &Event::Statistics(entry));
             }
         }
         37 => {
             let g = body.group(ENTRIES, false, 13)?;
             body.finish()?;
-            for i in 0..g.count {
-                let e = g.entry(i);
-                let entry = VolumeEntry {
-                    volume: e.i32(0),
-                    security_id: e.security_id(4, "NoMDEntries.SecurityID")?,
-                    rpt_seq: e.u32(8),
-                    action: e.action(12, "NoMDEntries.MDUpdateAction")?,
-                };
+            for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
+                let Some(f) = e.first_chunk::<13>() else { break };
+                let entry = volume37_entry(f).map_err(|(field, problem)| g.err(i, field, problem))?;
                 sink(&info, &Event::Volume(entry));
             }
         }
@@ -1370,21 +1447,9 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             let g = body.group(ENTRIES, false, 26)?;
             let orders = body.group("NoOrderIDEntries", true, 12)?;
             body.finish()?;
-            for i in 0..g.count {
-                let e = g.entry(i);
-                let aggressor = e.u8(24);
-                if aggressor > 2 && aggressor != UINT8_NULL {
-                    return Err(info_err(&e, "NoMDEntries.AggressorSide", aggressor));
-                }
-                let entry = TradeEntry {
-                    price_e9: e.price_e9(0, "NoMDEntries.MDEntryPx")?.unwrap_or(PRICE_NULL),
-                    size: e.i32(8),
-                    security_id: e.security_id(12, "NoMDEntries.SecurityID")?,
-                    rpt_seq: e.u32(16),
-                    orders: e.opt_i32(20),
-                    aggressor_side: aggressor,
-                    action: e.action(25, "NoMDEntries.MDUpdateAction")?,
-                };
+            for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
+                let Some(f) = e.first_chunk::<26>() else { break };
+                let entry = trade42_entry(f).map_err(|(field, problem)| g.err(i, field, problem))?;
                 sink(&info, &Event::TradeSummary(entry));
             }
             if orders.count > 0 {
