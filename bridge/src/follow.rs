@@ -16,6 +16,8 @@ pub struct FollowStats {
     pub updates: u64,
     /// Records applied (snapshots' and updates').
     pub records: u64,
+    /// Records in the largest update message applied (the bridge's `--batch-bytes` / 64 at most).
+    pub max_update_records: u64,
     /// Holes in the instrument's update numbers (a publish that was lost).
     pub gaps: u64,
     /// `stale` and `gap` messages.
@@ -114,6 +116,7 @@ impl Follower {
                 let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
                 self.apply_records(&rs);
                 self.stats.updates += 1;
+                self.stats.max_update_records = self.stats.max_update_records.max(rs.len() as u64);
             }
             MessageKind::Stale | MessageKind::Gap => {
                 self.stale = true;
@@ -259,6 +262,7 @@ mod tests {
                 snapshots: 1,
                 updates: 3,
                 records: 8,
+                max_update_records: 1,
                 gaps: 1,
                 stale_marks: 1,
                 skipped: 3,
@@ -275,9 +279,11 @@ mod tests {
         let snap = [BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) }, add(1, 100, 5)];
         f.apply(&meta(MessageKind::Snapshot, 10), &compress(&snap)).unwrap();
         f.apply(&meta(MessageKind::Update, 10), &payload(&[add(1, 100, 5)])).unwrap();
-        f.apply(&meta(MessageKind::Update, 11), &payload(&[add(2, 100, 1)])).unwrap();
-        assert_eq!(f.summary(ID), "orders=2 levels_bid=1 levels_ask=0 bbo=100.00x6/-");
+        f.apply(&meta(MessageKind::Update, 11), &payload(&[add(2, 100, 1), add(3, 99, 2)])).unwrap();
+        assert_eq!(f.summary(ID), "orders=3 levels_bid=2 levels_ask=0 bbo=100.00x6/-");
         assert!(!f.stale());
+        // The left-out update 10 (1 record) counts neither as applied nor in the largest update.
+        assert_eq!((f.stats().updates, f.stats().max_update_records), (1, 2));
         // A first update other than 1 with no snapshot: stale.
         let mut g = Follower::new();
         g.apply(&meta(MessageKind::Update, 3), &payload(&[add(1, 100, 5)])).unwrap();

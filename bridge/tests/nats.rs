@@ -421,14 +421,16 @@ fn a_bridge_stopped_and_started_again_mid_stream_leaves_its_consumers_exact() {
     let server = Nats::start(None, "127.0.0.1", port, &d.join("js"), &[]);
     let url = format!("nats://127.0.0.1:{port}");
     let (endpoint, publisher) = publisher(600.0, 1, None);
-    let mut first = bridge(None, &endpoint, &url, "ESH4", &[]);
+    // Update messages of at most 256 bytes: 4 records (ESH4 at 600x has bursts of more within --batch-us).
+    let small = ["--batch-bytes", "256"];
+    let mut first = bridge(None, &endpoint, &url, "ESH4", &small);
     let first_lines = wait_bridge_ready(&mut first);
     let live = nats_book(None, &url, "ESH4");
     std::thread::sleep(Duration::from_secs(3));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let first_out: Vec<String> = first_lines.map_while(Result::ok).collect();
     assert_eq!(first.wait().unwrap().code(), Some(130), "{first_out:?}");
-    let mut second = bridge(None, &endpoint, &url, "ESH4", &[]);
+    let mut second = bridge(None, &endpoint, &url, "ESH4", &small);
     let second_lines = wait_bridge_ready(&mut second);
     publisher.join().unwrap();
     let counters = bridge_end(second, second_lines);
@@ -437,6 +439,8 @@ fn a_bridge_stopped_and_started_again_mid_stream_leaves_its_consumers_exact() {
     assert!(field(&live, "snapshots") >= 2, "the first run's and the second's: {live}");
     let after = assert_exact("after the end", &finish("after", nats_book(None, &url, "ESH4")));
     assert!(field(&after, "start_seq") > 1, "{after}");
+    assert_eq!(field(&live, "max_update_records"), 4, "--batch-bytes 256 fills and closes at 4 records: {live}");
+    assert!(field(&after, "max_update_records") <= 4, "{after}");
     // The stream is this prefix's: a bridge of another prefix on it is refused before it subscribes.
     let other = Command::new(env!("CARGO_BIN_EXE_mdfan-bridge"))
         .args(["--connect", "127.0.0.1:1", "--nats", &url, "--stream", "ESH4", "--prefix", "md.other"])

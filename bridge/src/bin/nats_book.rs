@@ -3,7 +3,7 @@
 //! snapshot of the instrument (stream sequence N), then its updates from N + 1 (the crate docs' rules, in
 //! `mdfan_bridge::follow::Follower`), through an ordered consumer that survives a server restart.
 //!
-//! Prints `nats-book symbol=.. token=.. instrument_id=.. start_seq=.. snapshots=.. updates=.. records=.. gaps=..
+//! Prints `nats-book symbol=.. token=.. instrument_id=.. start_seq=.. snapshots=.. updates=.. records=.. max_update_records=.. gaps=..
 //! stale_marks=.. stale=.. orders=.. levels_bid=.. levels_ask=.. bbo=BIDxSIZE/ASKxSIZE` when the bridge's `end`
 //! message comes (or on SIGINT/SIGTERM, or after `--idle-exit-s` without a message), and with `--every-s` as it
 //! goes. Exit status: 0 after `end` with a book known good; 1 on a setup error (named); 2 for bad usage; 4 when
@@ -144,11 +144,12 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
     let line = |f: &Follower, id: Option<u32>| {
         let s = f.stats();
         format!(
-            "nats-book symbol={shown} token={tok} instrument_id={} start_seq={start_seq} snapshots={} updates={} records={} gaps={} stale_marks={} skipped={} ended={} stale={} {}",
+            "nats-book symbol={shown} token={tok} instrument_id={} start_seq={start_seq} snapshots={} updates={} records={} max_update_records={} gaps={} stale_marks={} skipped={} ended={} stale={} {}",
             id.map_or("-".to_owned(), |i| i.to_string()),
             s.snapshots,
             s.updates,
             s.records,
+            s.max_update_records,
             s.gaps,
             s.stale_marks,
             s.skipped,
