@@ -158,6 +158,15 @@ pub enum CountersError {
         /// Why, naming the owner or mode.
         detail: String,
     },
+    /// The writer is gone and left the table half rewritten (generation odd): killed in the middle of a rewrite.
+    /// Its next start on the same name replaces the file, as any dead writer's ([`CountersWriter::create`]).
+    #[error("counters file {path}: its writer, pid {pid}, is gone and left the table half rewritten (generation odd)")]
+    Torn {
+        /// The file.
+        path: PathBuf,
+        /// The writer's pid, which no longer runs.
+        pid: u32,
+    },
     /// The writer kept rewriting while the reader tried to copy it.
     #[error("counters file {path}: still being rewritten after {tries} tries")]
     Busy {
@@ -282,7 +291,10 @@ fn removable(path: &Path) -> Result<(), String> {
     if meta.nlink() != 1 {
         return Err(format!("it has {} links", meta.nlink()));
     }
-    let s = read(path).map_err(|e| format!("not a readable counters file ({e})"))?;
+    let s = match read(path) {
+        Err(CountersError::Torn { .. }) => return Ok(()), // its writer died mid-rewrite
+        got => got.map_err(|e| format!("not a readable counters file ({e})"))?,
+    };
     if !s.ended && process_uid(s.pid) == Some(meta.uid()) {
         return Err(format!("its writer, pid {}, is still running", s.pid));
     }
@@ -474,8 +486,8 @@ fn labels_ok(labels: &str) -> bool {
 ///
 /// # Errors
 /// [`CountersError::Io`] when it cannot be opened; [`CountersError::Format`] naming the field when it is not a
-/// counters file of this version (or cut short); [`CountersError::Busy`] when the writer kept rewriting for
-/// about 2 s.
+/// counters file of this version (or cut short); [`CountersError::Torn`] when the writer died mid-rewrite;
+/// [`CountersError::Busy`] when the writer kept rewriting for about 2 s.
 pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
     let io = |what| move |source| CountersError::Io { path: path.to_owned(), what, source };
     let bad = |detail: String| CountersError::Format { path: path.to_owned(), detail };
@@ -542,6 +554,11 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
         copy(&mut header, 0)?;
         let g1 = u64_at(&header, GENERATION_AT as usize);
         if g1 & 1 == 1 {
+            // A writer killed mid-rewrite never makes it even: asked once at the start and once after the yields.
+            let pid = u32_at(&header, 24);
+            if (k == 0 || k == 100) && process_uid(pid).is_none() {
+                return Err(CountersError::Torn { path: path.to_owned(), pid });
+            }
             wait(k);
             continue;
         }
@@ -759,6 +776,17 @@ mod tests {
         std::mem::forget(dead); // not closed: as a killed process leaves it
         let s = read(&path).unwrap();
         assert_eq!(s.standing(effective_uid(), 9_000_000_000), Standing::Dead { age_ns: Some(7_000_000_000) });
+        let w = CountersWriter::create(&path, "publisher", "new", 4).unwrap();
+        assert_eq!(read(&path).unwrap().name, "new");
+        drop(w);
+        // killed in the middle of a rewrite (generation odd): torn, said at once (not `Busy` after 2 s of
+        // retries), and replaced all the same
+        let mut torn = CountersWriter::create(&path, "publisher", "torn", 4).unwrap();
+        torn.begin();
+        torn.file.write_all_at(&0x7fff_fff0u32.to_le_bytes(), 24).unwrap();
+        std::mem::forget(torn);
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("its writer, pid 2147483632, is gone and left the table half rewritten"), "{e}");
         let w = CountersWriter::create(&path, "publisher", "new", 4).unwrap();
         assert_eq!(read(&path).unwrap().name, "new");
         // this writer is alive: a second one for the same name is refused
