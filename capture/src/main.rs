@@ -126,7 +126,7 @@ enum Command {
         dbn: Option<PathBuf>,
         /// The dataset the DBN metadata names (e.g. GLBX.MDP3); default the venue the capture's feed named
         /// (its segment header), needed when it named none.
-        #[arg(long, default_value = "", requires = "dbn")]
+        #[arg(long, default_value = "", hide_default_value = true, requires = "dbn")]
         dataset: String,
     },
     /// A capture's records, one line each.

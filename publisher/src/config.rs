@@ -29,8 +29,9 @@
 //!
 //! [feed]
 //! format = "dbn"               # "dbn" (a DBN MBO file), "itch50" (a Nasdaq ITCH 5.0 BinaryFILE, plain or gzip),
-//!                              # "lobster" (a LOBSTER message CSV checked against its order-book CSV)
-//!                              # or "mdp3" (CME MDP 3.0 live, from [lines])
+//!                              # "lobster" (a LOBSTER message CSV checked against its order-book CSV),
+//!                              # "mdp3" (CME MDP 3.0 live, from [lines]), "capture" (an mdfan capture replayed)
+//!                              # or "mdfan" (another publisher's stream: a relay); the last two's keys below
 //! path = "data/....mbo.dbn.zst" # dbn, itch50 and lobster (the message CSV); relative paths are taken from the
 //!                              # config file's folder
 //! session_date = "2019-12-30"  # itch50: the file's trading day (ITCH times are ns since US Eastern midnight);
@@ -75,6 +76,29 @@
 //! start = "first_seen"         # or "one": expect sequence number 1 and request what came before. Default first_seen.
 //! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start); a packet
 //!                              # this far past the highest seq known is held until a second one confirms the jump.
+//!
+//! # format "capture" (crate::feeds::capture): path (the capture's folder), pace, max_gap_ms and symbols as above,
+//! name = "esh4"                # the capture's name (its segments' prefix). Default: the folder's only capture.
+//! from_ts_recv_ns = 1703...    # replay from this ts_recv (ns since the UNIX epoch), beginning with an opening
+//!                              # snapshot of every book. Default: the first record.
+//! to_ts_recv_ns = 1703...      # ... up to this one (inclusive). Default: the last.
+//! from_venue_pos = 0           # the same bounds by venue position (mdfan_wire::record, "Venue position").
+//! to_venue_pos = 0
+//!
+//! # format "mdfan" (crate::feeds::relay; mdfan-relay): one upstream session, or a hot-hot pair
+//! connect = ["127.0.0.1:7700"] # the upstream's control endpoint (host:port or unix:PATH), or two: a pair
+//! name = "mdfan-relay"         # the upstream session's name (leg B of a pair: NAME-b). Default "mdfan-relay".
+//! token = "..."                # the token the upstream's [access] gives `name`. Default: none.
+//! ring_slots = 262144          # the upstream ring, 64 B slots, a power of two. Default 262,144 (16 MiB).
+//! policy = "resync"            # what the upstream does when that ring is full: resync, disconnect or block.
+//! fabric = "shm"               # the upstream fabric: "shm" (shm_dir, default /dev/shm) or "verbs" (device,
+//!                              # gid_index as in [fabric.verbs]). Default "shm".
+//! instruments = [17077]        # what the upstream session carries (the union local strategies need). Default all.
+//! silence_timeout_ms = 50      # no record from upstream this long: the feed is silent downstream. Default 50.
+//! reconnect_budget_ms = 86400000 # a lost upstream is tried every 100 ms this long, then the stream ends with a
+//!                              # feed error. Default a day.
+//! connect_timeout_ms = 2000    # each connect and the upstream's answer. Default 2000.
+//! symbols = "symbols.csv"      # instrument definitions added to the upstream's. Default: none.
 //!
 //! [journal]
 //! records = 131072             # normalised records between the feed reader and the hot loop (a power of two,

@@ -7,8 +7,9 @@
 //! own cursor (the positions it is done with) and a declaration: whether it may be lapped. The publisher's are
 //! the hot loop ([`HOT_LOOP`]: the live stream and late joiners' catch-up) and the conductor ([`CONDUCTOR`]: it
 //! keeps the publisher's [`Books`](mdfan_wire::Books) current from it, for snapshots), neither of which may be
-//! lapped; a reader that may be (a recorder that must never slow the feed) is not waited for, and finds what it
-//! missed with [`Journal::oldest`]. The producer never overwrites a position a reader that may not be lapped still
+//! lapped; a reader that may be (one that must never slow the feed; the publisher registers none, and
+//! `mdfan-capture` records from a subscriber session) is not waited for, and finds what it missed with
+//! [`Journal::oldest`]. The producer never overwrites a position a reader that may not be lapped still
 //! needs: it waits while `published - min(cursors) == records`. So memory is `records` x 128 B whatever the
 //! feed's length, and a feed longer than the journal keeps running. The hot loop's cursor is held
 //! back to the lowest position a session catching up still has to send (a late joiner after its snapshot), so the

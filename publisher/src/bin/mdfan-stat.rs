@@ -35,7 +35,7 @@ struct Args {
     watch_ms: Option<u64>,
     /// Write the output to this file instead of stdout, whole (a temporary file beside it, then a rename), as
     /// node-exporter's textfile collector wants: `--prometheus --output
-    /// /var/lib/prometheus/node-exporter/mdfan.prom`.
+    /// /var/lib/mdfan/textfile/mdfan.prom`.
     #[arg(long)]
     output: Option<PathBuf>,
 }

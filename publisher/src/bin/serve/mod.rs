@@ -35,9 +35,10 @@ use mdfan_fabric::CloseReason;
 use mdfan_publisher::config::Config;
 use mdfan_publisher::Publisher;
 
-/// Fan market data out to every subscriber's ring: a file replayed (`format = "dbn"`, `"itch50"` or `"lobster"`), a
-/// live CME MDP 3.0 channel from UDP lines A and B (`format = "mdp3"`), or live Nasdaq ITCH 5.0 over MoldUDP64
-/// (`format = "itch50"` with [lines]). SIGINT/SIGTERM: end of stream to every subscriber, exit 130;
+/// Fan market data out to every subscriber's ring: a file replayed (`format = "dbn"`, `"itch50"` or `"lobster"`), an
+/// mdfan capture replayed (`format = "capture"`), a live CME MDP 3.0 channel from UDP lines A and B (`format =
+/// "mdp3"`), live Nasdaq ITCH 5.0 over MoldUDP64 (`format = "itch50"` with [lines]), or another mdfan publisher's
+/// stream (`format = "mdfan"`: mdfan-relay). SIGINT/SIGTERM: end of stream to every subscriber, exit 130;
 /// SIGUSR1: print every counter; SIGHUP: re-read [access] for new subscriptions.
 #[derive(Parser)]
 #[command(version)]
