@@ -541,6 +541,24 @@ impl Session {
     }
 }
 
+/// Whether the server refused the stream for its config (JetStream API error codes: 10074 replicas on a server
+/// that is not clustered, 10052 an invalid config, 10058 a stream of that name with another config, 10065
+/// subjects another stream takes): retrying cannot help.
+fn is_config_refusal(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::context::CreateStreamErrorKind;
+    use jetstream::ErrorCode;
+    match e.kind() {
+        CreateStreamErrorKind::JetStream(js) => [
+            ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED,
+            ErrorCode::STREAM_INVALID_CONFIG,
+            ErrorCode::STREAM_NAME_EXIST,
+            ErrorCode::STREAM_SUBJECT_OVERLAP,
+        ]
+        .contains(&js.error_code()),
+        _ => false,
+    }
+}
+
 /// The NATS thread's settings and counters.
 struct NatsSide {
     urls: String,
@@ -754,6 +772,11 @@ impl NatsSide {
                         ));
                     }
                     return Ok(js);
+                }
+                // What the server refuses for good (the config: replicas on a single server, a name or subjects
+                // another stream holds) is said at once, not retried for 30 s.
+                Err(e) if is_config_refusal(&e) => {
+                    return Err(format!("NATS {}: stream {}: {e}", self.urls, self.stream));
                 }
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("mdfan-bridge: stream {}: {e} (retrying)", self.stream);

@@ -449,6 +449,15 @@ fn a_bridge_stopped_and_started_again_mid_stream_leaves_its_consumers_exact() {
     let err = String::from_utf8_lossy(&other.stderr);
     assert_eq!(other.status.code(), Some(1), "{err}");
     assert!(err.contains("stream ESH4 exists and takes subjects [\"md.glbx.0.>\"], not md.other.>"), "{err}");
+    // Replicas a single server cannot give: refused at once, naming the server's reason, not retried for 30 s.
+    let r3 = Command::new(env!("CARGO_BIN_EXE_mdfan-bridge"))
+        .args(["--connect", "127.0.0.1:1", "--nats", &url, "--stream", "R3", "--replicas", "3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r3.stderr);
+    assert_eq!(r3.status.code(), Some(1), "{err}");
+    assert!(err.contains("stream R3: jetstream error: replicas > 1 not supported in non-clustered mode"), "{err}");
+    assert!(!err.contains("(retrying)"), "{err}");
     drop(server);
     let _ = std::fs::remove_dir_all(&d);
 }
