@@ -178,9 +178,11 @@ fn a_relay_serves_three_strategies_every_record_from_one_upstream_session() {
 
 #[test]
 fn a_killed_relay_restarted_serves_its_reconnecting_strategies_the_exact_book() {
-    // At 250x the upstream's replay lasts 13 s: the relay, killed about 2 s in, is back long before its end (at
-    // 500x a restart under emulation once came as the upstream ended: nothing to relay, the session `stalled`).
-    let (up_addr, up_dir, start_up) = publisher_process("relay-kill-up", &esh4::main_file(), 1, "pace = 250");
+    // At 100x the upstream's replay lasts 33 s: the relay, killed about 2 s after its strategies subscribed, is
+    // back long before its end. Faster, a restart under emulation came after the upstream had ended (at 500x:
+    // nothing to relay, the session `stalled`; at 250x, 2026-12-06: three strategies starting in the VM took most
+    // of the 13 s, and the restarted relay found no upstream for its 60 s budget).
+    let (up_addr, up_dir, start_up) = publisher_process("relay-kill-up", &esh4::main_file(), 1, "pace = 100");
     let up = start_up();
     let (relay_addr, relay_dir, start_relay) = relay_process("relay-kill", &[up_addr], "");
     let mut relay = start_relay();
