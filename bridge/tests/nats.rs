@@ -196,6 +196,18 @@ fn assert_exact(who: &str, (code, out, err): &(Option<i32>, String, String)) -> 
     line.to_owned()
 }
 
+/// An `mdfan-bridge` (upstream 127.0.0.1:1, never reached) that must exit 1 on its NATS setup: its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mdfan-bridge"))
+        .args(["--connect", "127.0.0.1:1"])
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    err
+}
+
 fn field(line: &str, name: &str) -> u64 {
     line.split(&format!(" {name}="))
         .nth(1)
@@ -442,20 +454,10 @@ fn a_bridge_stopped_and_started_again_mid_stream_leaves_its_consumers_exact() {
     assert_eq!(field(&live, "max_update_records"), 4, "--batch-bytes 256 fills and closes at 4 records: {live}");
     assert!(field(&after, "max_update_records") <= 4, "{after}");
     // The stream is this prefix's: a bridge of another prefix on it is refused before it subscribes.
-    let other = Command::new(env!("CARGO_BIN_EXE_mdfan-bridge"))
-        .args(["--connect", "127.0.0.1:1", "--nats", &url, "--stream", "ESH4", "--prefix", "md.other"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&other.stderr);
-    assert_eq!(other.status.code(), Some(1), "{err}");
+    let err = refused(&["--nats", &url, "--stream", "ESH4", "--prefix", "md.other"]);
     assert!(err.contains("stream ESH4 exists and takes subjects [\"md.glbx.0.>\"], not md.other.>"), "{err}");
     // Replicas a single server cannot give: refused at once, naming the server's reason, not retried for 30 s.
-    let r3 = Command::new(env!("CARGO_BIN_EXE_mdfan-bridge"))
-        .args(["--connect", "127.0.0.1:1", "--nats", &url, "--stream", "R3", "--replicas", "3"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&r3.stderr);
-    assert_eq!(r3.status.code(), Some(1), "{err}");
+    let err = refused(&["--nats", &url, "--stream", "R3", "--replicas", "3"]);
     assert!(err.contains("stream R3: jetstream error: replicas > 1 not supported in non-clustered mode"), "{err}");
     assert!(!err.contains("(retrying)"), "{err}");
     drop(server);
