@@ -165,12 +165,25 @@ pub fn spawn_subscriber(addr: SocketAddr, name: &str, extra: &[&str]) -> Child {
     cmd.args(extra).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mdfan-subscribe starts")
 }
 
-/// Waits until `child` ends or the watchdog passes; in the second case kills it and returns false.
+/// Waits until `child` ends or the watchdog passes; in the second case returns false once it is gone. An
+/// overstaying child is first sent SIGTERM and given 5 s to end on its own (`mdfan-subscribe` then prints its
+/// closing `stream` line, `end=interrupted`, with its seq, heartbeats and state: what the failure report needs),
+/// and only then killed; stderr says which.
 fn ended_within_watchdog(child: &mut Child) -> bool {
     let start = Instant::now();
     while child.try_wait().expect("try_wait").is_none() {
         if start.elapsed() > watchdog() {
-            let _ = child.kill();
+            // not `signal`: the child may have ended since the look above
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let asked = Instant::now();
+            while child.try_wait().expect("try_wait").is_none() {
+                if asked.elapsed() > Duration::from_secs(5) {
+                    eprintln!("watchdog: pid {} did not end within 5 s of SIGTERM: killed", child.id());
+                    let _ = child.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -343,9 +356,6 @@ impl Watched {
         use std::io::Read;
         let ended = ended_within_watchdog(&mut self.child);
         let status = self.child.wait().expect("wait");
-        if !ended {
-            panic!("watchdog: child ran over {:?}; stdout:\n{}", watchdog(), self.lines.lock().unwrap().join("\n"));
-        }
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
@@ -354,6 +364,9 @@ impl Watched {
             let _ = e.read_to_string(&mut err);
         }
         let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        if !ended {
+            panic!("watchdog: child ran over {:?}; stdout:\n{}\nstderr:\n{err}", watchdog(), lines.join("\n"));
+        }
         (status.code(), lines, err)
     }
 }
