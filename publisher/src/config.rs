@@ -15,7 +15,8 @@
 //! feed_on_hot_thread = false   # file feeds: decode on the hot loop's thread, between records (a host without a
 //!                              # core for the feed thread), instead of a thread of its own. Default false.
 //! control_core = 0             # core of the control thread. Default: not pinned.
-//! wait_for_subscribers = 2     # subscribers to wait for before the replay starts. Default 1.
+//! wait_for_subscribers = 2     # file feeds: subscribers to wait for before the replay starts (a live feed, a
+//!                              # relay among them, starts at once: the venue does not wait). Default 1.
 //! max_subscribers = 64         # sessions the hot loop holds at once. Default 64.
 //! lock_memory = false          # mlockall at start. Default false.
 //! heartbeat_interval_ms = 10   # heartbeat records when nothing was sent this long. Default 10.
@@ -541,7 +542,8 @@ pub struct PublisherSection {
     /// of on thread `mdfan-feed`: one busy thread fewer, for a host with fewer cores than busy threads. A live
     /// feed keeps its own thread (its socket reads are syscalls).
     pub feed_on_hot_thread: bool,
-    /// Subscribers to wait for before the replay starts.
+    /// File feeds: subscribers to wait for before the replay starts. A live feed (MDP 3.0 lines, MoldUDP64, a
+    /// relay's upstream) ignores it and starts at once: the venue does not wait.
     pub wait_for_subscribers: usize,
     /// Sessions the hot loop can hold at once (preallocated).
     pub max_subscribers: usize,
