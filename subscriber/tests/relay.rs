@@ -45,7 +45,7 @@ fn relay_process(tag: &str, upstream: &[SocketAddr], extra_feed: &str) -> (Strin
     std::fs::write(
         &cfg,
         format!(
-            "[publisher]\nlisten = \"{listen}\"\n{listen_unix}hot_idle = \"yield\"\n\n[feed]\nformat = \"mdfan\"\nconnect = [{}]\n\
+            "[publisher]\nlisten = \"{listen}\"\n{listen_unix}hot_idle = \"yield\"\ncounters_dir = {dir:?}\n\n[feed]\nformat = \"mdfan\"\nconnect = [{}]\n\
              name = \"{tag}\"\nreconnect_budget_ms = 60000\n{upstream_fabric}{extra_feed}\n\n[fabric]\nprovider = \"shm\"\n",
             connect.join(", ")
         ),
@@ -87,9 +87,9 @@ fn relay_line(lines: &[String]) -> std::collections::HashMap<String, String> {
 }
 
 /// Waits (watchdog) until the publisher listening on `publisher` has skipped live records of its session named
-/// `session` (a full ring, policy resync), as its counters file (default folder /dev/shm) says.
-fn wait_until_skipped(publisher: SocketAddr, session: &str) {
-    let file = mdfan_publisher::counters_path(Path::new("/dev/shm"), publisher);
+/// `session` (a full ring, policy resync), as its counters file (in `dir`, see `publisher_process`) says.
+fn wait_until_skipped(publisher: SocketAddr, dir: &Path, session: &str) {
+    let file = mdfan_publisher::counters_path(dir, publisher);
     let labels_end = format!("subscriber=\"{session}\"");
     let deadline = std::time::Instant::now() + watchdog();
     let mut last = None;
@@ -221,7 +221,7 @@ fn a_stopped_relay_is_resynced_upstream_alone_and_its_strategies_end_exact() {
     // Stopped 2 s, and on until the upstream has skipped records of the relay's session: a loaded host's paced
     // replay once wrote fewer than the ring's 4,096 in 2 s, and the fault this test is about never came.
     std::thread::sleep(Duration::from_secs(2));
-    wait_until_skipped(up_addr, "relay-stop");
+    wait_until_skipped(up_addr, &up_dir, "relay-stop");
     signal(&relay.child, "CONT");
     let (_, lines, stderr) = direct.finish();
     assert_clean(&lines, &format!("direct strategy (stderr: {})", stderr.trim()));

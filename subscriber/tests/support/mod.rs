@@ -139,7 +139,9 @@ pub fn publisher_process(
     let dir = std::env::temp_dir().join(format!("mdfan-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("publisher.toml");
-    std::fs::write(&cfg, config_text(&listen, feed, wait_for, "", extra_feed)).unwrap();
+    // Its counters file in `dir` (which the test removes), not /dev/shm: a publisher the test kills leaves it.
+    let counters = format!("counters_dir = {dir:?}");
+    std::fs::write(&cfg, config_text(&listen, feed, wait_for, &counters, extra_feed)).unwrap();
     let start = move || {
         let child = Command::new(bin("mdfan-publisher"))
             .args(["--config", cfg.to_str().unwrap()])
