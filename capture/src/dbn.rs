@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use mdfan_feed::capture::{is_session_record, Item, Reader};
-use mdfan_feed::dbn_export::{metadata, MboWriter};
+use mdfan_feed::dbn_export::{check_metadata, metadata, MboWriter};
 use mdfan_wire::InstrumentDef;
 
 /// What a DBN export wrote.
@@ -24,11 +24,18 @@ pub struct Exported {
     pub gaps: u64,
 }
 
-/// Writes capture `name` in `dir` to `out` as DBN MBO with `dataset` in its metadata.
+/// What a DBN export of a capture will write, checked before anything is ([`plan`], then [`export`]).
+pub struct Plan {
+    meta: mdfan_feed::dbn_export::Metadata,
+    gaps: u64,
+}
+
+/// Reads capture `name` in `dir` once for what the DBN file's metadata needs (symbology, first and last
+/// `ts_recv_ns`, `dataset`) and checks it can be written: every segment order-level, the metadata encodable.
 ///
 /// # Errors
-/// The capture cannot be read or holds a price-level book, or `out` cannot be written (or exists), named.
-pub fn export(dir: &Path, name: Option<&str>, out: &Path, dataset: &str) -> Result<(Exported, Option<String>), String> {
+/// The capture cannot be read or holds a price-level book, or DBN cannot hold `dataset`, named.
+pub fn plan(dir: &Path, name: Option<&str>, dataset: &str) -> Result<Plan, String> {
     let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
     let mut symbology: Vec<InstrumentDef> = Vec::new();
     let (mut first_ns, mut last_ns, mut gaps) = (u64::MAX, 0u64, 0u64);
@@ -60,8 +67,18 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, dataset: &str) -> Resu
         (first_ns, last_ns) = (0, 0);
     }
     let meta = metadata(dataset, &symbology, first_ns, last_ns.saturating_add(1));
+    check_metadata(&meta).map_err(|e| format!("--dbn: dataset {dataset:?}: {e}"))?;
+    Ok(Plan { meta, gaps })
+}
+
+/// Writes capture `name` in `dir` to `out` as DBN MBO, as `plan` (from [`plan`]) says.
+///
+/// # Errors
+/// The capture cannot be read, or `out` cannot be written (or exists), named.
+pub fn export(dir: &Path, name: Option<&str>, out: &Path, plan: Plan) -> Result<(Exported, Option<String>), String> {
+    let Plan { meta, gaps } = plan;
     let zstd = out.extension().is_some_and(|e| e == "zst");
-    let done = crate::output::write_new(out, |file, partial| {
+    crate::output::write_new(out, |file, partial| {
         let mut w = MboWriter::new(file, partial, &meta, zstd).map_err(|e| e.to_string())?;
         let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
         while let Some(item) = reader.next().map_err(|e| e.to_string())? {
@@ -71,9 +88,8 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, dataset: &str) -> Resu
         }
         let done = Exported { records: w.written, left_out: w.left_out, gaps };
         w.finish().map_err(|e| e.to_string())?;
-        Ok(done)
-    })?;
-    Ok((done, reader.torn().map(str::to_owned)))
+        Ok((done, reader.torn().map(str::to_owned)))
+    })
 }
 
 #[cfg(test)]
@@ -88,7 +104,7 @@ mod tests {
         w.record(&BookUpdate { seq: 1, level: 1, ..BookUpdate::control(Kind::LevelNew) }, 1).unwrap();
         w.stop(StopReason::EndOfStream, 2).unwrap();
         let out = dir.join("levels.dbn");
-        let e = super::export(&dir, None, &out, "").unwrap_err();
+        let e = super::plan(&dir, None, "").err().unwrap();
         assert_eq!(
             e,
             "capture levels segment 1: its book is \"mbp\": DBN MBO holds order-level records only (--parquet takes \

@@ -229,7 +229,7 @@ fn main() -> ExitCode {
             let writer = WriterConfig {
                 dir,
                 name,
-                rotate_bytes: rotate_mb << 20,
+                rotate_bytes: rotate_mb.saturating_mul(1 << 20), // a huge value: never by size
                 rotate_ns: rotate_s.saturating_mul(1_000_000_000),
                 block_records: block_records as usize,
                 block_ms,
@@ -518,7 +518,8 @@ fn record(
 ) -> Result<u8, String> {
     // The folder and the lock first: a recorder that cannot write never takes a session at the publisher.
     if !writer.dir.is_dir() {
-        return Err(format!("--dir {}: no such folder (it must exist)", writer.dir.display()));
+        let what = if writer.dir.exists() { "not a folder" } else { "no such folder (it must exist)" };
+        return Err(format!("--dir {}: {what}", writer.dir.display()));
     }
     let lock = CaptureLock::acquire(&writer.dir, &writer.name).map_err(|e| e.to_string())?;
     let mut sub = Session::connect(cfg, pair, shutdown)?;
@@ -702,6 +703,11 @@ fn export(
         }
         (_, d) => d.to_owned(),
     };
+    // The DBN file's own conditions (order-level segments, a dataset DBN can hold) before the Parquet file.
+    let dbn_plan = match to_dbn {
+        Some(_) => Some(dbn::plan(dir, name, &dataset)?),
+        None => None,
+    };
     if let Some(out) = to_parquet {
         let groups =
             parquet::RowGroups { rows: row_group_rows as usize, span_ns: row_group_s.saturating_mul(1_000_000_000) };
@@ -724,8 +730,8 @@ fn export(
             done.prices_out_of_range
         );
     }
-    if let Some(out) = to_dbn {
-        let (done, t) = dbn::export(dir, name, out, &dataset)?;
+    if let (Some(out), Some(plan)) = (to_dbn, dbn_plan) {
+        let (done, t) = dbn::export(dir, name, out, plan)?;
         torn(t);
         println!(
             "export dbn={} records={} left_out={} gaps_not_in_dbn={}",
@@ -811,8 +817,27 @@ mod tests {
         assert!(!pq.exists(), "the Parquet file was not written");
         assert_eq!(std::fs::read(&dbn).unwrap(), b"someone's file");
         std::fs::remove_file(&dbn).unwrap();
+        // A dataset DBN cannot hold is refused before the Parquet file too (it was written, then the DBN refused).
+        let e = super::export(&dir, None, Some(&pq), 1 << 20, 3600, Some(&dbn), "GLBX.MDP3.TOO.LONG").unwrap_err();
+        assert!(e.starts_with("--dbn: dataset \"GLBX.MDP3.TOO.LONG\": ") && e.contains("15 characters"), "{e}");
+        assert!(!pq.exists() && !dbn.exists());
         assert_eq!(super::export(&dir, None, Some(&pq), 1 << 20, 3600, Some(&dbn), "GLBX.MDP3"), Ok(0));
         assert!(pq.exists() && dbn.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A price-level capture with `--parquet` and `--dbn`: the DBN refusal (order-level only) comes before the
+    /// Parquet file is written, so the same command with `--parquet` alone then works.
+    #[test]
+    fn a_price_level_capture_with_both_targets_writes_neither() {
+        let (dir, mut w) = crate::test_support::writer("both-mbp", "l", "mbp", vec![InstrumentDef::new(7, "ESH4")]);
+        w.record(&BookUpdate { seq: 1, instrument_id: 7, level: 1, ..BookUpdate::control(Kind::LevelNew) }, 1).unwrap();
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let (pq, dbn) = (dir.join("l.parquet"), dir.join("l.dbn"));
+        let e = super::export(&dir, None, Some(&pq), 1 << 20, 3600, Some(&dbn), "GLBX.MDP3").unwrap_err();
+        assert!(e.contains("DBN MBO holds order-level records only"), "{e}");
+        assert!(!pq.exists() && !dbn.exists());
+        assert_eq!(super::export(&dir, None, Some(&pq), 1 << 20, 3600, None, ""), Ok(0));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -191,6 +191,22 @@ pub enum CaptureError {
     },
 }
 
+/// Opens a capture file for reading, refusing what is not a regular file (a FIFO named like a segment would
+/// block `open` for ever; a folder fails later with a less clear error): opened `O_NONBLOCK`, then checked.
+fn open_regular(path: &Path) -> Result<File, CaptureError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let io = |what, source| CaptureError::Io { path: path.to_owned(), what, source };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|e| io("open", e))?;
+    if !file.metadata().map_err(|e| io("stat", e))?.is_file() {
+        return Err(io("open", std::io::Error::other("not a regular file")));
+    }
+    Ok(file)
+}
+
 fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
@@ -406,8 +422,7 @@ enum Next {
 
 impl SegmentReader {
     fn open(path: &Path) -> Result<(SegmentReader, SegmentMeta), CaptureError> {
-        let file =
-            File::open(path).map_err(|source| CaptureError::Io { path: path.to_owned(), what: "open", source })?;
+        let file = open_regular(path)?;
         let compressed = path.to_string_lossy().ends_with(COMPRESSED_EXT);
         let mut src = if compressed {
             let d = zstd::stream::read::Decoder::new(file).map_err(|source| CaptureError::Io {
@@ -807,7 +822,7 @@ pub struct Recovery {
 /// another magic or version is damage, not this (`None`: [`scan_segment`] names it).
 fn header_cut_short(path: &Path) -> Result<Option<u64>, CaptureError> {
     let io = |what, source| CaptureError::Io { path: path.to_owned(), what, source };
-    let mut f = File::open(path).map_err(|e| io("open", e))?;
+    let mut f = open_regular(path)?;
     let len = f.metadata().map_err(|e| io("stat", e))?.len();
     let mut h = [0u8; SEGMENT_HEADER_BYTES];
     let got = read_full(&mut f, &mut h).map_err(|e| io("read", e))?;

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 use dbn::encode::dbn::{MetadataEncoder, RecordEncoder};
 use dbn::encode::EncodeRecord;
-use dbn::{FlagSet, MappingInterval, MboMsg, Metadata, RecordHeader, SType, Schema, SymbolMapping};
+pub use dbn::Metadata;
+use dbn::{FlagSet, MappingInterval, MboMsg, RecordHeader, SType, Schema, SymbolMapping};
 use mdfan_wire::{BookUpdate, InstrumentDef, Kind};
 
 const NS_PER_DAY: u64 = 86_400_000_000_000;
@@ -71,6 +72,15 @@ pub fn to_mbo(r: &BookUpdate) -> Option<MboMsg> {
         ts_in_delta: 0,
         sequence: r.venue_seq() as u32,
     })
+}
+
+/// Whether `metadata` encodes as DBN (a dataset of at most 15 ASCII characters, symbols DBN can hold): the
+/// encoder's own error, before any file is written.
+///
+/// # Errors
+/// The DBN encoder's message.
+pub fn check_metadata(metadata: &Metadata) -> Result<(), String> {
+    MetadataEncoder::new(&mut Vec::<u8>::new()).encode(metadata).map_err(|e| e.to_string())
 }
 
 /// The DBN metadata of an export (module docs): `dataset` as given, `start_ns` and `end_ns` (exclusive) the
