@@ -661,13 +661,18 @@ fn record(
     })
 }
 
-/// The feed a capture's first segment names (its header).
-fn captured_feed(dir: &std::path::Path, name: Option<&str>) -> Result<mdfan_wire::FeedIdentity, String> {
+/// The first segment's header (`None`: the capture has no segment).
+fn first_segment(dir: &std::path::Path, name: Option<&str>) -> Result<Option<SegmentMeta>, String> {
     let mut r = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
     match r.next().map_err(|e| e.to_string())? {
-        Some(Item::Segment(m)) => Ok(m.feed),
-        _ => Ok(mdfan_wire::FeedIdentity::default()),
+        Some(Item::Segment(m)) => Ok(Some(*m)),
+        _ => Ok(None),
     }
+}
+
+/// The feed a capture's first segment names (its header).
+fn captured_feed(dir: &std::path::Path, name: Option<&str>) -> Result<mdfan_wire::FeedIdentity, String> {
+    Ok(first_segment(dir, name)?.map(|m| m.feed).unwrap_or_default())
 }
 
 fn export(
@@ -703,6 +708,14 @@ fn export(
         }
         (_, d) => d.to_owned(),
     };
+    // A capture whose first segments were deleted exports what is left, row for row, and says it is not all.
+    if let Some(m) = first_segment(dir, name)?.filter(|m| m.first_record > 0) {
+        eprintln!(
+            "mdfan-capture: capture {}: its first segment is {}: the {} records before it are gone (the export \
+             begins there; books rebuilt from it lack their start)",
+            m.name, m.segment, m.first_record
+        );
+    }
     // The DBN file's own conditions (order-level segments, a dataset DBN can hold) before the Parquet file.
     let dbn_plan = match to_dbn {
         Some(_) => Some(dbn::plan(dir, name, &dataset)?),

@@ -200,6 +200,23 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
             detail: "no segment to replay".into(),
         }));
     };
+    if meta.first_record > 0 {
+        // Its first segments were deleted (retention): the books their records built are not in what is left,
+        // and a replay would build every book without its start (orders it never saw added, levels missing),
+        // silently wrong. Refused, naming what is gone.
+        return Err(PublisherError::Capture(mdfan_feed::capture::CaptureError::Format {
+            path: f.path.clone(),
+            offset: 0,
+            detail: format!(
+                "capture {}: its first segment is {} (the {} records before it, in segments 1 to {}, are gone): a \
+                 replay would build every book without its start; replay a capture that still has its first segment",
+                meta.name,
+                meta.segment,
+                meta.first_record,
+                meta.segment.saturating_sub(1)
+            ),
+        }));
+    }
     let book = if meta.book == "mbp" { BookKind::Mbp } else { BookKind::Mbo };
     let mut symbology = Symbology::new();
     for d in &meta.symbology {
