@@ -815,6 +815,8 @@ pub struct Recovery {
     /// A last segment removed because it ends inside its own header (a writer that died between creating it and
     /// writing its header: it holds no record), and its bytes. The next segment takes its number.
     pub removed: Option<(PathBuf, u64)>,
+    /// The last segment's path and header, if there is one: what a new writer's session must match.
+    pub last_meta: Option<(PathBuf, SegmentMeta)>,
 }
 
 /// Whether plain segment `path` ends inside its own header (a writer that died between creating the file and
@@ -887,6 +889,7 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
         let (meta, scan) = scan_segment(path)?;
         if *n == last {
             out.records = meta.first_record + scan.records;
+            out.last_meta = Some((path.clone(), meta.clone()));
         }
         if closed {
             continue;
@@ -1218,6 +1221,24 @@ impl Writer {
         now_ns: u64,
     ) -> Result<(Writer, Recovery), CaptureError> {
         let recovery = recover(&cfg.dir, &cfg.name)?;
+        if let Some((path, prev)) = &recovery.last_meta {
+            // One capture, one feed: a session of another feed or book appended would be replayed under the
+            // first segment's identity (the channel may differ: a file feed's is its file's name).
+            let same = |a: &SegmentMeta, b: &SegmentMeta| {
+                a.book == b.book && a.feed.format == b.feed.format && a.feed.venue == b.feed.venue
+            };
+            if !same(prev, &meta) {
+                return Err(CaptureError::Format {
+                    path: path.clone(),
+                    offset: 0,
+                    detail: format!(
+                        "capture {} here is of {} (book {}); this session is of {} (book {}): a capture holds one \
+                         feed: record it under another --name or in another folder",
+                        cfg.name, prev.feed, prev.book, meta.feed, meta.book
+                    ),
+                });
+            }
+        }
         let (last, records) = (recovery.last, recovery.records);
         meta.name = cfg.name.clone();
         meta.fsync = cfg.fsync.as_string();

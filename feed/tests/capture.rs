@@ -464,3 +464,31 @@ fn a_capture_says_when_its_first_segments_are_gone_and_refuses_one_lost_from_its
     assert!(e.contains(&format!("esh4-{n:06}.mdidx")) && e.contains("it is missing"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// One capture, one feed: a writer whose session is of another feed (format, venue) or book than the segments
+/// already there is refused before it writes, naming both (a LOBSTER session appended to an ESH4 capture was
+/// replayed under the ESH4 identity). The same feed from another file (another channel) goes on.
+#[test]
+fn a_session_of_another_feed_or_book_is_not_appended_to_a_capture() {
+    let d = dir("other-feed");
+    let (w, _) = Writer::open(WriterConfig { compress: false, ..config(&d, u64::MAX) }, meta(), 1).unwrap();
+    let _ = w.stop(StopReason::EndOfStream, 2).unwrap();
+    let lobster =
+        SegmentMeta { book: "mbp".into(), feed: mdfan_wire::FeedIdentity::new("lobster", "", "AMZN"), ..meta() };
+    let mbp = SegmentMeta { book: "mbp".into(), ..meta() };
+    for (tag, other) in [("lobster", lobster), ("mbp", mbp)] {
+        let e = Writer::open(config(&d, u64::MAX), other, 3).err().expect("refused").to_string();
+        assert!(
+            e.contains("esh4-000001.mdcap: offset 0: capture esh4 here is of format=dbn venue=GLBX.MDP3 ")
+                && e.contains("(book mbo); this session is of ")
+                && e.contains("a capture holds one feed"),
+            "{tag}: {e}"
+        );
+        assert!(!d.join("esh4-000002.mdcap").exists(), "{tag}: nothing written");
+    }
+    let next_file = SegmentMeta { feed: mdfan_wire::FeedIdentity::new("dbn", "GLBX.MDP3", "esh4-2.dbn.zst"), ..meta() };
+    let (w, _) = Writer::open(config(&d, u64::MAX), next_file, 4).unwrap();
+    assert!(w.path().ends_with("esh4-000002.mdcap"));
+    let _ = w.stop(StopReason::EndOfStream, 5).unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
