@@ -605,6 +605,9 @@ pub struct Reader {
     torn: Option<String>,
     /// The current segment's `first_record` plus the records read of it: where the next segment must begin.
     next_first_record: Option<u64>,
+    /// Blocks read of the current segment, and whether one was its stop block.
+    seg_blocks: u64,
+    seg_stopped: bool,
 }
 
 impl Reader {
@@ -627,6 +630,8 @@ impl Reader {
             queued: std::collections::VecDeque::new(),
             torn: None,
             next_first_record: None,
+            seg_blocks: 0,
+            seg_stopped: false,
         })
     }
 
@@ -679,6 +684,7 @@ impl Reader {
                     )));
                 }
                 self.next_first_record = Some(meta.first_record);
+                (self.seg_blocks, self.seg_stopped) = (0, false);
                 self.done = n;
                 self.cur = Some((n, r));
                 self.queued.push_back(Item::Segment(Box::new(meta)));
@@ -696,9 +702,16 @@ impl Reader {
             let (path, offset) = (r.path.display().to_string(), r.offset);
             match r.next()? {
                 Next::Block(h) => match h.kind {
-                    BlockKind::Records => self.pending = (0, h.count as usize),
-                    BlockKind::Gap => return Ok(Some(Item::Gap { expected: h.first, got: h.last })),
+                    BlockKind::Records => {
+                        self.seg_blocks += 1;
+                        self.pending = (0, h.count as usize);
+                    }
+                    BlockKind::Gap => {
+                        self.seg_blocks += 1;
+                        return Ok(Some(Item::Gap { expected: h.first, got: h.last }));
+                    }
                     BlockKind::Stop => {
+                        (self.seg_blocks, self.seg_stopped) = (self.seg_blocks + 1, true);
                         let reason = StopReason::from_u64(h.first);
                         return Ok(Some(Item::Stop { reason, at_ns: h.first_ts_recv_ns }));
                     }
@@ -714,6 +727,9 @@ impl Reader {
                         return Ok(None);
                     }
                     self.cur = None;
+                    if !self.follow {
+                        self.check_closed_end(Path::new(&path), offset, matches!(step, Next::Torn(_)), newer)?;
+                    }
                     if let Next::Torn(detail) = step {
                         if newer {
                             // A writer closes a segment whole before it opens the next: this one was cut since.
@@ -729,6 +745,45 @@ impl Reader {
                 }
             }
         }
+    }
+
+    /// At the end of segment `path` (read up to `offset`; `torn`: it ends inside a block; `newer`: a later
+    /// segment exists), when the segment is closed (compressed, or its index written: the writer finished it):
+    /// it holds every block its index lists, it does not end inside a block, and, being the capture's last, it
+    /// ends with a stop block (a writer that rotated opened a next segment, which is gone). A closed segment is
+    /// never cut by a writer: any of these is damage or a lost file, named.
+    fn check_closed_end(&self, path: &Path, offset: u64, torn: bool, newer: bool) -> Result<(), CaptureError> {
+        let index = index_path(path);
+        let compressed = path.to_string_lossy().ends_with(COMPRESSED_EXT);
+        if !compressed && !index.exists() {
+            return Ok(()); // open, or left by a killed writer: its end is the writer's
+        }
+        let bad = |detail: String| Err(CaptureError::Format { path: path.to_owned(), offset, detail });
+        if torn {
+            if newer {
+                return Ok(()); // the caller says it: "a later segment follows"
+            }
+            return bad("a closed segment ends inside a block: it was cut or damaged".into());
+        }
+        if let Ok(m) = std::fs::metadata(&index) {
+            let listed = m.len() / INDEX_ENTRY_BYTES as u64;
+            if listed != self.seg_blocks {
+                return bad(format!(
+                    "it holds {} blocks and its index ({}) lists {listed}: the segment was cut, or the index damaged",
+                    self.seg_blocks,
+                    index.display()
+                ));
+            }
+        }
+        let orphan_index = self.dir.join(format!("{}-{:06}.{INDEX_EXT}", self.name, self.done + 1)).exists();
+        if !newer && !self.seg_stopped && !orphan_index {
+            // (an index of the next segment left behind: the caller names that segment as missing)
+            return bad(format!(
+                "the capture's last segment ({}) is closed but has no stop block: the segment after it is missing",
+                self.done
+            ));
+        }
+        Ok(())
     }
 
     /// Whether a segment after the current one exists (the writer moved on: the current one is complete).

@@ -492,3 +492,40 @@ fn a_session_of_another_feed_or_book_is_not_appended_to_a_capture() {
     let _ = w.stop(StopReason::EndOfStream, 5).unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A closed segment (its index written) is never cut by a writer, so its end is checked: one cut at a block
+/// boundary (the index lists more blocks), cut inside a block, or a capture whose last closed segment has no
+/// stop block (the segment after it lost with its index) is an error naming the segment, never a shorter
+/// capture read as whole with `stop=none`.
+#[test]
+fn a_closed_segment_cut_short_or_a_last_segment_lost_with_its_index_is_an_error() {
+    // The last of five segments cut at a block boundary: its first block's end.
+    let d = five_plain_segments("closed-cut-boundary");
+    let seg5 = d.join("esh4-000005.mdcap");
+    let first_block_end = {
+        let (_, scan) = mdfan_feed::capture::scan_segment(&seg5).unwrap();
+        assert!(scan.blocks > 2, "{scan:?}");
+        let entry = std::fs::read(d.join("esh4-000005.mdidx")).unwrap();
+        u64::from_le_bytes(entry[32..40].try_into().unwrap()) // block 2's offset
+    };
+    std::fs::OpenOptions::new().write(true).open(&seg5).unwrap().set_len(first_block_end).unwrap();
+    let e = read_error(&d);
+    assert!(
+        e.contains("esh4-000005.mdcap") && e.contains("it holds 1 blocks and its index") && e.contains("lists"),
+        "{e}"
+    );
+    // ... and inside a block.
+    std::fs::OpenOptions::new().write(true).open(&seg5).unwrap().set_len(first_block_end - 10).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000005.mdcap") && e.contains("a closed segment ends inside a block"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+    // The last segment lost with its index.
+    let d = five_plain_segments("closed-last-lost");
+    std::fs::remove_file(d.join("esh4-000005.mdcap")).unwrap();
+    std::fs::remove_file(d.join("esh4-000005.mdidx")).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000004.mdcap") && e.contains("last segment (4) is closed but has no stop block"), "{e}");
+    let e = report(&d, None).unwrap_err().to_string();
+    assert!(e.contains("no stop block"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
