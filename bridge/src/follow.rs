@@ -89,6 +89,7 @@ impl Follower {
         match meta.kind {
             MessageKind::Snapshot => {
                 let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
+                consistent(meta, &rs).inspect_err(|_| self.stale = true)?;
                 self.books = Books::new();
                 self.mbp = MbpBooks::with_capacity(1);
                 self.stale = false;
@@ -114,6 +115,7 @@ impl Follower {
                     return Ok(());
                 }
                 let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
+                consistent(meta, &rs).inspect_err(|_| self.stale = true)?;
                 self.apply_records(&rs);
                 self.stats.updates += 1;
                 self.stats.max_update_records = self.stats.max_update_records.max(rs.len() as u64);
@@ -200,6 +202,38 @@ impl Follower {
     }
 }
 
+/// Whether `rs` is what `meta`'s headers say it is: every record of `Mdfan-Instrument-Id`, and an update's
+/// first and last records at the seqs of `Mdfan-Seq` (a message cut short or put together by hand is not
+/// applied: the book goes stale until the next snapshot).
+fn consistent(meta: &Meta, rs: &[BookUpdate]) -> Result<(), String> {
+    if let Some(id) = meta.instrument_id {
+        if let Some(r) = rs.iter().find(|r| r.instrument_id != id) {
+            return Err(format!(
+                "{} {}: a record of instrument {} in a message of instrument {id} ({})",
+                meta.kind.as_str(),
+                meta.inst_seq,
+                r.instrument_id,
+                crate::message::INSTRUMENT_ID
+            ));
+        }
+    }
+    if let (MessageKind::Update, Some((first, last))) = (meta.kind, meta.seq) {
+        let got = (rs.first().map(|r| r.seq), rs.last().map(|r| r.seq));
+        if got != (Some(first), Some(last)) {
+            return Err(format!(
+                "update {}: {} says seqs {first}-{last}, the records are {}: not applied",
+                meta.inst_seq,
+                crate::message::SEQ,
+                match got {
+                    (Some(a), Some(b)) => format!("{a}-{b}"),
+                    _ => "none".into(),
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +262,32 @@ mod tests {
     }
 
     fn meta(kind: MessageKind, inst_seq: u64) -> Meta {
-        Meta { kind, run: "r1".into(), inst_seq, zstd: kind == MessageKind::Snapshot }
+        Meta { kind, run: "r1".into(), inst_seq, zstd: kind == MessageKind::Snapshot, instrument_id: None, seq: None }
+    }
+
+    /// A message whose records are not what its headers say (a snapshot of instrument 7 holding another's
+    /// records; an update cut short, its `Mdfan-Seq` naming more than it holds) is refused, naming both, and
+    /// the book goes stale (it was applied and the book reported good); the next snapshot makes it good again.
+    #[test]
+    fn a_message_whose_records_are_not_what_its_headers_say_is_refused_and_the_book_goes_stale() {
+        let mut f = Follower::new();
+        let of = |kind, inst_seq, seq| Meta { instrument_id: Some(ID), seq, ..meta(kind, inst_seq) };
+        let clear = BookUpdate { instrument_id: ID, ..BookUpdate::control(Kind::Clear) };
+        let forged = [BookUpdate { instrument_id: 999, ..clear }, BookUpdate { instrument_id: 999, ..add(1, 100, 5) }];
+        let e = f.apply(&of(MessageKind::Snapshot, 1, None), &compress(&forged)).unwrap_err();
+        assert_eq!(e, "snapshot 1: a record of instrument 999 in a message of instrument 7 (Mdfan-Instrument-Id)");
+        assert!(f.stale());
+        f.apply(&of(MessageKind::Snapshot, 1, None), &compress(&[clear, add(1, 100, 5)])).unwrap();
+        assert!(!f.stale());
+        let (a, b) = (BookUpdate { seq: 10, ..add(2, 101, 1) }, BookUpdate { seq: 11, ..add(3, 102, 1) });
+        let e = f.apply(&of(MessageKind::Update, 2, Some((10, 12))), &payload(&[a, b])).unwrap_err();
+        assert_eq!(e, "update 2: Mdfan-Seq says seqs 10-12, the records are 10-11: not applied");
+        assert!(f.stale());
+        assert_eq!(f.summary(ID), "orders=1 levels_bid=1 levels_ask=0 bbo=100.00x5/-", "nothing of it applied");
+        f.apply(&of(MessageKind::Snapshot, 2, None), &compress(&[clear, add(1, 100, 5)])).unwrap();
+        f.apply(&of(MessageKind::Update, 3, Some((10, 11))), &payload(&[a, b])).unwrap();
+        assert!(!f.stale());
+        assert_eq!(f.summary(ID), "orders=3 levels_bid=3 levels_ask=0 bbo=102.00x1/-");
     }
 
     /// From update 1; a duplicate is left out; a hole makes the book stale and later updates are left out

@@ -81,6 +81,10 @@ pub struct Meta {
     pub inst_seq: u64,
     /// `Mdfan-Encoding` is `zstd`.
     pub zstd: bool,
+    /// `Mdfan-Instrument-Id`, when present: every record of the message must be of it.
+    pub instrument_id: Option<u32>,
+    /// `Mdfan-Seq` (`first-last`), when present: an update's first and last records' seqs.
+    pub seq: Option<(u64, u64)>,
 }
 
 impl Meta {
@@ -101,7 +105,19 @@ impl Meta {
             Some(other) => return Err(format!("{ENCODING}: {other:?}: only zstd is known")),
         };
         let run = get(RUN).unwrap_or_default().to_owned();
-        Ok(Meta { kind, run, inst_seq, zstd })
+        let instrument_id = match get(INSTRUMENT_ID) {
+            None => None,
+            Some(v) => Some(v.parse().map_err(|_| format!("{INSTRUMENT_ID}: {v:?} is not an instrument id"))?),
+        };
+        let seq = match get(SEQ) {
+            None => None,
+            Some(v) => Some(
+                v.split_once('-')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                    .ok_or_else(|| format!("{SEQ}: {v:?} is not FIRST-LAST"))?,
+            ),
+        };
+        Ok(Meta { kind, run, inst_seq, zstd, instrument_id, seq })
     }
 }
 
@@ -182,7 +198,14 @@ mod tests {
         };
         assert_eq!(
             Meta::read(h).unwrap(),
-            Meta { kind: MessageKind::Update, run: String::new(), inst_seq: 7, zstd: false }
+            Meta {
+                kind: MessageKind::Update,
+                run: String::new(),
+                inst_seq: 7,
+                zstd: false,
+                instrument_id: None,
+                seq: None
+            }
         );
         // A zstd frame that would expand past the limit is refused, not allocated.
         let bomb = zstd::stream::encode_all(&vec![0u8; MAX_SNAPSHOT_BYTES + 64][..], 19).unwrap();
