@@ -1021,14 +1021,21 @@ pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
         move |source| CaptureError::Io { path: p, what, source }
     };
     let mut src = File::open(path).map_err(io(path, "open"))?;
-    let out = File::create(&tmp).map_err(io(&tmp, "create"))?;
-    let mut enc = zstd::stream::write::Encoder::new(out, 3).map_err(io(&tmp, "zstd"))?;
-    // A frame checksum: damage to the compressed file is found by zstd too, not only by the block CRCs.
-    enc.include_checksum(true).map_err(io(&tmp, "zstd"))?;
-    std::io::copy(&mut src, &mut enc).map_err(io(&tmp, "compress"))?;
-    let out = enc.finish().map_err(io(&tmp, "zstd finish"))?;
-    out.sync_all().map_err(io(&tmp, "fsync"))?;
-    std::fs::rename(&tmp, &zst).map_err(io(&zst, "rename"))?;
+    let compressed = (|| {
+        let out = File::create(&tmp).map_err(io(&tmp, "create"))?;
+        let mut enc = zstd::stream::write::Encoder::new(out, 3).map_err(io(&tmp, "zstd"))?;
+        // A frame checksum: damage to the compressed file is found by zstd too, not only by the block CRCs.
+        enc.include_checksum(true).map_err(io(&tmp, "zstd"))?;
+        std::io::copy(&mut src, &mut enc).map_err(io(&tmp, "compress"))?;
+        let out = enc.finish().map_err(io(&tmp, "zstd finish"))?;
+        out.sync_all().map_err(io(&tmp, "fsync"))?;
+        std::fs::rename(&tmp, &zst).map_err(io(&zst, "rename"))
+    })();
+    if compressed.is_err() {
+        // a full disk: the plain segment (whole, indexed) stays; no partial file is left beside it
+        let _ = std::fs::remove_file(&tmp);
+    }
+    compressed?;
     std::fs::remove_file(path).map_err(io(path, "remove"))?;
     Ok(())
 }
@@ -1704,6 +1711,9 @@ pub struct Report {
     pub restarts: Vec<Restart>,
     /// How it stopped (its last stop block), if it did.
     pub stop: Option<StopReason>,
+    /// Whether it has a stop block at all (`stop` is `None` too for a reason number this build does not know:
+    /// `stop=unknown`, not `stop=none`).
+    pub stopped: bool,
     /// Where it ended on a block that was not whole.
     pub torn: Option<String>,
     /// The fsync policies its segments were written with (`SegmentMeta::fsync`), each once, in order.
@@ -1734,7 +1744,7 @@ impl Report {
             self.last_ts_recv_ns,
             self.first_ts_event_ns,
             self.last_ts_event_ns,
-            self.stop.map_or("none", StopReason::as_str),
+            self.stop.map_or(if self.stopped { "unknown" } else { "none" }, StopReason::as_str),
             if self.fsync.is_empty() { "none".to_owned() } else { self.fsync.join(",") },
             self.feed,
             match self.first_segment {
@@ -1807,7 +1817,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
                 rep.gaps += 1;
                 rep.missed += got.saturating_sub(expected);
             }
-            Item::Stop { reason, .. } => rep.stop = reason,
+            Item::Stop { reason, .. } => (rep.stop, rep.stopped) = (reason, true),
         }
     }
     rep.torn = r.torn().map(str::to_owned);

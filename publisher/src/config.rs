@@ -725,7 +725,7 @@ pub enum Pace {
     Max,
     /// At the capture's own pace (ts_recv deltas).
     Realtime,
-    /// The capture's pace sped up by this factor (> 0).
+    /// The capture's pace sped up by this factor ([`MIN_PACE`] to [`MAX_PACE`]).
     Factor(f64),
 }
 
@@ -735,7 +735,7 @@ impl<'de> Deserialize<'de> for Pace {
         impl Visitor<'_> for PaceVisitor {
             type Value = Pace;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("\"max\", \"realtime\" or a speed-up factor > 0")
+                f.write_str("\"max\", \"realtime\" or a speed-up factor from 0.001 to 1e9")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Pace, E> {
                 match v {

@@ -240,6 +240,20 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
     // empty): every book replayed so far is cleared, as the captured subscriber's were.
     let (mut last_seq, mut known) = (0u64, std::collections::BTreeSet::new());
     let mbp_flag = if book == BookKind::Mbp { mdfan_wire::record::flags::MBP } else { 0 };
+    let bounded = f.from_ts_recv_ns.is_some()
+        || f.to_ts_recv_ns.is_some()
+        || f.from_venue_pos.is_some()
+        || f.to_venue_pos.is_some();
+    // The end of the replay: bounds that held no record (past the end, before the start, a `from_` of one kind
+    // past a `to_` of the other) are said, not only counted (`replayed=0`).
+    let ended = move |c: &CaptureCounters| {
+        if bounded && c.replayed.load(Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                read = c.read.load(Ordering::Relaxed),
+                "the replay's bounds (from_/to_ keys of [feed]) hold no record of the capture: nothing replayed"
+            );
+        }
+    };
     let source = Records::new(move || loop {
         if let Some(r) = pending.pop_front() {
             return Ok(Some(r));
@@ -250,6 +264,7 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                 if let Some(t) = reader.torn() {
                     tracing::warn!(torn = t, "the capture ends on a block that is not whole: replayed up to it");
                 }
+                ended(&c);
                 return Ok(None);
             }
             Some(Item::Record(r)) => {
@@ -288,6 +303,7 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                 }
                 if bounds.past(&r) {
                     c.left_out.fetch_add(1, Ordering::Relaxed);
+                    ended(&c);
                     return Ok(None);
                 }
                 if mdfan_feed::capture::is_session_record(&r) {
