@@ -132,6 +132,10 @@ struct Counters {
     /// yet): the span `publishing_ms` reports.
     first_record_us: AtomicU64,
     last_ack_us: AtomicU64,
+    /// The second (since [`EPOCH`], plus 1) of the last failure line, and the failures not said since: a server
+    /// refusing everything (a full stream) gets one line a second, not one per message.
+    failure_line_s: AtomicU64,
+    failures_unsaid: AtomicU64,
 }
 
 /// The process's clock origin for [`Counters`]' times.
@@ -143,6 +147,23 @@ fn since_epoch_us() -> u64 {
 }
 
 impl Counters {
+    /// Prints `line` (a publish that failed) unless a failure line was printed this second already: then it is
+    /// counted, and the next line printed says how many were not.
+    fn say_failure(&self, line: impl FnOnce() -> String) {
+        let now_s = since_epoch_us() / 1_000_000 + 1;
+        let last = self.failure_line_s.load(Ordering::Relaxed);
+        if last == now_s
+            || self.failure_line_s.compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            self.failures_unsaid.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match self.failures_unsaid.swap(0, Ordering::Relaxed) {
+            0 => eprintln!("mdfan-bridge: {}", line()),
+            n => eprintln!("mdfan-bridge: {} ({n} more failures since the last such line)", line()),
+        }
+    }
+
     fn line(&self, stream: &str) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
@@ -878,7 +899,7 @@ impl NatsSide {
                             if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound {
                                 counters.stream_missing.store(true, Ordering::Relaxed);
                             }
-                            eprintln!("mdfan-bridge: {subject}: not acknowledged: {e}");
+                            counters.say_failure(|| format!("{subject}: not acknowledged: {e}"));
                             if let Some(id) = resync_id {
                                 let _ = resync.send(id);
                             }
@@ -893,7 +914,7 @@ impl NatsSide {
                     self.counters.too_large.fetch_add(1, Ordering::Relaxed);
                     eprintln!("mdfan-bridge: {subject}: {bytes} bytes is more than the server's max_payload: {e}");
                 } else {
-                    eprintln!("mdfan-bridge: {subject}: not sent: {e}");
+                    self.counters.say_failure(|| format!("{subject}: not sent: {e}"));
                     if let Some(id) = resync_id {
                         let _ = resync.send(id);
                     }
