@@ -56,7 +56,13 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
         assert_eq!(sub.symbol(SECURITY), Some("6CZ6"));
         assert_eq!(sub.format_price(SECURITY, 75_805 * 100_000_000), "0.75805");
     }
-    std::thread::spawn(move || {
+    // Ready once the ring has had its first completion (a heartbeat, or the snapshot a late joiner gets): the
+    // hot loop serves the session. A live feed starts at once, and `connect` returns at the Accept, before the
+    // hot loop takes the session up: a sender started then could be ahead of it (on a loaded host the session
+    // began 142 records in, from a snapshot, and the level-record count fell short).
+    let (ready, is_ready) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        let mut ready = Some(ready);
         let mut seen = Seen {
             books: MbpBooks::with_capacity(64),
             gaps: 0,
@@ -87,6 +93,8 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
             });
             if n == 0 {
                 std::thread::yield_now();
+            } else if let Some(r) = ready.take() {
+                let _ = r.send(());
             }
             if let Some(Health::Ended(end)) = sub.maintain_if_due() {
                 seen.end = end.reason();
@@ -94,7 +102,10 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
                 return seen;
             }
         }
-    })
+    });
+    // (a subscriber that ends before any completion drops `ready`: the wait ends, its thread reports)
+    let _ = is_ready.recv_timeout(WATCHDOG);
+    handle
 }
 
 /// The market recovery feed in a run: none, served by feedsim, or one that never answers.
