@@ -68,7 +68,12 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
     let symbols = [SECURITY, SECURITY + OFFSET]
         .map(|id| (id, sub.symbol(id).map(str::to_owned), sub.format_price(id, 75_805 * 100_000_000)))
         .to_vec();
-    std::thread::spawn(move || {
+    // Ready once the ring has had its first completion (a heartbeat): the hot loop serves the session. A live
+    // feed starts at once and `connect` returns at the Accept, before that (live_mdp3.rs's `subscribe`, where a
+    // sender that ran ahead on a loaded host made a session begin from a snapshot).
+    let (ready, is_ready) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        let mut ready = Some(ready);
         let mut seen = Seen {
             books: MbpBooks::with_capacity(128),
             gaps: 0,
@@ -101,6 +106,8 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
             });
             if n == 0 {
                 std::thread::yield_now();
+            } else if let Some(r) = ready.take() {
+                let _ = r.send(());
             }
             if let Some(Health::Ended(end)) = sub.maintain_if_due() {
                 seen.end = end.reason();
@@ -108,7 +115,9 @@ fn subscribe(endpoint: &str, name: &str, symbols: Option<Vec<String>>) -> JoinHa
                 return seen;
             }
         }
-    })
+    });
+    let _ = is_ready.recv_timeout(WATCHDOG);
+    handle
 }
 
 fn assert_reference(who: &str, seen: &Seen, id: u32) {
