@@ -670,11 +670,6 @@ fn first_segment(dir: &std::path::Path, name: Option<&str>) -> Result<Option<Seg
     }
 }
 
-/// The feed a capture's first segment names (its header).
-fn captured_feed(dir: &std::path::Path, name: Option<&str>) -> Result<mdfan_wire::FeedIdentity, String> {
-    Ok(first_segment(dir, name)?.map(|m| m.feed).unwrap_or_default())
-}
-
 fn export(
     dir: &std::path::Path,
     name: Option<&str>,
@@ -698,9 +693,10 @@ fn export(
     for out in to_parquet.into_iter().chain(to_dbn) {
         output::check_new(out)?;
     }
+    let first = first_segment(dir, name)?;
     let dataset = match (to_dbn, dataset) {
         (Some(_), "") => {
-            let feed = captured_feed(dir, name)?;
+            let feed = first.as_ref().map(|m| m.feed.clone()).unwrap_or_default();
             if feed.venue.is_empty() {
                 return Err(format!("--dbn needs --dataset: the capture's feed named no venue's dataset ({feed})"));
             }
@@ -709,7 +705,7 @@ fn export(
         (_, d) => d.to_owned(),
     };
     // A capture whose first segments were deleted exports what is left, row for row, and says it is not all.
-    if let Some(m) = first_segment(dir, name)?.filter(|m| m.first_record > 0) {
+    if let Some(m) = first.filter(|m| m.first_record > 0) {
         eprintln!(
             "mdfan-capture: capture {}: its first segment is {}: the {} records before it are gone (the export \
              begins there; books rebuilt from it lack their start)",

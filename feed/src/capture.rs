@@ -657,7 +657,7 @@ impl Reader {
                 let Some((n, path)) = next else {
                     // A closed segment's index without the segment: the segment was lost (deleted, moved), not
                     // a capture that ends here.
-                    let orphan = self.dir.join(format!("{}-{:06}.{INDEX_EXT}", self.name, self.done + 1));
+                    let orphan = self.next_index();
                     if self.done > 0 && orphan.exists() {
                         return Err(CaptureError::Format {
                             path: orphan,
@@ -775,7 +775,7 @@ impl Reader {
                 ));
             }
         }
-        let orphan_index = self.dir.join(format!("{}-{:06}.{INDEX_EXT}", self.name, self.done + 1)).exists();
+        let orphan_index = self.next_index().exists();
         if !newer && !self.seg_stopped && !orphan_index {
             // (an index of the next segment left behind: the caller names that segment as missing)
             return bad(format!(
@@ -784,6 +784,12 @@ impl Reader {
             ));
         }
         Ok(())
+    }
+
+    /// The index file the segment after the last one taken up would have (there without its segment: that
+    /// segment was lost).
+    fn next_index(&self) -> PathBuf {
+        self.dir.join(format!("{}-{:06}.{INDEX_EXT}", self.name, self.done + 1))
     }
 
     /// Whether a segment after the current one exists (the writer moved on: the current one is complete).
