@@ -18,7 +18,7 @@
 //! |---:|---:|---|
 //! | 0 | 4 | magic `MDCB` |
 //! | 4 | 1 | kind ([`BlockKind`]: 1 records, 2 gap, 3 stop) |
-//! | 5 | 3 | 0 |
+//! | 5 | 3 | the block's number in its segment, from 0, modulo 2^24 (u24 LE; 0 in format 1) |
 //! | 8 | 4 | records in the payload (u32 LE; 0 for a gap or stop) |
 //! | 12 | 4 | payload bytes (u32 LE) |
 //! | 16 | 8 | records: the first record's `seq`; gap: the seq that was due; stop: the reason ([`StopReason`]) |
@@ -32,7 +32,8 @@
 //! A records block's payload is its records, 64 bytes each, as the subscriber received them
 //! (`mdfan_wire::BookUpdate`, little-endian, `seq` the subscriber stream's). A block is whole only when both CRCs
 //! hold: a reader stops at the first block that is not (a writer killed mid-block left it), and the next writer
-//! cuts the segment there before it goes on ([`recover`]). Closed segments are compressed with zstd
+//! cuts the segment there before it goes on ([`recover`]). Blocks are numbered, so that a whole block removed from a
+//! segment, repeated or moved (a spliced file, its CRCs intact) is named, not read as a shorter stream. Closed segments are compressed with zstd
 //! (`NAME-NNNNNN.mdcap.zst`, the same bytes) next to an index of their blocks (`NAME-NNNNNN.mdidx`: per block its
 //! offset in the uncompressed segment, first seq, first `ts_recv_ns` and first venue position, 32 bytes LE each),
 //! from which a reader finds where to start by time or venue position without decoding records.
@@ -46,8 +47,13 @@ use serde::{Deserialize, Serialize};
 
 /// The segment magic.
 pub const MAGIC: &[u8; 8] = b"MDFANCAP";
-/// The format version this module writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this module writes; it reads this one and [`FORMAT_VERSION_UNNUMBERED`].
+pub const FORMAT_VERSION: u16 = 2;
+/// Format 1: the same, but blocks not numbered (bytes 5..8 of a block header are 0), so a block removed from or
+/// repeated in a segment cannot be told; read without that check.
+pub const FORMAT_VERSION_UNNUMBERED: u16 = 1;
+/// Block numbers count modulo this (24 bits).
+const BLOCK_NUMBER_MODULO: u32 = 1 << 24;
 /// The block magic.
 pub const BLOCK_MAGIC: &[u8; 4] = b"MDCB";
 /// Bytes of a block header.
@@ -224,6 +230,8 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 pub struct BlockHeader {
     /// What it holds.
     pub kind: BlockKind,
+    /// Its number in its segment, from 0, modulo 2^24 (format 1: 0).
+    pub number: u32,
     /// Records in it.
     pub count: u32,
     /// Payload bytes.
@@ -248,6 +256,7 @@ impl BlockHeader {
         let mut h = [0u8; BLOCK_HEADER_BYTES];
         h[0..4].copy_from_slice(BLOCK_MAGIC);
         h[4] = self.kind as u8;
+        h[5..8].copy_from_slice(&(self.number % BLOCK_NUMBER_MODULO).to_le_bytes()[..3]);
         h[8..12].copy_from_slice(&self.count.to_le_bytes());
         h[12..16].copy_from_slice(&self.payload_bytes.to_le_bytes());
         h[16..24].copy_from_slice(&self.first.to_le_bytes());
@@ -280,6 +289,7 @@ impl BlockHeader {
         }
         Ok(BlockHeader {
             kind,
+            number: u32::from_le_bytes([h[5], h[6], h[7], 0]),
             count,
             payload_bytes,
             first: le_u64(h, 16),
@@ -318,8 +328,8 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
-/// Reads a segment header from `r`; returns the metadata and the header's bytes.
-fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u64), CaptureError> {
+/// Reads a segment header from `r`; returns the metadata, the header's bytes and the format version.
+fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u64, u16), CaptureError> {
     let bad = |offset: u64, detail: String| CaptureError::Format { path: path.to_owned(), offset, detail };
     let io = |source| CaptureError::Io { path: path.to_owned(), what: "read", source };
     let mut h = [0u8; SEGMENT_HEADER_BYTES];
@@ -330,8 +340,11 @@ fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u
         return Err(bad(0, format!("magic {:02x?}, not \"MDFANCAP\": not an mdfan capture", &h[0..8])));
     }
     let version = u16::from_le_bytes([h[8], h[9]]);
-    if version != FORMAT_VERSION {
-        return Err(bad(8, format!("format version {version}, this build reads {FORMAT_VERSION}")));
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_UNNUMBERED {
+        return Err(bad(
+            8,
+            format!("format version {version}, this build reads {FORMAT_VERSION_UNNUMBERED} and {FORMAT_VERSION}"),
+        ));
     }
     let n = le_u32(&h, 10) as usize;
     if n > MAX_META_BYTES {
@@ -346,7 +359,7 @@ fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u
     }
     let meta: SegmentMeta =
         serde_json::from_slice(&json).map_err(|e| bad(SEGMENT_HEADER_BYTES as u64, format!("metadata: {e}")))?;
-    Ok((meta, (SEGMENT_HEADER_BYTES + n) as u64))
+    Ok((meta, (SEGMENT_HEADER_BYTES + n) as u64, version))
 }
 
 /// One item of a capture, in order.
@@ -407,6 +420,8 @@ struct SegmentReader {
     offset: u64,
     header: [u8; BLOCK_HEADER_BYTES],
     payload: Vec<u8>,
+    /// The number the next block must carry (`None`: format 1, blocks not numbered).
+    next_number: Option<u32>,
 }
 
 /// What the next block read gave.
@@ -434,13 +449,14 @@ impl SegmentReader {
         } else {
             Source::Plain(BufReader::with_capacity(1 << 20, file))
         };
-        let (meta, offset) = read_segment_header(&mut src, path)?;
+        let (meta, offset, version) = read_segment_header(&mut src, path)?;
         let r = SegmentReader {
             path: path.to_owned(),
             src,
             offset,
             header: [0; BLOCK_HEADER_BYTES],
             payload: Vec::with_capacity(MAX_BLOCK_RECORDS * 64),
+            next_number: (version != FORMAT_VERSION_UNNUMBERED).then_some(0),
         };
         Ok((r, meta))
     }
@@ -482,6 +498,21 @@ impl SegmentReader {
         }
         if crc(&self.payload) != h.payload_crc {
             return Ok(Next::Corrupt("block payload CRC does not match".into()));
+        }
+        if let Some(want) = self.next_number {
+            if h.number != want {
+                // Whole, but not the block due: one was removed before it, or it is repeated or moved.
+                let how = if h.number < want && want - h.number <= BLOCK_NUMBER_MODULO / 2 {
+                    "a block repeated or moved"
+                } else {
+                    "blocks missing before it, or a block moved"
+                };
+                return Ok(Next::Corrupt(format!(
+                    "block number {} where {want} was due (modulo 2^24): {how}",
+                    h.number
+                )));
+            }
+            self.next_number = Some((want + 1) % BLOCK_NUMBER_MODULO);
         }
         self.offset += (BLOCK_HEADER_BYTES + self.payload.len()) as u64;
         Ok(Next::Block(h))
@@ -909,7 +940,9 @@ fn header_cut_short(path: &Path) -> Result<Option<u64>, CaptureError> {
         return Ok(Some(len));
     }
     let meta_bytes = le_u32(h, 10) as u64;
-    let whole = u16::from_le_bytes([h[8], h[9]]) == FORMAT_VERSION && meta_bytes <= MAX_META_BYTES as u64;
+    let version = u16::from_le_bytes([h[8], h[9]]);
+    let whole =
+        (version == FORMAT_VERSION || version == FORMAT_VERSION_UNNUMBERED) && meta_bytes <= MAX_META_BYTES as u64;
     Ok((whole && len < SEGMENT_HEADER_BYTES as u64 + meta_bytes).then_some(len))
 }
 
@@ -1123,6 +1156,8 @@ pub struct Writer {
     path: PathBuf,
     /// Bytes in the current segment.
     seg_bytes: u64,
+    /// Blocks written whole to the current segment (the next block's number, modulo 2^24).
+    seg_blocks: u32,
     /// Where the space allocated to the current segment ends ([`Writer::reserve`]); `None` on a filesystem
     /// without `fallocate`.
     reserved_to: Option<u64>,
@@ -1321,6 +1356,7 @@ impl Writer {
             file,
             path,
             seg_bytes: 0,
+            seg_blocks: 0,
             reserved_to,
             seg_opened_ns: now_ns,
             block_count: 0,
@@ -1371,6 +1407,7 @@ impl Writer {
         release(&self.file, self.seg_bytes, self.reserved_to);
         (self.file, self.path, self.meta, self.reserved_to) = (file, path, meta, reserved_to);
         self.seg_bytes = header_bytes;
+        self.seg_blocks = 0;
         self.seg_opened_ns = now_ns;
         self.stats.segments += 1;
         self.stats.bytes += header_bytes;
@@ -1426,12 +1463,13 @@ impl Writer {
     /// syncs and rotates as due.
     fn write_block(
         &mut self,
-        h: BlockHeader,
+        mut h: BlockHeader,
         payload_len: usize,
         records: u64,
         now_ns: u64,
     ) -> Result<(), CaptureError> {
         self.reserve((BLOCK_HEADER_BYTES + payload_len) as u64)?;
+        h.number = self.seg_blocks;
         let header = h.encode();
         self.write_bytes(&header)?;
         if payload_len > 0 {
@@ -1441,6 +1479,7 @@ impl Writer {
             r?;
         }
         // Counted before a rotation, which starts the next segment's first_record here.
+        self.seg_blocks = (self.seg_blocks + 1) % BLOCK_NUMBER_MODULO;
         self.stats.records += records;
         self.stats.blocks += 1;
         self.dirty_since_ns.get_or_insert(now_ns);
@@ -1465,6 +1504,7 @@ impl Writer {
         let bytes = n * 64;
         let h = BlockHeader {
             kind: BlockKind::Records,
+            number: 0, // set by write_block
             count: n as u32,
             payload_bytes: bytes as u32,
             first: self.block_first.seq,
@@ -1508,6 +1548,7 @@ impl Writer {
         self.stats.missed += got.saturating_sub(expected);
         let h = BlockHeader {
             kind: BlockKind::Gap,
+            number: 0, // set by write_block
             count: 0,
             payload_bytes: 0,
             first: expected,
@@ -1563,6 +1604,7 @@ impl Writer {
         let flushed = self.flush(now_ns);
         let h = BlockHeader {
             kind: BlockKind::Stop,
+            number: self.seg_blocks,
             count: 0,
             payload_bytes: 0,
             first: reason as u64,

@@ -10,8 +10,8 @@ mod esh4;
 use std::path::{Path, PathBuf};
 
 use mdfan_feed::capture::{
-    block_end, close_segment, report, segments, Fsync, Item, Reader, SegmentMeta, StopReason, Writer, WriterConfig,
-    BLOCK_HEADER_BYTES,
+    block_end, close_segment, report, segments, BlockHeader, Fsync, Item, Reader, SegmentMeta, StopReason, Writer,
+    WriterConfig, BLOCK_HEADER_BYTES,
 };
 use mdfan_feed::dbn::MboStream;
 use mdfan_wire::{BookUpdate, Books, InstrumentDef, Side};
@@ -527,5 +527,66 @@ fn a_closed_segment_cut_short_or_a_last_segment_lost_with_its_index_is_an_error(
     assert!(e.contains("esh4-000004.mdcap") && e.contains("last segment (4) is closed but has no stop block"), "{e}");
     let e = report(&d, None).unwrap_err().to_string();
     assert!(e.contains("no stop block"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The offsets of a closed plain segment's blocks, from its index (`.mdidx`: 32 bytes per block, its offset first).
+fn block_offsets(seg: &Path) -> Vec<usize> {
+    let index = std::fs::read(seg.with_extension("mdidx")).unwrap();
+    index.chunks(32).map(|e| u64::from_le_bytes(e[..8].try_into().unwrap()) as usize).collect()
+}
+
+/// Blocks are numbered in their segment (format 2), so a whole block removed from a segment or repeated in it,
+/// its CRCs intact (a spliced file), is an error naming the segment and the block: before, a removed block gave a
+/// wrong book with nothing said, and a repeated one read as a recorder restart. A format 1 capture (blocks not
+/// numbered) still reads.
+#[test]
+fn a_block_removed_from_or_repeated_in_a_segment_is_an_error_and_format_1_still_reads() {
+    // Block 2 of segment 2 removed, with its index entry (so the index agrees).
+    let d = five_plain_segments("block-removed");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let (bytes, offsets) = (std::fs::read(&seg2).unwrap(), block_offsets(&seg2));
+    let spliced = [&bytes[..offsets[2]], &bytes[offsets[3]..]].concat();
+    std::fs::write(&seg2, spliced).unwrap();
+    let index = std::fs::read(d.join("esh4-000002.mdidx")).unwrap();
+    std::fs::write(d.join("esh4-000002.mdidx"), [&index[..64], &index[96..]].concat()).unwrap();
+    let e = read_error(&d);
+    assert!(
+        e.contains(&format!("esh4-000002.mdcap: offset {}", offsets[2]))
+            && e.contains("block number 3 where 2 was due")
+            && e.contains("blocks missing before it"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+
+    // Block 1 of segment 3 repeated after itself.
+    let d = five_plain_segments("block-repeated");
+    let seg3 = d.join("esh4-000003.mdcap");
+    let (bytes, offsets) = (std::fs::read(&seg3).unwrap(), block_offsets(&seg3));
+    let spliced = [&bytes[..offsets[2]], &bytes[offsets[1]..]].concat();
+    std::fs::write(&seg3, spliced).unwrap();
+    let e = read_error(&d);
+    assert!(
+        e.contains(&format!("esh4-000003.mdcap: offset {}", offsets[2]))
+            && e.contains("block number 1 where 2 was due")
+            && e.contains("a block repeated or moved"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+
+    // Format 1: every segment's version 1 and its blocks' numbers 0 (their header CRCs made again).
+    let d = five_plain_segments("format-1");
+    for (_, seg) in segments(&d, "esh4").unwrap() {
+        let (mut bytes, offsets) = (std::fs::read(&seg).unwrap(), block_offsets(&seg));
+        bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
+        for at in offsets {
+            let h: &[u8; BLOCK_HEADER_BYTES] = bytes[at..at + BLOCK_HEADER_BYTES].try_into().unwrap();
+            let header = BlockHeader { number: 0, ..BlockHeader::decode(h).unwrap() };
+            bytes[at..at + BLOCK_HEADER_BYTES].copy_from_slice(&header.encode());
+        }
+        std::fs::write(&seg, bytes).unwrap();
+    }
+    let (recs, _) = read_all(&d);
+    assert_eq!(recs, records());
     let _ = std::fs::remove_dir_all(&d);
 }
