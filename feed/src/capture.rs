@@ -810,7 +810,8 @@ impl Reader {
         if !newer && !self.seg_stopped && !orphan_index {
             // (an index of the next segment left behind: the caller names that segment as missing)
             return bad(format!(
-                "the capture's last segment ({}) is closed but has no stop block: the segment after it is missing",
+                "the capture's last segment ({}) is closed but has no stop block: the segment after it is missing \
+                 (lost, or a restarted writer closed this one and could not create the next)",
                 self.done
             ));
         }
