@@ -622,7 +622,7 @@ fn add_order<const N: usize>(b: &[u8; N], mpid: Option<Mpid>) -> Option<AddOrder
 /// field at its fixed offset once the length is checked: what [`decode_message`] gives for them. `None` for any
 /// other type and for any message one of its checks refuses (length, timestamp, buy/sell, a symbol or MPID that
 /// is not printable): [`decode_message`] then decodes it field by field and names the field.
-#[inline]
+#[inline(always)]
 fn book_message(b: &[u8]) -> Option<Message> {
     let (header, body) = match *b.first()? {
         b'A' => {
@@ -1009,6 +1009,7 @@ impl Records {
         }
     }
     /// The records, in order.
+    #[inline]
     pub fn as_slice(&self) -> &[BookUpdate] {
         &self.recs[..usize::from(self.len)]
     }
@@ -1182,21 +1183,15 @@ impl ItchNormalizer {
     }
 
     /// Marks a locate stale; the record announcing it the first time.
-    fn mark_stale(&mut self, h: &Header, order_ref: u64, base: &BookUpdate) -> Option<BookUpdate> {
-        let i = usize::from(h.stock_locate);
+    fn mark_stale(&mut self, cx: &Ctx, order_ref: u64) -> Option<BookUpdate> {
+        let i = usize::from(cx.locate);
         let w = self.stale.get_mut(i / 64)?;
         let bit = 1u64 << (i % 64);
         if *w & bit != 0 {
             return None;
         }
         *w |= bit;
-        Some(BookUpdate {
-            order_id: order_ref,
-            instrument_id: u32::from(h.stock_locate),
-            kind: Kind::InstrumentStale as u8,
-            level: StaleBook::Order as u8,
-            ..*base
-        })
+        Some(BookUpdate { level: StaleBook::Order as u8, ..cx.rec(Kind::InstrumentStale, Side::None, order_ref, 0, 0) })
     }
 
     /// Messages were lost from the stream (a MoldUDP64 hole given up): every locate seen so far and not yet
@@ -1249,17 +1244,16 @@ impl ItchNormalizer {
         if !known {
             return self.mark_all_stale(venue_seq, ts_recv_ns, out);
         }
-        let header = Header { msg_type: message[0], stock_locate: i as u16, tracking_number: 0, timestamp_ns: 0 };
-        let base = BookUpdate {
-            venue_pos: venue_position(venue_seq, 0),
+        let cx = Ctx {
+            msg_type: message[0],
+            locate: i as u16,
             ts_event_ns: ts_recv_ns,
             ts_recv_ns,
-            flags: flags::LAST,
-            ..BookUpdate::control(Kind::InstrumentStale)
+            venue_pos: venue_position(venue_seq, 0),
         };
-        match self.mark_stale(&header, 0, &base) {
+        match self.mark_stale(&cx, 0) {
             Some(r) => {
-                out(r);
+                out(BookUpdate { flags: flags::LAST, ..r });
                 1
             }
             None => 0,
@@ -1284,42 +1278,17 @@ impl ItchNormalizer {
     /// [`ItchNormalizer::normalize_into`], a skipped message named by `at` in [`NormalizerStats::skipped`]
     /// (a file's byte offset; the MoldUDP64 sequence number, all 64 bits).
     pub fn normalize_at(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64, at: u64, out: &mut Records) {
+        self.normalize_message(m, venue_seq, ts_recv_ns, at, out);
+    }
+
+    /// [`ItchNormalizer::normalize_at`]'s body, inlined where the message was just decoded in place
+    /// ([`ItchFile::next_into`]), so that an order-book message goes from its bytes to its records without
+    /// being stored as a [`Message`] first.
+    #[inline(always)]
+    fn normalize_message(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64, at: u64, out: &mut Records) {
         out.len = 0;
         let h = &m.header;
-        // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
-        let mut first_seen = false;
-        if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
-            first_seen = *w & (1 << (h.stock_locate % 64)) == 0;
-            *w |= 1 << (h.stock_locate % 64);
-        }
-        let ts_event_ns = self.midnight_ns.saturating_add(h.timestamp_ns);
-        let base = BookUpdate {
-            ts_event_ns,
-            ts_recv_ns,
-            instrument_id: u32::from(h.stock_locate),
-            venue_pos: venue_position(venue_seq, 0),
-            ..BookUpdate::control(Kind::NoAction)
-        };
-        let rec = |kind: Kind, side: Side, order_id: u64, price_e9: i64, size: u32| BookUpdate {
-            kind: kind as u8,
-            side: side as u8,
-            order_id,
-            price_e9,
-            size,
-            ..base
-        };
-        if first_seen && self.lost {
-            // Messages of unknown content were lost today: this locate's first ones may have been among them.
-            self.stats.stale_on_sight += 1;
-            out.extend(self.mark_stale(h, 0, &base));
-        }
-        let status = |kind, state, reason| BookUpdate {
-            kind: Kind::TradingStatus as u8,
-            order_id: kind as u64,
-            level: state,
-            size: u32::from_le_bytes(reason),
-            ..base
-        };
+        let cx = self.begin(h, venue_seq, ts_recv_ns, out);
         match m.body {
             Body::SystemEvent { event_code: b'O' } => {
                 self.orders.clear();
@@ -1334,102 +1303,115 @@ impl ItchNormalizer {
                 self.stats.no_record[usize::from(h.msg_type)] += 1;
             }
             Body::TradingAction { trading_state, reason, .. } => {
-                out.push(status(StatusKind::Trading, trading_state, reason));
+                out.push(cx.status(StatusKind::Trading, trading_state, reason));
             }
-            Body::RegSho { action, .. } => out.push(status(StatusKind::RegSho, action, *b"    ")),
+            Body::RegSho { action, .. } => out.push(cx.status(StatusKind::RegSho, action, *b"    ")),
             Body::OperationalHalt { market_code, action, .. } => {
-                out.push(status(StatusKind::OperationalHalt, action, [market_code, b' ', b' ', b' ']));
+                out.push(cx.status(StatusKind::OperationalHalt, action, [market_code, b' ', b' ', b' ']));
             }
             Body::AddOrder(a) => {
                 let side = side_of(a.buy_sell);
-                let resting = Resting { locate: h.stock_locate, side, price_e9: a.price_e9, shares: a.shares };
-                if self.insert_new(a.order_ref, resting) {
-                    out.push(rec(Kind::Add, side, a.order_ref, a.price_e9, a.shares));
-                } else {
-                    out.extend(self.mark_stale(h, a.order_ref, &base));
-                }
+                self.add(&cx, h.stock_locate, a.order_ref, side, a.price_e9, a.shares, out);
             }
             Body::Executed { order_ref, shares, .. } => {
-                self.take_off(h, order_ref, shares, Fill::AtRestingPrice, &base, &rec, out);
+                self.take_off(&cx, order_ref, shares, Fill::AtRestingPrice, out);
             }
             Body::ExecutedWithPrice { order_ref, shares, price_e9, .. } => {
-                self.take_off(h, order_ref, shares, Fill::At(price_e9), &base, &rec, out);
+                self.take_off(&cx, order_ref, shares, Fill::At(price_e9), out);
             }
-            Body::Cancel { order_ref, shares } => {
-                self.take_off(h, order_ref, shares, Fill::None, &base, &rec, out);
-            }
+            Body::Cancel { order_ref, shares } => self.take_off(&cx, order_ref, shares, Fill::None, out),
             Body::Delete { order_ref } => match self.orders.remove(&order_ref) {
-                Some(o) => out.push(rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
-                None => self.unknown(h, order_ref, &base, out),
+                Some(o) => out.push(cx.rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
+                None => self.unknown(&cx, order_ref, out),
             },
             Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(&original_ref) {
                 Some(o) => {
-                    out.push(rec(Kind::Cancel, o.side, original_ref, o.price_e9, o.shares));
-                    let resting = Resting { locate: o.locate, side: o.side, price_e9, shares };
-                    if self.insert_new(new_ref, resting) {
-                        out.push(BookUpdate {
-                            instrument_id: u32::from(o.locate),
-                            ..rec(Kind::Add, o.side, new_ref, price_e9, shares)
-                        });
-                    } else {
-                        out.extend(self.mark_stale(h, new_ref, &base));
-                    }
+                    out.push(cx.rec(Kind::Cancel, o.side, original_ref, o.price_e9, o.shares));
+                    // the new order is the original's instrument's, whatever this message's locate says
+                    self.add(&cx, o.locate, new_ref, o.side, price_e9, shares, out);
                 }
-                None => self.unknown(h, original_ref, &base, out),
+                None => self.unknown(&cx, original_ref, out),
             },
             Body::Trade { order_ref, buy_sell, shares, price_e9, .. } => {
-                out.push(rec(Kind::Trade, side_of(buy_sell), order_ref, price_e9, shares));
+                out.push(cx.rec(Kind::Trade, side_of(buy_sell), order_ref, price_e9, shares));
             }
             Body::CrossTrade { shares, price_e9, .. } => {
                 let size = u32::try_from(shares).unwrap_or(u32::MAX);
-                out.push(rec(Kind::Trade, Side::None, 0, price_e9, size));
+                out.push(cx.rec(Kind::Trade, Side::None, 0, price_e9, size));
             }
             _ => {
                 self.stats.no_record[usize::from(h.msg_type)] += 1;
                 self.stats.skipped.note(h.msg_type, at);
             }
         }
-        if let Some(i) = usize::from(out.len).checked_sub(1) {
-            if let Some(last) = out.recs.get_mut(i) {
-                last.flags |= flags::LAST;
-            }
-        }
+        out.mark_last();
     }
 
-    /// Remembers a new reference; `false` (counted) if it is still resting.
-    fn insert_new(&mut self, order_ref: u64, resting: Resting) -> bool {
+    /// What every record of message `h` shares; the locate is noted as seen, and marked stale on sight (its
+    /// record into `out`) when messages of unknown content were lost today and this is its first message.
+    #[inline(always)]
+    fn begin(&mut self, h: &Header, venue_seq: u64, ts_recv_ns: u64, out: &mut Records) -> Ctx {
+        let cx = Ctx {
+            msg_type: h.msg_type,
+            locate: h.stock_locate,
+            ts_event_ns: self.midnight_ns.saturating_add(h.timestamp_ns),
+            ts_recv_ns,
+            venue_pos: venue_position(venue_seq, 0),
+        };
+        // Locate 0 is no instrument: system-wide messages (System Event, MWCB) carry it (spec 1.1, "Stock Locate").
+        if let Some(w) = self.seen.get_mut(usize::from(h.stock_locate) / 64).filter(|_| h.stock_locate != 0) {
+            let first_seen = *w & (1 << (h.stock_locate % 64)) == 0;
+            *w |= 1 << (h.stock_locate % 64);
+            if first_seen && self.lost {
+                // Messages of unknown content were lost today: this locate's first ones may have been among them.
+                self.stats.stale_on_sight += 1;
+                out.extend(self.mark_stale(&cx, 0));
+            }
+        }
+        cx
+    }
+
+    /// A new order `order_ref` of `locate` resting: its `Add`, or, if the reference still rests (counted), the
+    /// locate marked stale.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn add(
+        &mut self,
+        cx: &Ctx,
+        locate: u16,
+        order_ref: u64,
+        side: Side,
+        price_e9: i64,
+        shares: u32,
+        out: &mut Records,
+    ) {
         match self.orders.entry(order_ref) {
             std::collections::hash_map::Entry::Occupied(_) => {
                 self.stats.duplicate_reference += 1;
-                false
+                out.extend(self.mark_stale(cx, order_ref));
             }
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(resting);
-                true
+                v.insert(Resting { locate, side, price_e9, shares });
+                out.push(BookUpdate {
+                    instrument_id: u32::from(locate),
+                    ..cx.rec(Kind::Add, side, order_ref, price_e9, shares)
+                });
             }
         }
     }
 
-    fn unknown(&mut self, h: &Header, order_ref: u64, base: &BookUpdate, out: &mut Records) {
-        self.stats.unknown_reference[usize::from(h.msg_type)] += 1;
-        out.extend(self.mark_stale(h, order_ref, base));
+    #[cold]
+    fn unknown(&mut self, cx: &Ctx, order_ref: u64, out: &mut Records) {
+        self.stats.unknown_reference[usize::from(cx.msg_type)] += 1;
+        out.extend(self.mark_stale(cx, order_ref));
     }
 
     /// E, C and X: a `Fill` (E, C), then a `Cancel` of the shares; a third record, `InstrumentStale`, if more
     /// shares were taken than rest.
-    #[allow(clippy::too_many_arguments)]
-    fn take_off(
-        &mut self,
-        h: &Header,
-        order_ref: u64,
-        shares: u32,
-        fill: Fill,
-        base: &BookUpdate,
-        rec: &impl Fn(Kind, Side, u64, i64, u32) -> BookUpdate,
-        out: &mut Records,
-    ) {
+    #[inline(always)]
+    fn take_off(&mut self, cx: &Ctx, order_ref: u64, shares: u32, fill: Fill, out: &mut Records) {
         let Some(o) = self.orders.get_mut(&order_ref) else {
-            return self.unknown(h, order_ref, base, out);
+            return self.unknown(cx, order_ref, out);
         };
         let o_copy = *o;
         let taken = shares.min(o.shares);
@@ -1442,15 +1424,58 @@ impl ItchNormalizer {
             Fill::AtRestingPrice => Some(o_copy.price_e9),
             Fill::At(p) => Some(p),
         };
+        let instrument_id = u32::from(o_copy.locate);
         if let Some(price_e9) = fill_price_e9 {
-            let fill = rec(Kind::Fill, o_copy.side, order_ref, price_e9, taken);
-            out.push(BookUpdate { instrument_id: u32::from(o_copy.locate), ..fill });
+            let fill = cx.rec(Kind::Fill, o_copy.side, order_ref, price_e9, taken);
+            out.push(BookUpdate { instrument_id, ..fill });
         }
-        let cancel = rec(Kind::Cancel, o_copy.side, order_ref, o_copy.price_e9, taken);
-        out.push(BookUpdate { instrument_id: u32::from(o_copy.locate), ..cancel });
+        let cancel = cx.rec(Kind::Cancel, o_copy.side, order_ref, o_copy.price_e9, taken);
+        out.push(BookUpdate { instrument_id, ..cancel });
         if taken < shares {
             self.stats.too_many_shares += 1;
-            out.extend(self.mark_stale(h, order_ref, base));
+            out.extend(self.mark_stale(cx, order_ref));
+        }
+    }
+}
+
+/// What every record of one message shares (its index in the venue position 0: [`Records::push`] sets it).
+#[derive(Debug, Clone, Copy)]
+struct Ctx {
+    msg_type: u8,
+    locate: u16,
+    ts_event_ns: u64,
+    ts_recv_ns: u64,
+    venue_pos: u64,
+}
+
+impl Ctx {
+    /// A record of this message's locate, built whole in one go.
+    #[inline(always)]
+    fn rec(&self, kind: Kind, side: Side, order_id: u64, price_e9: i64, size: u32) -> BookUpdate {
+        BookUpdate {
+            seq: 0,
+            ts_event_ns: self.ts_event_ns,
+            ts_recv_ns: self.ts_recv_ns,
+            venue_pos: self.venue_pos,
+            price_e9,
+            order_id,
+            instrument_id: u32::from(self.locate),
+            size,
+            ts_send_ticks: 0,
+            kind: kind as u8,
+            side: side as u8,
+            flags: 0,
+            level: 0,
+        }
+    }
+
+    /// A trading status record (`H`, `Y`, `h`): `order_id` the status kind, `level` the state, `size` the reason.
+    fn status(&self, kind: StatusKind, state: u8, reason: [u8; 4]) -> BookUpdate {
+        BookUpdate {
+            order_id: kind as u64,
+            level: state,
+            size: u32::from_le_bytes(reason),
+            ..self.rec(Kind::TradingStatus, Side::None, 0, 0, 0)
         }
     }
 }
@@ -1459,6 +1484,16 @@ impl Records {
     fn extend(&mut self, r: Option<BookUpdate>) {
         if let Some(r) = r {
             self.push(r);
+        }
+    }
+
+    /// The message's last record gets [`flags::LAST`].
+    #[inline(always)]
+    fn mark_last(&mut self) {
+        if let Some(i) = usize::from(self.len).checked_sub(1) {
+            if let Some(last) = self.recs.get_mut(i) {
+                last.flags |= flags::LAST;
+            }
         }
     }
 }
@@ -1681,6 +1716,7 @@ impl<R: Read> ItchFile<R> {
     ///
     /// # Errors
     /// [`ItchFileError`] as [`ItchFile::next_message`]; `out` is then empty.
+    #[inline(always)]
     pub fn next_into(
         &mut self,
         norm: &mut ItchNormalizer,
@@ -1690,12 +1726,19 @@ impl<R: Read> ItchFile<R> {
         out.len = 0;
         let Some((at, b)) = self.next_raw()? else { return Ok(None) };
         let len = b.len();
-        let m = match book_message(b) {
-            Some(m) => m,
-            None => decode_fields(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?,
-        };
-        self.stats.count(&m, len);
-        norm.normalize_at(&m, venue_seq, 0, at, out);
+        match book_message(b) {
+            // read in place and normalised in one go (inlined: never stored as a Message)
+            Some(m) => {
+                self.stats.count(&m, len);
+                norm.normalize_message(&m, venue_seq, 0, at, out);
+            }
+            None => {
+                let m =
+                    decode_fields(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
+                self.stats.count(&m, len);
+                norm.normalize_at(&m, venue_seq, 0, at, out);
+            }
+        }
         Ok(Some(at))
     }
 
