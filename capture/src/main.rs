@@ -548,6 +548,13 @@ fn record(
             path.display()
         );
     }
+    for plain in &recovered.twins_removed {
+        println!(
+            "capture recovered segment={} removed: its compressed twin is whole (a close interrupted before it \
+             removed the plain file)",
+            plain.display()
+        );
+    }
     for r in recovered.recovered {
         println!(
             "capture recovered segment={} kept_blocks={} kept_records={} cut_bytes={}",

@@ -558,8 +558,9 @@ pub fn scan_segment(path: &Path) -> Result<(SegmentMeta, SegmentScan), CaptureEr
     Ok((meta, scan))
 }
 
-/// The segments of capture `name` in `dir`, in order (a segment present both compressed and plain is read from
-/// the plain file: its compression had not finished).
+/// The segments of capture `name` in `dir`, in order. A segment present both compressed and plain is read from
+/// the compressed file: it is made durable (fsync) before it is renamed into place, so it is whole, and the plain
+/// one is what a close interrupted before its last step (removing it) left ([`recover`] removes it).
 ///
 /// # Errors
 /// [`CaptureError::Io`] when the folder cannot be listed.
@@ -581,7 +582,7 @@ pub fn segments(dir: &Path, name: &str) -> Result<Vec<(u64, PathBuf)>, CaptureEr
             continue;
         }
         let Ok(n) = num.parse::<u64>() else { continue };
-        if plain || !found.contains_key(&n) {
+        if !plain || !found.contains_key(&n) {
             found.insert(n, e.path());
         }
     }
@@ -910,6 +911,8 @@ pub struct Recovery {
     pub removed: Option<(PathBuf, u64)>,
     /// The last segment's path and header, if there is one: what a new writer's session must match.
     pub last_meta: Option<(PathBuf, SegmentMeta)>,
+    /// Plain segments removed because their compressed twin is whole (a close interrupted before its last step).
+    pub twins_removed: Vec<PathBuf>,
 }
 
 /// Whether plain segment `path` ends inside its own header (a writer that died between creating the file and
@@ -1010,6 +1013,21 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
             f.sync_all().map_err(|source| CaptureError::Io { path: path.clone(), what: "fsync", source })?;
         }
         out.recovered.push(Recovered { path: path.clone(), scan, cut_bytes: scan.torn_bytes });
+    }
+    // A plain segment beside its compressed twin: a close interrupted after the compressed file was made
+    // durable and renamed into place, before the plain one was removed.
+    for (_, path) in &all {
+        if path.to_string_lossy().ends_with(COMPRESSED_EXT) {
+            let plain = PathBuf::from(path.to_string_lossy().trim_end_matches(".zst").to_owned());
+            if plain.exists() {
+                std::fs::remove_file(&plain).map_err(|source| CaptureError::Io {
+                    path: plain.clone(),
+                    what: "remove (its compressed twin is whole)",
+                    source,
+                })?;
+                out.twins_removed.push(plain);
+            }
+        }
     }
     // Leftovers of a compression the writer did not finish.
     if let Ok(rd) = std::fs::read_dir(dir) {

@@ -590,3 +590,31 @@ fn a_block_removed_from_or_repeated_in_a_segment_is_an_error_and_format_1_still_
     assert_eq!(recs, records());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A close interrupted after the compressed segment was renamed into place and before the plain one was
+/// removed leaves both: the reader takes the compressed one (made durable before its rename, so whole), whatever
+/// the plain one holds, and the next writer removes the plain one.
+#[test]
+fn a_plain_twin_of_a_compressed_segment_is_not_read_and_the_next_writer_removes_it() {
+    let d = dir("twin");
+    let (mut w, _) = Writer::open(config(&d, 1 << 20), meta(), 1).unwrap();
+    for r in records() {
+        w.record(&r, 2).unwrap();
+        for closed in w.take_closed() {
+            close_segment(&closed, true).unwrap();
+        }
+    }
+    for closed in w.stop(StopReason::EndOfStream, 3).unwrap().1 {
+        close_segment(&closed, true).unwrap();
+    }
+    // Segment 2's plain twin, cut to nothing (as a crash could leave a file not yet written back).
+    let twin = d.join("esh4-000002.mdcap");
+    std::fs::write(&twin, b"").unwrap();
+    let (recs, _) = read_all(&d);
+    assert_eq!(recs.len() as u64, esh4::RECORDS);
+    let (w, recovery) = Writer::open(config(&d, 1 << 20), meta(), 4).unwrap();
+    assert_eq!(recovery.twins_removed, vec![twin.clone()]);
+    assert!(!twin.exists());
+    let _ = w.stop(StopReason::Interrupted, 5).unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
