@@ -476,7 +476,18 @@ impl SegmentReader {
 
     /// The next whole block (its payload in `self.payload`).
     fn next(&mut self) -> Result<Next, CaptureError> {
-        let io = |source| CaptureError::Io { path: self.path.clone(), what: "read", source };
+        // A compressed segment's read errors are zstd's (a damaged frame): named with the block's offset in the
+        // uncompressed bytes, as damage is.
+        let compressed = matches!(self.src, Source::Compressed(_));
+        let (path, offset) = (&self.path, self.offset);
+        let io = |source: std::io::Error| match compressed {
+            true => CaptureError::Format {
+                path: path.clone(),
+                offset,
+                detail: format!("zstd: {source}: the compressed segment is damaged in or before the block here"),
+            },
+            false => CaptureError::Io { path: path.clone(), what: "read", source },
+        };
         let got = read_full(&mut self.src, &mut self.header).map_err(io)?;
         if got == 0 {
             return Ok(Next::End);

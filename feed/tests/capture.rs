@@ -618,3 +618,27 @@ fn a_plain_twin_of_a_compressed_segment_is_not_read_and_the_next_writer_removes_
     let _ = w.stop(StopReason::Interrupted, 5).unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A compressed segment cut short inside its zstd frame is an error naming the segment and the offset (in the
+/// uncompressed bytes) of the block being read when zstd refused, not a bare "read" error.
+#[test]
+fn a_damaged_compressed_segment_is_named_with_the_block_offset() {
+    let d = dir("zstd-damage");
+    let (mut w, _) = Writer::open(config(&d, 1 << 20), meta(), 1).unwrap();
+    for r in &records()[..20_000] {
+        w.record(r, 2).unwrap();
+        for closed in w.take_closed() {
+            close_segment(&closed, true).unwrap();
+        }
+    }
+    for closed in w.stop(StopReason::EndOfStream, 3).unwrap().1 {
+        close_segment(&closed, true).unwrap();
+    }
+    let zst = d.join("esh4-000001.mdcap.zst");
+    // Cut to half (a copy that stopped short): zstd's "incomplete frame".
+    let bytes = std::fs::read(&zst).unwrap();
+    std::fs::write(&zst, &bytes[..bytes.len() / 2]).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000001.mdcap.zst: offset ") && e.contains("zstd: "), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
