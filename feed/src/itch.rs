@@ -882,9 +882,15 @@ impl Default for ItchStats {
 impl ItchStats {
     /// Counts one decoded message of `len` bytes.
     pub fn count(&mut self, m: &Message, len: usize) {
+        self.count_type(m.header.msg_type, len);
+    }
+
+    /// Counts one decoded message of type `msg_type` and `len` bytes.
+    #[inline]
+    pub fn count_type(&mut self, msg_type: u8, len: usize) {
         self.messages += 1;
-        self.by_type[usize::from(m.header.msg_type)] += 1;
-        match message_length(m.header.msg_type) {
+        self.by_type[usize::from(msg_type)] += 1;
+        match message_length(msg_type) {
             None => self.unknown += 1,
             Some(need) if len > need => self.longer_than_spec += 1,
             Some(_) => {}
@@ -1281,9 +1287,36 @@ impl ItchNormalizer {
         self.normalize_message(m, venue_seq, ts_recv_ns, at, out);
     }
 
-    /// [`ItchNormalizer::normalize_at`]'s body, inlined where the message was just decoded in place
-    /// ([`ItchFile::next_into`]), so that an order-book message goes from its bytes to its records without
-    /// being stored as a [`Message`] first.
+    /// One message's bytes (after its length prefix) decoded and normalised into `out` (emptied first): an
+    /// order-book message (`A`, `F`, `E`, `C`, `X`, `D`, `U`, `P`) is read in place and normalised in one pass,
+    /// never stored as a [`Message`] (`Ok(None)`); any other is decoded ([`decode_message`]), normalised, and
+    /// returned for what else the caller does with it (a Stock Directory's definition). `at` names the message
+    /// in errors and in [`NormalizerStats::skipped`] (a file's byte offset, a MoldUDP64 sequence number).
+    ///
+    /// # Errors
+    /// [`DecodeError`] as [`decode_message`]; nothing is normalised then (`out` is empty).
+    #[inline(always)]
+    pub fn normalize_bytes(
+        &mut self,
+        b: &[u8],
+        venue_seq: u64,
+        ts_recv_ns: u64,
+        at: u64,
+        out: &mut Records,
+    ) -> Result<Option<Message>, DecodeError> {
+        out.len = 0;
+        if let Some(m) = book_message(b) {
+            self.normalize_message(&m, venue_seq, ts_recv_ns, at, out);
+            return Ok(None);
+        }
+        let m = decode_fields(b, at)?;
+        self.normalize_at(&m, venue_seq, ts_recv_ns, at, out);
+        Ok(Some(m))
+    }
+
+    /// [`ItchNormalizer::normalize_at`]'s body, inlined after [`book_message`] in
+    /// [`ItchNormalizer::normalize_bytes`], so that an order-book message goes from its bytes to its records
+    /// without being stored as a [`Message`] first.
     #[inline(always)]
     fn normalize_message(&mut self, m: &Message, venue_seq: u64, ts_recv_ns: u64, at: u64, out: &mut Records) {
         out.len = 0;
@@ -1725,20 +1758,10 @@ impl<R: Read> ItchFile<R> {
     ) -> Result<Option<u64>, ItchFileError> {
         out.len = 0;
         let Some((at, b)) = self.next_raw()? else { return Ok(None) };
-        let len = b.len();
-        match book_message(b) {
-            // read in place and normalised in one go (inlined: never stored as a Message)
-            Some(m) => {
-                self.stats.count(&m, len);
-                norm.normalize_message(&m, venue_seq, 0, at, out);
-            }
-            None => {
-                let m =
-                    decode_fields(b, at).map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
-                self.stats.count(&m, len);
-                norm.normalize_at(&m, venue_seq, 0, at, out);
-            }
-        }
+        let (msg_type, len) = (b.first().copied().unwrap_or(0), b.len());
+        norm.normalize_bytes(b, venue_seq, 0, at, out)
+            .map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
+        self.stats.count_type(msg_type, len);
         Ok(Some(at))
     }
 

@@ -41,7 +41,7 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mdfan_feed::itch::{decode_message, Body, ItchNormalizer, Records, Symbol, PRICE4_TICK_E9};
+use mdfan_feed::itch::{Body, ItchNormalizer, Message, Records, Symbol, PRICE4_TICK_E9};
 use mdfan_feed::mold_session::{Origin, SessionConfig, SessionEvent, SessionReceiver, Start};
 use mdfan_lines::{realtime_ns, LineError, LineSocket, SourceCounts, StampKind};
 use mdfan_wire::{BookUpdate, InstrumentDef};
@@ -333,34 +333,37 @@ struct Sink<'a> {
     send_errors: &'a mut u64,
     decode_errors: &'a mut u64,
     stale_records: &'a mut u64,
+    /// One message's records (made once per poll, emptied by each message).
+    records: Records,
 }
 
 impl Sink<'_> {
     fn on(&mut self, e: SessionEvent<'_>) {
         match e {
-            SessionEvent::Message { seq, ts_recv_ns, message, .. } => match decode_message(message, 0) {
-                Ok(m) => {
-                    if let Body::StockDirectory(d) = &m.body {
-                        let entry = DirectoryEntry { stock_locate: m.header.stock_locate, stock: d.stock.0 };
-                        let _ = self.directory.send(DefinitionEntry::Stock(entry));
-                    }
-                    let mut records = Records::default();
-                    self.normalizer.normalize_at(&m, seq, ts_recv_ns, seq, &mut records);
-                    for r in records.as_slice() {
-                        if r.kind() == Some(mdfan_wire::Kind::InstrumentStale) {
-                            *self.stale_records += 1;
+            SessionEvent::Message { seq, ts_recv_ns, message, .. } => {
+                match self.normalizer.normalize_bytes(message, seq, ts_recv_ns, seq, &mut self.records) {
+                    Ok(m) => {
+                        // (an order-book message was normalised in place: no Message comes back)
+                        if let Some(Message { header, body: Body::StockDirectory(d) }) = m {
+                            let entry = DirectoryEntry { stock_locate: header.stock_locate, stock: d.stock.0 };
+                            let _ = self.directory.send(DefinitionEntry::Stock(entry));
                         }
-                        self.pending.push(*r);
+                        for r in self.records.as_slice() {
+                            if r.kind() == Some(mdfan_wire::Kind::InstrumentStale) {
+                                *self.stale_records += 1;
+                            }
+                            self.pending.push(*r);
+                        }
+                    }
+                    Err(_) => {
+                        // Counted, and the book it may have changed marked unsynced: never silently wrong.
+                        *self.decode_errors += 1;
+                        let pending = &mut *self.pending;
+                        *self.stale_records +=
+                            self.normalizer.mark_undecodable(message, seq, ts_recv_ns, &mut |r| pending.push(r));
                     }
                 }
-                Err(_) => {
-                    // Counted, and the book it may have changed marked unsynced: never silently wrong.
-                    *self.decode_errors += 1;
-                    let pending = &mut *self.pending;
-                    *self.stale_records +=
-                        self.normalizer.mark_undecodable(message, seq, ts_recv_ns, &mut |r| pending.push(r));
-                }
-            },
+            }
             SessionEvent::Request { packet, .. } => {
                 if let Some(sock) = self.request {
                     if sock.send(&packet).is_err() {
@@ -565,6 +568,7 @@ impl LiveItch {
             send_errors,
             decode_errors,
             stale_records,
+            records: Records::default(),
         };
         while read < POLL_BUDGET && idle.iter().filter(|i| **i).count() < 3 {
             for (src, is_idle) in idle.iter_mut().enumerate() {
@@ -754,6 +758,7 @@ impl FeedSource for LiveItch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mdfan_feed::itch::decode_message;
 
     /// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) for `locate` and `stock`.
     fn stock_directory_message(locate: u16, stock: &[u8; 8]) -> Vec<u8> {
@@ -784,6 +789,7 @@ mod tests {
             send_errors: &mut send_errors,
             decode_errors: &mut decode_errors,
             stale_records: &mut stale_records,
+            records: Records::default(),
         };
         let header = |t: u8, len: usize| {
             let mut m = vec![t, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
