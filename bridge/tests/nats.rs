@@ -460,6 +460,16 @@ fn a_bridge_stopped_and_started_again_mid_stream_leaves_its_consumers_exact() {
     let err = refused(&["--nats", &url, "--stream", "R3", "--replicas", "3"]);
     assert!(err.contains("stream R3: jetstream error: replicas > 1 not supported in non-clustered mode"), "{err}");
     assert!(!err.contains("(retrying)"), "{err}");
+    // A consumer of a stream that is not there waits --idle-exit-s at most, then names the streams there.
+    let absent = in_netns(None, env!("CARGO_BIN_EXE_mdfan-nats-book"))
+        .args(["--nats", &url, "--stream", "MDFAN", "--symbol", "ESH4", "--idle-exit-s", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mdfan-nats-book");
+    let (code, _, err) = finish("absent stream", absent);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("stream MDFAN: not there after 2 s") && err.contains("(streams there: ESH4)"), "{err}");
     drop(server);
     let _ = std::fs::remove_dir_all(&d);
 }

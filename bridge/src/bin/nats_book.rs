@@ -6,7 +6,8 @@
 //! Prints `nats-book symbol=.. token=.. instrument_id=.. start_seq=.. snapshots=.. updates=.. records=.. max_update_records=.. gaps=..
 //! stale_marks=.. stale=.. orders=.. levels_bid=.. levels_ask=.. bbo=BIDxSIZE/ASKxSIZE` when the bridge's `end`
 //! message comes (or on SIGINT/SIGTERM, or after `--idle-exit-s` without a message), and with `--every-s` as it
-//! goes. Exit status: 0 after `end` with a book known good; 1 on a setup error (named); 2 for bad usage; 4 when
+//! goes. Exit status: 0 after `end` with a book known good; 1 on a setup error (named: a stream still not there
+//! after 30 s, or `--idle-exit-s`, is one); 2 for bad usage; 4 when
 //! the book is stale at the end; 5 after `--idle-exit-s` without the end (`ended=false`: the book as of the last
 //! message); 130 on a signal. A consumer the server lost (a restart, a node that died) is made again from the
 //! message after the last one taken.
@@ -97,17 +98,37 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
         .await
         .map_err(|e| format!("NATS {}: cannot connect: {e}", args.nats))?;
     let js = jetstream::new(client);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Not there yet (the bridge makes it): waited for, 30 s or --idle-exit-s; any other answer (a bad name) is
+    // final.
+    let wait_s = if args.idle_exit_s > 0 { args.idle_exit_s } else { 30 };
+    let deadline = Instant::now() + Duration::from_secs(wait_s);
+    let mut said = false;
     let stream = loop {
         match js.get_stream(&args.stream).await {
             Ok(s) => break s,
-            // Not there yet (the bridge makes it): wait a while; any other answer (a bad name) is final.
             Err(e) if e.to_string().contains("not found") && Instant::now() < deadline => {
                 if shutdown.load(Ordering::Relaxed) {
                     return Ok(130);
                 }
-                eprintln!("mdfan-nats-book: stream {}: {e} (waiting for it)", args.stream);
+                if !said {
+                    eprintln!("mdfan-nats-book: stream {}: {e} (waiting for it up to {wait_s} s)", args.stream);
+                    said = true;
+                }
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) if e.to_string().contains("not found") => {
+                let mut names = js.stream_names();
+                let mut there = Vec::new();
+                while let Ok(Some(Ok(n))) = tokio::time::timeout(Duration::from_secs(2), names.next()).await {
+                    there.push(n);
+                }
+                return Err(format!(
+                    "NATS {}: stream {}: not there after {wait_s} s: the bridge's --stream (and its --prefix) must \
+                     be given (streams there: {})",
+                    args.nats,
+                    args.stream,
+                    if there.is_empty() { "none".to_owned() } else { there.join(", ") }
+                ));
             }
             Err(e) => return Err(format!("NATS {}: stream {}: {e}", args.nats, args.stream)),
         }
