@@ -329,7 +329,15 @@ impl Session {
                 Some(mdfan_subscriber::PairHealth::Ended(end)) => Some(end.reason()),
                 Some(mdfan_subscriber::PairHealth::LegDown { leg, end }) => {
                     let end = end.map_or("reconnecting", |e| e.as_str());
-                    eprintln!("mdfan-capture: leg {} down ({end}): the other carries the stream", ["a", "b"][leg]);
+                    let (name, other) = (["a", "b"][leg], ["a", "b"][1 - leg]);
+                    if p.leg(1 - leg).is_some() {
+                        eprintln!("mdfan-capture: leg {name} down ({end}): leg {other} carries the stream");
+                    } else {
+                        eprintln!(
+                            "mdfan-capture: leg {name} down ({end}), and leg {other} is down too: nothing carries \
+                             the stream until one comes back"
+                        );
+                    }
                     None
                 }
                 Some(mdfan_subscriber::PairHealth::LegUp { leg, .. }) => {
