@@ -441,11 +441,34 @@ fn two_publishers_of_the_same_multicast_lines_publish_byte_identical_streams() {
         (endpoint, run)
     };
     let ((ep_a, run_a), (ep_b, run_b)) = (start(), start());
-    let subs = [(&ep_a, "same-a"), (&ep_b, "same-b")].map(|(ep, name)| {
+    // Each stream as it comes: the records (publisher-local fields zeroed) and whether it ended.
+    let take = |sub: &mut Subscriber, got: &mut Vec<mdfan_subscriber::BookUpdate>, ended: &mut bool| {
+        let n = sub.poll(256, |e| {
+            if let Event::Record(r) = e {
+                *ended |= r.kind() == Some(Kind::EndOfStream);
+                if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream | Kind::FeedStatus)) {
+                    got.push(mdfan_subscriber::BookUpdate { seq: 0, ts_send_ticks: 0, ts_recv_ns: 0, ..*r });
+                }
+            }
+        });
+        let _ = sub.maintain_if_due();
+        n
+    };
+    let mut subs = [(&ep_a, "same-a"), (&ep_b, "same-b")].map(|(ep, name)| {
         let mut cfg = SubscriberConfig::new(ep, name);
         cfg.ring_slots = 16_384;
-        Subscriber::connect(&cfg).expect("subscribes")
+        (Subscriber::connect(&cfg).expect("subscribes"), Vec::new(), false)
     });
+    // Both sessions served by their hot loops (a first completion: a heartbeat) before the feed starts: a live
+    // feed starts at once, and `connect` returns at the Accept, so a sender started then could run ahead of a
+    // session not taken up yet, which would begin from a snapshot (other bytes).
+    for (sub, got, ended) in &mut subs {
+        let deadline = Instant::now() + watchdog();
+        while take(sub, got, ended) == 0 {
+            assert!(Instant::now() < deadline, "no first completion");
+            std::thread::yield_now();
+        }
+    }
     let feed = std::thread::spawn(move || {
         use mdfan_feedsim::{Impairment, Mdp3, SimConfig};
         let sim = SimConfig {
@@ -465,19 +488,11 @@ fn two_publishers_of_the_same_multicast_lines_publish_byte_identical_streams() {
         };
         mdfan_feedsim::run(&sim, &mut Mdp3::default(), &std::sync::atomic::AtomicBool::new(false)).expect("plays")
     });
-    let streams = subs.map(|mut sub| {
-        let (mut got, mut ended, deadline) = (Vec::new(), false, Instant::now() + watchdog());
+    let streams = subs.map(|(mut sub, mut got, mut ended)| {
+        let deadline = Instant::now() + watchdog();
         while !ended {
             assert!(Instant::now() < deadline, "watchdog");
-            sub.poll(256, |e| {
-                if let Event::Record(r) = e {
-                    ended |= r.kind() == Some(Kind::EndOfStream);
-                    if !matches!(r.kind(), Some(Kind::Heartbeat | Kind::EndOfStream | Kind::FeedStatus)) {
-                        got.push(mdfan_subscriber::BookUpdate { seq: 0, ts_send_ticks: 0, ts_recv_ns: 0, ..*r });
-                    }
-                }
-            });
-            let _ = sub.maintain_if_due();
+            take(&mut sub, &mut got, &mut ended);
         }
         got
     });
