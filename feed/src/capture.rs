@@ -1011,11 +1011,12 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
                     detail: "ends inside a block, and a later segment follows: damaged, not cut".into(),
                 });
             }
-            let f = OpenOptions::new().write(true).open(path).map_err(|source| CaptureError::Io {
-                path: path.clone(),
-                what: "open to cut",
-                source,
-            })?;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let f = OpenOptions::new()
+                .write(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(path)
+                .map_err(|source| CaptureError::Io { path: path.clone(), what: "open to cut", source })?;
             f.set_len(scan.good_bytes).map_err(|source| CaptureError::Io {
                 path: path.clone(),
                 what: "cut",
@@ -1056,6 +1057,15 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     Ok(out)
 }
 
+/// Creates `path` afresh for writing: whatever is there is removed first (a leftover of a crash; a symlink is
+/// removed, not followed), and the file is created only if nothing is there then (`O_CREAT | O_EXCL`, which
+/// never follows a symlink): a user who can write the capture's folder cannot make the writer write through a
+/// link planted at a name it is about to use.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    let _ = std::fs::remove_file(path);
+    OpenOptions::new().write(true).create_new(true).open(path)
+}
+
 /// The index file of segment `path` (`NAME-NNNNNN.mdidx`).
 fn index_path(path: &Path) -> PathBuf {
     let s = path.to_string_lossy();
@@ -1075,7 +1085,7 @@ pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
     // Written aside and renamed: an index present is whole (a full disk leaves no empty one marking the segment
     // closed).
     let idx_tmp = PathBuf::from(format!("{stem}.{INDEX_EXT}.tmp"));
-    if let Err(source) = std::fs::write(&idx_tmp, &index) {
+    if let Err(source) = create_private(&idx_tmp).and_then(|mut f| f.write_all(&index)) {
         let _ = std::fs::remove_file(&idx_tmp);
         return Err(CaptureError::Io { path: idx_tmp, what: "write", source });
     }
@@ -1091,7 +1101,7 @@ pub fn close_segment(path: &Path, compress: bool) -> Result<(), CaptureError> {
     };
     let mut src = File::open(path).map_err(io(path, "open"))?;
     let compressed = (|| {
-        let out = File::create(&tmp).map_err(io(&tmp, "create"))?;
+        let out = create_private(&tmp).map_err(io(&tmp, "create"))?;
         let mut enc = zstd::stream::write::Encoder::new(out, 3).map_err(io(&tmp, "zstd"))?;
         // A frame checksum: damage to the compressed file is found by zstd too, not only by the block CRCs.
         enc.include_checksum(true).map_err(io(&tmp, "zstd"))?;
@@ -1160,12 +1170,15 @@ impl CaptureLock {
     /// the lock.
     pub fn acquire(dir: &Path, name: &str) -> Result<CaptureLock, CaptureError> {
         let path = dir.join(format!("{name}.lock"));
+        // never through a symlink (ELOOP): another user's link must not make the writer create or lock its target
+        use std::os::unix::fs::OpenOptionsExt as _;
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&path)
-            .map_err(|source| CaptureError::Io { path: path.clone(), what: "open the lock", source })?;
+            .map_err(|source| CaptureError::Io { path: path.clone(), what: "open the lock (not a symlink)", source })?;
         let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
             CaptureError::Io {
                 path: path.clone(),

@@ -642,3 +642,34 @@ fn a_damaged_compressed_segment_is_named_with_the_block_offset() {
     assert!(e.contains("esh4-000001.mdcap.zst: offset ") && e.contains("zstd: "), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A user who can write the capture's folder plants symlinks at the names the writer is about to use (the lock,
+/// an index's and a compressed segment's `.tmp`): the writer never writes through them (the targets stay as they
+/// were), and a lock that is a symlink is refused.
+#[test]
+fn symlinks_planted_in_the_capture_folder_are_never_written_through() {
+    let d = dir("symlinks");
+    let outside = dir("symlinks-outside");
+    let (precious, lock_target) = (outside.join("precious"), outside.join("created-by-lock"));
+    std::fs::write(&precious, b"precious").unwrap();
+    std::os::unix::fs::symlink(&lock_target, d.join("esh4.lock")).unwrap();
+    let e = Writer::open(config(&d, u64::MAX), meta(), 1).err().expect("a symlinked lock is refused").to_string();
+    assert!(e.contains("esh4.lock") && e.contains("open the lock (not a symlink)"), "{e}");
+    assert!(!lock_target.exists(), "nothing created through the link");
+    std::fs::remove_file(d.join("esh4.lock")).unwrap();
+    let (mut w, _) = Writer::open(config(&d, u64::MAX), meta(), 1).unwrap();
+    for r in &records()[..1_000] {
+        w.record(r, 2).unwrap();
+    }
+    let (_, closed) = w.stop(StopReason::EndOfStream, 3).unwrap();
+    for tmp in ["esh4-000001.mdidx.tmp", "esh4-000001.mdcap.zst.tmp"] {
+        std::os::unix::fs::symlink(&precious, d.join(tmp)).unwrap();
+    }
+    close_segment(&closed[0], true).unwrap();
+    assert_eq!(std::fs::read(&precious).unwrap(), b"precious");
+    assert!(std::fs::symlink_metadata(d.join("esh4-000001.mdidx")).unwrap().is_file());
+    let (recs, _) = read_all(&d);
+    assert_eq!(recs.len(), 1_000);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&outside);
+}
