@@ -651,6 +651,8 @@ pub struct Reader {
     /// Blocks read of the current segment, and whether one was its stop block.
     seg_blocks: u64,
     seg_stopped: bool,
+    /// The current segment was read to its end again after a later segment was seen.
+    drained: bool,
 }
 
 impl Reader {
@@ -675,6 +677,7 @@ impl Reader {
             next_first_record: None,
             seg_blocks: 0,
             seg_stopped: false,
+            drained: false,
         })
     }
 
@@ -727,7 +730,7 @@ impl Reader {
                     )));
                 }
                 self.next_first_record = Some(meta.first_record);
-                (self.seg_blocks, self.seg_stopped) = (0, false);
+                (self.seg_blocks, self.seg_stopped, self.drained) = (0, false, false);
                 self.done = n;
                 self.cur = Some((n, r));
                 self.queued.push_back(Item::Segment(Box::new(meta)));
@@ -762,6 +765,15 @@ impl Reader {
                 Next::Corrupt(detail) => return Err(damaged(Path::new(&path), offset, &detail)),
                 step => {
                     let newer = self.newer_segment()?;
+                    if newer && !self.drained {
+                        // The writer finishes a segment before it opens the next, but it may have appended to this
+                        // one between the read that found its end and the listing that found the next: read on.
+                        self.drained = true;
+                        if let Some((_, r)) = self.cur.as_mut() {
+                            r.rewind()?;
+                        }
+                        continue;
+                    }
                     if self.follow && !newer {
                         // The writer may still be appending: what was read of a block not whole is read again.
                         if let Some((_, r)) = self.cur.as_mut() {
