@@ -1002,6 +1002,20 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     }
     let last = all.last().map_or(0, |(n, _)| *n);
     out.last = last;
+    // A closed segment's index after the last segment: that segment was lost (a reader says so). A new segment
+    // would take its number and its index would be written over: the evidence gone, the capture read as whole.
+    let orphan = dir.join(format!("{name}-{:06}.{INDEX_EXT}", last + 1));
+    if orphan.exists() {
+        return Err(CaptureError::Format {
+            path: orphan,
+            offset: 0,
+            detail: format!(
+                "the index of segment {} is here but not the segment: it is missing (a writer would take its \
+                 number); move the capture's files aside or restore the segment",
+                last + 1
+            ),
+        });
+    }
     for (n, path) in &all {
         let closed = path.to_string_lossy().ends_with(COMPRESSED_EXT) || index_path(path).exists();
         if closed && *n != last {

@@ -462,6 +462,9 @@ fn a_capture_says_when_its_first_segments_are_gone_and_refuses_one_lost_from_its
     std::fs::remove_file(last).unwrap();
     let e = report(&d, None).unwrap_err().to_string();
     assert!(e.contains(&format!("esh4-{n:06}.mdidx")) && e.contains("it is missing"), "{e}");
+    // ... and a writer does not take its number (its index would be written over, the capture read as whole).
+    let e = Writer::open(config(&d, 1 << 16), meta(), 4).err().expect("refused").to_string();
+    assert!(e.contains(&format!("esh4-{n:06}.mdidx")) && e.contains("a writer would take its number"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
