@@ -83,6 +83,8 @@ pub(crate) fn write_stream(dir: &Path, repeats: u32) -> anyhow::Result<u64> {
         symbology: ids.iter().enumerate().map(|(r, id)| InstrumentDef::new(*id, format!("ESH4R{r}"))).collect(),
         fsync: String::new(),
         first_record: 0,
+        run_id: None,
+        run_first_segment: None,
     };
     let (mut w, _) = Writer::open(cfg, meta, 0)?;
     let mut seq = 0;

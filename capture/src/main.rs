@@ -546,6 +546,8 @@ fn record(
         symbology: sub.symbology(),
         fsync: String::new(),
         first_record: 0,
+        run_id: None,
+        run_first_segment: None,
     };
     let (compress, fsync, dir, name) = (writer.compress, writer.fsync, writer.dir.clone(), writer.name.clone());
     let (w, recovered) = Writer::open_locked(lock, writer, meta, now_ns()).map_err(|e| e.to_string())?;

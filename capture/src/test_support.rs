@@ -33,6 +33,8 @@ pub fn writer(tag: &str, name: &str, book: &str, symbology: Vec<InstrumentDef>) 
         symbology,
         fsync: String::new(),
         first_record: 0,
+        run_id: None,
+        run_first_segment: None,
     };
     (dir, Writer::open(cfg, meta, 1).unwrap().0)
 }

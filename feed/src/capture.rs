@@ -158,6 +158,15 @@ pub struct SegmentMeta {
     pub fsync: String,
     /// The capture-wide index of the segment's first record (records of the segments before it).
     pub first_record: u64,
+    /// The writer run that wrote it (a random number a writer draws when it starts; format 2), and the segment
+    /// that run began with: a segment of another run than the one before it must be its run's first (a restarted
+    /// writer), not one spliced in from elsewhere. `None` when written by an older build (not checked). The
+    /// writer sets both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<u64>,
+    /// See `run_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_first_segment: Option<u64>,
 }
 
 /// A capture file that cannot be used, or a write that failed: named with the path and what was wrong.
@@ -359,6 +368,13 @@ fn read_segment_header(r: &mut impl Read, path: &Path) -> Result<(SegmentMeta, u
     }
     let meta: SegmentMeta =
         serde_json::from_slice(&json).map_err(|e| bad(SEGMENT_HEADER_BYTES as u64, format!("metadata: {e}")))?;
+    // (the header's version is not under a CRC; the metadata's is)
+    if meta.format_version != version {
+        return Err(bad(
+            8,
+            format!("format version {version}, but its metadata (under its CRC) says {}", meta.format_version),
+        ));
+    }
     Ok((meta, (SEGMENT_HEADER_BYTES + n) as u64, version))
 }
 
@@ -653,6 +669,8 @@ pub struct Reader {
     seg_stopped: bool,
     /// The current segment was read to its end again after a later segment was seen.
     drained: bool,
+    /// The writer run of the segment taken up last.
+    run_id: Option<u64>,
 }
 
 impl Reader {
@@ -678,6 +696,7 @@ impl Reader {
             seg_blocks: 0,
             seg_stopped: false,
             drained: false,
+            run_id: None,
         })
     }
 
@@ -723,6 +742,23 @@ impl Reader {
                 if self.done > 0 && n != self.done + 1 {
                     return Err(missing(format!("segment {} to {} of this capture are missing", self.done + 1, n - 1)));
                 }
+                if meta.segment != n || meta.name != self.name {
+                    return Err(missing(format!(
+                        "its metadata says segment {} of capture {:?}: it was renamed or put here from elsewhere",
+                        meta.segment, meta.name
+                    )));
+                }
+                if let (Some(prev), Some(run)) = (self.run_id, meta.run_id) {
+                    if prev != run && meta.run_first_segment != Some(n) {
+                        return Err(missing(format!(
+                            "it is of another writer run than segment {} and not that run's first (it began with \
+                             segment {:?}): put here from another capture",
+                            n - 1,
+                            meta.run_first_segment
+                        )));
+                    }
+                }
+                self.run_id = meta.run_id;
                 if let Some(want) = self.next_first_record.filter(|w| *w != meta.first_record) {
                     return Err(missing(format!(
                         "its first_record is {} but the segments before it hold {want} records: records are missing",
@@ -1083,6 +1119,15 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
     Ok(out)
 }
 
+/// A writer run's id: random (std's per-process hash keys), mixed with the time and the process.
+fn run_id(now_ns: u64) -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ns);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 /// Creates `path` afresh for writing: whatever is there is removed first (a leftover of a crash; a symlink is
 /// removed, not followed), and the file is created only if nothing is there then (`O_CREAT | O_EXCL`, which
 /// never follows a symlink): a user who can write the capture's folder cannot make the writer write through a
@@ -1412,6 +1457,9 @@ impl Writer {
             }
         }
         let (last, records) = (recovery.last, recovery.records);
+        meta.format_version = FORMAT_VERSION;
+        meta.run_id = Some(run_id(now_ns));
+        meta.run_first_segment = Some(last + 1);
         meta.name = cfg.name.clone();
         meta.fsync = cfg.fsync.as_string();
         meta.first_record = records;

@@ -47,6 +47,8 @@ fn meta() -> SegmentMeta {
         symbology: vec![InstrumentDef::new(esh4::INSTRUMENT_ID, "ESH4")],
         fsync: String::new(),
         first_record: 0,
+        run_id: None,
+        run_first_segment: None,
     }
 }
 
@@ -577,20 +579,34 @@ fn a_block_removed_from_or_repeated_in_a_segment_is_an_error_and_format_1_still_
     );
     let _ = std::fs::remove_dir_all(&d);
 
-    // Format 1: every segment's version 1 and its blocks' numbers 0 (their header CRCs made again).
+    // Format 1: every segment's version 1 (in its header and its metadata, which has no writer run) and its
+    // blocks' numbers 0 (their header CRCs made again).
     let d = five_plain_segments("format-1");
     for (_, seg) in segments(&d, "esh4").unwrap() {
         let (mut bytes, offsets) = (std::fs::read(&seg).unwrap(), block_offsets(&seg));
-        bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
         for at in offsets {
             let h: &[u8; BLOCK_HEADER_BYTES] = bytes[at..at + BLOCK_HEADER_BYTES].try_into().unwrap();
             let header = BlockHeader { number: 0, ..BlockHeader::decode(h).unwrap() };
             bytes[at..at + BLOCK_HEADER_BYTES].copy_from_slice(&header.encode());
         }
-        std::fs::write(&seg, bytes).unwrap();
+        let meta = mdfan_feed::capture::scan_segment(&seg).unwrap().0;
+        let old_header = 18 + u32::from_le_bytes(bytes[10..14].try_into().unwrap()) as usize;
+        let v1 = SegmentMeta { format_version: 1, run_id: None, run_first_segment: None, ..meta };
+        let mut header = mdfan_feed::capture::segment_header(&v1);
+        header[8..10].copy_from_slice(&1u16.to_le_bytes());
+        std::fs::write(&seg, [&header[..], &bytes[old_header..]].concat()).unwrap();
+        std::fs::remove_file(seg.with_extension("mdidx")).unwrap(); // its offsets moved with the header
     }
     let (recs, _) = read_all(&d);
     assert_eq!(recs, records());
+    // The header's version is not under a CRC; the metadata's is: one that says 1 of a format 2 segment is
+    // refused (it would switch the block numbers' check off).
+    let seg = d.join("esh4-000003.mdcap");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
+    std::fs::write(&seg, bytes).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains("esh4-000003.mdcap: offset 8: format version 2, but its metadata"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -675,4 +691,31 @@ fn symlinks_planted_in_the_capture_folder_are_never_written_through() {
     assert_eq!(recs.len(), 1_000);
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&outside);
+}
+
+/// A segment put in from another capture of the same name (the same records, so its `first_record` fits) is
+/// refused: it is of another writer run than the segment before it and not that run's first. A segment renamed
+/// to another number is refused by its metadata's number.
+#[test]
+fn a_segment_spliced_in_from_another_capture_or_renamed_is_an_error() {
+    let (a, b) = (five_plain_segments("splice-a"), five_plain_segments("splice-b"));
+    for f in ["esh4-000002.mdcap", "esh4-000002.mdidx"] {
+        std::fs::copy(b.join(f), a.join(f)).unwrap();
+    }
+    let e = read_error(&a);
+    assert!(
+        e.contains("esh4-000002.mdcap") && e.contains("of another writer run than segment 1 and not that run's first"),
+        "{e}"
+    );
+    // Segments 4 and 5 swapped (with their indexes): the one read as 4 says 5.
+    for ext in ["mdcap", "mdidx"] {
+        let name = |n: u32| b.join(format!("esh4-{n:06}.{ext}"));
+        std::fs::rename(name(4), name(0)).unwrap();
+        std::fs::rename(name(5), name(4)).unwrap();
+        std::fs::rename(name(0), name(5)).unwrap();
+    }
+    let e = read_error(&b);
+    assert!(e.contains("esh4-000004.mdcap") && e.contains("its metadata says segment 5 of capture \"esh4\""), "{e}");
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
 }
