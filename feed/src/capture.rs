@@ -526,6 +526,9 @@ impl SegmentReader {
         if crc(&self.payload) != h.payload_crc {
             return Ok(Next::Corrupt("block payload CRC does not match".into()));
         }
+        if let Some(detail) = header_disagrees(&h, &self.payload) {
+            return Ok(Next::Corrupt(detail));
+        }
         if let Some(want) = self.next_number {
             if h.number != want {
                 // Whole, but not the block due: one was removed before it, or it is repeated or moved.
@@ -543,6 +546,32 @@ impl SegmentReader {
         }
         self.offset += (BLOCK_HEADER_BYTES + self.payload.len()) as u64;
         Ok(Next::Block(h))
+    }
+}
+
+/// What a whole block's header says that its payload or its kind does not bear out (a block made or edited by
+/// hand, its CRCs made again): a records block of no record, or whose first and last records' `seq`, `ts_recv_ns`
+/// or first venue position are not the header's; a gap whose seq that came is not past the one due.
+fn header_disagrees(h: &BlockHeader, payload: &[u8]) -> Option<String> {
+    match h.kind {
+        BlockKind::Records => {
+            let (Some(first), Some(last)) = (payload.first_chunk::<64>(), payload.last_chunk::<64>()) else {
+                return Some("a records block of no record".into());
+            };
+            let (first, last) = (BookUpdate::from_bytes(first), BookUpdate::from_bytes(last));
+            let header = (h.first, h.last, h.first_ts_recv_ns, h.last_ts_recv_ns, h.first_venue_pos);
+            let records = (first.seq, last.seq, first.ts_recv_ns, last.ts_recv_ns, first.venue_pos);
+            (header != records).then(|| {
+                format!(
+                    "block header (first seq, last seq, first ts_recv_ns, last ts_recv_ns, first venue_pos) \
+                     {header:?} is not its records' {records:?}"
+                )
+            })
+        }
+        BlockKind::Gap => (h.last <= h.first).then(|| {
+            format!("a gap block from seq {} to {}: the seq that came is not past the one due", h.first, h.last)
+        }),
+        BlockKind::Stop => None,
     }
 }
 
@@ -783,6 +812,10 @@ impl Reader {
             }
             let (path, offset) = (r.path.display().to_string(), r.offset);
             match r.next()? {
+                Next::Block(_) if self.seg_stopped => {
+                    // A writer opens a new segment for anything after a stop block.
+                    return Err(damaged(Path::new(&path), offset, "a block after the segment's stop block"));
+                }
                 Next::Block(h) => match h.kind {
                     BlockKind::Records => {
                         self.seg_blocks += 1;
@@ -857,6 +890,13 @@ impl Reader {
             return bad("a closed segment ends inside a block: it was cut or damaged".into());
         }
         if let Ok(m) = std::fs::metadata(&index) {
+            if m.len() % INDEX_ENTRY_BYTES as u64 != 0 {
+                return bad(format!(
+                    "its index ({}) is {} bytes, not a whole number of {INDEX_ENTRY_BYTES}-byte entries",
+                    index.display(),
+                    m.len()
+                ));
+            }
             let listed = m.len() / INDEX_ENTRY_BYTES as u64;
             if listed != self.seg_blocks {
                 return bad(format!(

@@ -719,3 +719,41 @@ fn a_segment_spliced_in_from_another_capture_or_renamed_is_an_error() {
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
 }
+
+/// Block headers made again by hand (their CRCs right) that their payload or place does not bear out: a records
+/// block whose header's first seq is not its first record's, and a block after a segment's stop block, are each
+/// an error naming the segment and the offset.
+#[test]
+fn a_block_header_its_records_or_its_place_do_not_bear_out_is_an_error() {
+    let d = five_plain_segments("header-lies");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let (mut bytes, offsets) = (std::fs::read(&seg2).unwrap(), block_offsets(&seg2));
+    let at = offsets[1];
+    let h: &[u8; BLOCK_HEADER_BYTES] = bytes[at..at + BLOCK_HEADER_BYTES].try_into().unwrap();
+    let h = BlockHeader::decode(h).unwrap();
+    bytes[at..at + BLOCK_HEADER_BYTES].copy_from_slice(&BlockHeader { first: h.first + 1, ..h }.encode());
+    std::fs::write(&seg2, bytes).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains(&format!("esh4-000002.mdcap: offset {at}: block header (first seq")), "{e}");
+    assert!(e.contains("is not its records'"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+
+    // A records block appended after segment 5's stop block, numbered on.
+    let d = five_plain_segments("after-stop");
+    let seg5 = d.join("esh4-000005.mdcap");
+    let (mut bytes, offsets) = (std::fs::read(&seg5).unwrap(), block_offsets(&seg5));
+    let (first, end) = (offsets[0], offsets[1]);
+    let h: &[u8; BLOCK_HEADER_BYTES] = bytes[first..first + BLOCK_HEADER_BYTES].try_into().unwrap();
+    let h = BlockHeader { number: offsets.len() as u32, ..BlockHeader::decode(h).unwrap() };
+    let mut block = bytes[first..end].to_vec();
+    block[..BLOCK_HEADER_BYTES].copy_from_slice(&h.encode());
+    let stop_end = bytes.len();
+    bytes.extend_from_slice(&block);
+    std::fs::write(&seg5, bytes).unwrap();
+    let e = read_error(&d);
+    assert!(
+        e.contains(&format!("esh4-000005.mdcap: offset {stop_end}: a block after the segment's stop block")),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
