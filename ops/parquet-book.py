@@ -1,13 +1,17 @@
 # The final MBO book of each instrument in an `mdfan-capture export --parquet` file, rebuilt with pyarrow alone.
 # Usage: python3 ops/parquet-book.py FILE.parquet   (pip install pyarrow)
-import sys
+import json, sys
 from collections import defaultdict
 import pyarrow.parquet as pq
 
 cols = ["instrument_id", "symbol", "kind", "side", "price", "size", "order_id"]
-orders, symbols = defaultdict(dict), {}  # instrument_id -> order_id -> [side, price, size]
-for batch in pq.ParquetFile(sys.argv[1]).iter_batches(columns=cols):
+orders, symbols, row = defaultdict(dict), {}, 0  # instrument_id -> order_id -> [side, price, size]
+f = pq.ParquetFile(sys.argv[1])  # a restarted recorder's session begins with its books empty:
+restarts = set(json.loads((f.metadata.metadata or {}).get(b"mdfan.restart_rows", b"[]")))
+for batch in f.iter_batches(columns=cols):
     for iid, sym, kind, side, price, size, oid in zip(*(batch.column(c).to_pylist() for c in cols)):
+        if row in restarts: orders.clear()
+        row += 1
         book, symbols[iid] = orders[iid], sym
         if kind in ("add", "modify"): book[oid] = [side, price, size]
         elif kind == "cancel":

@@ -9,9 +9,10 @@
 
 use std::path::Path;
 
-use mdfan_feed::capture::{is_session_record, Item, Reader};
+use mdfan_feed::capture::{is_session_record, Item, Reader, Restarts};
 use mdfan_feed::dbn_export::{check_metadata, metadata, MboWriter};
-use mdfan_wire::InstrumentDef;
+use mdfan_wire::record::flags;
+use mdfan_wire::{BookUpdate, InstrumentDef, Kind, CHANNEL_INSTRUMENT_ID};
 
 /// What a DBN export wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Exported {
     pub left_out: u64,
     /// Gaps in the capture, which DBN cannot carry.
     pub gaps: u64,
+    /// Restarted sessions, each begun with a Clear of every book so far.
+    pub restarts: u64,
 }
 
 /// What a DBN export of a capture will write, checked before anything is ([`plan`], then [`export`]).
@@ -81,12 +84,33 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, plan: Plan) -> Result<
     crate::output::write_new(out, |file, partial| {
         let mut w = MboWriter::new(file, partial, &meta, zstd).map_err(|e| e.to_string())?;
         let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
+        // A restarted session (a recorder started again: its subscriber's books empty) begins with a Clear
+        // (action R, flagged snapshot) of every book so far, as the replay of the capture does.
+        let (mut restarts, mut known) = (Restarts::default(), std::collections::BTreeSet::new());
         while let Some(item) = reader.next().map_err(|e| e.to_string())? {
             if let Item::Record(r) = item {
+                let before = restarts.found.len();
+                restarts.record(&r);
+                if restarts.found.len() > before {
+                    for &instrument_id in &known {
+                        let clear = BookUpdate {
+                            instrument_id,
+                            venue_pos: r.venue_pos,
+                            ts_event_ns: r.ts_recv_ns,
+                            ts_recv_ns: r.ts_recv_ns,
+                            flags: flags::LAST | flags::SNAPSHOT,
+                            ..BookUpdate::control(Kind::Clear)
+                        };
+                        w.push(&clear).map_err(|e| e.to_string())?;
+                    }
+                }
+                if !is_session_record(&r) && r.instrument_id != CHANNEL_INSTRUMENT_ID {
+                    known.insert(r.instrument_id);
+                }
                 w.push(&r).map_err(|e| e.to_string())?;
             }
         }
-        let done = Exported { records: w.written, left_out: w.left_out, gaps };
+        let done = Exported { records: w.written, left_out: w.left_out, gaps, restarts: restarts.found.len() as u64 };
         w.finish().map_err(|e| e.to_string())?;
         Ok((done, reader.torn().map(str::to_owned)))
     })
@@ -96,6 +120,59 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, plan: Plan) -> Result<
 mod tests {
     use mdfan_feed::capture::StopReason;
     use mdfan_wire::{BookUpdate, Kind};
+
+    /// A capture holding a restarted session (a recorder started again, its books empty): the DBN file clears
+    /// every book so far where it begins (action R), so its final books are the second session's alone, as the
+    /// replay's; the Parquet file names the row it begins at (`mdfan.restart_rows`).
+    #[test]
+    fn a_restarted_session_begins_with_a_clear_of_every_book_in_the_dbn_file() {
+        let syms = || vec![mdfan_wire::InstrumentDef::new(7, "ESH4"), mdfan_wire::InstrumentDef::new(8, "ESM4")];
+        let add = |seq: u64, instrument_id: u32, order_id: u64| BookUpdate {
+            seq,
+            instrument_id,
+            order_id,
+            price_e9: 4_810_000_000_000,
+            size: 2,
+            side: mdfan_wire::Side::Bid as u8,
+            ts_event_ns: 1_000 + seq,
+            ts_recv_ns: 2_000 + seq,
+            flags: 0x80,
+            ..BookUpdate::control(Kind::Add)
+        };
+        let (dir, mut w) = crate::test_support::writer("dbn-restart", "r", "mbo", syms());
+        for (seq, id, order) in [(1, 7, 1), (2, 8, 2)] {
+            w.record(&add(seq, id, order), 1).unwrap();
+        }
+        w.stop(StopReason::Interrupted, 2).unwrap();
+        let mut w = crate::test_support::reopen(&dir, "r", "mbo", syms());
+        w.record(&add(1, 7, 3), 3).unwrap();
+        w.stop(StopReason::EndOfStream, 4).unwrap();
+
+        let out = dir.join("r.dbn");
+        let plan = super::plan(&dir, None, "GLBX.MDP3").unwrap();
+        let (done, _) = super::export(&dir, None, &out, plan).unwrap();
+        assert_eq!((done.records, done.restarts), (5, 1), "3 adds and a Clear of each of the 2 books");
+        let mut back = mdfan_feed::dbn::MboStream::open(&out).unwrap();
+        let mut books = mdfan_wire::Books::new();
+        let mut kinds = Vec::new();
+        while let Some(r) = back.next_update().unwrap() {
+            kinds.push((r.kind(), r.instrument_id));
+            books.apply(&r).unwrap();
+        }
+        let want = [(Kind::Add, 7), (Kind::Add, 8), (Kind::Clear, 7), (Kind::Clear, 8), (Kind::Add, 7)];
+        assert_eq!(kinds, want.map(|(k, i)| (Some(k), i)));
+        assert_eq!(books.get(7).map(|b| b.order_count()), Some(1), "order 3 alone");
+        assert_eq!(books.get(8).map(|b| b.order_count()).unwrap_or(0), 0);
+
+        let pq = dir.join("r.parquet");
+        crate::parquet::export(&dir, None, &pq, crate::parquet::RowGroups { rows: 1000, span_ns: 0 }).unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&pq).unwrap()).unwrap();
+        use parquet::file::reader::FileReader as _;
+        let kv = reader.metadata().file_metadata().key_value_metadata().unwrap();
+        let rows = kv.iter().find(|k| k.key == "mdfan.restart_rows").and_then(|k| k.value.clone());
+        assert_eq!(rows.as_deref(), Some("[2]"), "the second session begins at row 2");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A price-level capture has no DBN MBO form: refused naming the segment, and no file is left behind.
     #[test]

@@ -766,6 +766,14 @@ fn export(
             done.left_out,
             done.gaps
         );
+        if done.restarts > 0 {
+            eprintln!(
+                "mdfan-capture: export: the capture holds {} restarted session(s) (a recorder started again, its \
+                 books empty): in the DBN file each begins with a Clear (action R) of every book so far; in the \
+                 Parquet file the rows mdfan.restart_rows names",
+                done.restarts
+            );
+        }
     }
     Ok(0)
 }

@@ -24,7 +24,9 @@
 //! rows. The file's key-value metadata carries what is not a row: `mdfan.source`, `mdfan.session`, `mdfan.book`,
 //! `mdfan.symbology` (JSON, as in the segment header), `mdfan.gaps` (JSON list of `{"expected", "got"}`: seqs
 //! that never reached the capture), `mdfan.restarts` (JSON list of `{"record", "last_ts_recv_ns",
-//! "next_ts_recv_ns"}`: where a writer started again; what came between is not in the capture),
+//! "next_ts_recv_ns"}`: where a writer started again; what came between is not in the capture), `mdfan.restart_rows`
+//! (JSON list: the row each restarted session begins at; its subscriber's books were empty there, so a reader
+//! clears every book before that row),
 //! `mdfan.session_records` (how many were left out), `mdfan.stop` (how the capture stopped, or `none` for one
 //! still being written), `mdfan.prices_out_of_range` (rows whose price `price` cannot hold). A row group ends at
 //! `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is about 24 groups) or after
@@ -399,6 +401,7 @@ fn write(
     let (mut rows, mut index) = (0u64, 0u64);
     let mut span = u64::MAX;
     let (mut restarts, mut session_records) = (mdfan_feed::capture::Restarts::default(), 0u64);
+    let mut restart_rows: Vec<u64> = Vec::new();
     while let Some(item) = reader.next().map_err(|e| e.to_string())? {
         match item {
             Item::Segment(m) => {
@@ -415,7 +418,11 @@ fn write(
                 (source, session, book) = (m.source, m.session, m.book);
             }
             Item::Record(r) => {
+                let before = restarts.found.len();
                 restarts.record(&r);
+                if restarts.found.len() > before {
+                    restart_rows.push(rows); // the restarted session's first row (session records are no rows)
+                }
                 let capture_index = index;
                 index += 1;
                 if is_session_record(&r) {
@@ -465,6 +472,7 @@ fn write(
         ("mdfan.symbology", symbology),
         ("mdfan.gaps", serde_json::Value::Array(gaps).to_string()),
         ("mdfan.restarts", serde_json::to_string(&restarts.found).map_err(|e| e.to_string())?),
+        ("mdfan.restart_rows", serde_json::to_string(&restart_rows).map_err(|e| e.to_string())?),
         ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
         ("mdfan.prices_out_of_range", out_of_range.to_string()),

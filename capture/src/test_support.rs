@@ -11,6 +11,13 @@ pub fn writer(tag: &str, name: &str, book: &str, symbology: Vec<InstrumentDef>) 
     let dir = std::env::temp_dir().join(format!("mdfan-capture-unit-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let w = reopen(&dir, name, book, symbology);
+    (dir, w)
+}
+
+/// A writer of capture `name` in `dir` as it is (a recorder started again: its session's `seq` from 1).
+pub fn reopen(dir: &std::path::Path, name: &str, book: &str, symbology: Vec<InstrumentDef>) -> Writer {
+    let dir = dir.to_owned();
     let cfg = WriterConfig {
         dir: dir.clone(),
         name: name.into(),
@@ -36,5 +43,5 @@ pub fn writer(tag: &str, name: &str, book: &str, symbology: Vec<InstrumentDef>) 
         run_id: None,
         run_first_segment: None,
     };
-    (dir, Writer::open(cfg, meta, 1).unwrap().0)
+    Writer::open(cfg, meta, 1).unwrap().0
 }
