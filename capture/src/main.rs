@@ -755,6 +755,13 @@ fn export(
             done.bytes,
             done.prices_out_of_range
         );
+        if done.timestamps_out_of_range > 0 {
+            eprintln!(
+                "mdfan-capture: export: {} rows have a ts_event or ts_recv past i64::MAX ns (DBN's undefined \
+                 timestamp is u64::MAX): null there (mdfan.timestamps_out_of_range)",
+                done.timestamps_out_of_range
+            );
+        }
     }
     if let (Some(out), Some(plan)) = (to_dbn, dbn_plan) {
         let (done, t) = dbn::export(dir, name, out, plan)?;

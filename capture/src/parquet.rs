@@ -28,7 +28,8 @@
 //! (JSON list: the row each restarted session begins at; its subscriber's books were empty there, so a reader
 //! clears every book before that row),
 //! `mdfan.session_records` (how many were left out), `mdfan.stop` (how the capture stopped, or `none` for one
-//! still being written), `mdfan.prices_out_of_range` (rows whose price `price` cannot hold). A row group ends at
+//! still being written), `mdfan.prices_out_of_range` (rows whose price `price` cannot hold),
+//! `mdfan.timestamps_out_of_range` (rows with a time past `i64::MAX` ns, null in `ts_event` or `ts_recv`). A row group ends at
 //! `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is about 24 groups) or after
 //! `--row-group-rows` rows (default 1 Mi), whichever comes first; every column but `kind` and `side` has min/max
 //! statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
@@ -95,6 +96,9 @@ pub struct Exported {
     pub bytes: u64,
     /// Rows whose price `price` cannot hold (|price_e9| >= [`PRICE_E9_LIMIT`], not `i64::MAX`): null there.
     pub prices_out_of_range: u64,
+    /// Rows whose `ts_event_ns` or `ts_recv_ns` is past `i64::MAX` ns (DBN's undefined timestamp is `u64::MAX`):
+    /// null there.
+    pub timestamps_out_of_range: u64,
 }
 
 /// The file's schema (module docs).
@@ -103,8 +107,8 @@ pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("capture_index", DataType::UInt64, false),
         Field::new("seq", DataType::UInt64, false),
-        Field::new("ts_event", ts.clone(), false),
-        Field::new("ts_recv", ts, false),
+        Field::new("ts_event", ts.clone(), true),
+        Field::new("ts_recv", ts, true),
         Field::new("venue_pos", DataType::UInt64, false),
         Field::new("instrument_id", DataType::UInt32, false),
         Field::new("symbol", DataType::Utf8, true),
@@ -198,13 +202,17 @@ impl Columns {
         kinds: &[String],
         sides: &[String],
         out_of_range: &mut u64,
+        ts_out_of_range: &mut u64,
     ) -> Result<RecordBatch, String> {
         let Columns { records: recs, capture_index, symbol } = std::mem::replace(self, Columns::new());
+        // A time past i64's ns (2262; DBN's undefined timestamp is u64::MAX) is null, not a negative time.
+        *ts_out_of_range +=
+            recs.iter().filter(|r| r.ts_event_ns > i64::MAX as u64 || r.ts_recv_ns > i64::MAX as u64).count() as u64;
         let priced = |r: &BookUpdate| r.price_e9 != i64::MAX && r.price_e9.unsigned_abs() < PRICE_E9_LIMIT as u64;
         *out_of_range += recs.iter().filter(|r| r.price_e9 != i64::MAX && !priced(r)).count() as u64;
         let u64s = |f: fn(&BookUpdate) -> u64| UInt64Array::from_iter_values(recs.iter().map(f));
         let ts = |f: fn(&BookUpdate) -> u64| {
-            TimestampNanosecondArray::from_iter_values(recs.iter().map(|r| f(r) as i64)).with_timezone("UTC")
+            TimestampNanosecondArray::from_iter(recs.iter().map(|r| i64::try_from(f(r)).ok())).with_timezone("UTC")
         };
         let price = Decimal128Array::new(
             recs.iter().map(|r| i128::from(r.price_e9)).collect(),
@@ -394,7 +402,7 @@ fn write(
     let (mut names, mut symbols): (Vec<String>, HashMap<u32, u32>) = (Vec::new(), HashMap::new());
     let mut name_index: HashMap<String, u32> = HashMap::new();
     let mut last_symbol: Option<(u32, u32)> = None;
-    let mut out_of_range = 0u64;
+    let (mut out_of_range, mut ts_out_of_range) = (0u64, 0u64);
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
@@ -436,7 +444,14 @@ fn write(
                         // A new time span: what is pending closes the row group.
                         if cols.rows() > 0 {
                             writer
-                                .write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?)
+                                .write(&cols.finish(
+                                    &schema,
+                                    &names,
+                                    &kinds,
+                                    &sides,
+                                    &mut out_of_range,
+                                    &mut ts_out_of_range,
+                                )?)
                                 .map_err(io)?;
                         }
                         writer.finish_group().map_err(io)?;
@@ -454,7 +469,16 @@ fn write(
                 cols.push(capture_index, &r, symbol);
                 rows += 1;
                 if cols.rows() == BATCH_ROWS {
-                    writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?).map_err(io)?;
+                    writer
+                        .write(&cols.finish(
+                            &schema,
+                            &names,
+                            &kinds,
+                            &sides,
+                            &mut out_of_range,
+                            &mut ts_out_of_range,
+                        )?)
+                        .map_err(io)?;
                 }
             }
             Item::Gap { expected, got } => gaps.push(serde_json::json!({ "expected": expected, "got": got })),
@@ -462,7 +486,9 @@ fn write(
         }
     }
     if cols.rows() > 0 {
-        writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range)?).map_err(io)?;
+        writer
+            .write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range, &mut ts_out_of_range)?)
+            .map_err(io)?;
     }
     let gap_count = gaps.len() as u64;
     for (k, v) in [
@@ -476,13 +502,21 @@ fn write(
         ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
         ("mdfan.prices_out_of_range", out_of_range.to_string()),
+        ("mdfan.timestamps_out_of_range", ts_out_of_range.to_string()),
     ] {
         writer.file.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
     }
     let row_groups = writer.close().map_err(io)?;
     file.sync_all().map_err(|e| format!("{}: fsync: {e}", path.display()))?;
     let bytes = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    let exported = Exported { rows, row_groups, gaps: gap_count, bytes, prices_out_of_range: out_of_range };
+    let exported = Exported {
+        rows,
+        row_groups,
+        gaps: gap_count,
+        bytes,
+        prices_out_of_range: out_of_range,
+        timestamps_out_of_range: ts_out_of_range,
+    };
     Ok((exported, reader.torn().map(str::to_owned)))
 }
 
@@ -600,6 +634,30 @@ mod tests {
             prices.extend((0..b.num_rows()).map(|i| price.is_valid(i).then(|| price.value_as_string(i))));
         }
         assert_eq!(prices, [Some("999999999.999999999".to_owned()), None, None, None, None]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A time past `i64::MAX` ns (DBN's undefined timestamp, `u64::MAX`) is null in its column and counted, not
+    /// written as a negative time.
+    #[test]
+    fn a_timestamp_past_i64_is_null_and_counted() {
+        let (dir, mut w) = crate::test_support::writer("parquet-ts", "t", "mbo", vec![InstrumentDef::new(7, "ESH4")]);
+        w.record(&record(1, 7, Kind::Add, 1), 1).unwrap();
+        w.record(&BookUpdate { ts_event_ns: u64::MAX, ..record(2, 7, Kind::Add, 1) }, 1).unwrap();
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let out = dir.join("t.parquet");
+        let (done, _) = export(&dir, None, &out, RowGroups { rows: 1000, span_ns: 0 }).unwrap();
+        assert_eq!((done.rows, done.timestamps_out_of_range), (2, 1));
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        let mut ts = Vec::new();
+        for b in reader.build().unwrap() {
+            let b = b.unwrap();
+            let col = b.column_by_name("ts_event").unwrap();
+            let col = col.as_primitive::<arrow_array::types::TimestampNanosecondType>();
+            ts.extend((0..b.num_rows()).map(|i| col.is_valid(i).then(|| col.value(i))));
+        }
+        assert_eq!(ts, [Some(1_001), None]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
