@@ -29,8 +29,8 @@
 //! clears every book before that row),
 //! `mdfan.session_records` (how many were left out), `mdfan.stop` (how the capture stopped, or `none` for one
 //! still being written), `mdfan.prices_out_of_range` (rows whose price `price` cannot hold),
-//! `mdfan.timestamps_out_of_range` (rows with a time past `i64::MAX` ns, null in `ts_event` or `ts_recv`). A row group ends at
-//! `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is about 24 groups) or after
+//! `mdfan.timestamps_out_of_range` (rows with a time past `i64::MAX` ns, null in `ts_event` or `ts_recv`). A row
+//! group ends at `--row-group-s` boundaries of `ts_recv` (default an hour: a day's capture is about 24 groups) or after
 //! `--row-group-rows` rows (default 1 Mi), whichever comes first; every column but `kind` and `side` has min/max
 //! statistics, so a reader filtering on `ts_recv` or `instrument_id` skips what it does not need.
 //! Encodings: the rising columns and `order_id` delta-encoded, the others dictionary-encoded. Compression: zstd
@@ -162,6 +162,14 @@ fn side_names() -> Vec<String> {
     (0..=u8::MAX).map(|b| if b.is_ascii() { char::from(b).to_string() } else { "?".to_owned() }).collect()
 }
 
+/// Rows written with a null because their column cannot hold the value: prices (`|price_e9|` at or past
+/// [`PRICE_E9_LIMIT`]), times (past `i64::MAX` ns).
+#[derive(Debug, Default)]
+struct Nulled {
+    prices: u64,
+    timestamps: u64,
+}
+
 /// No symbol: the instrument is not in the segment's symbology.
 const NO_SYMBOL: u32 = u32::MAX;
 
@@ -193,23 +201,22 @@ impl Columns {
     }
 
     /// The batch (new vectors in place at full capacity). `names`: the symbols the rows' indexes point into;
-    /// `kinds` and `sides`: [`kind_names`], [`side_names`]; `out_of_range` counts the prices written as null
-    /// because `price` cannot hold them.
+    /// `kinds` and `sides`: [`kind_names`], [`side_names`]; `nulled` counts the values written as null because their
+    /// column cannot hold them.
     fn finish(
         &mut self,
         schema: &SchemaRef,
         names: &[String],
         kinds: &[String],
         sides: &[String],
-        out_of_range: &mut u64,
-        ts_out_of_range: &mut u64,
+        nulled: &mut Nulled,
     ) -> Result<RecordBatch, String> {
         let Columns { records: recs, capture_index, symbol } = std::mem::replace(self, Columns::new());
         // A time past i64's ns (2262; DBN's undefined timestamp is u64::MAX) is null, not a negative time.
-        *ts_out_of_range +=
+        nulled.timestamps +=
             recs.iter().filter(|r| r.ts_event_ns > i64::MAX as u64 || r.ts_recv_ns > i64::MAX as u64).count() as u64;
         let priced = |r: &BookUpdate| r.price_e9 != i64::MAX && r.price_e9.unsigned_abs() < PRICE_E9_LIMIT as u64;
-        *out_of_range += recs.iter().filter(|r| r.price_e9 != i64::MAX && !priced(r)).count() as u64;
+        nulled.prices += recs.iter().filter(|r| r.price_e9 != i64::MAX && !priced(r)).count() as u64;
         let u64s = |f: fn(&BookUpdate) -> u64| UInt64Array::from_iter_values(recs.iter().map(f));
         let ts = |f: fn(&BookUpdate) -> u64| {
             TimestampNanosecondArray::from_iter(recs.iter().map(|r| i64::try_from(f(r)).ok())).with_timezone("UTC")
@@ -402,7 +409,7 @@ fn write(
     let (mut names, mut symbols): (Vec<String>, HashMap<u32, u32>) = (Vec::new(), HashMap::new());
     let mut name_index: HashMap<String, u32> = HashMap::new();
     let mut last_symbol: Option<(u32, u32)> = None;
-    let (mut out_of_range, mut ts_out_of_range) = (0u64, 0u64);
+    let mut nulled = Nulled::default();
     let (mut source, mut session, mut book, mut symbology) = (String::new(), String::new(), String::new(), "[]".into());
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
@@ -443,16 +450,7 @@ fn write(
                     if bucket != span && span != u64::MAX {
                         // A new time span: what is pending closes the row group.
                         if cols.rows() > 0 {
-                            writer
-                                .write(&cols.finish(
-                                    &schema,
-                                    &names,
-                                    &kinds,
-                                    &sides,
-                                    &mut out_of_range,
-                                    &mut ts_out_of_range,
-                                )?)
-                                .map_err(io)?;
+                            writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut nulled)?).map_err(io)?;
                         }
                         writer.finish_group().map_err(io)?;
                     }
@@ -469,16 +467,7 @@ fn write(
                 cols.push(capture_index, &r, symbol);
                 rows += 1;
                 if cols.rows() == BATCH_ROWS {
-                    writer
-                        .write(&cols.finish(
-                            &schema,
-                            &names,
-                            &kinds,
-                            &sides,
-                            &mut out_of_range,
-                            &mut ts_out_of_range,
-                        )?)
-                        .map_err(io)?;
+                    writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut nulled)?).map_err(io)?;
                 }
             }
             Item::Gap { expected, got } => gaps.push(serde_json::json!({ "expected": expected, "got": got })),
@@ -486,9 +475,7 @@ fn write(
         }
     }
     if cols.rows() > 0 {
-        writer
-            .write(&cols.finish(&schema, &names, &kinds, &sides, &mut out_of_range, &mut ts_out_of_range)?)
-            .map_err(io)?;
+        writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut nulled)?).map_err(io)?;
     }
     let gap_count = gaps.len() as u64;
     for (k, v) in [
@@ -501,8 +488,8 @@ fn write(
         ("mdfan.restart_rows", serde_json::to_string(&restart_rows).map_err(|e| e.to_string())?),
         ("mdfan.session_records", session_records.to_string()),
         ("mdfan.stop", stop),
-        ("mdfan.prices_out_of_range", out_of_range.to_string()),
-        ("mdfan.timestamps_out_of_range", ts_out_of_range.to_string()),
+        ("mdfan.prices_out_of_range", nulled.prices.to_string()),
+        ("mdfan.timestamps_out_of_range", nulled.timestamps.to_string()),
     ] {
         writer.file.append_key_value_metadata(KeyValue::new(k.to_owned(), v));
     }
@@ -514,8 +501,8 @@ fn write(
         row_groups,
         gaps: gap_count,
         bytes,
-        prices_out_of_range: out_of_range,
-        timestamps_out_of_range: ts_out_of_range,
+        prices_out_of_range: nulled.prices,
+        timestamps_out_of_range: nulled.timestamps,
     };
     Ok((exported, reader.torn().map(str::to_owned)))
 }
