@@ -33,10 +33,11 @@
 //! (`mdfan_wire::BookUpdate`, little-endian, `seq` the subscriber stream's). A block is whole only when both CRCs
 //! hold: a reader stops at the first block that is not (a writer killed mid-block left it), and the next writer
 //! cuts the segment there before it goes on ([`recover`]). Blocks are numbered, so that a whole block removed from a
-//! segment, repeated or moved (a spliced file, its CRCs intact) is named, not read as a shorter stream. Closed segments are compressed with zstd
-//! (`NAME-NNNNNN.mdcap.zst`, the same bytes) next to an index of their blocks (`NAME-NNNNNN.mdidx`: per block its
-//! offset in the uncompressed segment, first seq, first `ts_recv_ns` and first venue position, 32 bytes LE each),
-//! from which a reader finds where to start by time or venue position without decoding records.
+//! segment, repeated or moved (a spliced file, its CRCs intact) is named, not read as a shorter stream. Closed
+//! segments are compressed with zstd (`NAME-NNNNNN.mdcap.zst`, the same bytes) next to an index of their blocks
+//! (`NAME-NNNNNN.mdidx`: per block its offset in the uncompressed segment, first seq, first `ts_recv_ns` and first
+//! venue position, 32 bytes LE each), from which a reader finds where to start by time or venue position without
+//! decoding records.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
