@@ -559,6 +559,19 @@ fn header_disagrees(h: &BlockHeader, payload: &[u8]) -> Option<String> {
             let (Some(first), Some(last)) = (payload.first_chunk::<64>(), payload.last_chunk::<64>()) else {
                 return Some("a records block of no record".into());
             };
+            // One block is one writer run's, of one session (a restarted recorder starts a new segment): its seqs
+            // rise (with holes where heartbeats were, which are not kept).
+            let seqs = payload.chunks_exact(64).map(|r| u64::from_le_bytes(r[..8].try_into().expect("8 bytes")));
+            let mut prev = None;
+            for (i, seq) in seqs.enumerate() {
+                if prev.is_some_and(|p| seq <= p) {
+                    return Some(format!(
+                        "record {i} of the block has seq {seq} after {}: a block's seqs rise",
+                        prev.unwrap_or_default()
+                    ));
+                }
+                prev = Some(seq);
+            }
             let (first, last) = (BookUpdate::from_bytes(first), BookUpdate::from_bytes(last));
             let header = (h.first, h.last, h.first_ts_recv_ns, h.last_ts_recv_ns, h.first_venue_pos);
             let records = (first.seq, last.seq, first.ts_recv_ns, last.ts_recv_ns, first.venue_pos);
@@ -1135,6 +1148,23 @@ pub fn recover(dir: &Path, name: &str) -> Result<Recovery, CaptureError> {
         if path.to_string_lossy().ends_with(COMPRESSED_EXT) {
             let plain = PathBuf::from(path.to_string_lossy().trim_end_matches(".zst").to_owned());
             if plain.exists() {
+                // Only once the compressed file reads whole (it may have been damaged or copied in since): else
+                // the plain one may be the good copy, and neither is touched.
+                let listed = std::fs::metadata(index_path(path)).ok().map(|m| m.len() / INDEX_ENTRY_BYTES as u64);
+                match scan_segment(path) {
+                    Ok((_, scan)) if scan.torn_bytes == 0 && listed.is_none_or(|n| n == scan.blocks) => {}
+                    Ok(_) | Err(_) => {
+                        return Err(CaptureError::Format {
+                            path: path.clone(),
+                            offset: 0,
+                            detail: format!(
+                                "does not read whole, and a plain twin ({}) is here: move the one that is damaged \
+                                 aside (a reader takes the compressed one)",
+                                plain.display()
+                            ),
+                        })
+                    }
+                }
                 std::fs::remove_file(&plain).map_err(|source| CaptureError::Io {
                     path: plain.clone(),
                     what: "remove (its compressed twin is whole)",

@@ -635,6 +635,15 @@ fn a_plain_twin_of_a_compressed_segment_is_not_read_and_the_next_writer_removes_
     assert_eq!(recovery.twins_removed, vec![twin.clone()]);
     assert!(!twin.exists());
     let _ = w.stop(StopReason::Interrupted, 5).unwrap();
+    // A compressed segment damaged since (its plain twin the good copy): the writer touches neither and refuses.
+    let zst = d.join("esh4-000003.mdcap.zst");
+    let plain = d.join("esh4-000003.mdcap");
+    let bytes = std::fs::read(&zst).unwrap();
+    std::fs::write(&plain, zstd::stream::decode_all(&bytes[..]).unwrap()).unwrap();
+    std::fs::write(&zst, &bytes[..bytes.len() / 2]).unwrap();
+    let e = Writer::open(config(&d, 1 << 20), meta(), 6).err().expect("refused").to_string();
+    assert!(e.contains("esh4-000003.mdcap.zst") && e.contains("does not read whole, and a plain twin"), "{e}");
+    assert!(plain.exists(), "the good copy kept");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -736,6 +745,25 @@ fn a_block_header_its_records_or_its_place_do_not_bear_out_is_an_error() {
     let e = read_error(&d);
     assert!(e.contains(&format!("esh4-000002.mdcap: offset {at}: block header (first seq")), "{e}");
     assert!(e.contains("is not its records'"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+
+    // Two records of a block swapped (its ends, count and CRCs kept): a block's seqs rise.
+    let d = five_plain_segments("block-reordered");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let (mut bytes, offsets) = (std::fs::read(&seg2).unwrap(), block_offsets(&seg2));
+    let (at, end) = (offsets[1], offsets[2]);
+    let payload = at + BLOCK_HEADER_BYTES;
+    let (r1, r2) = (payload + 64, payload + 128);
+    let second: Vec<u8> = bytes[r1..r1 + 64].to_vec();
+    bytes.copy_within(r2..r2 + 64, r1);
+    bytes[r2..r2 + 64].copy_from_slice(&second);
+    let h: &[u8; BLOCK_HEADER_BYTES] = bytes[at..at + BLOCK_HEADER_BYTES].try_into().unwrap();
+    let crc = crc32fast::hash(&bytes[payload..end]);
+    let h = BlockHeader { payload_crc: crc, ..BlockHeader::decode(h).unwrap() };
+    bytes[at..at + BLOCK_HEADER_BYTES].copy_from_slice(&h.encode());
+    std::fs::write(&seg2, bytes).unwrap();
+    let e = read_error(&d);
+    assert!(e.contains(&format!("esh4-000002.mdcap: offset {at}: record 2 of the block has seq")), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 
     // A records block appended after segment 5's stop block, numbered on.
