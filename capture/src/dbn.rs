@@ -11,8 +11,7 @@ use std::path::Path;
 
 use mdfan_feed::capture::{is_session_record, Item, Reader, Restarts};
 use mdfan_feed::dbn_export::{check_metadata, metadata, MboWriter};
-use mdfan_wire::record::flags;
-use mdfan_wire::{BookUpdate, InstrumentDef, Kind, CHANNEL_INSTRUMENT_ID};
+use mdfan_wire::InstrumentDef;
 
 /// What a DBN export wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,26 +85,11 @@ pub fn export(dir: &Path, name: Option<&str>, out: &Path, plan: Plan) -> Result<
         let mut reader = Reader::open(dir, name, false).map_err(|e| e.to_string())?;
         // A restarted session (a recorder started again: its subscriber's books empty) begins with a Clear
         // (action R, flagged snapshot) of every book so far, as the replay of the capture does.
-        let (mut restarts, mut known) = (Restarts::default(), std::collections::BTreeSet::new());
+        let mut restarts = Restarts::default();
         while let Some(item) = reader.next().map_err(|e| e.to_string())? {
             if let Item::Record(r) = item {
-                let before = restarts.found.len();
-                restarts.record(&r);
-                if restarts.found.len() > before {
-                    for &instrument_id in &known {
-                        let clear = BookUpdate {
-                            instrument_id,
-                            venue_pos: r.venue_pos,
-                            ts_event_ns: r.ts_recv_ns,
-                            ts_recv_ns: r.ts_recv_ns,
-                            flags: flags::LAST | flags::SNAPSHOT,
-                            ..BookUpdate::control(Kind::Clear)
-                        };
-                        w.push(&clear).map_err(|e| e.to_string())?;
-                    }
-                }
-                if !is_session_record(&r) && r.instrument_id != CHANNEL_INSTRUMENT_ID {
-                    known.insert(r.instrument_id);
+                for clear in restarts.record(&r).unwrap_or_default() {
+                    w.push(&clear).map_err(|e| e.to_string())?;
                 }
                 w.push(&r).map_err(|e| e.to_string())?;
             }

@@ -433,9 +433,7 @@ fn write(
                 (source, session, book) = (m.source, m.session, m.book);
             }
             Item::Record(r) => {
-                let before = restarts.found.len();
-                restarts.record(&r);
-                if restarts.found.len() > before {
+                if restarts.record(&r).is_some() {
                     restart_rows.push(rows); // the restarted session's first row (session records are no rows)
                 }
                 let capture_index = index;

@@ -1885,7 +1885,9 @@ pub struct Restart {
 }
 
 /// Finds restarts in a capture's records, in order: a record whose `seq` is not above the one before it begins
-/// a new session (a writer started again after a crash or a stop: its session's seq counts from 1 again).
+/// a new session (a writer started again after a crash or a stop: its session's seq counts from 1 again, and its
+/// subscriber's books were empty). A replay or an export of the capture begins such a session with a `Clear` of
+/// every book so far ([`Restarts::record`]), so its books are what the captured subscriber's were.
 #[derive(Debug, Clone, Default)]
 pub struct Restarts {
     last_seq: u64,
@@ -1894,14 +1896,28 @@ pub struct Restarts {
     /// Found so far (the last one's `next_ts_recv_ns` filled in by the next venue record).
     pub found: Vec<Restart>,
     open: bool,
+    /// The instruments with a book so far (venue records; channel and session records aside).
+    books: std::collections::BTreeSet<u32>,
 }
 
 impl Restarts {
-    /// Takes the capture's next record.
-    pub fn record(&mut self, r: &BookUpdate) {
+    /// Takes the capture's next record. At a restart (`r` begins a new session): `Some` of a `Clear` (action R,
+    /// flags `LAST | SNAPSHOT`, stamped with `r`'s `venue_pos` and `ts_recv_ns`) for every instrument with a
+    /// book before `r`, in instrument_id order, to be put before `r` (none: `Some` of an empty list).
+    pub fn record(&mut self, r: &BookUpdate) -> Option<Vec<BookUpdate>> {
+        let mut clears = None;
         if self.index > 0 && r.seq <= self.last_seq {
             self.found.push(Restart { record: self.index, last_ts_recv_ns: self.last_ts_recv_ns, next_ts_recv_ns: 0 });
             self.open = true;
+            let clear = |instrument_id| BookUpdate {
+                instrument_id,
+                venue_pos: r.venue_pos,
+                ts_event_ns: r.ts_recv_ns,
+                ts_recv_ns: r.ts_recv_ns,
+                flags: mdfan_wire::record::flags::LAST | mdfan_wire::record::flags::SNAPSHOT,
+                ..BookUpdate::control(mdfan_wire::Kind::Clear)
+            };
+            clears = Some(self.books.iter().map(|&id| clear(id)).collect());
         }
         if !is_session_record(r) {
             if self.open {
@@ -1911,9 +1927,13 @@ impl Restarts {
                 self.open = false;
             }
             self.last_ts_recv_ns = r.ts_recv_ns;
+            if r.instrument_id != mdfan_wire::CHANNEL_INSTRUMENT_ID {
+                self.books.insert(r.instrument_id);
+            }
         }
         self.last_seq = r.seq;
         self.index += 1;
+        clears
     }
 }
 
@@ -2036,7 +2056,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
                 }
             }
             Item::Record(rec) => {
-                restarts.record(&rec);
+                let _ = restarts.record(&rec);
                 if !is_session_record(&rec) {
                     if rep.first_ts_recv_ns == 0 {
                         rep.first_ts_recv_ns = rec.ts_recv_ns;

@@ -236,9 +236,9 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
     let (mut books, mut mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
     let (mut started, mut rebuilt) = (false, 0u64);
     let mut pending: std::collections::VecDeque<BookUpdate> = std::collections::VecDeque::new();
-    // A restart (a record whose seq is not above the last: a recorder started again, its subscriber's books
-    // empty): every book replayed so far is cleared, as the captured subscriber's were.
-    let (mut last_seq, mut known) = (0u64, std::collections::BTreeSet::new());
+    // A restart (a recorder started again, its subscriber's books empty): every book replayed so far is
+    // cleared, as the captured subscriber's were.
+    let mut restarts = mdfan_feed::capture::Restarts::default();
     let mbp_flag = if book == BookKind::Mbp { mdfan_wire::record::flags::MBP } else { 0 };
     let bounded = f.from_ts_recv_ns.is_some()
         || f.to_ts_recv_ns.is_some()
@@ -268,30 +268,19 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                 return Ok(None);
             }
             Some(Item::Record(r)) => {
-                let restart = c.read.fetch_add(1, Ordering::Relaxed) > 0 && r.seq <= last_seq;
-                last_seq = r.seq;
-                if restart {
+                c.read.fetch_add(1, Ordering::Relaxed);
+                if let Some(clears) = restarts.record(&r) {
                     c.restarts.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         record = c.read.load(Ordering::Relaxed) - 1,
-                        books = known.len(),
+                        books = clears.len(),
                         "the capture holds a restarted session here: every book so far is cleared"
                     );
                     if started {
-                        pending.extend(known.iter().map(|&id| BookUpdate {
-                            instrument_id: id,
-                            venue_pos: r.venue_pos,
-                            ts_event_ns: r.ts_recv_ns,
-                            ts_recv_ns: r.ts_recv_ns,
-                            flags: mdfan_wire::record::flags::LAST | mdfan_wire::record::flags::SNAPSHOT | mbp_flag,
-                            ..BookUpdate::control(mdfan_wire::Kind::Clear)
-                        }));
+                        pending.extend(clears.into_iter().map(|x| BookUpdate { flags: x.flags | mbp_flag, ..x }));
                     } else {
                         (books, mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
                     }
-                }
-                if r.instrument_id != mdfan_wire::CHANNEL_INSTRUMENT_ID && !mdfan_feed::capture::is_session_record(&r) {
-                    known.insert(r.instrument_id);
                 }
                 if !started && bounds.before(&r) {
                     // Kept as the captured subscriber kept it (a book refused here was refused there too).
