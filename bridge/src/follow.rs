@@ -40,6 +40,8 @@ pub struct Follower {
     expected: u64,
     /// The bridge run the book follows (its last snapshot's, or its first update's).
     run: Option<String>,
+    /// The instrument the book is of (its last snapshot's, or its first update's).
+    instrument_id: Option<u32>,
     stale: bool,
     ended: bool,
     stats: FollowStats,
@@ -59,6 +61,7 @@ impl Follower {
             mbp: MbpBooks::with_capacity(1),
             expected: 0,
             run: None,
+            instrument_id: None,
             stale: false,
             ended: false,
             stats: FollowStats::default(),
@@ -96,6 +99,7 @@ impl Follower {
                 self.apply_records(&rs);
                 self.expected = meta.inst_seq + 1;
                 self.run = Some(meta.run.clone());
+                self.instrument_id = meta.instrument_id.or(rs.first().map(|r| r.instrument_id)).or(self.instrument_id);
                 self.stats.snapshots += 1;
             }
             MessageKind::Update => {
@@ -116,6 +120,7 @@ impl Follower {
                 }
                 let rs = records(payload, meta.zstd).inspect_err(|_| self.stale = true)?;
                 consistent(meta, &rs).inspect_err(|_| self.stale = true)?;
+                self.instrument_id = self.instrument_id.or(meta.instrument_id).or(rs.first().map(|r| r.instrument_id));
                 self.apply_records(&rs);
                 self.stats.updates += 1;
                 self.stats.max_update_records = self.stats.max_update_records.max(rs.len() as u64);
@@ -159,6 +164,13 @@ impl Follower {
     /// What it has seen.
     pub fn stats(&self) -> FollowStats {
         self.stats
+    }
+
+    /// The instrument_id the book is of: its last snapshot's, or (read from the stream's start) its first
+    /// update's; `None` before either. A symbol's snapshot may name another id than the book had (a new bridge run
+    /// after a re-listing, or ITCH's stock locates, which change daily): the book is that instrument's from there.
+    pub fn instrument_id(&self) -> Option<u32> {
+        self.instrument_id
     }
 
     /// The order book (order-level feeds).
@@ -379,5 +391,24 @@ mod tests {
         assert!(f.ended());
         assert_eq!(f.summary(ID), "orders=2 levels_bid=2 levels_ask=0 bbo=99.00x1/-");
         assert_eq!((f.stats().other_run, f.stats().skipped), (1, 2));
+    }
+
+    /// A new bridge run may name the symbol under another instrument_id (a re-listing; ITCH's daily stock
+    /// locates): its snapshot moves the book to that id, and `instrument_id` says which.
+    #[test]
+    fn a_snapshot_under_another_instrument_id_moves_the_book_to_it() {
+        let mut f = Follower::new();
+        assert_eq!(f.instrument_id(), None);
+        f.apply(&meta(MessageKind::Update, 1), &payload(&[add(1, 100, 5)])).unwrap();
+        assert_eq!(f.instrument_id(), Some(ID));
+        const NEW: u32 = ID + 1;
+        let new_add = BookUpdate { instrument_id: NEW, ..add(1, 98, 3) };
+        let snap = [BookUpdate { instrument_id: NEW, ..BookUpdate::control(Kind::Clear) }, new_add];
+        let run2 = Meta { run: "r2".into(), instrument_id: Some(NEW), ..meta(MessageKind::Snapshot, 0) };
+        f.apply(&run2, &compress(&snap)).unwrap();
+        assert_eq!(f.instrument_id(), Some(NEW));
+        assert_eq!(f.summary(NEW), "orders=1 levels_bid=1 levels_ask=0 bbo=98.00x3/-");
+        assert_eq!(f.summary(ID), "orders=0 levels_bid=0 levels_ask=0 bbo=-/-", "the old id's book is gone");
+        assert!(!f.stale());
     }
 }

@@ -22,7 +22,7 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use clap::Parser;
 use futures::StreamExt;
 use mdfan_bridge::follow::Follower;
-use mdfan_bridge::message::{MessageKind, Meta};
+use mdfan_bridge::message::Meta;
 use mdfan_bridge::subject::{id_token, token, Subjects};
 
 #[derive(Parser, Debug)]
@@ -256,22 +256,23 @@ async fn follow(args: &Args, subjects: &Subjects, tok: &str, shown: &str, shutdo
                 continue;
             }
         };
-        match f.apply(&meta, &next.payload) {
-            // A snapshot of the symbol under another id (a new bridge run after a re-listing, or ITCH's daily
-            // stock locates): the book is that instrument's now, and the line names it.
-            Ok(()) if meta.kind == MessageKind::Snapshot && args.instrument_id.is_none() => {
-                if let Some(id) = meta.instrument_id.filter(|id| instrument_id.is_some_and(|was| was != *id)) {
+        let was = f.instrument_id();
+        if let Err(e) = f.apply(&meta, &next.payload) {
+            eprintln!("mdfan-nats-book: {} seq {seq}: {e} (stale until the next snapshot)", next.subject);
+        }
+        // A snapshot of the symbol under another id (a new bridge run after a re-listing, or ITCH's daily stock
+        // locates): the book is that instrument's now, and the line names it.
+        if args.instrument_id.is_none() {
+            if let (Some(was), Some(id)) = (was.or(instrument_id), f.instrument_id()) {
+                if was != id {
                     eprintln!(
-                        "mdfan-nats-book: {} seq {seq}: {shown} is instrument_id {id} from here (was {}): the book \
-                         follows it",
-                        next.subject,
-                        instrument_id.unwrap_or_default()
+                        "mdfan-nats-book: {} seq {seq}: {shown} is instrument_id {id} from here (was {was}): the \
+                         book follows it",
+                        next.subject
                     );
-                    instrument_id = Some(id);
                 }
             }
-            Ok(()) => {}
-            Err(e) => eprintln!("mdfan-nats-book: {} seq {seq}: {e} (stale until the next snapshot)", next.subject),
+            instrument_id = f.instrument_id().or(instrument_id);
         }
         if f.ended() {
             println!("{}", line(&f, instrument_id));
