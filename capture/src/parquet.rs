@@ -512,6 +512,7 @@ mod tests {
     use arrow_array::types::Decimal128Type;
     use arrow_array::Array;
     use mdfan_wire::{InstrumentDef, Side};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn record(seq: u64, instrument_id: u32, kind: Kind, price_e9: i64) -> BookUpdate {
         BookUpdate {
@@ -531,6 +532,12 @@ mod tests {
         }
     }
 
+    /// The file's key-value metadata (`mdfan.*`).
+    fn kv(reader: &ParquetRecordBatchReaderBuilder<File>) -> HashMap<String, String> {
+        let kv = reader.metadata().file_metadata().key_value_metadata().expect("mdfan.* metadata");
+        kv.iter().map(|k| (k.key.clone(), k.value.clone().unwrap_or_default())).collect()
+    }
+
     /// A capture with a gap, a record of an instrument the symbology does not name, one without a price and one
     /// of a kind this build does not know: each lands in its column or in the metadata as the docs say.
     #[test]
@@ -548,16 +555,8 @@ mod tests {
         let (done, torn) = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap();
         assert_eq!((done.rows, done.row_groups, done.gaps, torn), (3, 2, 1, None));
         assert!(!dir.join(format!("t.parquet.partial.{}", std::process::id())).exists());
-        let reader =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
-        let kv: HashMap<String, String> = reader
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .unwrap()
-            .iter()
-            .map(|k| (k.key.clone(), k.value.clone().unwrap_or_default()))
-            .collect();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        let kv = kv(&reader);
         assert_eq!(kv["mdfan.gaps"], r#"[{"expected":2,"got":5}]"#);
         assert_eq!((kv["mdfan.stop"].as_str(), kv["mdfan.session"].as_str()), ("interrupted", "unit"));
         let (mut symbols, mut kinds, mut prices) = (Vec::new(), Vec::new(), Vec::new());
@@ -602,16 +601,8 @@ mod tests {
         let out = dir.join("t.parquet");
         let (done, _) = export(&dir, None, &out, RowGroups { rows: 1000, span_ns: 0 }).unwrap();
         assert_eq!((done.rows, done.prices_out_of_range), (5, 3));
-        let reader =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
-        let counted = reader
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .unwrap()
-            .iter()
-            .find_map(|k| (k.key == "mdfan.prices_out_of_range").then(|| k.value.clone().unwrap_or_default()));
-        assert_eq!(counted.as_deref(), Some("3"));
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        assert_eq!(kv(&reader)["mdfan.prices_out_of_range"], "3");
         let mut prices = Vec::new();
         for b in reader.build().unwrap() {
             let b = b.unwrap();
@@ -633,8 +624,8 @@ mod tests {
         let out = dir.join("t.parquet");
         let (done, _) = export(&dir, None, &out, RowGroups { rows: 1000, span_ns: 0 }).unwrap();
         assert_eq!((done.rows, done.timestamps_out_of_range), (2, 1));
-        let reader =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&out).unwrap()).unwrap();
+        assert_eq!(kv(&reader)["mdfan.timestamps_out_of_range"], "1");
         let mut ts = Vec::new();
         for b in reader.build().unwrap() {
             let b = b.unwrap();
