@@ -714,6 +714,10 @@ pub struct Reader {
     drained: bool,
     /// The writer run of the segment taken up last.
     run_id: Option<u64>,
+    /// Called between the read that finds a segment's end and the folder listing that looks for a later one
+    /// (the rotation race's window), in tests.
+    #[cfg(test)]
+    before_listing: Option<Box<dyn FnMut()>>,
 }
 
 impl Reader {
@@ -740,6 +744,8 @@ impl Reader {
             seg_stopped: false,
             drained: false,
             run_id: None,
+            #[cfg(test)]
+            before_listing: None,
         })
     }
 
@@ -847,6 +853,10 @@ impl Reader {
                 },
                 Next::Corrupt(detail) => return Err(damaged(Path::new(&path), offset, &detail)),
                 step => {
+                    #[cfg(test)]
+                    if let Some(hook) = self.before_listing.as_mut() {
+                        hook();
+                    }
                     let newer = self.newer_segment()?;
                     if newer && !self.drained {
                         // The writer finishes a segment before it opens the next, but it may have appended to this
@@ -2101,4 +2111,77 @@ pub fn block_end(path: &Path, block_offset: u64) -> Result<u64, CaptureError> {
         detail,
     })?;
     Ok(block_offset + BLOCK_HEADER_BYTES as u64 + u64::from(header.payload_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rotation race: a follower that found the end of segment 1, then (before it lists the folder) the
+    /// writer appends segment 1's last block and opens segment 2. The follower reads that block before it takes
+    /// up segment 2: every record once, in order.
+    #[test]
+    fn a_follower_reads_the_block_appended_between_its_end_of_segment_and_its_listing() {
+        let dir = std::env::temp_dir().join(format!("mdfan-capture-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = WriterConfig {
+            dir: dir.clone(),
+            name: "race".into(),
+            rotate_bytes: u64::MAX,
+            rotate_ns: 1_000,
+            block_records: 4,
+            block_ms: 1,
+            fsync: Fsync::Rotation,
+            compress: false,
+        };
+        let meta = SegmentMeta {
+            format_version: FORMAT_VERSION,
+            name: String::new(),
+            segment: 0,
+            created_ns: 0,
+            source: "test".into(),
+            session: "race".into(),
+            book: "mbo".into(),
+            feed: FeedIdentity::new("test", "", "race"),
+            symbology: Vec::new(),
+            fsync: String::new(),
+            first_record: 0,
+            run_id: None,
+            run_first_segment: None,
+        };
+        let rec = |seq: u64| BookUpdate { seq, instrument_id: 7, ..BookUpdate::control(mdfan_wire::Kind::Trade) };
+        let (mut w, _) = Writer::open(cfg, meta, 1).unwrap();
+        for seq in 1..=4 {
+            w.record(&rec(seq), 2).unwrap(); // segment 1's first block
+        }
+        let mut r = Reader::open(&dir, Some("race"), true).unwrap();
+        let mut seqs = Vec::new();
+        let mut take = |r: &mut Reader| {
+            while let Some(item) = r.next().unwrap() {
+                if let Item::Record(x) = item {
+                    seqs.push(x.seq);
+                }
+            }
+        };
+        take(&mut r);
+        // In the window: a second block in segment 1 (at 2,000 ns: due to rotate), then segment 2 opened and
+        // given a block.
+        let mut w = Some(w);
+        r.before_listing = Some(Box::new(move || {
+            if let Some(mut w) = w.take() {
+                for seq in 5..=8 {
+                    w.record(&rec(seq), 2_000).unwrap();
+                }
+                for seq in 9..=12 {
+                    w.record(&rec(seq), 2_001).unwrap();
+                }
+                let _ = w.stop(StopReason::EndOfStream, 2_002).unwrap();
+            }
+        }));
+        take(&mut r);
+        assert_eq!(segments(&dir, "race").unwrap().len(), 2, "the writer rotated in the window");
+        assert_eq!(seqs, (1..=12).collect::<Vec<u64>>(), "segment 1's last block read before segment 2");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
