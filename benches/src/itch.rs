@@ -10,10 +10,10 @@
 //!
 //! Three decoders read each input:
 //!
-//! - `mdfan.itch_decode`: the publisher's path: [`ItchFile`] over the bytes (its 256 KiB window, a message decoded
-//!   in place), [`ItchNormalizer::normalize_into`] with its order reference table sized as the publisher sizes it
-//!   (room for 2^20 resting orders), each record copied into a pre-allocated ring of 4,096 64-byte records (the
-//!   journal's stand-in).
+//! - `mdfan.itch_decode`: the publisher's path: [`ItchFile::next_into`] over the bytes (its 256 KiB window, a
+//!   message decoded in place and normalised, the next message's order-table line prefetched) with the order
+//!   reference table sized as the publisher sizes it (room for 2^20 resting orders), each record copied into a
+//!   pre-allocated ring of 4,096 64-byte records (the journal's stand-in).
 //! - `baseline.itch5_hashmap` (the reference): the `itch5` crate's zero-copy parse (`itch5::Parser`, one handler
 //!   call per message) plus a `std` `HashMap` order table of the same capacity that yields the same information
 //!   for every message that references an order: its locate, side, price and remaining shares (adds insert,

@@ -126,6 +126,8 @@ use std::path::{Path, PathBuf};
 
 use mdfan_wire::{flags, venue_position, BookUpdate, InstrumentDef, Kind, Side, StaleBook, StatusKind, Symbology};
 
+use crate::order_table::OrderTable;
+
 /// The common header: type, stock locate, tracking number, timestamp (spec 4).
 pub const HEADER_BYTES: usize = 11;
 /// The BinaryFILE and MoldUDP64 length prefix, u16 big-endian.
@@ -940,7 +942,7 @@ pub fn eastern_midnight_ns(year: i32, month: u32, day: u32) -> Option<u64> {
     u64::try_from((days * 24 + offset_h) * 3_600_000_000_000).ok()
 }
 
-/// A resting order, as the normaliser remembers it.
+/// A resting order, as the normaliser remembers it (16 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Resting {
     locate: u16,
@@ -949,44 +951,9 @@ struct Resting {
     shares: u32,
 }
 
-/// The order reference table's hash: MurmurHash3's 64-bit finalizer (`fmix64`), five instructions. Nasdaq's
-/// order references are consecutive integers; FxHash (one multiply) maps such runs onto the hash table's bucket
-/// bits and control bytes unevenly enough that probe sequences grow with a million live orders (measured on the
-/// decode bench's synthetic day: 1.3 µs a message against 0.3 µs for `std`'s SipHash table), while the finalizer's
-/// full avalanche keeps probes short at a fraction of SipHash's cost.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OrderRefHash;
-
-impl std::hash::BuildHasher for OrderRefHash {
-    type Hasher = OrderRefHasher;
-    fn build_hasher(&self) -> OrderRefHasher {
-        OrderRefHasher(0)
-    }
-}
-
-/// [`OrderRefHash`]'s hasher (a `u64` key is written once; other writes fold in bytewise).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OrderRefHasher(u64);
-
-impl std::hash::Hasher for OrderRefHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        let mut k = self.0;
-        k ^= k >> 33;
-        k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        k ^= k >> 33;
-        k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        k ^ (k >> 33)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, k: u64) {
-        self.0 ^= k;
+impl Default for Resting {
+    fn default() -> Resting {
+        Resting { locate: 0, side: Side::None, price_e9: 0, shares: 0 }
     }
 }
 
@@ -1130,8 +1097,8 @@ impl NormalizerStats {
 /// table and the locate → symbol table from Stock Directory messages.
 pub struct ItchNormalizer {
     midnight_ns: u64,
-    /// order reference → resting order, hashed by [`OrderRefHash`].
-    orders: std::collections::HashMap<u64, Resting, OrderRefHash>,
+    /// order reference → resting order.
+    orders: OrderTable<Resting>,
     symbols: Box<[Symbol]>,
     stale: Box<[u64]>,
     /// Locates any message named (a bitset, 65,536 bits), for [`ItchNormalizer::mark_all_stale`].
@@ -1157,7 +1124,7 @@ impl ItchNormalizer {
     pub fn new(midnight_ns: u64, order_capacity: usize) -> ItchNormalizer {
         ItchNormalizer {
             midnight_ns,
-            orders: std::collections::HashMap::with_capacity_and_hasher(order_capacity, OrderRefHash),
+            orders: OrderTable::with_capacity(order_capacity),
             symbols: vec![Symbol::default(); 1 << 16].into_boxed_slice(),
             stale: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
             seen: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
@@ -1174,6 +1141,20 @@ impl ItchNormalizer {
     /// Orders resting now (over all locates).
     pub fn resting_orders(&self) -> usize {
         self.orders.len()
+    }
+
+    /// Starts fetching the order-table line that message `next` (its bytes after the length prefix) will touch, if
+    /// it references an order (`A`, `F`, `E`, `C`, `X`, `D`, `U`: the reference at bytes 11..19, spec 1.3 and
+    /// 4.3 to 4.5). A feed handler that can see the next message calls it before it normalises this one, so that
+    /// the next message's cache miss (a million live orders do not fit a cache) overlaps this one's work. A hint:
+    /// a message too short or of another type is passed over, and nothing changes.
+    #[inline(always)]
+    pub fn prefetch_for(&self, next: &[u8]) {
+        if let (Some(&t), Some(r)) = (next.first(), next.get(11..19)) {
+            if matches!(t, b'A' | b'F' | b'E' | b'C' | b'X' | b'D' | b'U') {
+                self.orders.prefetch(u64::from_be_bytes(r.try_into().expect("8 bytes")));
+            }
+        }
     }
 
     /// The symbol a Stock Directory gave this locate, if any.
@@ -1353,11 +1334,11 @@ impl ItchNormalizer {
                 self.take_off(&cx, order_ref, shares, Fill::At(price_e9), out);
             }
             Body::Cancel { order_ref, shares } => self.take_off(&cx, order_ref, shares, Fill::None, out),
-            Body::Delete { order_ref } => match self.orders.remove(&order_ref) {
+            Body::Delete { order_ref } => match self.orders.remove(order_ref) {
                 Some(o) => out.push(cx.rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
                 None => self.unknown(&cx, order_ref, out),
             },
-            Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(&original_ref) {
+            Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(original_ref) {
                 Some(o) => {
                     out.push(cx.rec(Kind::Cancel, o.side, original_ref, o.price_e9, o.shares));
                     // the new order is the original's instrument's, whatever this message's locate says
@@ -1418,18 +1399,14 @@ impl ItchNormalizer {
         shares: u32,
         out: &mut Records,
     ) {
-        match self.orders.entry(order_ref) {
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.stats.duplicate_reference += 1;
-                out.extend(self.mark_stale(cx, order_ref));
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Resting { locate, side, price_e9, shares });
-                out.push(BookUpdate {
-                    instrument_id: u32::from(locate),
-                    ..cx.rec(Kind::Add, side, order_ref, price_e9, shares)
-                });
-            }
+        if self.orders.insert_new(order_ref, Resting { locate, side, price_e9, shares }) {
+            out.push(BookUpdate {
+                instrument_id: u32::from(locate),
+                ..cx.rec(Kind::Add, side, order_ref, price_e9, shares)
+            });
+        } else {
+            self.stats.duplicate_reference += 1;
+            out.extend(self.mark_stale(cx, order_ref));
         }
     }
 
@@ -1443,15 +1420,15 @@ impl ItchNormalizer {
     /// shares were taken than rest.
     #[inline(always)]
     fn take_off(&mut self, cx: &Ctx, order_ref: u64, shares: u32, fill: Fill, out: &mut Records) {
-        let Some(o) = self.orders.get_mut(&order_ref) else {
+        let mut taken = 0;
+        let taken_off = self.orders.update(order_ref, |o| {
+            taken = shares.min(o.shares);
+            o.shares -= taken;
+            o.shares == 0
+        });
+        let Some(o_copy) = taken_off else {
             return self.unknown(cx, order_ref, out);
         };
-        let o_copy = *o;
-        let taken = shares.min(o.shares);
-        o.shares -= taken;
-        if o.shares == 0 {
-            self.orders.remove(&order_ref);
-        }
         let fill_price_e9 = match fill {
             Fill::None => None,
             Fill::AtRestingPrice => Some(o_copy.price_e9),
@@ -1642,6 +1619,10 @@ impl ItchFile<Box<dyn Read + Send>> {
     }
 }
 
+/// A message's bytes from [`ItchFile`]'s window: the byte offset of its length prefix, the message (after the
+/// prefix), and what follows it in the window.
+type RawMessage<'a> = (u64, &'a [u8], &'a [u8]);
+
 impl<R: Read> ItchFile<R> {
     /// Reads BinaryFILE framing from `reader` (already decompressed); `path` names it in errors.
     pub fn from_reader(path: &Path, reader: R) -> Self {
@@ -1705,6 +1686,13 @@ impl<R: Read> ItchFile<R> {
     /// its length prefix; `None` at the end of the file.
     #[inline]
     fn next_raw(&mut self) -> Result<Option<(u64, &[u8])>, ItchFileError> {
+        Ok(self.next_raw_and_rest()?.map(|(at, b, _)| (at, b)))
+    }
+
+    /// [`ItchFile::next_raw`], and the bytes after the message in the window (the next message's length prefix
+    /// and as much of it as was read).
+    #[inline(always)]
+    fn next_raw_and_rest(&mut self) -> Result<Option<RawMessage<'_>>, ItchFileError> {
         let at = self.offset;
         // the common case: the window holds the length prefix and the whole message
         let avail = self.end - self.start;
@@ -1714,7 +1702,7 @@ impl<R: Read> ItchFile<R> {
                 let body = self.start + LENGTH_PREFIX_BYTES;
                 self.start = body + len;
                 self.offset += (LENGTH_PREFIX_BYTES + len) as u64;
-                return Ok(Some((at, &self.buf[body..body + len])));
+                return Ok(Some((at, &self.buf[body..body + len], &self.buf[self.start..self.end])));
             }
         }
         let truncated = |path: &Path, what, have, need| ItchFileError::Truncated {
@@ -1739,7 +1727,7 @@ impl<R: Read> ItchFile<R> {
         let body = self.start + LENGTH_PREFIX_BYTES;
         self.start = body + len;
         self.offset += (LENGTH_PREFIX_BYTES + len) as u64;
-        Ok(Some((at, &self.buf[body..body + len])))
+        Ok(Some((at, &self.buf[body..body + len], &self.buf[self.start..self.end])))
     }
 
     /// The next message normalized by `norm` into `out` (emptied first): [`ItchFile::next_message`] then
@@ -1757,8 +1745,9 @@ impl<R: Read> ItchFile<R> {
         out: &mut Records,
     ) -> Result<Option<u64>, ItchFileError> {
         out.len = 0;
-        let Some((at, b)) = self.next_raw()? else { return Ok(None) };
+        let Some((at, b, rest)) = self.next_raw_and_rest()? else { return Ok(None) };
         let (msg_type, len) = (b.first().copied().unwrap_or(0), b.len());
+        norm.prefetch_for(rest.get(LENGTH_PREFIX_BYTES..).unwrap_or_default());
         norm.normalize_bytes(b, venue_seq, 0, at, out)
             .map_err(|source| ItchFileError::Decode { path: self.path.clone(), source })?;
         self.stats.count_type(msg_type, len);

@@ -16,14 +16,16 @@
 //! - [`moldudp64`]: MoldUDP64 downstream packets (session, sequence number, message blocks), sans I/O.
 //! - [`mold_session`]: a MoldUDP64 session receiver: messages in sequence order, gaps, retransmission requests,
 //!   holes given up and reported (sans I/O).
+//! - [`order_table`]: the order reference table of an order-level handler (ITCH): open addressing sized for a
+//!   million live orders, with a prefetch of the next message's line.
 //! - [`capture`]: mdfan's own capture format (the normalised stream a subscriber received, in checksummed blocks
 //!   and segments): its writer, its reader (following a segment as it grows), recovery of a torn end, report.
 //!
 //! Only the publisher (and the bench and fuzz targets) depend on this crate: no DBN, zstd or other decoder type
 //! is visible past it, and a strategy that embeds `mdfan-subscriber` compiles none of them. No sockets,
 //! clocks or threads live here: decoders take bytes or a file and give records (and the capture writer, given the
-//! time, writes files).
-#![forbid(unsafe_code)]
+//! time, writes files). One `unsafe` block in all: the order table's prefetch hint, which reads no memory.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod capture;
@@ -35,5 +37,6 @@ pub mod mdp3;
 pub mod mdp3_channel;
 pub mod mold_session;
 pub mod moldudp64;
+pub mod order_table;
 pub mod pcap;
 pub mod symbols;
