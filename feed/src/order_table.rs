@@ -4,8 +4,9 @@
 //!
 //! - Open addressing with linear probing, one 32-byte slot per order (two to a cache line, none across two): a
 //!   lookup is one line, where a chained or grouped table reads two (control bytes, then the entry).
-//! - The home slot is Fibonacci hashing of the reference (one multiply, the product's top bits; Knuth, TAOCP
-//!   vol. 3, 6.4): consecutive references, as a venue hands them out, land far apart.
+//! - The home slot is Fibonacci hashing of the reference XOR a random seed per table (one multiply, the product's
+//!   top bits; Knuth, TAOCP vol. 3, 6.4): consecutive references, as a venue hands them out, land far apart, and
+//!   references forged to collide cannot be chosen from outside.
 //! - Removal shifts the entries after it back (TAOCP vol. 3, 6.4, Algorithm R): no tombstones, so probe lengths
 //!   do not grow over a day of adds and deletes.
 //! - A slot is in use when it carries the table's generation: emptying the table at a start of day is one
@@ -37,6 +38,9 @@ pub struct OrderTable<V: Copy + Default> {
     generation: u32,
     /// The length past which an insert grows the table (three quarters of its slots).
     grow_at: usize,
+    /// XORed into every key before it is hashed: random per table, so that the slots a key lands in cannot be
+    /// known from outside (references forged to share one home slot would make every probe walk their run).
+    seed: u64,
 }
 
 /// 2^64 / φ, odd: Fibonacci hashing's multiplier.
@@ -46,6 +50,13 @@ impl<V: Copy + Default> OrderTable<V> {
     /// A table that holds `capacity` orders without growing, at most half full (slots: the power of two at or
     /// above twice `capacity`, 16 at least; 32 bytes each).
     pub fn with_capacity(capacity: usize) -> OrderTable<V> {
+        use std::hash::{BuildHasher, Hasher};
+        let seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        OrderTable::with_capacity_and_seed(capacity, seed)
+    }
+
+    /// [`OrderTable::with_capacity`] with a seed of the caller's (tests: a reproducible layout).
+    pub fn with_capacity_and_seed(capacity: usize, seed: u64) -> OrderTable<V> {
         const { assert!(std::mem::size_of::<Slot<V>>() == 32, "a value of at most 20 bytes") };
         let slots = capacity.saturating_mul(2).max(16).next_power_of_two();
         OrderTable {
@@ -55,6 +66,7 @@ impl<V: Copy + Default> OrderTable<V> {
             len: 0,
             generation: 1,
             grow_at: slots / 4 * 3,
+            seed,
         }
     }
 
@@ -72,7 +84,7 @@ impl<V: Copy + Default> OrderTable<V> {
 
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(FIBONACCI) >> self.shift) as usize
+        ((key ^ self.seed).wrapping_mul(FIBONACCI) >> self.shift) as usize
     }
 
     /// `Ok(slot)` holding `key`, or `Err(slot)`: the free slot where it would go.
@@ -181,7 +193,7 @@ impl<V: Copy + Default> OrderTable<V> {
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
-        let mut bigger = OrderTable::with_capacity(self.slots.len());
+        let mut bigger = OrderTable::with_capacity_and_seed(self.slots.len(), self.seed);
         for s in self.slots.iter().filter(|s| s.generation == self.generation) {
             bigger.insert_new(s.key, s.value);
         }
@@ -278,7 +290,13 @@ mod tests {
     /// one found, and the longest probe short (Fibonacci hashing spreads runs evenly).
     #[test]
     fn consecutive_references_spread_and_need_no_growth() {
-        let mut t: OrderTable<u32> = OrderTable::with_capacity(1 << 20);
+        for seed in [0, 0x5555_5555_5555_5555, 0xdead_beef_0bad_f00d, u64::MAX] {
+            consecutive_references_spread(seed);
+        }
+    }
+
+    fn consecutive_references_spread(seed: u64) {
+        let mut t: OrderTable<u32> = OrderTable::with_capacity_and_seed(1 << 20, seed);
         let slots = t.slots.len();
         for k in 0..1u64 << 20 {
             assert!(t.insert_new(100_000_000 + k, k as u32));
@@ -292,6 +310,6 @@ mod tests {
             })
             .max()
             .unwrap();
-        assert!(longest < 16, "longest probe {longest}");
+        assert!(longest < 16, "seed {seed:#x}: longest probe {longest}");
     }
 }
