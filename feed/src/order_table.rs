@@ -122,17 +122,15 @@ impl<V: Copy + Default> OrderTable<V> {
     /// is (returns false).
     #[inline(always)]
     pub fn insert_new(&mut self, key: u64, value: V) -> bool {
+        let Err(mut i) = self.find(key) else { return false };
         if self.len >= self.grow_at {
             self.grow();
+            let Err(j) = self.find(key) else { return false };
+            i = j;
         }
-        match self.find(key) {
-            Ok(_) => false,
-            Err(i) => {
-                self.slots[i] = Slot { key, generation: self.generation, value };
-                self.len += 1;
-                true
-            }
-        }
+        self.slots[i] = Slot { key, generation: self.generation, value };
+        self.len += 1;
+        true
     }
 
     /// Removes `key`, returning its value.
@@ -284,6 +282,21 @@ mod tests {
                 prop_assert_eq!(t.get_mut(*k).copied(), Some(*v));
             }
         }
+    }
+
+    /// A table at its grow point grows for a new key only: a key already there changes nothing.
+    #[test]
+    fn only_a_new_key_grows_a_full_table() {
+        let mut t: OrderTable<u32> = OrderTable::with_capacity_and_seed(0, 7);
+        for k in 0..12 {
+            assert!(t.insert_new(k, 1));
+        }
+        assert_eq!((t.slots.len(), t.grow_at, t.len()), (16, 12, 12));
+        assert!(!t.insert_new(3, 2));
+        assert_eq!((t.slots.len(), t.get_mut(3).copied()), (16, Some(1)));
+        assert!(t.insert_new(12, 2));
+        assert_eq!((t.slots.len(), t.len()), (32, 13));
+        assert!((0..13).all(|k| t.get_mut(k).is_some()));
     }
 
     /// A million consecutive references (a venue's) in a table sized for them: placed without growing, every
