@@ -26,11 +26,12 @@
 //!   `decode_normalize` (`Mdp3Channel::on_packet`, each record copied into a pre-allocated ring of 64-byte
 //!   records, the journal's stand-in; a fresh channel per iteration, made untimed), per packet: the issue's
 //!   target is at most 1.5x the reference (`benches/src/mdp3.rs`).
-//! - `itch`: `mdfan/<input>` (`ItchFile` + decode + `ItchNormalizer::normalize_into`, records into the same kind
+//! - `itch`: `mdfan/<input>` (`ItchFile::next_into`: decode + normalise, records into the same kind
 //!   of ring), `itch5_hashmap/<input>` (the `itch5` crate's parse + a `std` `HashMap` order table, the reference:
 //!   target at most 1.0x) and `itch5_parse/<input>` (the parse alone, a floor), per message, on the bundled
 //!   snippet and a synthetic day over a million live orders (its build-up played untimed before each iteration;
-//!   `benches/src/itch.rs`).
+//!   `benches/src/itch.rs`); and `mold_packets/synthetic` against `mold_packets_prefetch/synthetic`, the live
+//!   path's framing (the synthetic day in MoldUDP64 packets) without and with `ItchNormalizer::prefetch_packet`.
 //! - `wire_clock`: the clocks a subscriber could read per record for wire-to-poll: `system_time_now`
 //!   (`SystemTime::now()`, `clock_gettime(CLOCK_REALTIME)` through the vDSO), `tsc_raw` (quanta's raw TSC, what
 //!   post-to-poll reads anyway) and `anchored_realtime` (`mdfan_subscriber::latency::RealtimeClock`: that TSC read
@@ -578,6 +579,33 @@ fn itch(c: &mut Criterion) {
                 })
             });
         }
+    }
+    // The live path's framing (MoldUDP64 packets of the synthetic day), without and with the packet's prefetch:
+    // what `ItchNormalizer::prefetch_packet` gives a live feed handler.
+    let synthetic = &inputs[1];
+    let packets = itch::mold_packets(&synthetic.timed);
+    for prefetch in [false, true] {
+        let name = if prefetch { "mold_packets_prefetch" } else { "mold_packets" };
+        let (mut norm, mut ring) = (itch::normalizer(), mdp3::Ring::default());
+        g.bench_function(BenchmarkId::new(name, synthetic.name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    // untimed: the table emptied and the build-up played, as for `mdfan/synthetic`
+                    itch::reset(&mut norm);
+                    let mut file = itch::itch_file();
+                    itch::mdfan_pass(&mut file, &mut norm, &synthetic.build_up, &mut ring)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let t = Instant::now();
+                    let n = itch::mold_pass(&mut norm, black_box(&packets), &mut ring, prefetch)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    total += t.elapsed();
+                    // checked: the same records as through the file
+                    assert_eq!(n, synthetic.records, "{name}");
+                }
+                total
+            })
+        });
     }
     g.finish();
 }

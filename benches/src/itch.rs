@@ -330,6 +330,70 @@ pub fn mdfan_pass(
     Ok(n)
 }
 
+/// The largest MoldUDP64 packet [`mold_packets`] makes, bytes (a 1,500-byte MTU less IPv4 and UDP headers, rounded
+/// down).
+#[allow(dead_code)] // (the criterion micro bench's, `benches/benches/micro.rs`; not in `mdfan-bench run`)
+pub const MOLD_PACKET_BYTES: usize = 1_400;
+
+/// `file`'s messages (BinaryFILE framing) as MoldUDP64 downstream packets of at most [`MOLD_PACKET_BYTES`]: a
+/// 20-byte header (session `BENCH`, sequence number, message count), then the message blocks, which are framed as
+/// in the file. The live feed's framing, for [`mold_pass`].
+#[allow(dead_code)] // as MOLD_PACKET_BYTES
+pub fn mold_packets(file: &[u8]) -> Vec<Vec<u8>> {
+    let mut packets: Vec<Vec<u8>> = Vec::new();
+    let (mut pos, mut seq) = (0usize, 1u64);
+    while pos + LENGTH_PREFIX_BYTES <= file.len() {
+        let len = LENGTH_PREFIX_BYTES + usize::from(u16::from_be_bytes([file[pos], file[pos + 1]]));
+        let full = packets.last().is_none_or(|p| p.len() + len > MOLD_PACKET_BYTES);
+        if full {
+            let mut p = Vec::with_capacity(MOLD_PACKET_BYTES);
+            p.extend_from_slice(b"BENCH     ");
+            p.extend_from_slice(&seq.to_be_bytes());
+            p.extend_from_slice(&0u16.to_be_bytes());
+            packets.push(p);
+        }
+        let p = packets.last_mut().expect("a packet");
+        p.extend_from_slice(&file[pos..pos + len]);
+        let count = u16::from_be_bytes([p[18], p[19]]) + 1;
+        p[18..20].copy_from_slice(&count.to_be_bytes());
+        (pos, seq) = (pos + len, seq + 1);
+    }
+    packets
+}
+
+/// mdfan's live path over `packets` in order (the session receiver's bookkeeping aside: no loss, no line B):
+/// each packet's messages decoded and normalised in place into `ring`, the packet's order-table lines prefetched
+/// first ([`ItchNormalizer::prefetch_packet`], as `publisher::live_itch` does) or not. Returns the records.
+#[allow(dead_code)] // as MOLD_PACKET_BYTES
+#[inline(never)]
+pub fn mold_pass(
+    norm: &mut ItchNormalizer,
+    packets: &[Vec<u8>],
+    ring: &mut Ring,
+    prefetch: bool,
+) -> anyhow::Result<u64> {
+    let mut records = mdfan_feed::itch::Records::default();
+    let mut n = 0u64;
+    for p in packets {
+        if prefetch {
+            norm.prefetch_packet(p);
+        }
+        let mut seq = u64::from_be_bytes(p[10..18].try_into().expect("8 bytes"));
+        let mut at = mdfan_feed::moldudp64::HEADER_BYTES;
+        while at + LENGTH_PREFIX_BYTES <= p.len() {
+            let len = usize::from(u16::from_be_bytes([p[at], p[at + 1]]));
+            let message = &p[at + LENGTH_PREFIX_BYTES..at + LENGTH_PREFIX_BYTES + len];
+            norm.normalize_bytes(message, seq, 0, seq, &mut records).map_err(|e| anyhow::anyhow!("{e}"))?;
+            for r in records.as_slice() {
+                ring.push(r);
+                n += 1;
+            }
+            (at, seq) = (at + LENGTH_PREFIX_BYTES + len, seq + 1);
+        }
+    }
+    Ok(n)
+}
+
 /// What the reference order table remembers of an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RefOrder {

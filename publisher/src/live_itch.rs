@@ -615,6 +615,8 @@ impl LiveItch {
                     }
                 };
                 read += 1;
+                // the order-table lines of the datagram's messages fetched together (a hint; see `prefetch_packet`)
+                sink.normalizer.prefetch_packet(&buf[..len]);
                 let before = (session.counters().messages, session.counters().heartbeats);
                 match session.on_packet(&buf[..len], origin, ts_recv_ns, &mut |e| sink.on(e)) {
                     Ok(()) if origin != Origin::Retransmission => {
