@@ -133,11 +133,12 @@ pub struct LineSummary {
     pub group: SocketAddrV4,
     /// Where it was sent.
     pub dest: SocketAddrV4,
-    /// Packets of this line in the capture.
+    /// Packets of this line in the capture (the whole plan, also when the run was interrupted).
     pub read: u64,
     /// Datagrams sent (duplicates included).
     pub sent: u64,
-    /// Packets not sent: random loss plus `--drop-seqs`.
+    /// Packets the plan leaves out: random loss plus `--drop-seqs` (decided before the first send, so the whole
+    /// plan's, also when the run was interrupted).
     pub dropped: u64,
     /// Of `dropped`, those in the `--drop-seqs` range.
     pub dropped_by_seq: u64,

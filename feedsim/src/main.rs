@@ -3,7 +3,8 @@
 //!
 //! Exit status: 0 after a full run, 1 on a bad capture or destination (one line on stderr), 2 for bad usage, 130
 //! when stopped by SIGINT/SIGTERM (it stops sending, or stops its recovery server's linger, and prints its summary
-//! lines first: `end=interrupted` when packets were left unsent).
+//! lines first: `end=interrupted` when packets were left unsent; a line's `read` and `dropped` are then still the
+//! whole plan's, decided before the first send, and `sent` what went out).
 
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
