@@ -1353,13 +1353,21 @@ impl ItchNormalizer {
                 self.take_off(&cx, order_ref, shares, Fill::At(price_e9), out);
             }
             Body::Cancel { order_ref, shares } => self.take_off(&cx, order_ref, shares, Fill::None, out),
+            // D and U act on the order's instrument, as E, C and X do, whatever this message's locate says (a
+            // corrupt or forged message): the record goes where the table says the order rests.
             Body::Delete { order_ref } => match self.orders.remove(order_ref) {
-                Some(o) => out.push(cx.rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)),
+                Some(o) => out.push(BookUpdate {
+                    instrument_id: u32::from(o.locate),
+                    ..cx.rec(Kind::Cancel, o.side, order_ref, o.price_e9, o.shares)
+                }),
                 None => self.unknown(&cx, order_ref, out),
             },
             Body::Replace { original_ref, new_ref, shares, price_e9 } => match self.orders.remove(original_ref) {
                 Some(o) => {
-                    out.push(cx.rec(Kind::Cancel, o.side, original_ref, o.price_e9, o.shares));
+                    out.push(BookUpdate {
+                        instrument_id: u32::from(o.locate),
+                        ..cx.rec(Kind::Cancel, o.side, original_ref, o.price_e9, o.shares)
+                    });
                     // the new order is the original's instrument's, whatever this message's locate says
                     self.add(&cx, o.locate, new_ref, o.side, price_e9, shares, out);
                 }

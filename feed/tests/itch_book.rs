@@ -67,6 +67,31 @@ fn kinds(recs: &[BookUpdate]) -> Vec<(Kind, u64, i64, u32)> {
     recs.iter().map(|r| (r.kind().unwrap(), r.order_id, r.price_e9, r.size)).collect()
 }
 
+/// A message whose stock locate is not its order's (corrupt or forged: Nasdaq never sends one) acts on the order's
+/// instrument, as the order table has it, for every kind of reference (E, X, D, U): no record lands on the
+/// message's locate, and the order's book stays what the table says.
+#[test]
+fn a_reference_under_another_locate_acts_on_the_orders_instrument() {
+    let mut run = Run::new();
+    run.feed(add(1, b'B', 100, 1000, None));
+    run.feed(add(2, b'B', 50, 999, None));
+    run.feed(add(3, b'S', 70, 1005, None));
+    let other = |msg_type, body| Message {
+        header: Header { msg_type, stock_locate: LOCATE + 1, tracking_number: 0, timestamp_ns: 2_000 },
+        body,
+    };
+    let r = run.feed(other(b'E', Body::Executed { order_ref: 1, shares: 10, match_number: 1 }));
+    assert_eq!(r.iter().map(|r| r.instrument_id).collect::<Vec<_>>(), [42, 42]);
+    let r = run.feed(other(b'D', Body::Delete { order_ref: 2 }));
+    assert_eq!((kinds(&r), r[0].instrument_id), (vec![(Kind::Cancel, 2, px(999), 50)], 42));
+    let r = run.feed(other(b'U', Body::Replace { original_ref: 3, new_ref: 4, shares: 20, price_e9: px(1006) }));
+    assert_eq!(kinds(&r), [(Kind::Cancel, 3, px(1005), 70), (Kind::Add, 4, px(1006), 20)]);
+    assert_eq!(r.iter().map(|r| r.instrument_id).collect::<Vec<_>>(), [42, 42]);
+    assert_eq!(run.levels(Side::Bid), [lv(1000, 90, 1)]);
+    assert_eq!(run.levels(Side::Ask), [lv(1006, 20, 1)]);
+    assert!(run.books.get(u32::from(LOCATE) + 1).is_none_or(|b| b.order_count() == 0));
+}
+
 #[test]
 fn executions_cancels_deletes_and_replaces() {
     let mut run = Run::new();
