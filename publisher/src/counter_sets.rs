@@ -121,6 +121,9 @@ pub(crate) fn publish_mold(c: &crate::live_itch::MoldCounters, file: &mut Counte
             file.set("mdfan_mold_skipped_first_seq", &l, Gauge, first);
         }
         file.set("mdfan_feed_stale_records_total", "", Counter, f.stale_records);
+        file.set("mdfan_itch_unknown_references_total", "", Counter, f.unknown_references);
+        file.set("mdfan_itch_duplicate_references_total", "", Counter, f.duplicate_references);
+        file.set("mdfan_itch_too_many_shares_total", "", Counter, f.too_many_shares);
         file.set("mdfan_feed_silences_total", "", Counter, f.silences);
         file.set("mdfan_feed_silent", "", Gauge, f.silent_now);
     }

@@ -119,6 +119,14 @@ pub struct MoldCounters {
     pub records: AtomicU64,
     /// `InstrumentStale` records written (holes given up, unknown references).
     pub stale_records: AtomicU64,
+    /// Messages naming an order reference the table does not hold (E, C, X, D, U; the locate marked stale):
+    /// `ItchNormalizer`'s count, all types together. Orders added before the feed was joined, or forged or lost
+    /// messages.
+    pub unknown_references: AtomicU64,
+    /// Adds of a reference that still rests (the locate marked stale).
+    pub duplicate_references: AtomicU64,
+    /// Executions or cancels of more shares than rest (cut to what rests; the locate marked stale).
+    pub too_many_shares: AtomicU64,
     /// Requests whose `send` failed.
     pub send_errors: AtomicU64,
     /// Datagrams per line (A, B) by where their receive stamp came from: hardware, software, user.
@@ -226,6 +234,12 @@ pub struct MoldReport {
     pub records: u64,
     /// See [`MoldCounters::stale_records`].
     pub stale_records: u64,
+    /// See [`MoldCounters::unknown_references`].
+    pub unknown_references: u64,
+    /// See [`MoldCounters::duplicate_references`].
+    pub duplicate_references: u64,
+    /// See [`MoldCounters::too_many_shares`].
+    pub too_many_shares: u64,
     /// See [`MoldCounters::send_errors`].
     pub send_errors: u64,
     /// See [`MoldCounters::stamps`]: `[line][hardware, software, user]`.
@@ -268,6 +282,9 @@ impl MoldCounters {
             bad_packets: ld(&self.bad_packets),
             records: ld(&self.records),
             stale_records: ld(&self.stale_records),
+            unknown_references: ld(&self.unknown_references),
+            duplicate_references: ld(&self.duplicate_references),
+            too_many_shares: ld(&self.too_many_shares),
             send_errors: ld(&self.send_errors),
             stamps: self.stamps.each_ref().map(|l| l.each_ref().map(ld)),
             hw: self.hw.lines(),
@@ -285,6 +302,13 @@ impl MoldCounters {
     fn store_skipped(&self, skipped: &mdfan_feed::itch::Skipped) {
         self.skipped.store(skipped);
     }
+
+    /// Stores the normaliser's counts of references it could not apply (the feed thread, after each poll).
+    fn store_references(&self, stats: &mdfan_feed::itch::NormalizerStats) {
+        self.unknown_references.store(stats.unknown_references(), Ordering::Relaxed);
+        self.duplicate_references.store(stats.duplicate_reference, Ordering::Relaxed);
+        self.too_many_shares.store(stats.too_many_shares, Ordering::Relaxed);
+    }
 }
 
 impl MoldReport {
@@ -293,7 +317,7 @@ impl MoldReport {
     pub fn line(&self) -> String {
         let skipped = skipped_text(&self.skipped);
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} stamps={} skipped={skipped}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} unknown_references={} duplicate_references={} too_many_shares={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} stamps={} skipped={skipped}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -313,6 +337,9 @@ impl MoldReport {
             self.bad_packets,
             self.records,
             self.stale_records,
+            self.unknown_references,
+            self.duplicate_references,
+            self.too_many_shares,
             self.send_errors,
             self.silences,
             self.silent_now,
@@ -691,6 +718,7 @@ impl LiveItch {
         st(&c.jumps_taken, s.jumps_taken);
         st(&c.silences, u64::from(self.silence.silences()));
         st(&c.silent_now, u64::from(self.silence.is_silent()));
+        c.store_references(self.normalizer.stats());
         let skipped = &self.normalizer.stats().skipped;
         if skipped.total() != self.skipped_stored {
             self.skipped_stored = skipped.total();
@@ -816,6 +844,58 @@ mod tests {
         assert_eq!(report.skipped, vec![(b'I', 2, 5), (b'J', 1, 6), (b'z', 1, 7)]);
         assert!(report.line().ends_with(" skipped=I:2@5,J:1@6,z:1@7"), "{}", report.line());
         assert!(MoldReport::default().line().ends_with(" skipped=none"));
+    }
+
+    /// The references the normaliser could not apply (an unknown one, an add of one that rests, more shares
+    /// taken than rest) reach the report line and the counters file, not only the stale marks they cause.
+    #[test]
+    fn references_the_normaliser_could_not_apply_are_counted_in_the_report() {
+        let (mut directory, _rx) = crate::definitions::definition_queue(4);
+        let (mut normalizer, mut pending) = (ItchNormalizer::new(0, 16), Vec::new());
+        let (mut send_errors, mut decode_errors, mut stale_records) = (0, 0, 0);
+        let mut sink = Sink {
+            normalizer: &mut normalizer,
+            pending: &mut pending,
+            directory: &mut directory,
+            request: None,
+            send_errors: &mut send_errors,
+            decode_errors: &mut decode_errors,
+            stale_records: &mut stale_records,
+            records: Records::default(),
+        };
+        // type, locate 1, tracking 0, timestamp 0, then the order reference (bytes 11..19)
+        let head = |t: u8, order_ref: u64| {
+            let mut m = vec![t, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+            m.extend(order_ref.to_be_bytes());
+            m
+        };
+        let add = |order_ref: u64| {
+            let mut m = head(b'A', order_ref);
+            m.push(b'B');
+            m.extend(100u32.to_be_bytes());
+            m.extend(b"TEST    ");
+            m.extend(10_000u32.to_be_bytes());
+            m
+        };
+        let mut executed = head(b'E', 7);
+        executed.extend(500u32.to_be_bytes()); // 500 of the 100 that rest
+        executed.extend(1u64.to_be_bytes()); // match number
+        let mut delete_unknown = head(b'D', 99);
+        delete_unknown.truncate(19);
+        let messages = [add(7), add(7), executed, delete_unknown];
+        for (seq, m) in (1..).zip(messages.iter()) {
+            sink.on(SessionEvent::Message { seq, ts_recv_ns: 1, retransmitted: false, message: m });
+        }
+        assert_eq!(decode_errors, 0);
+        let counters = MoldCounters::default();
+        counters.store_references(normalizer.stats());
+        let report = counters.report();
+        assert_eq!((report.unknown_references, report.duplicate_references, report.too_many_shares), (1, 1, 1));
+        assert!(
+            report.line().contains(" unknown_references=1 duplicate_references=1 too_many_shares=1 "),
+            "{}",
+            report.line()
+        );
     }
 
     #[test]
