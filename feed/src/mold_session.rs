@@ -64,9 +64,12 @@
 //!   ([`SessionEvent::CopyMismatch`], the lowest such sequence number). The message already went out, so its
 //!   effect cannot be taken back: the caller treats it as a loss of unknown content. A copy that comes while the
 //!   first still waits behind a hole is not compared.
-//! - **End.** An end-of-session packet (count `0xFFFF`) says the next sequence number is the last + 1; once
-//!   every message before it went out (or was given up), [`SessionEvent::EndOfSession`] is emitted once and
-//!   later packets are ignored.
+//! - **End.** An end-of-session packet (count `0xFFFF`) says the next sequence number is the last + 1. It is
+//!   held, not acted on alone: a datagram anyone on the multicast network can forge must not end the day. A
+//!   message packet at or past its sequence number contradicts it (counted,
+//!   [`SessionCounters::ends_contradicted`], and forgotten); once [`SessionConfig::end_confirm_ns`] of the
+//!   caller's clock ([`SessionReceiver::tick`]) pass without one, it is taken. Then, once every message before it
+//!   went out (or was given up), [`SessionEvent::EndOfSession`] is emitted once and later packets are ignored.
 //!
 //! The window, duplicates, hole reports and the jump guard are `mdfan_arbiter`'s (one arbiter for every feed:
 //! a copy is a packet, its units the messages, positions the sequence numbers, each hole reported at once); this
@@ -119,6 +122,11 @@ pub struct SessionConfig {
     /// suspect jump. Default [`mdfan_arbiter::DEFAULT_CONFIRM_COPIES`] (3): two stray packets, or one stray sent
     /// to both lines, confirm nothing.
     pub confirm_packets: usize,
+    /// How long an end-of-session packet waits, ns of the caller's clock (from the first [`SessionReceiver::tick`]
+    /// after it), for a message packet at or past its sequence number that would contradict it, before it is
+    /// taken (module docs, "End"). Longer than the gaps of a quiet stream; 0: taken at the next tick. Default 1 s
+    /// (less than the `end_after_idle_ms` of the demos and tests, 2 s and more, so that the end comes first).
+    pub end_confirm_ns: u64,
 }
 
 impl Default for SessionConfig {
@@ -133,6 +141,7 @@ impl Default for SessionConfig {
             retries: 3,
             max_request_messages: 1_000,
             confirm_packets: mdfan_arbiter::DEFAULT_CONFIRM_COPIES,
+            end_confirm_ns: 1_000_000_000,
         }
     }
 }
@@ -257,6 +266,9 @@ pub struct SessionCounters {
     pub jumps_dropped: u64,
     /// Messages handed out whose later copy differed ([`SessionEvent::CopyMismatch`]).
     pub copy_mismatches: u64,
+    /// End-of-session packets contradicted by a message packet at or past their sequence number before they were
+    /// taken (module docs, "End"): forged, or stray.
+    pub ends_contradicted: u64,
 }
 
 /// The arbitration engine a session uses: positions are MoldUDP64 sequence numbers, copies are downstream
@@ -294,6 +306,15 @@ struct Own {
     retries: u64,
     foreign_session: u64,
     bad_packets: u64,
+    ends_contradicted: u64,
+}
+
+/// An end-of-session packet not taken yet (module docs, "End").
+#[derive(Debug, Clone, Copy)]
+struct EndHeld {
+    seq: u64,
+    /// The first tick after it (the caller's clock).
+    since_ns: Option<u64>,
 }
 
 /// The receiver. See the [module docs](self).
@@ -302,8 +323,10 @@ pub struct SessionReceiver {
     session: Option<[u8; 10]>,
     engine: Engine,
     in_flight: Option<InFlight>,
-    /// The end-of-session packet's sequence number, once seen.
+    /// The end-of-session packet's sequence number, once taken.
     end_at: Option<u64>,
+    /// An end-of-session packet waiting to be taken or contradicted.
+    end_held: Option<EndHeld>,
     ended: bool,
     own: Own,
     /// `own` and the engine's counters, as of the last call.
@@ -362,6 +385,7 @@ impl SessionReceiver {
             engine,
             in_flight: None,
             end_at: None,
+            end_held: None,
             ended: false,
             own: Own::default(),
             counters: SessionCounters::default(),
@@ -446,7 +470,7 @@ impl SessionReceiver {
             PacketKind::Messages => u64::from(p.message_count),
             PacketKind::Heartbeat | PacketKind::EndOfSession => 0,
         };
-        let (own, end_at) = (&mut self.own, &mut self.end_at);
+        let (own, end_held) = (&mut self.own, &mut self.end_held);
         self.engine.offer_units(copy, units, ts_recv_ns, out, |engine, c, held, out| {
             // The copy offered now was parsed above; a held one is parsed again (it parsed when it was held).
             let parsed;
@@ -457,7 +481,7 @@ impl SessionReceiver {
             } else {
                 &p
             };
-            process(engine, packet, c.line, c.meta, own, end_at, out);
+            process(engine, packet, c.line, c.meta, own, end_held, out);
         });
         self.check_end(out);
         Ok(())
@@ -467,6 +491,14 @@ impl SessionReceiver {
     /// after each batch of packets and when idle.
     pub fn tick(&mut self, now_ns: u64, out: &mut impl FnMut(SessionEvent<'_>)) {
         self.run_timers(now_ns, out);
+        if let Some(h) = self.end_held.as_mut() {
+            let since = *h.since_ns.get_or_insert(now_ns);
+            if now_ns.saturating_sub(since) >= self.cfg.end_confirm_ns {
+                self.end_at = Some(h.seq);
+                self.end_held = None;
+                self.check_end(out);
+            }
+        }
         self.sync_counters();
     }
 
@@ -559,6 +591,7 @@ impl SessionReceiver {
             jumps_taken: e.jumps_taken,
             jumps_dropped: e.jumps_dropped,
             copy_mismatches: self.engine.checks().mismatches(),
+            ends_contradicted: o.ends_contradicted,
         };
     }
 }
@@ -571,7 +604,7 @@ fn process(
     line: Line,
     ts_recv_ns: u64,
     own: &mut Own,
-    end_at: &mut Option<u64>,
+    end_held: &mut Option<EndHeld>,
     out: &mut impl FnMut(SessionEvent<'_>),
 ) {
     let seq = p.sequence_number;
@@ -582,9 +615,17 @@ fn process(
         }
         PacketKind::EndOfSession => {
             own.gaps += u64::from(engine.raise_high(seq, seq));
-            *end_at = Some(seq);
+            // held until confirmed (module docs, "End"); another copy of the same end changes nothing
+            if end_held.is_none_or(|h| h.seq != seq) {
+                *end_held = Some(EndHeld { seq, since_ns: None });
+            }
         }
         PacketKind::Messages => {
+            if end_held.is_some_and(|h| p.next_sequence_number() > h.seq) {
+                // a message at or past the end's sequence number: the end was not the venue's
+                own.ends_contradicted += 1;
+                *end_held = None;
+            }
             own.gaps += u64::from(engine.raise_high(seq, p.next_sequence_number()));
             let out = &mut relay(out);
             for b in p.messages() {

@@ -298,7 +298,14 @@ fn duplicates_from_both_lines_and_double_answers_are_dropped() {
 
 #[test]
 fn heartbeats_reveal_a_gap_at_the_tail_and_end_of_session_ends_after_it() {
-    let cfg = SessionConfig { retries: 0, request_timeout_ns: MS, confirm_packets: 1, ..SessionConfig::default() };
+    // (the end taken at the first tick after it: `an_end_of_session_is_held_until_no_message_contradicts_it`)
+    let cfg = SessionConfig {
+        retries: 0,
+        request_timeout_ns: MS,
+        confirm_packets: 1,
+        end_confirm_ns: 0,
+        ..SessionConfig::default()
+    };
     let mut rx = Rx::new(cfg);
     rx.push(&packet(10, 2), Origin::LineA).unwrap();
     rx.push(&packet(12, 0), Origin::LineA).unwrap(); // heartbeat: next is 12, nothing missing
@@ -402,6 +409,8 @@ fn a_stray_packet_far_ahead_is_held_and_the_stream_goes_on() {
     rx.push(&packet(9, 3), Origin::LineA).unwrap();
     rx.push(&packet(12, 0), Origin::LineA).unwrap(); // heartbeat
     rx.push(&packet(12, END_OF_SESSION), Origin::LineA).unwrap();
+    rx.tick(20_000 * MS);
+    rx.tick(22_000 * MS); // the end taken once nothing contradicted it for end_confirm_ns (1 s)
     let mut want = msgs(9..=11, false);
     want.push(Out::End(12));
     assert_eq!(rx.take(), want);
@@ -502,4 +511,34 @@ fn a_stray_before_the_feed_or_on_both_lines_confirms_nothing() {
     // Duplicates: the second copy of each stray, and line B's copy of packet 1 (one copy: it was held).
     assert_eq!((c.jumps_held, c.jumps_taken, c.jumps_dropped, c.gaps, c.requests), (1, 0, 1, 0, 0));
     assert_eq!((c.messages, c.duplicates), (7, 3));
+}
+
+/// An end-of-session packet anyone could forge (the session's name, the next sequence number, count 0xFFFF) does
+/// not end the day alone: a message packet at or past its sequence number contradicts it (counted, the stream goes
+/// on); one that nothing contradicts for `end_confirm_ns` of the caller's clock is taken.
+#[test]
+fn an_end_of_session_is_held_until_no_message_contradicts_it() {
+    let cfg = SessionConfig { start: Start::One, end_confirm_ns: 2_000 * MS, ..SessionConfig::default() };
+    let mut rx = Rx::new(cfg);
+    rx.push(&packet(1, 2), Origin::LineA).unwrap();
+    rx.push(&packet(3, END_OF_SESSION), Origin::LineB).unwrap(); // forged: the venue's stream goes on at 3
+    rx.tick(0);
+    rx.tick(1_000 * MS);
+    assert_eq!(rx.take(), msgs(1..=2, false), "held, not taken");
+    rx.push(&packet(3, 2), Origin::LineA).unwrap();
+    rx.tick(5_000 * MS);
+    assert_eq!(rx.take(), msgs(3..=4, false), "contradicted: the stream goes on, no end");
+    assert!(!rx.rx.is_ended());
+    assert_eq!(rx.rx.counters().ends_contradicted, 1);
+    // The venue's end: taken once 2 s pass with no message at or past it (a copy on the other line changes
+    // nothing), counted from the first tick after it.
+    rx.push(&packet(5, END_OF_SESSION), Origin::LineA).unwrap();
+    rx.push(&packet(5, END_OF_SESSION), Origin::LineB).unwrap();
+    rx.tick(6_000 * MS);
+    rx.tick(7_999 * MS);
+    assert_eq!(rx.take(), [], "within end_confirm_ns");
+    rx.tick(8_000 * MS);
+    assert_eq!(rx.take(), [Out::End(5)]);
+    assert!(rx.rx.is_ended());
+    assert_eq!(rx.rx.counters().ends_contradicted, 1);
 }

@@ -102,6 +102,7 @@ pub(crate) fn publish_mold(c: &crate::live_itch::MoldCounters, file: &mut Counte
         file.set("mdfan_mold_retransmitted_messages_total", "", Counter, f.retransmitted);
         file.set("mdfan_mold_duplicates_total", "", Counter, f.duplicates);
         file.set("mdfan_mold_copy_mismatches_total", "", Counter, f.copy_mismatches);
+        file.set("mdfan_mold_ends_contradicted_total", "", Counter, f.ends_contradicted);
         file.set("mdfan_mold_gaps_total", "", Counter, f.gaps);
         file.set("mdfan_mold_requests_total", "", Counter, f.requests);
         file.set("mdfan_mold_retries_total", "", Counter, f.retries);

@@ -146,6 +146,9 @@ pub struct MoldCounters {
     /// Messages whose later copy (the other line, a re-request answer) carried other bytes: each taken as a loss
     /// of unknown content (every locate seen marked stale, later ones stale on sight, until the next day).
     pub copy_mismatches: AtomicU64,
+    /// End-of-session packets contradicted by a later message before they were taken: forged or stray, the day
+    /// went on (`mold_session` module docs, "End").
+    pub ends_contradicted: AtomicU64,
     /// Silences: `lines.silent_after_ms` passed with no datagram on any line (`crate::live::SilenceWatch`).
     pub silences: AtomicU64,
     /// 1 while the feed is silent (a gauge).
@@ -256,6 +259,8 @@ pub struct MoldReport {
     pub skipped: Vec<(u8, u64, u64)>,
     /// See [`MoldCounters::copy_mismatches`].
     pub copy_mismatches: u64,
+    /// See [`MoldCounters::ends_contradicted`].
+    pub ends_contradicted: u64,
     /// See [`MoldCounters::silences`].
     pub silences: u64,
     /// See [`MoldCounters::silent_now`].
@@ -293,6 +298,7 @@ impl MoldCounters {
             jumps_taken: ld(&self.jumps_taken),
             skipped: self.skipped.each(),
             copy_mismatches: ld(&self.copy_mismatches),
+            ends_contradicted: ld(&self.ends_contradicted),
             silences: ld(&self.silences),
             silent_now: ld(&self.silent_now),
         }
@@ -317,7 +323,7 @@ impl MoldReport {
     pub fn line(&self) -> String {
         let skipped = skipped_text(&self.skipped);
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} unknown_references={} duplicate_references={} too_many_shares={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} stamps={} skipped={skipped}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} unknown_references={} duplicate_references={} too_many_shares={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} ends_contradicted={} stamps={} skipped={skipped}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -346,6 +352,7 @@ impl MoldReport {
             self.definitions_dropped,
             self.jumps_held,
             self.jumps_taken,
+            self.ends_contradicted,
             crate::live::stamps_text(&self.stamps)
         )
     }
@@ -509,6 +516,13 @@ impl LiveItch {
             retries: lines.retransmit_retries,
             max_request_messages: 1_000,
             confirm_packets: lines.confirm_packets,
+            // An end of session is taken once nothing contradicted it for 1 s (`mold_session`, "End"), or half the
+            // quiet that would call the feed silent or end it on idle, if shorter: the end comes first.
+            end_confirm_ns: [lines.silent_after_ms, lines.end_after_idle_ms]
+                .into_iter()
+                .filter(|&ms| ms > 0)
+                .fold(1_000, |a, ms| a.min(ms / 2))
+                * 1_000_000,
         };
         let counters = Arc::new(MoldCounters::default());
         counters.hw.set(socks.iter().zip(["a", "b"]).map(|(s, n)| (n, s)).collect(), None);
@@ -700,6 +714,7 @@ impl LiveItch {
         st(&c.retransmitted, s.retransmitted_messages);
         st(&c.duplicates, s.duplicates);
         st(&c.copy_mismatches, s.copy_mismatches);
+        st(&c.ends_contradicted, s.ends_contradicted);
         st(&c.gaps, s.gaps);
         st(&c.requests, s.requests);
         st(&c.retries, s.retries);

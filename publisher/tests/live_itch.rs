@@ -529,6 +529,28 @@ fn a_forged_copy_from_a_source_the_line_does_not_list_is_dropped_and_counted() {
     assert!(of_kind(&got, Kind::InstrumentStale).is_empty());
 }
 
+/// A forged end of session mid-stream (the session's name, the next sequence number, count 0xFFFF: anyone on the
+/// multicast network can send it) does not end the day: the venue's next packet contradicts it (counted), every
+/// META message reaches the subscriber in order, and the venue's own end ends the run.
+#[test]
+fn a_forged_end_of_session_mid_stream_is_contradicted_and_the_day_goes_on() {
+    let (h, counters, [a, _], endpoint) = run(publisher(None, false, "confirm_packets = 1\n"));
+    let sub = subscribe(&endpoint);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let messages = meta_bodies();
+    tx.send_to(&downstream(META_FIRST, 19, &messages[..19]), a).unwrap();
+    wait_for(&counters, "the first 19 messages handed out", |r| r.messages == 19);
+    tx.send_to(&downstream(META_FIRST + 19, END_OF_SESSION, &[]), a).unwrap();
+    tx.send_to(&downstream(META_FIRST + 19, 19, &messages[19..]), a).unwrap();
+    wait_for(&counters, "every message handed out", |r| r.messages == 38);
+    let (mold, got) = end_session(&tx, a, h, sub);
+    assert_eq!((mold.messages, mold.ends_contradicted, mold.stale_records), (38, 1, 0), "{}", mold.line());
+    assert!(mold.line().contains(" ends_contradicted=1 "), "{}", mold.line());
+    let seqs: Vec<u64> = of_kind(&got, Kind::Add).iter().map(|r| r.venue_seq()).collect();
+    assert_eq!(seqs, (META_FIRST..META_FIRST + 38).collect::<Vec<_>>(), "every message, in order");
+    assert_eq!(meta_sides(&got), META_REFERENCE);
+}
+
 /// One stray packet of the right session at sequence number 10^12, mid-stream on line A (an adversarial tester's
 /// datagram): the session receiver holds it as a suspect jump (counted, never acted on alone), so no hole is
 /// opened, nothing is requested or given up, every META message reaches the subscriber in order, and the run
@@ -561,7 +583,7 @@ fn a_stray_packet_far_ahead_mid_stream_is_held_and_the_run_ends() {
     );
     assert_eq!((mold.jumps_held, mold.jumps_taken, asked.len()), (1, 0, 0));
     assert!(
-        mold.line().ends_with(" jumps_held=1 jumps_taken=0 stamps=a:0/39/0,b:0/0/0 skipped=none"),
+        mold.line().ends_with(" jumps_held=1 jumps_taken=0 ends_contradicted=0 stamps=a:0/39/0,b:0/0/0 skipped=none"),
         "{}",
         mold.line()
     );
