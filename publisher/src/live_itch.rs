@@ -821,8 +821,9 @@ mod tests {
         m
     }
 
-    #[test]
-    fn skipped_messages_reach_the_report_line_by_type_with_the_first_ones_sequence_number() {
+    /// `messages` (sequence number, bytes) handed to a poll's [`Sink`] in order: the normaliser after them, the
+    /// records made, and the messages that did not decode.
+    fn through_sink(messages: &[(u64, &[u8])]) -> (ItchNormalizer, Vec<BookUpdate>, u64) {
         let (mut directory, _rx) = crate::definitions::definition_queue(4);
         let (mut normalizer, mut pending) = (ItchNormalizer::new(0, 16), Vec::new());
         let (mut send_errors, mut decode_errors, mut stale_records) = (0, 0, 0);
@@ -836,6 +837,14 @@ mod tests {
             stale_records: &mut stale_records,
             records: Records::default(),
         };
+        for &(seq, message) in messages {
+            sink.on(SessionEvent::Message { seq, ts_recv_ns: 1, retransmitted: false, message });
+        }
+        (normalizer, pending, decode_errors)
+    }
+
+    #[test]
+    fn skipped_messages_reach_the_report_line_by_type_with_the_first_ones_sequence_number() {
         let header = |t: u8, len: usize| {
             let mut m = vec![t, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
             m.resize(len, b' ');
@@ -849,9 +858,8 @@ mod tests {
         noii[48] = b'Z';
         let mut collar = header(b'J', 35);
         collar[19..35].fill(0);
-        for (seq, m) in [(5, &noii), (6, &collar), (7, &header(b'z', 13)), (9, &noii)] {
-            sink.on(SessionEvent::Message { seq, ts_recv_ns: 1, retransmitted: false, message: m });
-        }
+        let unknown = header(b'z', 13);
+        let (normalizer, pending, decode_errors) = through_sink(&[(5, &noii), (6, &collar), (7, &unknown), (9, &noii)]);
         assert_eq!((decode_errors, pending.len()), (0, 0), "decoded, no record");
         let counters = MoldCounters::default();
         counters.store_skipped(&normalizer.stats().skipped);
@@ -865,19 +873,6 @@ mod tests {
     /// taken than rest) reach the report line and the counters file, not only the stale marks they cause.
     #[test]
     fn references_the_normaliser_could_not_apply_are_counted_in_the_report() {
-        let (mut directory, _rx) = crate::definitions::definition_queue(4);
-        let (mut normalizer, mut pending) = (ItchNormalizer::new(0, 16), Vec::new());
-        let (mut send_errors, mut decode_errors, mut stale_records) = (0, 0, 0);
-        let mut sink = Sink {
-            normalizer: &mut normalizer,
-            pending: &mut pending,
-            directory: &mut directory,
-            request: None,
-            send_errors: &mut send_errors,
-            decode_errors: &mut decode_errors,
-            stale_records: &mut stale_records,
-            records: Records::default(),
-        };
         // type, locate 1, tracking 0, timestamp 0, then the order reference (bytes 11..19)
         let head = |t: u8, order_ref: u64| {
             let mut m = vec![t, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
@@ -897,11 +892,13 @@ mod tests {
         executed.extend(1u64.to_be_bytes()); // match number
         let mut delete_unknown = head(b'D', 99);
         delete_unknown.truncate(19);
-        let messages = [add(7), add(7), executed, delete_unknown];
-        for (seq, m) in (1..).zip(messages.iter()) {
-            sink.on(SessionEvent::Message { seq, ts_recv_ns: 1, retransmitted: false, message: m });
-        }
+        let (first, second) = (add(7), add(7));
+        let (normalizer, pending, decode_errors) =
+            through_sink(&[(1, &first), (2, &second), (3, &executed), (4, &delete_unknown)]);
         assert_eq!(decode_errors, 0);
+        // the first add, the over-execution's fill and cancel; stale marks for the duplicate, the
+        // over-execution and the unknown delete go once per locate (the locate is stale after the first)
+        assert_eq!(pending.iter().filter(|r| r.kind() == Some(mdfan_wire::Kind::Add)).count(), 1);
         let counters = MoldCounters::default();
         counters.store_references(normalizer.stats());
         let report = counters.report();
