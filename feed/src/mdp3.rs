@@ -77,6 +77,12 @@
 //! decoder owns (room for [`EVENTS_PER_PACKET`]) and are delivered from there once the whole packet has
 //! decoded. Decoding never panics and never allocates, except the growth of that buffer for a packet with more
 //! events and of the `RptSeq` table when more instruments appear than [`Mdp3Decoder::with_capacity`] reserved.
+//!
+//! A price-level handler needs only the book entries and the `RptSeq` gaps: [`Mdp3Decoder::decode_book_packet`]
+//! hands those to a [`BookSink`] with the same checks and counters. A packet of the templates a book feed carries
+//! (12, 30, 32, 35, 37, 42) takes its lean path: checked whole without building events (the same field decoders),
+//! then decoded straight into the sink, with no buffer; any other packet goes through `decode_packet`.
+//! `feed/tests/mdp3_book_path.rs` and the `mdp3_packet` fuzz target hold the two paths to the same output.
 
 use rustc_hash::FxHashMap;
 
@@ -687,6 +693,9 @@ pub struct Mdp3Stats {
     pub rpt_seq_gaps: u64,
     /// Entries whose `RptSeq` was at or below their instrument's last: not delivered.
     pub rpt_seq_stale: u64,
+    /// Packets [`Mdp3Decoder::decode_book_packet`] took on its lean path (stale ones included); the others went
+    /// through [`Mdp3Decoder::decode_packet`].
+    pub book_path_packets: u64,
 }
 
 impl Default for Mdp3Stats {
@@ -706,6 +715,7 @@ impl Default for Mdp3Stats {
             rpt_seq_entries: 0,
             rpt_seq_gaps: 0,
             rpt_seq_stale: 0,
+            book_path_packets: 0,
         }
     }
 }
@@ -942,6 +952,140 @@ impl Mdp3Decoder {
     }
 }
 
+impl Mdp3Decoder {
+    /// [`Mdp3Decoder::decode_packet`] for a price-level feed handler: the same validation, sequencing and
+    /// counters, and the same events in the same order, of which only [`Event::Book`] and [`Event::RptSeqGap`]
+    /// reach `sink`.
+    ///
+    /// A packet whose messages are all of the templates a book feed carries (12, 30, 32, 35, 37, 42) takes a
+    /// lean path ([`Mdp3Stats::book_path_packets`]): it is checked whole first without building any event (the
+    /// same checks as `decode_packet`'s, on the same field decoders), then decoded once, straight into `sink`.
+    /// Any other packet, and one that fails those checks, goes through `decode_packet`, which names the error.
+    ///
+    /// # Errors
+    /// As [`Mdp3Decoder::decode_packet`].
+    pub fn decode_book_packet(
+        &mut self,
+        payload: &[u8],
+        ts_recv_ns: u64,
+        sink: &mut impl BookSink,
+    ) -> Result<PacketOutcome, DecodeError> {
+        let (Some(header), true) = (payload.first_chunk::<PACKET_HEADER_BYTES>(), book_path_valid(payload)) else {
+            return self.decode_book_packet_full(payload, ts_recv_ns, sink);
+        };
+        let header = PacketHeader { msg_seq_num: le_u32(header, 0), sending_time_ns: le_u64(header, 4) };
+        let Mdp3Decoder { packets, rpt_seq, stats, .. } = self;
+        stats.book_path_packets += 1;
+        let Some(gap) = observe(packets, stats, header.msg_seq_num) else {
+            return Ok(PacketOutcome { header, gap: None, stale: true, messages: 0 });
+        };
+        let mut info = MessageInfo {
+            msg_seq_num: header.msg_seq_num,
+            sending_time_ns: header.sending_time_ns,
+            ts_recv_ns,
+            message: 0,
+            template_id: 0,
+            transact_time_ns: 0,
+            match_event_indicator: 0,
+        };
+        let mut books = 0u16; // book entries so far in the packet: BookEntry::index
+        let mut pos = PACKET_HEADER_BYTES;
+        // book_path_valid checked every message: each has its layout and its entries decode
+        while let Some(m) = payload.get(pos..).and_then(book_layout) {
+            pos += m.msg_size;
+            info.message = info.message.saturating_add(1);
+            info.template_id = m.template_id;
+            stats.messages += 1;
+            stats.templates[usize::from(m.template_id) % TEMPLATE_COUNTERS] += 1;
+            stats.order_id_entries += u64::from(m.order_entries);
+            if m.count == 0 {
+                continue; // 12, 30, or no entries: nothing for a book
+            }
+            let Some(root) = m.root.first_chunk::<INCREMENTAL_ROOT_BYTES_USIZE>() else { continue };
+            info.transact_time_ns = u64::from_le_bytes(fixed(root, 0));
+            info.match_event_indicator = root[8];
+            // One loop per template, so the template is matched once a message, not once an entry.
+            let mut sequenced = |security_id: i32, got: u32, books: u16| {
+                if let Sequenced::Gap { expected } = sequence(rpt_seq, stats, security_id, got) {
+                    sink.rpt_seq_gap(&info, security_id, expected, got, books);
+                }
+            };
+            match m.template_id {
+                32 => {
+                    for i in 0..m.count {
+                        let Some(Ok(e)) = m.entry(i).map(|f| book32_entry(f, i + 1 == m.count, books)) else {
+                            continue;
+                        };
+                        books = books.saturating_add(1);
+                        stats.book_actions[e.action as usize] += 1;
+                        stats.book_entry_types[e.entry_type as usize] += 1;
+                        match sequence(rpt_seq, stats, e.security_id, e.rpt_seq) {
+                            Sequenced::Stale => continue,
+                            Sequenced::Gap { expected } => {
+                                sink.rpt_seq_gap(&info, e.security_id, expected, e.rpt_seq, e.index)
+                            }
+                            Sequenced::InOrder => {}
+                        }
+                        sink.book(&info, &e);
+                    }
+                }
+                35 => {
+                    for i in 0..m.count {
+                        if let Some(Ok(e)) =
+                            m.entry_bytes(i).and_then(|b| Some(statistics35_entry(b.first_chunk()?, b)))
+                        {
+                            sequenced(e.security_id, e.rpt_seq, books);
+                        }
+                    }
+                }
+                37 => {
+                    for i in 0..m.count {
+                        if let Some(Ok(e)) = m.entry(i).map(volume37_entry) {
+                            sequenced(e.security_id, e.rpt_seq, books);
+                        }
+                    }
+                }
+                _ => {
+                    for i in 0..m.count {
+                        if let Some(Ok(e)) = m.entry(i).map(trade42_entry) {
+                            sequenced(e.security_id, e.rpt_seq, books);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(PacketOutcome { header, gap, stale: false, messages: info.message })
+    }
+
+    /// [`Mdp3Decoder::decode_book_packet`] of a packet off the lean path, through `decode_packet` (kept out of
+    /// line: the lean path's code stays small).
+    #[cold]
+    #[inline(never)]
+    fn decode_book_packet_full(
+        &mut self,
+        payload: &[u8],
+        ts_recv_ns: u64,
+        sink: &mut impl BookSink,
+    ) -> Result<PacketOutcome, DecodeError> {
+        self.decode_packet(payload, ts_recv_ns, |info, ev| match *ev {
+            Event::Book(ref e) => sink.book(info, e),
+            Event::RptSeqGap { security_id, expected, got, book_index } => {
+                sink.rpt_seq_gap(info, security_id, expected, got, book_index)
+            }
+            _ => {}
+        })
+    }
+}
+
+/// What [`Mdp3Decoder::decode_book_packet`] hands on: the two events a price-level feed handler turns into
+/// records.
+pub trait BookSink {
+    /// A MDIncrementalRefreshBook32 entry ([`Event::Book`]), in sequence.
+    fn book(&mut self, info: &MessageInfo, entry: &BookEntry);
+    /// An `RptSeq` jump ([`Event::RptSeqGap`]), before the entry that showed it.
+    fn rpt_seq_gap(&mut self, info: &MessageInfo, security_id: i32, expected: u32, got: u32, book_index: u16);
+}
+
 /// Takes a valid packet's `MsgSeqNum` (counters): `None` when it is stale, else its gap, if any.
 fn observe(packets: &mut SeqTracker, stats: &mut Mdp3Stats, msg_seq_num: u32) -> Option<Option<(u32, u32)>> {
     let gap = match packets.observe(msg_seq_num) {
@@ -995,18 +1139,42 @@ fn deliver(
         ev => rpt_seq_of(ev),
     };
     if let Some((security_id, got)) = sequenced {
-        stats.rpt_seq_entries += 1;
-        let Ok(last) = rpt_seq.take(security_id, got) else {
-            stats.rpt_seq_stale += 1;
-            return;
-        };
-        if let Some(last) = last.filter(|&last| got != last.wrapping_add(1)) {
-            stats.rpt_seq_gaps += 1;
-            let expected = last.wrapping_add(1);
-            on_event(info, &Event::RptSeqGap { security_id, expected, got, book_index });
+        match sequence(rpt_seq, stats, security_id, got) {
+            Sequenced::Stale => return,
+            Sequenced::Gap { expected } => {
+                on_event(info, &Event::RptSeqGap { security_id, expected, got, book_index });
+            }
+            Sequenced::InOrder => {}
         }
     }
     on_event(info, ev);
+}
+
+/// What [`sequence`] found of an entry's `RptSeq`.
+enum Sequenced {
+    /// The first of its security, or the one due.
+    InOrder,
+    /// A jump: `expected` was due (the entry is delivered after the gap).
+    Gap { expected: u32 },
+    /// At or below the last one taken: not delivered.
+    Stale,
+}
+
+/// Takes `got` as `security_id`'s `RptSeq` (module docs, "Sequencing"), with its counters.
+#[inline(always)]
+fn sequence(rpt_seq: &mut RptSeqTable, stats: &mut Mdp3Stats, security_id: i32, got: u32) -> Sequenced {
+    stats.rpt_seq_entries += 1;
+    let Ok(last) = rpt_seq.take(security_id, got) else {
+        stats.rpt_seq_stale += 1;
+        return Sequenced::Stale;
+    };
+    match last.filter(|&last| got != last.wrapping_add(1)) {
+        Some(last) => {
+            stats.rpt_seq_gaps += 1;
+            Sequenced::Gap { expected: last.wrapping_add(1) }
+        }
+        None => Sequenced::InOrder,
+    }
 }
 
 /// Counts the messages of an already validated packet by template.
@@ -1137,24 +1305,13 @@ impl<'a> Body<'a> {
         Ok(Block { b, ctx: self.ctx, entry: 0 })
     }
 
-    /// A group's dimensions; checks the entries fit. Returns (blockLength, numInGroup, start of entry 1).
+    /// The group at the read position ([`group_at`]), the position moved past it.
     #[inline]
     fn group(&mut self, name: &'static str, eight_byte: bool, min: u16) -> Result<Group<'a>, DecodeError> {
-        let dim = if eight_byte { GROUP_SIZE_8BYTE_BYTES } else { GROUP_SIZE_BYTES };
-        let rest = self.b.get(self.pos..).unwrap_or_default();
-        let (Some(head), Some(&count)) = (rest.first_chunk::<2>(), rest.get(dim - 1)) else {
-            return Err(group_err(self.ctx, name, Problem::Truncated { need: dim, have: rest.len() }));
-        };
-        let block_length = u16::from_le_bytes(*head);
-        if block_length < min {
-            return Err(group_err(self.ctx, name, Problem::BlockLengthTooShort { got: block_length, min }));
-        }
-        let bytes = usize::from(block_length) * usize::from(count);
-        let Some(entries) = rest.get(dim..dim + bytes) else {
-            return Err(group_err(self.ctx, name, Problem::Truncated { need: dim + bytes, have: rest.len() }));
-        };
-        self.pos += dim + bytes;
-        Ok(Group { entries, block_length: usize::from(block_length), count, ctx: self.ctx })
+        let (entries, block_length, count, end) =
+            group_at(self.b, self.pos, eight_byte, min).map_err(|problem| group_err(self.ctx, name, problem))?;
+        self.pos = end;
+        Ok(Group { entries, block_length, count, ctx: self.ctx })
     }
 
     fn finish(&self) -> Result<(), DecodeError> {
@@ -1163,6 +1320,28 @@ impl<'a> Body<'a> {
             left => Err(self.ctx.err("MsgSize", 0, Problem::TrailingBytes { left })),
         }
     }
+}
+
+/// The repeating group at `pos` of a message body (FIX SBE 1.0, "Repeating groups"): its dimensions
+/// (`groupSize`, 3 bytes, or `groupSize8Byte`, 8, by `eight_byte`) with a `blockLength` of at least `min`, and its
+/// entries, which must end inside the body. Returns (the entries, `blockLength`, `numInGroup`, the position after
+/// the group). Errors: [`Problem::Truncated`] (the dimensions or the entries), [`Problem::BlockLengthTooShort`].
+#[inline(always)]
+fn group_at(body: &[u8], pos: usize, eight_byte: bool, min: u16) -> Result<(&[u8], usize, u8, usize), Problem> {
+    let dim = if eight_byte { GROUP_SIZE_8BYTE_BYTES } else { GROUP_SIZE_BYTES };
+    let rest = body.get(pos..).unwrap_or_default();
+    let (Some(head), Some(&count)) = (rest.first_chunk::<2>(), rest.get(dim - 1)) else {
+        return Err(Problem::Truncated { need: dim, have: rest.len() });
+    };
+    let block_length = u16::from_le_bytes(*head);
+    if block_length < min {
+        return Err(Problem::BlockLengthTooShort { got: block_length, min });
+    }
+    let bytes = usize::from(block_length) * usize::from(count);
+    let Some(entries) = rest.get(dim..dim + bytes) else {
+        return Err(Problem::Truncated { need: dim + bytes, have: rest.len() });
+    };
+    Ok((entries, usize::from(block_length), count, pos + dim + bytes))
 }
 
 #[cold]
@@ -1555,6 +1734,103 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
         },
     }
     Ok(())
+}
+
+/// [`INCREMENTAL_ROOT_BYTES`] as a length.
+const INCREMENTAL_ROOT_BYTES_USIZE: usize = INCREMENTAL_ROOT_BYTES as usize;
+
+/// One message on the book path ([`Mdp3Decoder::decode_book_packet`]), its layout checked as
+/// [`decode_message`] checks it.
+#[derive(Clone, Copy)]
+struct BookLayout<'a> {
+    template_id: u16,
+    /// `MsgSize`.
+    msg_size: usize,
+    /// The root block (`blockLength` bytes).
+    root: &'a [u8],
+    /// `NoMDEntries`' entries (none for 12 and 30).
+    entries: &'a [u8],
+    /// `NoMDEntries`' `blockLength` (1 for 12 and 30: never 0, it is a chunk size).
+    entry_bytes: usize,
+    /// `NoMDEntries`' `numInGroup`.
+    count: u8,
+    /// `NoOrderIDEntries`' `numInGroup` (32 from version 7, and 42).
+    order_entries: u8,
+}
+
+impl<'a> BookLayout<'a> {
+    /// Entry `i` of `NoMDEntries`, whole (`None` past the last). Indexed, not `chunks_exact`: that divides by the
+    /// entry size, a division per message.
+    #[inline(always)]
+    fn entry_bytes(&self, i: u8) -> Option<&'a [u8]> {
+        let at = usize::from(i) * self.entry_bytes;
+        self.entries.get(at..at + self.entry_bytes)
+    }
+
+    /// The first `N` bytes of entry `i` (the fields read; [`book_layout`] checked the entry size against them).
+    #[inline(always)]
+    fn entry<const N: usize>(&self, i: u8) -> Option<&'a [u8; N]> {
+        self.entry_bytes(i)?.first_chunk()
+    }
+}
+
+/// The layout of the message at the start of `rest` when it is of a template the book path takes (12, 30, 32,
+/// 35, 37, 42) and its header, root block and groups pass [`walk_packet`]'s and [`decode_message`]'s checks;
+/// `None` otherwise (another template, or an error `decode_packet` will name).
+#[inline(always)]
+fn book_layout(rest: &[u8]) -> Option<BookLayout<'_>> {
+    let h = rest.first_chunk::<{ MSG_SIZE_BYTES + SBE_HEADER_BYTES }>()?;
+    let field = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
+    let (msg_size, block_length, template_id) = (usize::from(field(0)), field(2), field(4));
+    if msg_size < h.len() || field(6) != SCHEMA_ID {
+        return None;
+    }
+    // (root block, NoMDEntries entry, NoOrderIDEntries entry): the least blockLength of each decode_message takes
+    let (root_min, entry_min, orders_min) = match template_id {
+        12 => (0, None, None),
+        30 => (30, None, None),
+        32 => (INCREMENTAL_ROOT_BYTES, Some(27), (field(8) >= 7).then_some(22)),
+        35 => (INCREMENTAL_ROOT_BYTES, Some(19), None),
+        37 => (INCREMENTAL_ROOT_BYTES, Some(13), None),
+        42 => (INCREMENTAL_ROOT_BYTES, Some(26), Some(12)),
+        _ => return None,
+    };
+    let body = rest.get(h.len()..msg_size)?;
+    let root = body.get(..usize::from(block_length)).filter(|_| block_length >= root_min)?;
+    let mut m = BookLayout { template_id, msg_size, root, entries: &[], entry_bytes: 1, count: 0, order_entries: 0 };
+    let mut pos = root.len();
+    if let Some(min) = entry_min {
+        (m.entries, m.entry_bytes, m.count, pos) = group_at(body, pos, false, min).ok()?;
+    }
+    if let Some(min) = orders_min {
+        (_, _, m.order_entries, pos) = group_at(body, pos, true, min).ok()?;
+    }
+    (pos == body.len()).then_some(m)
+}
+
+/// Whether every message of `payload` (a packet of at least its header) has a [`book_layout`] and every entry
+/// of it decodes (the field decoders [`decode_message`] uses: prices, `SecurityID`s, enums).
+#[inline(never)]
+fn book_path_valid(payload: &[u8]) -> bool {
+    let mut pos = PACKET_HEADER_BYTES;
+    while pos < payload.len() {
+        let Some(m) = book_layout(&payload[pos..]) else { return false };
+        pos += m.msg_size;
+        let mut entries = 0..m.count;
+        let valid = match m.template_id {
+            32 => entries.all(|i| m.entry(i).is_some_and(|f| book32_entry(f, false, 0).is_ok())),
+            35 => entries.all(|i| {
+                m.entry_bytes(i).and_then(|e| Some(statistics35_entry(e.first_chunk()?, e).is_ok())) == Some(true)
+            }),
+            37 => entries.all(|i| m.entry(i).is_some_and(|f| volume37_entry(f).is_ok())),
+            42 => entries.all(|i| m.entry(i).is_some_and(|f| trade42_entry(f).is_ok())),
+            _ => true,
+        };
+        if !valid {
+            return false;
+        }
+    }
+    payload.len() >= PACKET_HEADER_BYTES
 }
 
 fn info_err(e: &Block<'_>, field: &'static str, value: u8) -> DecodeError {

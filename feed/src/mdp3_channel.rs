@@ -1,10 +1,10 @@
 //! One CME MDP 3.0 incremental channel as a live feed handler sees it, sans I/O: arbitrated packets in
 //! (`MsgSeqNum` order, after the A/B arbitration of `mdfan-lines`), records out.
 //!
-//! - [`Mdp3Channel::on_packet`]: decodes one packet ([`Mdp3Decoder`]) and hands each book entry to the caller as
-//!   a price-level record ([`book_record`](crate::mdp3::book_record)), and each `RptSeq` jump as a [`Kind::InstrumentStale`] record naming
-//!   the security ([`stale_record`]). A packet the decoder refuses is counted (the error is kept for the report)
-//!   and the channel goes on.
+//! - [`Mdp3Channel::on_packet`]: decodes one packet ([`Mdp3Decoder::decode_book_packet`]) and hands each book
+//!   entry to the caller as a price-level record ([`book_record`](crate::mdp3::book_record)), and each `RptSeq`
+//!   jump as a [`Kind::InstrumentStale`] record naming the security ([`stale_record`]). A packet the decoder
+//!   refuses is counted (the error is kept for the report) and the channel goes on.
 //! - [`Mdp3Channel::on_lost_packets`]: packets neither line delivered (`mdfan_lines::Event::Gap`). A lost packet
 //!   may have carried an update of any instrument of the channel, so every security the channel has carried so far
 //!   is marked stale: one [`Kind::InstrumentStale`] record each ([`StaleBook::PriceLevel`]), its venue
@@ -56,8 +56,8 @@ use rustc_hash::FxHashMap;
 use mdfan_wire::{flags, venue_position, BookUpdate, StaleBook};
 
 use crate::mdp3::{
-    book_record_at, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, DecodeError,
-    Event, Mdp3Decoder, SnapshotRefresh,
+    book_record_at, decode_snapshot_packet, snapshot_clear_record, snapshot_level_record, stale_record, BookEntry,
+    BookSink, DecodeError, Event, Mdp3Decoder, MessageInfo, SnapshotRefresh,
 };
 
 /// How long [`Mdp3Channel::recovery_status`] waits before it reports [`RecoveryStatus::TimedOut`] by default:
@@ -237,6 +237,61 @@ impl Securities {
     }
 }
 
+/// [`Mdp3Channel::on_packet`]'s records of one packet.
+///
+/// A record's index is its book entry's index in the packet, counted by the decoder over every book entry (one
+/// whose `RptSeq` is stale after a market recovery too, though not delivered); a stale mark written inside the
+/// packet (an instrument first seen after a loss, an `RptSeq` jump) takes the index of the entry it precedes. So
+/// the entries' positions do not depend on what this handler lost or recovered: both publishers of a hot-hot pair
+/// give each entry the same position.
+struct Records<'a, F> {
+    secs: &'a mut Securities,
+    counters: &'a mut ChannelCounters,
+    out: &'a mut F,
+    emitted: usize,
+}
+
+impl<F: FnMut(&BookUpdate)> Records<'_, F> {
+    /// The security's index; a security first seen while a hole is open is marked stale first (its record at
+    /// the position `entry` of `info`'s packet).
+    #[inline(always)]
+    fn sight(&mut self, security_id: i32, info: &MessageInfo, entry: u64) -> usize {
+        let (i, new) = self.secs.slot_new(security_id);
+        if let (true, Some(hole)) = (new, self.secs.hole) {
+            self.counters.stale_marked += 1;
+            self.counters.stale_on_sight += 1;
+            let r = self.secs.on_sight(i, hole, u64::from(info.msg_seq_num), info.ts_recv_ns);
+            self.emitted += 1;
+            (self.out)(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
+        }
+        i
+    }
+}
+
+impl<F: FnMut(&BookUpdate)> BookSink for Records<'_, F> {
+    #[inline(always)]
+    fn book(&mut self, info: &MessageInfo, e: &BookEntry) {
+        let entry = u64::from(e.index);
+        self.sight(e.security_id, info, entry);
+        self.counters.level_records += 1;
+        self.emitted += 1;
+        (self.out)(&book_record_at(info, e, entry));
+    }
+
+    #[inline(always)]
+    fn rpt_seq_gap(&mut self, info: &MessageInfo, security_id: i32, expected: u32, got: u32, book_index: u16) {
+        let entry = u64::from(book_index);
+        let i = self.sight(security_id, info, entry);
+        if self.secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
+            self.counters.stale_marked += 1;
+        }
+        self.counters.rpt_seq_stale_records += 1;
+        self.emitted += 1;
+        let r = stale_record(info, security_id, expected, got);
+        (self.out)(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
+    }
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Mdp3Channel {
@@ -285,45 +340,9 @@ impl Mdp3Channel {
     /// silent hole in a book.
     pub fn on_packet(&mut self, payload: &[u8], ts_recv_ns: u64, out: &mut impl FnMut(&BookUpdate)) -> usize {
         self.counters.packets += 1;
-        let (secs, counters) = (&mut self.secs, &mut self.counters);
-        let mut emitted = 0;
-        let result = self.decoder.decode_packet(payload, ts_recv_ns, |info, event| {
-            // A record's index is its book entry's index in the packet, counted by the decoder over every book
-            // entry (one whose `RptSeq` is stale after a market recovery too, though not delivered); a stale mark
-            // written inside the packet (an instrument first seen after a loss, an `RptSeq` jump) takes the index
-            // of the entry it precedes. So the entries' positions do not depend on what this handler lost or
-            // recovered: both publishers of a hot-hot pair give each entry the same position.
-            let (security_id, index) = match event {
-                Event::Book(e) => (e.security_id, e.index),
-                Event::RptSeqGap { security_id, book_index, .. } => (*security_id, *book_index),
-                _ => return,
-            };
-            let entry = u64::from(index);
-            let (i, new) = secs.slot_new(security_id);
-            if let (true, Some(hole)) = (new, secs.hole) {
-                counters.stale_marked += 1;
-                counters.stale_on_sight += 1;
-                let r = secs.on_sight(i, hole, u64::from(info.msg_seq_num), info.ts_recv_ns);
-                emitted += 1;
-                out(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
-            }
-            match event {
-                Event::Book(e) => {
-                    counters.level_records += 1;
-                    out(&book_record_at(info, e, entry));
-                }
-                Event::RptSeqGap { security_id, expected, got, .. } => {
-                    if secs.mark(i, info.msg_seq_num, info.ts_recv_ns) {
-                        counters.stale_marked += 1;
-                    }
-                    counters.rpt_seq_stale_records += 1;
-                    let r = stale_record(info, *security_id, *expected, *got);
-                    out(&BookUpdate { venue_pos: r.venue_pos | entry, ..r });
-                }
-                _ => return,
-            }
-            emitted += 1;
-        });
+        let mut records = Records { secs: &mut self.secs, counters: &mut self.counters, out, emitted: 0 };
+        let result = self.decoder.decode_book_packet(payload, ts_recv_ns, &mut records);
+        let mut emitted = records.emitted;
         if let Err(e) = result {
             self.counters.bad_packets += 1;
             self.last_error = Some(e);
