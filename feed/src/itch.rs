@@ -997,6 +997,9 @@ pub struct NormalizerStats {
     pub duplicate_reference: u64,
     /// Executions or cancels of more shares than rest (cut to what rests; the locate marked stale).
     pub too_many_shares: u64,
+    /// Adds refused because [`ItchNormalizer::with_max_orders`] orders already rested (skipped; the locate
+    /// marked stale).
+    pub orders_refused: u64,
     /// Messages that gave no record (status and other non-book messages), by type: the documented gap.
     pub no_record: [u64; 256],
     /// Messages skipped (no record and nothing kept from them: every type but System Event `O` and Stock
@@ -1012,6 +1015,7 @@ impl Default for NormalizerStats {
             unknown_reference: [0; 256],
             duplicate_reference: 0,
             too_many_shares: 0,
+            orders_refused: 0,
             no_record: [0; 256],
             skipped: Skipped::default(),
             stale_on_sight: 0,
@@ -1106,6 +1110,8 @@ pub struct ItchNormalizer {
     /// Messages of unknown content were lost today ([`ItchNormalizer::mark_all_stale`]): a locate first seen
     /// now may have had messages in them, so it is stale on sight. Cleared at the start of the day.
     lost: bool,
+    /// Resting orders past which an add is refused ([`ItchNormalizer::with_max_orders`]).
+    max_orders: usize,
     stats: NormalizerStats,
 }
 
@@ -1129,8 +1135,19 @@ impl ItchNormalizer {
             stale: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
             seen: vec![0u64; (1 << 16) / 64].into_boxed_slice(),
             lost: false,
+            max_orders: usize::MAX,
             stats: NormalizerStats::default(),
         }
+    }
+
+    /// At most `max_orders` resting orders: an add past them is refused, counted
+    /// ([`NormalizerStats::orders_refused`]) and its locate marked stale (its book is missing an order), so the
+    /// reference table (32 bytes an order, at most three quarters full) stays under about
+    /// `max_orders` x 64 bytes. Without it (the default: no limit) a live feed's forged adds, each under a new
+    /// reference, grow the table until memory runs out.
+    pub fn with_max_orders(mut self, max_orders: usize) -> ItchNormalizer {
+        self.max_orders = max_orders;
+        self
     }
 
     /// What was counted so far.
@@ -1413,7 +1430,8 @@ impl ItchNormalizer {
     }
 
     /// A new order `order_ref` of `locate` resting: its `Add`, or, if the reference still rests (counted), the
-    /// locate marked stale.
+    /// locate marked stale; or, past [`ItchNormalizer::with_max_orders`], refused (counted) and the locate marked
+    /// stale.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn add(
@@ -1426,7 +1444,10 @@ impl ItchNormalizer {
         shares: u32,
         out: &mut Records,
     ) {
-        if self.orders.insert_new(order_ref, Resting { locate, side, price_e9, shares }) {
+        if self.orders.len() >= self.max_orders {
+            self.stats.orders_refused += 1;
+            out.extend(self.mark_stale(cx, order_ref));
+        } else if self.orders.insert_new(order_ref, Resting { locate, side, price_e9, shares }) {
             out.push(BookUpdate {
                 instrument_id: u32::from(locate),
                 ..cx.rec(Kind::Add, side, order_ref, price_e9, shares)
@@ -1991,6 +2012,28 @@ mod tests {
         f.restart(Trickle(&file[..38]));
         assert_eq!(f.next_message().unwrap().map(|(at, _)| at), Some(0));
         assert!(f.next_message().unwrap().is_none());
+    }
+
+    #[test]
+    fn past_max_orders_an_add_is_refused_and_its_locate_marked_stale() {
+        let mut n = ItchNormalizer::new(0, 16).with_max_orders(2);
+        let kinds = |n: &mut ItchNormalizer, m: &[u8], seq: u64| -> Vec<_> {
+            let m = msg(m).unwrap();
+            n.normalize(&m, seq, 0).as_slice().iter().map(|r| (r.kind(), r.instrument_id, r.order_id)).collect()
+        };
+        assert_eq!(kinds(&mut n, &add(5, 1), 1), [(Some(Kind::Add), 5, 1)]);
+        assert_eq!(kinds(&mut n, &add(5, 2), 2), [(Some(Kind::Add), 5, 2)]);
+        // the third resting order: refused, its locate stale, the others' books untouched
+        assert_eq!(kinds(&mut n, &add(7, 3), 3), [(Some(Kind::InstrumentStale), 7, 3)]);
+        assert_eq!((n.stats().orders_refused, n.is_stale(7), n.is_stale(5)), (1, true, false));
+        // a Delete makes room: the next add rests
+        let mut d = vec![0u8; 19];
+        d[0] = b'D';
+        d[1..3].copy_from_slice(&5u16.to_be_bytes());
+        d[11..19].copy_from_slice(&1u64.to_be_bytes());
+        assert_eq!(kinds(&mut n, &d, 4), [(Some(Kind::Cancel), 5, 1)]);
+        assert_eq!(kinds(&mut n, &add(5, 4), 5), [(Some(Kind::Add), 5, 4)]);
+        assert_eq!(n.stats().orders_refused, 1);
     }
 
     #[test]

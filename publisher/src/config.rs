@@ -77,6 +77,8 @@
 //! start = "first_seen"         # or "one": expect sequence number 1 and request what came before. Default first_seen.
 //! window_messages = 65536      # messages that may wait behind a hole (64 B each, allocated at start); a packet
 //!                              # this far past the highest seq known is held until a second one confirms the jump.
+//! max_orders = 16777216        # resting orders at most (about 64 B each): an add past them is refused, counted
+//!                              # (orders_refused) and its locate marked stale. 1024 to 2^28; default 2^24.
 //!
 //! # format "capture" (crate::feeds::capture): path (the capture's folder), pace, max_gap_ms and symbols as above,
 //! name = "esh4"                # the capture's name (its segments' prefix). Default: the folder's only capture.
@@ -487,6 +489,10 @@ pub(crate) fn default_confirm_packets() -> usize {
 
 pub(crate) fn default_window_messages() -> usize {
     1 << 16
+}
+
+pub(crate) fn default_max_orders() -> usize {
+    1 << 24
 }
 
 pub(crate) fn default_interface() -> std::net::Ipv4Addr {
@@ -1515,7 +1521,10 @@ b = { addr = "233.252.14.6:15311", interface = "203.0.113.10" }
         let l = &mold(&c);
         assert_eq!((l.b.clone(), l.retransmit), (None, Some("127.0.0.1:9100".parse().unwrap())));
         assert_eq!((l.retransmit_timeout_ms, l.retransmit_retries, l.window_messages), (50, 3, 65_536));
-        assert_eq!((l.start, l.session.as_deref()), (MoldStart::FirstSeen, None));
+        assert_eq!((l.start, l.session.as_deref(), l.max_orders), (MoldStart::FirstSeen, None, 1 << 24));
+        assert_eq!(mold(&parse(&format!("{live}max_orders = 1024\n")).unwrap()).max_orders, 1024);
+        let e = parse(&format!("{live}max_orders = 1023\n")).unwrap_err().to_string();
+        assert!(e.ends_with("line 11: key lines.max_orders: 1023: must be 1024 to 268435456"), "{e}");
         let c = parse(&format!("{live}start = \"one\"\nsession = \"000010059B\"\n")).unwrap();
         let l = mold(&c);
         assert_eq!((l.start, l.session.as_deref()), (MoldStart::One, Some("000010059B")));

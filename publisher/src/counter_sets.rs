@@ -125,6 +125,7 @@ pub(crate) fn publish_mold(c: &crate::live_itch::MoldCounters, file: &mut Counte
         file.set("mdfan_itch_unknown_references_total", "", Counter, f.unknown_references);
         file.set("mdfan_itch_duplicate_references_total", "", Counter, f.duplicate_references);
         file.set("mdfan_itch_too_many_shares_total", "", Counter, f.too_many_shares);
+        file.set("mdfan_itch_orders_refused_total", "", Counter, f.orders_refused);
         file.set("mdfan_feed_silences_total", "", Counter, f.silences);
         file.set("mdfan_feed_silent", "", Gauge, f.silent_now);
     }

@@ -127,6 +127,9 @@ pub struct MoldCounters {
     pub duplicate_references: AtomicU64,
     /// Executions or cancels of more shares than rest (cut to what rests; the locate marked stale).
     pub too_many_shares: AtomicU64,
+    /// Adds refused because `lines.max_orders` orders already rested (the locate marked stale): a day bigger
+    /// than the limit, or a flood of forged adds.
+    pub orders_refused: AtomicU64,
     /// Requests whose `send` failed.
     pub send_errors: AtomicU64,
     /// Datagrams per line (A, B) by where their receive stamp came from: hardware, software, user.
@@ -243,6 +246,8 @@ pub struct MoldReport {
     pub duplicate_references: u64,
     /// See [`MoldCounters::too_many_shares`].
     pub too_many_shares: u64,
+    /// See [`MoldCounters::orders_refused`].
+    pub orders_refused: u64,
     /// See [`MoldCounters::send_errors`].
     pub send_errors: u64,
     /// See [`MoldCounters::stamps`]: `[line][hardware, software, user]`.
@@ -290,6 +295,7 @@ impl MoldCounters {
             unknown_references: ld(&self.unknown_references),
             duplicate_references: ld(&self.duplicate_references),
             too_many_shares: ld(&self.too_many_shares),
+            orders_refused: ld(&self.orders_refused),
             send_errors: ld(&self.send_errors),
             stamps: self.stamps.each_ref().map(|l| l.each_ref().map(ld)),
             hw: self.hw.lines(),
@@ -314,6 +320,7 @@ impl MoldCounters {
         self.unknown_references.store(stats.unknown_references(), Ordering::Relaxed);
         self.duplicate_references.store(stats.duplicate_reference, Ordering::Relaxed);
         self.too_many_shares.store(stats.too_many_shares, Ordering::Relaxed);
+        self.orders_refused.store(stats.orders_refused, Ordering::Relaxed);
     }
 }
 
@@ -323,7 +330,7 @@ impl MoldReport {
     pub fn line(&self) -> String {
         let skipped = skipped_text(&self.skipped);
         format!(
-            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} unknown_references={} duplicate_references={} too_many_shares={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} ends_contradicted={} stamps={} skipped={skipped}",
+            "feed format=itch50 packets={}/{}/{} heartbeats={} messages={} retransmitted={} duplicates={} copy_mismatches={} gaps={} requests={} retries={} given_up_holes={} given_up_messages={} foreign_session={} foreign_sources={}/{} bad_packets={} records={} stale_records={} unknown_references={} duplicate_references={} too_many_shares={} orders_refused={} send_errors={} silences={} silent_now={} definitions_dropped={} jumps_held={} jumps_taken={} ends_contradicted={} stamps={} skipped={skipped}",
             self.packets[0],
             self.packets[1],
             self.packets[2],
@@ -346,6 +353,7 @@ impl MoldReport {
             self.unknown_references,
             self.duplicate_references,
             self.too_many_shares,
+            self.orders_refused,
             self.send_errors,
             self.silences,
             self.silent_now,
@@ -534,7 +542,7 @@ impl LiveItch {
             request,
             buf: vec![0; 65_536],
             session: SessionReceiver::new(cfg),
-            normalizer: ItchNormalizer::new(midnight_ns, 1 << 20),
+            normalizer: ItchNormalizer::new(midnight_ns, 1 << 20).with_max_orders(lines.max_orders),
             pending: Vec::with_capacity(POLL_RECORDS + (1 << 16)),
             directory,
             head: 0,
@@ -904,10 +912,14 @@ mod tests {
         let report = counters.report();
         assert_eq!((report.unknown_references, report.duplicate_references, report.too_many_shares), (1, 1, 1));
         assert!(
-            report.line().contains(" unknown_references=1 duplicate_references=1 too_many_shares=1 "),
+            report.line().contains(" unknown_references=1 duplicate_references=1 too_many_shares=1 orders_refused=0 "),
             "{}",
             report.line()
         );
+        // adds refused past lines.max_orders (feed::itch's test refuses them) reach the report the same way
+        let stats = mdfan_feed::itch::NormalizerStats { orders_refused: 3, ..normalizer.stats().clone() };
+        counters.store_references(&stats);
+        assert_eq!(counters.report().orders_refused, 3);
     }
 
     #[test]

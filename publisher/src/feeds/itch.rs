@@ -17,7 +17,7 @@ use crate::{PublisherError, RunReport, TsRecvClockCell};
 pub const FEED_KEYS: &[&str] = &["format", "path", "session_date", "pace", "max_gap_ms", "symbols"];
 /// The `[lines]` keys of a live ITCH feed besides the ones every line set reads (`config::LINE_SET_KEYS`).
 pub const LINES_KEYS: &[&str] =
-    &["retransmit", "retransmit_timeout_ms", "retransmit_retries", "session", "start", "window_messages"];
+    &["retransmit", "retransmit_timeout_ms", "retransmit_retries", "session", "start", "window_messages", "max_orders"];
 
 /// `[feed]` for `format = "itch50"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +69,12 @@ line_set! {
         /// Messages that may wait behind a hole (64-byte slots allocated at start). 16 to 2^24; default 65,536.
         #[serde(default = "crate::config::default_window_messages")]
         pub window_messages: usize,
+        /// Resting orders the order reference table holds at most: an add past them is refused, counted
+        /// (`orders_refused`) and its stock locate marked stale, so forged adds under new references cannot
+        /// grow the table until memory runs out (about 64 bytes an order at the most). 1,024 to 2^28; default
+        /// 2^24 (16,777,216, about 1 GiB).
+        #[serde(default = "crate::config::default_max_orders")]
+        pub max_orders: usize,
     }
 }
 
@@ -129,6 +135,10 @@ impl ItchFeed {
         if !(16..=1 << 24).contains(&lines.window_messages) {
             let v = lines.window_messages;
             return Err(c.bad("lines.window_messages", format!("{v}: must be 16 to 16777216")));
+        }
+        if !(1 << 10..=1 << 28).contains(&lines.max_orders) {
+            let v = lines.max_orders;
+            return Err(c.bad("lines.max_orders", format!("{v}: must be 1024 to 268435456")));
         }
         lines.check_shared(c)?;
         self.symbols = self.symbols.as_deref().map(|p| c.resolve(p));
