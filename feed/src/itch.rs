@@ -1205,16 +1205,20 @@ impl ItchNormalizer {
         self.stale.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
-    /// Marks a locate stale; the record announcing it the first time.
-    fn mark_stale(&mut self, cx: &Ctx, order_ref: u64) -> Option<BookUpdate> {
-        let i = usize::from(cx.locate);
+    /// Marks `locate` stale; the record announcing it the first time (message `cx`'s, on that locate).
+    fn mark_stale(&mut self, cx: &Ctx, locate: u16, order_ref: u64) -> Option<BookUpdate> {
+        let i = usize::from(locate);
         let w = self.stale.get_mut(i / 64)?;
         let bit = 1u64 << (i % 64);
         if *w & bit != 0 {
             return None;
         }
         *w |= bit;
-        Some(BookUpdate { level: StaleBook::Order as u8, ..cx.rec(Kind::InstrumentStale, Side::None, order_ref, 0, 0) })
+        Some(BookUpdate {
+            level: StaleBook::Order as u8,
+            instrument_id: u32::from(locate),
+            ..cx.rec(Kind::InstrumentStale, Side::None, order_ref, 0, 0)
+        })
     }
 
     /// Messages were lost from the stream (a MoldUDP64 hole given up): every locate seen so far and not yet
@@ -1274,7 +1278,7 @@ impl ItchNormalizer {
             ts_recv_ns,
             venue_pos: venue_position(venue_seq, 0),
         };
-        match self.mark_stale(&cx, 0) {
+        match self.mark_stale(&cx, cx.locate, 0) {
             Some(r) => {
                 out(BookUpdate { flags: flags::LAST, ..r });
                 1
@@ -1423,7 +1427,7 @@ impl ItchNormalizer {
             if first_seen && self.lost {
                 // Messages of unknown content were lost today: this locate's first ones may have been among them.
                 self.stats.stale_on_sight += 1;
-                out.extend(self.mark_stale(&cx, 0));
+                out.extend(self.mark_stale(&cx, cx.locate, 0));
             }
         }
         cx
@@ -1444,24 +1448,27 @@ impl ItchNormalizer {
         shares: u32,
         out: &mut Records,
     ) {
-        if self.orders.len() >= self.max_orders {
-            self.stats.orders_refused += 1;
-            out.extend(self.mark_stale(cx, order_ref));
-        } else if self.orders.insert_new(order_ref, Resting { locate, side, price_e9, shares }) {
+        // The stale mark goes on the order's locate (a U's original's), whatever the message's says.
+        let full = self.orders.len() >= self.max_orders;
+        if !full && self.orders.insert_new(order_ref, Resting { locate, side, price_e9, shares }) {
             out.push(BookUpdate {
                 instrument_id: u32::from(locate),
                 ..cx.rec(Kind::Add, side, order_ref, price_e9, shares)
             });
+        } else if full && self.orders.get_mut(order_ref).is_none() {
+            self.stats.orders_refused += 1;
+            out.extend(self.mark_stale(cx, locate, order_ref));
         } else {
             self.stats.duplicate_reference += 1;
-            out.extend(self.mark_stale(cx, order_ref));
+            out.extend(self.mark_stale(cx, locate, order_ref));
         }
     }
 
+    /// A reference the table does not hold: whose it was is unknown, so the message's locate is marked stale.
     #[cold]
     fn unknown(&mut self, cx: &Ctx, order_ref: u64, out: &mut Records) {
         self.stats.unknown_reference[usize::from(cx.msg_type)] += 1;
-        out.extend(self.mark_stale(cx, order_ref));
+        out.extend(self.mark_stale(cx, cx.locate, order_ref));
     }
 
     /// E, C and X: a `Fill` (E, C), then a `Cancel` of the shares; a third record, `InstrumentStale`, if more
@@ -1491,7 +1498,7 @@ impl ItchNormalizer {
         out.push(BookUpdate { instrument_id, ..cancel });
         if taken < shares {
             self.stats.too_many_shares += 1;
-            out.extend(self.mark_stale(cx, order_ref));
+            out.extend(self.mark_stale(cx, o_copy.locate, order_ref));
         }
     }
 }
@@ -2034,6 +2041,48 @@ mod tests {
         assert_eq!(kinds(&mut n, &d, 4), [(Some(Kind::Cancel), 5, 1)]);
         assert_eq!(kinds(&mut n, &add(5, 4), 5), [(Some(Kind::Add), 5, 4)]);
         assert_eq!(n.stats().orders_refused, 1);
+    }
+
+    /// A U whose new reference still rests, and an E of more shares than rest, under another locate than the
+    /// order's (corrupt or forged): the stale mark goes on the order's locate, whose book lost or mistook the
+    /// order; the message's locate keeps its exact book. A duplicate add when the table is full is a duplicate.
+    #[test]
+    fn a_reference_that_cannot_apply_marks_the_orders_locate_stale_not_the_messages() {
+        let mut n = ItchNormalizer::new(0, 16).with_max_orders(3);
+        let kinds = |n: &mut ItchNormalizer, m: &[u8], seq: u64| -> Vec<_> {
+            let m = msg(m).unwrap();
+            n.normalize(&m, seq, 0).as_slice().iter().map(|r| (r.kind(), r.instrument_id, r.order_id)).collect()
+        };
+        let head = |t: u8, locate: u16, order_ref: u64, len: usize| {
+            let mut m = vec![0u8; len];
+            m[0] = t;
+            m[1..3].copy_from_slice(&locate.to_be_bytes());
+            m[11..19].copy_from_slice(&order_ref.to_be_bytes());
+            m
+        };
+        kinds(&mut n, &add(1, 1), 1);
+        kinds(&mut n, &add(2, 100), 2);
+        // U under locate 2: original 1 (locate 1's), new reference 100 (resting on locate 2)
+        let mut u = head(b'U', 2, 1, 35);
+        u[19..27].copy_from_slice(&100u64.to_be_bytes());
+        u[27..31].copy_from_slice(&100u32.to_be_bytes());
+        u[31..35].copy_from_slice(&100_000u32.to_be_bytes());
+        assert_eq!(kinds(&mut n, &u, 3), [(Some(Kind::Cancel), 1, 1), (Some(Kind::InstrumentStale), 1, 100)]);
+        assert_eq!((n.is_stale(1), n.is_stale(2), n.stats().duplicate_reference), (true, false, 1));
+        // E under locate 9 of 500 shares of order 100 (locate 2's, 100 rest)
+        let mut e = head(b'E', 9, 100, 31);
+        e[19..23].copy_from_slice(&500u32.to_be_bytes());
+        let got = kinds(&mut n, &e, 4);
+        assert_eq!(got[2..], [(Some(Kind::InstrumentStale), 2, 100)]);
+        assert_eq!((n.is_stale(2), n.is_stale(9), n.stats().too_many_shares), (true, false, 1));
+        // a full table (3 resting): an add of a resting reference is a duplicate, a new one refused
+        kinds(&mut n, &add(3, 7), 5);
+        kinds(&mut n, &add(3, 8), 6);
+        kinds(&mut n, &add(4, 9), 7);
+        assert_eq!(kinds(&mut n, &add(3, 7), 8), [(Some(Kind::InstrumentStale), 3, 7)]);
+        assert_eq!((n.stats().duplicate_reference, n.stats().orders_refused), (2, 0));
+        kinds(&mut n, &add(5, 10), 9);
+        assert_eq!((n.stats().duplicate_reference, n.stats().orders_refused), (2, 1));
     }
 
     #[test]
