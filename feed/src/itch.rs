@@ -2021,13 +2021,15 @@ mod tests {
         assert!(f.next_message().unwrap().is_none());
     }
 
+    /// The records `n` makes of message bytes `m` at `seq`: (kind, instrument, order reference).
+    fn kinds(n: &mut ItchNormalizer, m: &[u8], seq: u64) -> Vec<(Option<Kind>, u32, u64)> {
+        let m = msg(m).unwrap();
+        n.normalize(&m, seq, 0).as_slice().iter().map(|r| (r.kind(), r.instrument_id, r.order_id)).collect()
+    }
+
     #[test]
     fn past_max_orders_an_add_is_refused_and_its_locate_marked_stale() {
         let mut n = ItchNormalizer::new(0, 16).with_max_orders(2);
-        let kinds = |n: &mut ItchNormalizer, m: &[u8], seq: u64| -> Vec<_> {
-            let m = msg(m).unwrap();
-            n.normalize(&m, seq, 0).as_slice().iter().map(|r| (r.kind(), r.instrument_id, r.order_id)).collect()
-        };
         assert_eq!(kinds(&mut n, &add(5, 1), 1), [(Some(Kind::Add), 5, 1)]);
         assert_eq!(kinds(&mut n, &add(5, 2), 2), [(Some(Kind::Add), 5, 2)]);
         // the third resting order: refused, its locate stale, the others' books untouched
@@ -2049,10 +2051,6 @@ mod tests {
     #[test]
     fn a_reference_that_cannot_apply_marks_the_orders_locate_stale_not_the_messages() {
         let mut n = ItchNormalizer::new(0, 16).with_max_orders(3);
-        let kinds = |n: &mut ItchNormalizer, m: &[u8], seq: u64| -> Vec<_> {
-            let m = msg(m).unwrap();
-            n.normalize(&m, seq, 0).as_slice().iter().map(|r| (r.kind(), r.instrument_id, r.order_id)).collect()
-        };
         let head = |t: u8, locate: u16, order_ref: u64, len: usize| {
             let mut m = vec![0u8; len];
             m[0] = t;
