@@ -1567,7 +1567,7 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             sink(&info, &Event::Heartbeat);
         }
         30 => {
-            let r = body.root(block_length, 30)?;
+            let r = body.root(block_length, STATUS30_ROOT_BYTES)?;
             body.finish()?;
             info.transact_time_ns = r.i64(0) as u64;
             info.match_event_indicator = r.u8(26);
@@ -1589,8 +1589,9 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             );
         }
         32 => {
-            let g = body.group(ENTRIES, false, 27)?;
-            let orders = if version >= 7 { Some(body.group("NoOrderIDEntries", true, 22)?) } else { None };
+            let g = body.group(ENTRIES, false, BOOK32_ENTRY_BYTES)?;
+            let orders =
+                if version >= 7 { Some(body.group("NoOrderIDEntries", true, ORDER_ID32_BYTES)?) } else { None };
             body.finish()?;
             // Every entry is at least 27 bytes (`group` checked the block length): read at fixed offsets.
             for (i, chunk) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
@@ -1605,7 +1606,7 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             }
         }
         35 => {
-            let g = body.group(ENTRIES, false, 19)?;
+            let g = body.group(ENTRIES, false, STATISTICS35_ENTRY_BYTES)?;
             body.finish()?;
             for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
                 let Some(f) = e.first_chunk::<19>() else { break };
@@ -1614,7 +1615,7 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             }
         }
         37 => {
-            let g = body.group(ENTRIES, false, 13)?;
+            let g = body.group(ENTRIES, false, VOLUME37_ENTRY_BYTES)?;
             body.finish()?;
             for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
                 let Some(f) = e.first_chunk::<13>() else { break };
@@ -1623,8 +1624,8 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
             }
         }
         42 => {
-            let g = body.group(ENTRIES, false, 26)?;
-            let orders = body.group("NoOrderIDEntries", true, 12)?;
+            let g = body.group(ENTRIES, false, TRADE42_ENTRY_BYTES)?;
+            let orders = body.group("NoOrderIDEntries", true, ORDER_ID42_BYTES)?;
             body.finish()?;
             for (i, e) in (0..g.count).zip(g.entries.chunks_exact(g.block_length)) {
                 let Some(f) = e.first_chunk::<26>() else { break };
@@ -1736,6 +1737,16 @@ fn decode_message<F: FnMut(&MessageInfo, &Event)>(
     Ok(())
 }
 
+// The least blockLength decode_message takes of each root block and group entry it reads (the end of the last
+// field it reads; the module docs' templates table), shared with the book path's layout check.
+const STATUS30_ROOT_BYTES: u16 = 30;
+const BOOK32_ENTRY_BYTES: u16 = 27;
+const ORDER_ID32_BYTES: u16 = 22;
+const STATISTICS35_ENTRY_BYTES: u16 = 19;
+const VOLUME37_ENTRY_BYTES: u16 = 13;
+const TRADE42_ENTRY_BYTES: u16 = 26;
+const ORDER_ID42_BYTES: u16 = 12;
+
 /// [`INCREMENTAL_ROOT_BYTES`] as a length.
 const INCREMENTAL_ROOT_BYTES_USIZE: usize = INCREMENTAL_ROOT_BYTES as usize;
 
@@ -1788,11 +1799,11 @@ fn book_layout(rest: &[u8]) -> Option<BookLayout<'_>> {
     // (root block, NoMDEntries entry, NoOrderIDEntries entry): the least blockLength of each decode_message takes
     let (root_min, entry_min, orders_min) = match template_id {
         12 => (0, None, None),
-        30 => (30, None, None),
-        32 => (INCREMENTAL_ROOT_BYTES, Some(27), (field(8) >= 7).then_some(22)),
-        35 => (INCREMENTAL_ROOT_BYTES, Some(19), None),
-        37 => (INCREMENTAL_ROOT_BYTES, Some(13), None),
-        42 => (INCREMENTAL_ROOT_BYTES, Some(26), Some(12)),
+        30 => (STATUS30_ROOT_BYTES, None, None),
+        32 => (INCREMENTAL_ROOT_BYTES, Some(BOOK32_ENTRY_BYTES), (field(8) >= 7).then_some(ORDER_ID32_BYTES)),
+        35 => (INCREMENTAL_ROOT_BYTES, Some(STATISTICS35_ENTRY_BYTES), None),
+        37 => (INCREMENTAL_ROOT_BYTES, Some(VOLUME37_ENTRY_BYTES), None),
+        42 => (INCREMENTAL_ROOT_BYTES, Some(TRADE42_ENTRY_BYTES), Some(ORDER_ID42_BYTES)),
         _ => return None,
     };
     let body = rest.get(h.len()..msg_size)?;

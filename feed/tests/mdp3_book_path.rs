@@ -101,7 +101,11 @@ fn a_gap_in_the_middle_of_the_day_shows_alike_on_both_paths() {
     }
     let s = pair.lean.stats();
     assert_eq!(s.book_path_packets, 1_667);
-    assert!(s.rpt_seq_gaps > 100 && s.packet_gaps == 1_666, "{s:?}");
+    assert_eq!(
+        (s.rpt_seq_entries, s.rpt_seq_gaps, s.packet_gaps, s.packets_missed),
+        (2_042, 1_384, 1_666, 3_332),
+        "{s:?}"
+    );
 }
 
 /// A corruption of a capture packet: bytes overwritten at random (most of them in the message headers and group
