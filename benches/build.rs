@@ -7,8 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let schema =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/cme-mdp3-sbe-v8-pcap-20160927/templates_FixBinary.xml");
+    // read when the script runs, not baked in when it is compiled: a target directory shared by two clones
+    // (the CI cache) reuses one compiled script for both
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let schema = Path::new(&manifest_dir).join("../data/cme-mdp3-sbe-v8-pcap-20160927/templates_FixBinary.xml");
     println!("cargo::rerun-if-changed={}", schema.display());
     println!("cargo::rerun-if-changed=build.rs");
     let xml = std::fs::read_to_string(&schema).unwrap_or_else(|e| panic!("{}: {e}", schema.display()));
