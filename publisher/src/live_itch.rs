@@ -813,6 +813,20 @@ mod tests {
     use super::*;
     use mdfan_feed::itch::decode_message;
 
+    /// The field names of a `key=value ...` line, in order.
+    fn keys(line: &str) -> Vec<&str> {
+        line.split_whitespace().filter_map(|kv| kv.split_once('=').map(|(k, _)| k)).collect()
+    }
+
+    #[test]
+    fn the_readme_names_every_field_of_the_counters_line_in_order() {
+        let readme = include_str!("../../README.md");
+        let at = readme.find("`feed format=itch50 packets=A/B/retransmit").expect("README: the ITCH counters line");
+        let template = &readme[at + 1..];
+        let template = &template[..template.find('`').expect("README: the counters line's closing backquote")];
+        assert_eq!(keys(template), keys(&MoldReport::default().line()));
+    }
+
     /// A Stock Directory message (ITCH 5.0 section 4.2.1, 39 bytes) for `locate` and `stock`.
     fn stock_directory_message(locate: u16, stock: &[u8; 8]) -> Vec<u8> {
         let mut m = vec![b'R'];
