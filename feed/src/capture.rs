@@ -589,6 +589,13 @@ fn header_disagrees(h: &BlockHeader, payload: &[u8]) -> Option<String> {
     }
 }
 
+/// Whether two segments may be of one capture: the same book and feed (format and venue; the channel may differ:
+/// a file feed's is its file's name). A session of another feed or book appended would be replayed under the
+/// first segment's identity.
+fn same_feed(a: &SegmentMeta, b: &SegmentMeta) -> bool {
+    a.book == b.book && a.feed.format == b.feed.format && a.feed.venue == b.feed.venue
+}
+
 /// A damaged block: the segment, where, and what (never taken for a torn end).
 fn damaged(path: &Path, offset: u64, detail: &str) -> CaptureError {
     CaptureError::Format {
@@ -714,6 +721,17 @@ pub struct Reader {
     drained: bool,
     /// The writer run of the segment taken up last.
     run_id: Option<u64>,
+    /// The first segment taken up's feed and book: every later one must be of the same ([`same_feed`]).
+    first_meta: Option<(PathBuf, SegmentMeta)>,
+    /// The current segment's index as its blocks give it (offset, first, first `ts_recv_ns`, first venue
+    /// position: [`INDEX_ENTRY_BYTES`] each), checked against its `.mdidx` at its end.
+    seg_index: Vec<u8>,
+    /// Where the block whose records are being handed out begins.
+    block_at: u64,
+    /// The last record's seq handed out.
+    last_seq: Option<u64>,
+    /// A gap block's seq that came, until the next record bears it out.
+    gap_due: Option<u64>,
     /// Called between the read that finds a segment's end and the folder listing that looks for a later one
     /// (the rotation race's window), in tests.
     #[cfg(test)]
@@ -744,6 +762,11 @@ impl Reader {
             seg_stopped: false,
             drained: false,
             run_id: None,
+            first_meta: None,
+            seg_index: Vec::new(),
+            block_at: 0,
+            last_seq: None,
+            gap_due: None,
             #[cfg(test)]
             before_listing: None,
         })
@@ -807,6 +830,21 @@ impl Reader {
                         )));
                     }
                 }
+                if let Some((first_path, first)) = &self.first_meta {
+                    if !same_feed(first, &meta) {
+                        return Err(missing(format!(
+                            "it is of {} (book {}), {} of {} (book {}): a capture holds one feed, so it was put \
+                             here from another capture",
+                            meta.feed,
+                            meta.book,
+                            first_path.display(),
+                            first.feed,
+                            first.book
+                        )));
+                    }
+                } else {
+                    self.first_meta = Some((path.clone(), meta.clone()));
+                }
                 self.run_id = meta.run_id;
                 if let Some(want) = self.next_first_record.filter(|w| *w != meta.first_record) {
                     return Err(missing(format!(
@@ -816,6 +854,7 @@ impl Reader {
                 }
                 self.next_first_record = Some(meta.first_record);
                 (self.seg_blocks, self.seg_stopped, self.drained) = (0, false, false);
+                self.seg_index.clear();
                 self.done = n;
                 self.cur = Some((n, r));
                 self.queued.push_back(Item::Segment(Box::new(meta)));
@@ -824,11 +863,27 @@ impl Reader {
             let (at, left) = self.pending;
             if left > 0 {
                 let bytes: &[u8; 64] = r.payload[at * 64..at * 64 + 64].try_into().expect("64 bytes");
+                let record = BookUpdate::from_bytes(bytes);
+                if let Some(got) = self.gap_due.take() {
+                    // The gap's seq that came is this record's, or an earlier heartbeat's (not kept); a seq at or
+                    // below the last record's begins a restarted session.
+                    if record.seq < got && self.last_seq.is_none_or(|last| record.seq > last) {
+                        return Err(damaged(
+                            &r.path,
+                            self.block_at,
+                            &format!(
+                                "record {at} of the block has seq {} after a gap block that says seq {got} came",
+                                record.seq
+                            ),
+                        ));
+                    }
+                }
+                self.last_seq = Some(record.seq);
                 self.pending = (at + 1, left - 1);
                 if let Some(n) = self.next_first_record.as_mut() {
                     *n += 1;
                 }
-                return Ok(Some(Item::Record(BookUpdate::from_bytes(bytes))));
+                return Ok(Some(Item::Record(record)));
             }
             let (path, offset) = (r.path.display().to_string(), r.offset);
             match r.next()? {
@@ -838,14 +893,32 @@ impl Reader {
                 }
                 Next::Block(h) => match h.kind {
                     BlockKind::Records => {
+                        self.index_entry(offset, &h);
                         self.seg_blocks += 1;
                         self.pending = (0, h.count as usize);
+                        self.block_at = offset;
                     }
                     BlockKind::Gap => {
+                        // A gap begins past the last record (heartbeats, not kept, may hold seqs between), or at
+                        // 1 when it opens a restarted session (seqs count from 1 again).
+                        if let Some(last) = self.last_seq.filter(|&last| h.first <= last && h.first != 1) {
+                            return Err(damaged(
+                                Path::new(&path),
+                                offset,
+                                &format!(
+                                    "a gap block from seq {} to {} after a record of seq {last}: a gap begins past \
+                                     the last record",
+                                    h.first, h.last
+                                ),
+                            ));
+                        }
+                        self.index_entry(offset, &h);
                         self.seg_blocks += 1;
+                        self.gap_due = Some(h.last);
                         return Ok(Some(Item::Gap { expected: h.first, got: h.last }));
                     }
                     BlockKind::Stop => {
+                        self.index_entry(offset, &h);
                         (self.seg_blocks, self.seg_stopped) = (self.seg_blocks + 1, true);
                         let reason = StopReason::from_u64(h.first);
                         return Ok(Some(Item::Stop { reason, at_ns: h.first_ts_recv_ns }));
@@ -914,6 +987,9 @@ impl Reader {
             return bad("a closed segment ends inside a block: it was cut or damaged".into());
         }
         if let Ok(m) = std::fs::metadata(&index) {
+            if !m.is_file() {
+                return bad(format!("its index ({}) is not a regular file", index.display()));
+            }
             if m.len() % INDEX_ENTRY_BYTES as u64 != 0 {
                 return bad(format!(
                     "its index ({}) is {} bytes, not a whole number of {INDEX_ENTRY_BYTES}-byte entries",
@@ -929,6 +1005,23 @@ impl Reader {
                     index.display()
                 ));
             }
+            // Same length as the blocks read: read whole, and entry for entry what the blocks say.
+            let listed = std::fs::read(&index).map_err(|source| CaptureError::Io {
+                path: index.clone(),
+                what: "read",
+                source,
+            })?;
+            let entries = listed.chunks_exact(INDEX_ENTRY_BYTES).zip(self.seg_index.chunks_exact(INDEX_ENTRY_BYTES));
+            if let Some((k, (got, want))) = entries.enumerate().find(|(_, (got, want))| got != want) {
+                let fields = |e: &[u8]| -> Vec<u64> { e.chunks_exact(8).map(|f| le_u64(f, 0)).collect() };
+                return bad(format!(
+                    "its index ({}) entry {k} (offset, first seq, first ts_recv_ns, first venue_pos) is {:?}, the \
+                     block's {:?}: the index is damaged or not this segment's",
+                    index.display(),
+                    fields(got),
+                    fields(want)
+                ));
+            }
         }
         let orphan_index = self.next_index().exists();
         if !newer && !self.seg_stopped && !orphan_index {
@@ -940,6 +1033,13 @@ impl Reader {
             ));
         }
         Ok(())
+    }
+
+    /// Adds the block at `offset` to the current segment's index as its blocks give it.
+    fn index_entry(&mut self, offset: u64, h: &BlockHeader) {
+        for v in [offset, h.first, h.first_ts_recv_ns, h.first_venue_pos] {
+            self.seg_index.extend_from_slice(&v.to_le_bytes());
+        }
     }
 
     /// The index file the segment after the last one taken up would have (there without its segment: that
@@ -1522,10 +1622,7 @@ impl Writer {
         if let Some((path, prev)) = &recovery.last_meta {
             // One capture, one feed: a session of another feed or book appended would be replayed under the
             // first segment's identity (the channel may differ: a file feed's is its file's name).
-            let same = |a: &SegmentMeta, b: &SegmentMeta| {
-                a.book == b.book && a.feed.format == b.feed.format && a.feed.venue == b.feed.venue
-            };
-            if !same(prev, &meta) {
+            if !same_feed(prev, &meta) {
                 return Err(CaptureError::Format {
                     path: path.clone(),
                     offset: 0,
@@ -2053,6 +2150,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
     let mut r = Reader::open(dir, name, false)?;
     let mut rep = Report::default();
     let mut restarts = Restarts::default();
+    let mut venue_seen = false;
     while let Some(item) = r.next()? {
         match item {
             Item::Segment(m) => {
@@ -2068,7 +2166,8 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
             Item::Record(rec) => {
                 let _ = restarts.record(&rec);
                 if !is_session_record(&rec) {
-                    if rep.first_ts_recv_ns == 0 {
+                    if !venue_seen {
+                        venue_seen = true; // (a first record's ts_recv_ns may be 0 itself)
                         rep.first_ts_recv_ns = rec.ts_recv_ns;
                         rep.first_ts_event_ns = rec.ts_event_ns;
                     }
@@ -2081,7 +2180,7 @@ pub fn report(dir: &Path, name: Option<&str>) -> Result<Report, CaptureError> {
             }
             Item::Gap { expected, got } => {
                 rep.gaps += 1;
-                rep.missed += got.saturating_sub(expected);
+                rep.missed = rep.missed.saturating_add(got.saturating_sub(expected));
             }
             Item::Stop { reason, .. } => (rep.stop, rep.stopped) = (reason, true),
         }
