@@ -118,7 +118,8 @@ enum Command {
         /// Rows at most per Parquet row group.
         #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 28)))]
         row_group_rows: u64,
-        /// A Parquet row group ends where ts_recv enters a new span of this many seconds (0: by rows only).
+        /// A Parquet row group ends where ts_recv enters a later span of this many seconds than any before it (0:
+        /// by rows only).
         #[arg(long, default_value_t = 3600)]
         row_group_s: u64,
         /// The DBN MBO file to write (zstd-compressed when it ends in .zst; it must not exist).

@@ -73,8 +73,10 @@ pub const PRICE_E9_LIMIT: i64 = 1_000_000_000_000_000_000;
 /// See [`PRICE_PRECISION`].
 pub const PRICE_SCALE: i8 = 9;
 
-/// How rows are grouped: a row group ends after `rows` rows, and where the records' `ts_recv` enters a new span
-/// of `span_ns` (since the UNIX epoch; 0: by rows only).
+/// How rows are grouped: a row group ends after `rows` rows, and where the records' `ts_recv` enters a later span
+/// of `span_ns` than any before it (since the UNIX epoch; 0: by rows only). A record whose `ts_recv` goes back
+/// (a restarted session's, a venue's clock step) stays in the group it is in: a row group per such record would
+/// cost a group's metadata and memory per row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowGroups {
     /// Rows at most per row group.
@@ -414,7 +416,7 @@ fn write(
     let mut gaps = Vec::new();
     let mut stop = "none".to_owned();
     let (mut rows, mut index) = (0u64, 0u64);
-    let mut span = u64::MAX;
+    let mut span: Option<u64> = None; // the latest span entered
     let (mut restarts, mut session_records) = (mdfan_feed::capture::Restarts::default(), 0u64);
     let mut restart_rows: Vec<u64> = Vec::new();
     while let Some(item) = reader.next().map_err(|e| e.to_string())? {
@@ -445,14 +447,14 @@ fn write(
                     continue;
                 }
                 if let Some(bucket) = r.ts_recv_ns.checked_div(groups.span_ns) {
-                    if bucket != span && span != u64::MAX {
-                        // A new time span: what is pending closes the row group.
+                    if span.is_some_and(|s| bucket > s) {
+                        // A later time span: what is pending closes the row group.
                         if cols.rows() > 0 {
                             writer.write(&cols.finish(&schema, &names, &kinds, &sides, &mut nulled)?).map_err(io)?;
                         }
                         writer.finish_group().map_err(io)?;
                     }
-                    span = bucket;
+                    span = span.max(Some(bucket));
                 }
                 let symbol = match last_symbol {
                     Some((id, k)) if id == r.instrument_id => k,
@@ -580,6 +582,19 @@ mod tests {
         let by_time = dir.join("t-by-time.parquet");
         let (done, _) = export(&dir, None, &by_time, RowGroups { rows: 1000, span_ns: 3 }).unwrap();
         assert_eq!((done.rows, done.row_groups), (3, 2));
+        // ts_recv going back and forth across a span's edge (a breaker's capture did so on every record): it
+        // goes back within the later group, not into a group per record.
+        let (dir2, mut w) =
+            crate::test_support::writer("parquet-back", "t", "mbo", vec![InstrumentDef::new(7, "ESH4")]);
+        for seq in 1..=100 {
+            let ts_recv_ns = if seq % 2 == 0 { 3_600_000_000_000 } else { 1 };
+            w.record(&BookUpdate { ts_recv_ns, ..record(seq, 7, Kind::Add, 4_810_250_000_000) }, 1).unwrap();
+        }
+        w.stop(StopReason::EndOfStream, 2).unwrap();
+        let back = dir2.join("t.parquet");
+        let (done, _) = export(&dir2, None, &back, RowGroups { rows: 1000, span_ns: 60_000_000_000 }).unwrap();
+        assert_eq!((done.rows, done.row_groups), (100, 2), "seq 1 alone, then the 99 others");
+        let _ = std::fs::remove_dir_all(&dir2);
         // Never over an existing file; nothing left behind.
         let e = export(&dir, None, &out, RowGroups { rows: 2, span_ns: 0 }).unwrap_err();
         assert!(e.ends_with("t.parquet: exists already (an export never overwrites a file)"), "{e}");
