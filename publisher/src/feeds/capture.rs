@@ -233,7 +233,12 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
         meta.feed.clone()
     };
     // Before the `from_` bound: the books the captured subscriber kept, for the opening snapshot.
-    let (mut books, mut mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
+    // As many price-level books as the publisher's own book keeper holds (`price_level_instruments` below).
+    let mbp_capacity = if book == BookKind::Mbp { symbology.len().max(4096) } else { 1 };
+    let new_mbp = move || mdfan_wire::MbpBooks::with_capacity(mbp_capacity);
+    let (mut books, mut mbp) = (mdfan_wire::Books::new(), new_mbp());
+    // Records the rebuild refused for want of room (books past `mbp_capacity`), and the first one's instrument.
+    let (mut refused, mut first_refused) = (0u64, 0u32);
     let (mut started, mut rebuilt) = (false, 0u64);
     let mut pending: std::collections::VecDeque<BookUpdate> = std::collections::VecDeque::new();
     // A restart (a recorder started again, its subscriber's books empty): every book replayed so far is
@@ -279,13 +284,16 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                     if started {
                         pending.extend(clears.into_iter().map(|x| BookUpdate { flags: x.flags | mbp_flag, ..x }));
                     } else {
-                        (books, mbp) = (mdfan_wire::Books::new(), mdfan_wire::MbpBooks::with_capacity(1 << 16));
+                        (books, mbp) = (mdfan_wire::Books::new(), new_mbp());
                     }
                 }
                 if !started && bounds.before(&r) {
                     // Kept as the captured subscriber kept it (a book refused here was refused there too).
                     let _ = books.apply(&r);
-                    let _ = mbp.apply(&r);
+                    if let Err(mdfan_wire::mbp::MbpError::Full { instrument_id, .. }) = mbp.apply(&r) {
+                        first_refused = if refused == 0 { instrument_id } else { first_refused };
+                        refused += 1;
+                    }
                     rebuilt += 1;
                     c.left_out.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -301,6 +309,15 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
                 }
                 if !started {
                     started = true;
+                    if refused > 0 {
+                        tracing::warn!(
+                            refused,
+                            first_instrument_id = first_refused,
+                            capacity = mbp_capacity,
+                            "the opening snapshot leaves out price-level books: more instruments than the publisher \
+                             keeps books for (its symbology's, at least 4096)"
+                        );
+                    }
                     if rebuilt > 0 {
                         let mut opening = Vec::new();
                         if book == BookKind::Mbp {
@@ -324,7 +341,8 @@ pub(crate) fn open(f: &CaptureFeed) -> Result<Opened, PublisherError> {
             }
             Some(Item::Gap { expected, got }) => {
                 c.gaps.fetch_add(1, Ordering::Relaxed);
-                c.missed.fetch_add(got.saturating_sub(expected), Ordering::Relaxed);
+                let missed = c.missed.load(Ordering::Relaxed).saturating_add(got.saturating_sub(expected));
+                c.missed.store(missed, Ordering::Relaxed); // this thread is its only writer
                 tracing::warn!(expected, got, "the capture recorded a gap: the session missed these records");
             }
             Some(Item::Segment(_) | Item::Stop { .. }) => {}
