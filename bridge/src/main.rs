@@ -14,7 +14,9 @@
 //! Output: `bridge stream=.. subjects=PREFIX.> nats=..` when the stream is ready, a `bridge ...` counters line
 //! every `--report-s` and at the end (`publishing_ms`: from the first record in to the last acknowledgement). Exit status: 0 after the upstream end of stream (every message sent
 //! acknowledged or counted failed); 1 on a setup error (one line naming the endpoint or the server); 2 for bad
-//! usage; 3 when the upstream session ended otherwise; 130 on SIGINT/SIGTERM.
+//! usage; 3 when the upstream session ended otherwise; 4 when the end could not be sent whole (NATS not taking
+//! messages, or a signal during the end's drain); 130 on SIGINT/SIGTERM (after a drain of at most about 35 s; a
+//! second signal exits at once).
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
@@ -204,7 +206,10 @@ fn main() -> ExitCode {
     };
     let shutdown = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&shutdown)) {
+        // The first signal sets `shutdown` (the bridge drains to NATS, at most about 35 s); a second one, with
+        // `shutdown` already set, exits at once with 130 (registered first, so the first signal does not trip it).
+        let second = signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&shutdown));
+        if let Err(e) = second.and_then(|_| signal_hook::flag::register(sig, Arc::clone(&shutdown))) {
             eprintln!("mdfan-bridge: cannot install the SIGINT/SIGTERM handler: {e}");
             return ExitCode::from(1);
         }
@@ -304,7 +309,8 @@ fn run(args: &Args, subjects: Subjects, token: Option<String>, shutdown: &Atomic
         }
         session.resync();
         if ended {
-            let complete = session.finish(&resync_rx, &drained_rx, true);
+            // a signal during this drain ends it (what is not acknowledged yet is given up)
+            let complete = session.finish(&resync_rx, &drained_rx, true, shutdown);
             break (if complete { 0 } else { 4 }, true);
         }
         if snapshot_every.is_some_and(|every| last_snapshots.elapsed() >= every) {
@@ -323,7 +329,8 @@ fn run(args: &Args, subjects: Subjects, token: Option<String>, shutdown: &Atomic
         }
     };
     if !ended {
-        session.finish(&resync_rx, &drained_rx, false);
+        // interrupted: this drain is the first signal's; a second one exits at once
+        session.finish(&resync_rx, &drained_rx, false, &AtomicBool::new(false));
     }
     drop(session);
     let nats_result = nats_thread.join().map_err(|_| "the NATS thread panicked".to_owned())?;
@@ -509,12 +516,19 @@ impl Session {
     /// lost records, asks the NATS thread to send everything and wait for every acknowledgement, and takes the
     /// failures it reports; then queues the end (`end` messages only if the upstream stream ended). An
     /// instrument still waiting for its resync then gets a stale mark, so no consumer takes its book for good;
-    /// false then.
-    fn finish(&mut self, resync: &mpsc::Receiver<u32>, drained: &mpsc::Receiver<()>, upstream_ended: bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(30);
+    /// false then. `give_up` set (a signal during the drain) ends the waiting within 50 ms: false too.
+    fn finish(
+        &mut self,
+        resync: &mpsc::Receiver<u32>,
+        drained: &mpsc::Receiver<()>,
+        upstream_ended: bool,
+        give_up: &AtomicBool,
+    ) -> bool {
+        let mut deadline = Instant::now() + Duration::from_secs(30);
+        let mut gave_up = false;
         self.resync_every = Duration::ZERO;
         loop {
-            while !self.dirty.is_empty() && Instant::now() < deadline {
+            while !self.dirty.is_empty() && Instant::now() < deadline && !give_up.load(Ordering::Relaxed) {
                 self.resync();
                 if !self.dirty.is_empty() {
                     std::thread::sleep(Duration::from_millis(1));
@@ -523,8 +537,19 @@ impl Session {
             if !self.wait_push(Item::Drain, deadline) {
                 break;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let done = drained.recv_timeout(left).is_ok();
+            // waited for in slices, so that a signal is seen within 50 ms
+            let done = loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if give_up.load(Ordering::Relaxed) {
+                    (deadline, gave_up) = (Instant::now(), true);
+                    break false;
+                }
+                match drained.recv_timeout(left.min(Duration::from_millis(50))) {
+                    Ok(()) => break true,
+                    Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {}
+                    Err(_) => break false, // the deadline, or the NATS thread gone
+                }
+            };
             while let Ok(id) = resync.try_recv() {
                 self.dirty.insert(id);
             }
@@ -533,7 +558,7 @@ impl Session {
             }
         }
         let dirty: Vec<u32> = std::mem::take(&mut self.dirty).into_iter().collect();
-        let complete = dirty.is_empty();
+        let complete = dirty.is_empty() && !gave_up;
         for id in dirty {
             self.wait_push(Item::Stale(id), deadline);
         }

@@ -418,6 +418,40 @@ fn a_three_node_cluster_loses_a_node_and_the_book_and_every_acknowledged_message
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A signal makes the bridge drain what it holds to NATS (at most about 35 s); to a server that froze that is
+/// the whole wait, so a second signal ends it at once with 130 (before, it was ignored: an operator's stop waited
+/// out the drain, and `timeout` or a second Ctrl-C could not end it).
+#[test]
+fn a_second_signal_ends_a_bridge_draining_to_a_frozen_server_at_once() {
+    use nix::sys::signal::{kill, Signal};
+    if !have_nats("second-signal") {
+        return;
+    }
+    let d = tempdir("second-signal");
+    let port = free_port();
+    let server = Nats::start(None, "127.0.0.1", port, &d.join("js"), &[]);
+    let url = format!("nats://127.0.0.1:{port}");
+    let (endpoint, publisher) = publisher(600.0, 1, None);
+    let mut b = bridge(None, &endpoint, &url, "ESH4", &[]);
+    let _lines = wait_bridge_ready(&mut b);
+    let pid = nix::unistd::Pid::from_raw(b.id() as i32);
+    std::thread::sleep(Duration::from_secs(1));
+    server.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(500)); // publishes wait for acknowledgements that do not come
+    kill(pid, Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(b.try_wait().unwrap().is_none(), "the first signal drains, and the server is frozen: it waits");
+    let second = Instant::now();
+    kill(pid, Signal::SIGTERM).unwrap();
+    let (code, _, err) = finish("second signal", b);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(second.elapsed() < Duration::from_secs(10), "at once, not after the drain: {:?}", second.elapsed());
+    server.signal(Signal::SIGCONT);
+    publisher.join().unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A bridge stopped mid-stream (SIGTERM: a restart for a new config or binary) sends no `end`, so a consumer
 /// goes on; a second bridge on the same stream and prefix attaches to the same publisher late (its session
 /// begins with a snapshot), begins each instrument with a snapshot of its own run, and the consumer, which takes
