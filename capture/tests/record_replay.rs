@@ -516,3 +516,74 @@ fn a_capture_recorded_twice_into_one_folder_replays_each_session_from_empty_book
     assert_eq!(clear.instrument_id, esh4::INSTRUMENT_ID);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A replay from a bound opens with a snapshot of every price-level book before it: of each instrument the
+/// capture names, however many. Before, the rebuild held 65,536 books: a capture of 70,000 instruments opened
+/// without the last 4,464, with nothing said.
+#[test]
+fn a_bounded_replay_of_a_price_level_capture_opens_with_every_instrument_s_book() {
+    const INSTRUMENTS: u32 = 70_000;
+    let d = dir("mbp-many");
+    let symbology = (1..=INSTRUMENTS).map(|id| mdfan_wire::InstrumentDef::new(id, format!("S{id}"))).collect();
+    let cfg = mdfan_feed::capture::WriterConfig {
+        dir: d.clone(),
+        name: "mbp".into(),
+        rotate_bytes: u64::MAX,
+        rotate_ns: 0,
+        block_records: 1024,
+        block_ms: 10,
+        fsync: mdfan_feed::capture::Fsync::Rotation,
+        compress: false,
+    };
+    let meta = mdfan_feed::capture::SegmentMeta {
+        format_version: mdfan_feed::capture::FORMAT_VERSION,
+        name: String::new(),
+        segment: 0,
+        created_ns: 0,
+        source: "127.0.0.1:7700".into(),
+        session: "unit".into(),
+        book: "mbp".into(),
+        feed: mdfan_wire::FeedIdentity::new("mdp3", "XCME", "310"),
+        symbology,
+        fsync: String::new(),
+        first_record: 0,
+        run_id: None,
+        run_first_segment: None,
+    };
+    let (mut w, _) = mdfan_feed::capture::Writer::open(cfg, meta, 1).unwrap();
+    let level = |seq: u64, id: u32, kind: Kind, size: u32, ts_recv_ns: u64| BookUpdate {
+        seq,
+        ts_recv_ns,
+        ts_event_ns: ts_recv_ns,
+        venue_pos: seq << 16,
+        instrument_id: id,
+        price_e9: 100_000_000_000,
+        size,
+        level: 1,
+        side: Side::Bid as u8,
+        flags: mdfan_wire::record::flags::MBP,
+        ..BookUpdate::control(kind)
+    };
+    for id in 1..=INSTRUMENTS {
+        w.record(&level(u64::from(id), id, Kind::LevelNew, 5, 1_000 + u64::from(id)), 1).unwrap();
+    }
+    let last = level(u64::from(INSTRUMENTS) + 1, 1, Kind::LevelChange, 7, 1_000_000);
+    w.record(&last, 1).unwrap();
+    w.stop(mdfan_feed::capture::StopReason::EndOfStream, 2).unwrap();
+
+    let feed = format!("format = \"capture\"\npath = {d:?}\nfrom_ts_recv_ns = 1000000\n\n[journal]\nrecords = 262144");
+    let (endpoint, run) = publisher(&feed, 1);
+    let mut cfg = mdfan_subscriber::SubscriberConfig::new(&endpoint, "bounded");
+    cfg.ring_slots = 1 << 18;
+    let got = support::subscribe_with(cfg).join().unwrap();
+    let report = run.join().unwrap().capture.unwrap();
+    assert_eq!(report.opening_snapshot, 2 * u64::from(INSTRUMENTS), "a Clear and a level each: {}", report.line());
+    assert_eq!(report.replayed, 1, "{}", report.line());
+    let mut books = mdfan_wire::MbpBooks::with_capacity(INSTRUMENTS as usize);
+    for r in &got {
+        books.apply(r).unwrap();
+    }
+    let size = |id: u32| books.get(id).and_then(|b| b.level(Side::Bid, 1)).map(|l| l.size);
+    assert_eq!((size(1), size(INSTRUMENTS)), (Some(7), Some(5)), "the replayed change, and the last instrument's book");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -21,6 +21,11 @@ pub fn dir(tag: &str) -> PathBuf {
 pub fn subscribe(endpoint: &str, name: &str) -> JoinHandle<Vec<BookUpdate>> {
     let mut cfg = SubscriberConfig::new(endpoint, name);
     cfg.ring_slots = 1 << 17;
+    subscribe_with(cfg)
+}
+
+/// [`subscribe`] with `cfg`.
+pub fn subscribe_with(cfg: SubscriberConfig) -> JoinHandle<Vec<BookUpdate>> {
     let mut sub = Subscriber::connect(&cfg).expect("subscribes");
     std::thread::spawn(move || {
         let (mut out, deadline) = (Vec::new(), Instant::now() + WATCHDOG);
