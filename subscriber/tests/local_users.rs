@@ -227,9 +227,12 @@ fn a_counters_file_another_user_wrote_is_suspect_and_never_exported() {
     assert!(!text.contains("999999"), "a forged row was exported:\n{text}");
     let suspect = forged.path().display().to_string();
     assert!(text.contains(&format!("mdfan_counters_suspect{{file=\"{suspect}\"}} 1\n")), "{text}");
-    // both files say they are a publisher's: one owned by another user is suspect whatever its group
-    let why =
-        format!("a publisher's file owned by uid {}, which is neither root, you (uid 0), nor user mdfan", forger.uid);
+    // one owned by another user, outside group mdfan, is suspect from its metadata, before it is read (a
+    // publisher's file of a group mdfan member is suspect once read: the tuning crate's tests)
+    let why = format!(
+        "owned by uid {} (group {}), which is neither root, you (uid 0), nor group mdfan",
+        forger.uid, forger.gid
+    );
     let table = stat(&["--dir".as_ref(), dir.as_os_str()]);
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.contains(&format!("suspect file={suspect}: {why} (not shown)")), "{table}");

@@ -51,6 +51,10 @@ pub const SLOT_BYTES: usize = 192;
 pub const GROUP: &str = "mdfan";
 /// The file mode of a counters file: owner writes, group [`GROUP`] reads, nobody else.
 pub const MODE: u32 = 0o640;
+/// The most slots a counters file may have (48 MiB of rows): more than any writer makes (a publisher: 32, 40 per
+/// feed counter set and 28 per session of at most 4,096), so a larger header is not a counters file's, and a
+/// reader never allocates for a file some other user planted with a huge slot count.
+pub const MAX_SLOTS: usize = 1 << 18;
 const MAGIC: &[u8; 8] = b"MDFANCTR";
 const METRIC_BYTES: usize = 48;
 const LABEL_BYTES: usize = 128;
@@ -333,6 +337,12 @@ impl CountersWriter {
     /// naming the step (`ENOSPC` at `reserve` for a full tmpfs).
     pub fn create(path: &Path, role: &str, name: &str, slots: usize) -> Result<CountersWriter, CountersError> {
         let io = |what| move |source| CountersError::Io { path: path.to_owned(), what, source };
+        if slots > MAX_SLOTS {
+            return Err(CountersError::Refused {
+                path: path.to_owned(),
+                detail: format!("{slots} slots, more than the {MAX_SLOTS} a reader takes"),
+            });
+        }
         check_folder(path)?;
         let file = match create_exclusive(path) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -535,6 +545,9 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
         return Err(bad(format!("field version: {version}, this reader knows {VERSION}")));
     }
     let slots = u32_at(&header, 12) as usize;
+    if slots > MAX_SLOTS {
+        return Err(bad(format!("field slots: {slots}, more than the {MAX_SLOTS} a writer makes")));
+    }
     let want = HEADER_BYTES as u64 + slots as u64 * SLOT_BYTES as u64;
     if want != len as u64 {
         return Err(bad(format!("field slots: {slots} slots need {want} bytes, the file has {len}")));
@@ -556,8 +569,19 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
         if g1 & 1 == 1 {
             // A writer killed mid-rewrite never makes it even: asked once at the start and once after the yields.
             let pid = u32_at(&header, 24);
-            if (k == 0 || k == 100) && process_uid(pid).is_none() {
-                return Err(CountersError::Torn { path: path.to_owned(), pid });
+            if k == 0 || k == 100 {
+                match process_uid(pid) {
+                    None => return Err(CountersError::Torn { path: path.to_owned(), pid }),
+                    // not its writer's (a file planted with a live pid): not waited for
+                    Some(uid) if uid != meta.uid() => {
+                        return Err(bad(format!(
+                            "field pid: {pid}, mid-rewrite, runs as uid {uid}, not the file's owner (uid {}): not \
+                             its writer",
+                            meta.uid()
+                        )))
+                    }
+                    Some(_) => {}
+                }
             }
             wait(k);
             continue;
@@ -602,6 +626,30 @@ pub fn read(path: &Path) -> Result<Snapshot, CountersError> {
     Err(CountersError::Busy { path: path.to_owned(), tries: TRIES })
 }
 
+/// Why a file with these permission bits, owner and group cannot be trusted by a reader running as
+/// `reader_uid` (see [`Snapshot::standing`]), from its metadata alone: its mode lets others write it, or its
+/// owner is neither root, the reader, nor in group [`GROUP`]. `None`: it may be read.
+fn suspect_owner(mode: u32, owner: u32, group: u32, reader_uid: u32) -> Option<String> {
+    if mode & 0o022 != 0 {
+        return Some(format!("mode {mode:04o}: others may write it"));
+    }
+    let trusted_group = group_id(GROUP).is_some_and(|g| g == group);
+    (owner != 0 && owner != reader_uid && !trusted_group).then(|| {
+        format!(
+            "owned by uid {owner} (group {group}), which is neither root, you (uid {reader_uid}), nor group {GROUP}"
+        )
+    })
+}
+
+/// [`Snapshot::standing`]'s verdict on the file at `path` from its metadata alone (`lstat`: a symlink is judged
+/// as itself), before any read: `Some` of why it is suspect. A reader skips such a file's contents (another
+/// user's file may claim any size or a writer forever mid-rewrite). `None` also when it cannot be stat'ed:
+/// [`read`] then names the error.
+pub fn suspect_file(path: &Path, reader_uid: u32) -> Option<String> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    suspect_owner(meta.permissions().mode() & 0o7777, meta.uid(), meta.gid(), reader_uid)
+}
+
 /// A Prometheus label value with `\`, `"` and newlines escaped (text format 0.0.4), other control characters
 /// dropped.
 pub fn escape_label(value: &str) -> String {
@@ -641,12 +689,8 @@ impl Snapshot {
                 self.owner
             ));
         }
-        let trusted_group = group_id(GROUP).is_some_and(|g| g == self.group);
-        if self.owner != 0 && self.owner != reader_uid && !trusted_group {
-            return Standing::Suspect(format!(
-                "owned by uid {} (group {}), which is neither root, you (uid {reader_uid}), nor group {GROUP}",
-                self.owner, self.group
-            ));
+        if let Some(why) = suspect_owner(self.mode, self.owner, self.group, reader_uid) {
+            return Standing::Suspect(why);
         }
         match process_uid(self.pid) {
             Some(uid) if uid != self.owner && !self.ended => Standing::Suspect(format!(
@@ -843,6 +887,51 @@ mod tests {
             ))
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file some other user planted in the counters folder (a shared /dev/shm) is judged before it is read,
+    /// and what it claims is bounded: a slot count past [`MAX_SLOTS`] (a breaker's 10^8, a sparse 19 GB file,
+    /// made `mdfan-stat` abort on a 19 GB allocation) is an error naming the field; a writer forever
+    /// mid-rewrite whose pid runs as another user than the file's owner (pid 1) is no writer of it, so the
+    /// reader does not wait 2 s on it; a file owned by another user is suspect from its metadata alone.
+    #[test]
+    fn a_planted_file_claiming_a_huge_table_or_a_writer_it_has_not_is_refused_at_once() {
+        let dir = folder("planted");
+        let path = dir.join("mdfan-publisher-planted.counters");
+        let mut w = CountersWriter::create(&path, "publisher", "p", 2).unwrap();
+        w.begin();
+        w.set("mdfan_records_total", "", MetricKind::Counter, 1);
+        w.commit(1);
+        drop(w);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let slots: u32 = 100_000_000;
+        file.write_all_at(&slots.to_le_bytes(), 12).unwrap();
+        file.write_all_at(&slots.to_le_bytes(), 40).unwrap(); // used
+        file.set_len(HEADER_BYTES as u64 + u64::from(slots) * SLOT_BYTES as u64).unwrap(); // sparse
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("field slots: 100000000, more than the 262144 a writer makes"), "{e}");
+        let e = CountersWriter::create(&dir.join("mdfan-big.counters"), "publisher", "b", MAX_SLOTS + 1);
+        assert!(e.err().unwrap().to_string().contains("262145 slots, more than the 262144 a reader takes"));
+        if effective_uid() != 0 {
+            return; // (another user's file takes root to make)
+        }
+        let path = dir.join("mdfan-publisher-busy.counters");
+        let mut w = CountersWriter::create(&path, "publisher", "busy", 2).unwrap();
+        w.begin();
+        w.commit(1);
+        drop(w);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&1u64.to_le_bytes(), GENERATION_AT).unwrap(); // odd: mid-rewrite
+        file.write_all_at(&1u32.to_le_bytes(), 24).unwrap(); // pid 1, root's
+        std::os::unix::fs::fchown(&file, Some(65_534), None).unwrap();
+        let t = std::time::Instant::now();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("field pid: 1, mid-rewrite, runs as uid 0, not the file's owner (uid 65534)"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "not waited for: {:?}", t.elapsed());
+        let why = suspect_file(&path, 0).expect("another user's file is suspect");
+        assert!(why.starts_with("owned by uid 65534 (group "), "{why}");
+        assert_eq!(suspect_file(&dir.join("mdfan-publisher-planted.counters"), 0), None, "root's own");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! Every file is opened read-only, copied (never mapped: a file truncated meanwhile is an error, not a crash)
 //! and checked: magic, version, sizes, every row; and who wrote it: a file whose owner is not its writer's user,
 //! or is neither root, you, nor group `mdfan`, or that others may write, is listed as `suspect` with the reason
-//! and never exported (it may be forged). A writer that is gone without closing its file shows as `dead` with
-//! the age of its values.
+//! and never exported (it may be forged). Owner and mode are judged before the file is read, so another user's
+//! file (in a shared /dev/shm) is never read: it may claim any size or a writer forever mid-rewrite; a header of
+//! more slots than any writer makes (`counters::MAX_SLOTS`) is an error. A writer that is gone without closing
+//! its file shows as `dead` with the age of its values.
 //!
 //! Exit status: 0; 1 when a file named on the command line cannot be read or is suspect (one line on stderr
 //! naming it and the field or the reason); 2 for bad usage.
@@ -52,8 +54,9 @@ fn main() {
     std::process::exit(code);
 }
 
-/// A file read: its snapshot and what to make of it, or why it could not be read.
-type Read = (PathBuf, Result<(Snapshot, Standing), String>);
+/// A file read: its snapshot (`None` for a file found suspect from its owner and mode alone, not read) and what to
+/// make of it, or why it could not be read.
+type Read = (PathBuf, Result<(Option<Snapshot>, Standing), String>);
 
 fn run(args: &Args) -> Result<(), String> {
     loop {
@@ -66,10 +69,15 @@ fn run(args: &Args) -> Result<(), String> {
         let now_ns = mdfan_lines::realtime_ns();
         let mut read: Vec<Read> = Vec::new();
         for f in &files {
-            let got = counters::read(f).map_err(|e| e.to_string()).map(|s| {
-                let standing = s.standing(me, now_ns);
-                (s, standing)
-            });
+            // another user's file is judged before it is read: it may claim any size, or a writer forever
+            // mid-rewrite (each read would wait 2 s)
+            let got = match counters::suspect_file(f, me) {
+                Some(why) => Ok((None, Standing::Suspect(why))),
+                None => counters::read(f).map_err(|e| e.to_string()).map(|s| {
+                    let standing = s.standing(me, now_ns);
+                    (Some(s), standing)
+                }),
+            };
             // a file named by the user must be readable and trusted; one found in the folder may be a leftover
             if !args.files.is_empty() {
                 match &got {
@@ -144,6 +152,7 @@ fn prometheus(read: &[Read]) -> String {
             add("mdfan_counters_suspect", "gauge", format!("mdfan_counters_suspect{{file=\"{file}\"}} 1"));
             continue;
         }
+        let Some(s) = s else { continue }; // (only a suspect file is not read)
         let mut kind = "gauge";
         for line in s.prometheus().lines() {
             if let Some(t) = line.strip_prefix("# TYPE ") {
@@ -205,7 +214,8 @@ fn tables(read: &[Read], dir: &Path, now_ns: u64) -> String {
             out.push_str(&format!("suspect file={}: {why} (not shown)\n", path.display()));
             continue;
         }
-        // 0: created (at bind) but never rewritten, e.g. a process that died before its first 100 ms.
+        let Some(s) = s else { continue }; // (only a suspect file is not read)
+                                           // 0: created (at bind) but never rewritten, e.g. a process that died before its first 100 ms.
         let age = match s.updated_ns {
             0 => "updated=never".to_owned(),
             t => format!("updated_ms_ago={}", now_ns.saturating_sub(t) / 1_000_000),
