@@ -223,10 +223,26 @@ pub struct ShmLocalRing {
 
 static RING_COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Names tried after the first, taken, one ([`ShmLocalRing::create`]).
+const RING_NAME_TRIES: u32 = 4;
+
+/// 64 bits from the kernel's random source (`getrandom(2)`); the time's nanoseconds if it fails (it does not,
+/// once the pool is ready at boot).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`, which lives across the call.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got == b.len() as isize {
+        return u64::from_le_bytes(b);
+    }
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 impl ShmLocalRing {
     /// Creates a ring of `slot_count` slots in a new file under `dir`, and the grant to send the publisher.
     ///
-    /// The file is created with mode 0600 and a unique name (`mdfan-ring-<pid>-<n>`); call
+    /// The file is created with mode 0600 and a unique name (`mdfan-ring-<pid>-<n>`, or, when another user took
+    /// that name, `mdfan-ring-<pid>-<n>-<64 random bits in hex>`); call
     /// [`ShmLocalRing::unlink`] once the publisher has mapped it (after its accept), so nothing is left behind if
     /// either side dies. Memory: [`segment_bytes`] (`slot_count * 72` bytes plus two pages).
     ///
@@ -236,19 +252,31 @@ impl ShmLocalRing {
     pub fn create(dir: &Path, slot_count: u32) -> Result<(ShmLocalRing, RingGrant), FabricError> {
         check_dir(dir)?;
         sweep_stale(dir);
-        let path =
-            dir.join(format!("{FILE_PREFIX}{}-{}", std::process::id(), RING_COUNTER.fetch_add(1, Ordering::Relaxed)));
         let header = RingHeader::new(slot_count, 1)
-            .map_err(|e| FabricError::BadRing { path: path.display().to_string(), detail: e.to_string() })?;
-        // O_EXCL | O_NOFOLLOW: a name someone planted (a file, a symlink to somewhere else) fails here.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io_err("create", &path))?;
+            .map_err(|e| FabricError::BadRing { path: dir.display().to_string(), detail: e.to_string() })?;
+        // O_EXCL | O_NOFOLLOW: a name someone planted (a file, a symlink to somewhere else) fails here. The
+        // plain name is predictable (pid, counter), so another user may have taken it in a shared folder: the
+        // next tries add 64 random bits, which nobody can take ahead.
+        let (pid, mut tries) = (std::process::id(), 0);
+        let (file, path) = loop {
+            let n = RING_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = match tries {
+                0 => dir.join(format!("{FILE_PREFIX}{pid}-{n}")),
+                _ => dir.join(format!("{FILE_PREFIX}{pid}-{n}-{:016x}", random_u64())),
+            };
+            let created = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path);
+            match created {
+                Ok(file) => break (file, path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < RING_NAME_TRIES => tries += 1,
+                Err(e) => return Err(io_err("create", &path)(e)),
+            }
+        };
         let len = segment_bytes(slot_count);
         let mapped = reserve(&file, len, dir, &path).and_then(|()| {
             // SAFETY: the file was just created by us with O_EXCL and has exactly `len` bytes; its contents
@@ -915,6 +943,32 @@ mod tests {
         let (local, grant) = ShmLocalRing::create(dir, slots).unwrap();
         let remote = ShmRemoteRing::attach(&grant, dir, Some(current_euid())).unwrap();
         (local, remote)
+    }
+
+    /// A ring's plain name (pid, counter) is predictable, so another user may take it ahead in a shared folder:
+    /// the subscriber then takes a name with 64 random bits (a breaker's planted names made every subscriber of
+    /// a TCP publisher with shm rings fail with `File exists`), and the planted files are left alone.
+    #[test]
+    fn names_taken_ahead_are_stepped_over_with_a_random_name() {
+        if cfg!(miri) {
+            return; // no files under Miri
+        }
+        let dir = std::env::temp_dir().join(format!("mdfan-ring-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pid, next) = (std::process::id(), RING_COUNTER.load(Ordering::Relaxed));
+        // every plain name this process will try next (other tests of this process take some meanwhile)
+        for n in next..next + 4096 {
+            std::fs::write(dir.join(format!("{FILE_PREFIX}{pid}-{n}")), b"planted").unwrap();
+        }
+        let (local, grant) = ShmLocalRing::create(&dir, 64).unwrap();
+        let RingGrant::Shm { path, .. } = &grant else { panic!("{grant:?}") };
+        let name = Path::new(path).file_name().unwrap().to_str().unwrap().to_owned();
+        let parts: Vec<&str> = name.strip_prefix(FILE_PREFIX).unwrap().split('-').collect();
+        assert!(parts.len() == 3 && parts[2].len() == 16, "a random name: {name}");
+        assert_eq!(std::fs::read(dir.join(format!("{FILE_PREFIX}{pid}-{}", parts[1]))).unwrap(), b"planted");
+        drop(local);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
