@@ -25,6 +25,7 @@ pub mod any;
 pub mod credit;
 pub mod fdpass;
 pub mod nic_clock;
+pub mod peer;
 pub mod send_stamps;
 pub mod shm;
 pub mod sigbus;

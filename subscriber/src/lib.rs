@@ -204,6 +204,13 @@ pub struct SubscriberConfig {
     /// ([`End::allows_reconnect`]), and how long [`Subscriber::connect_with_retry`] keeps trying. `None`
     /// (default): never reconnect; [`Health::Ended`] is reported and [`Subscriber::reconnect`] is the caller's.
     pub reconnect: Option<Reconnect>,
+    /// A publisher on this host is trusted when it runs as root, as this process's user, as user `mdfan` (the
+    /// service's), or as this uid; any other is refused before the token or the ring is sent
+    /// ([`SubscribeError::UntrustedPublisher`]: another local user could listen where the publisher is expected
+    /// while it is down). Its user is the control connection's other end (`SO_PEERCRED` on a Unix-domain socket;
+    /// the owner of the publisher's TCP socket on this host, `mdfan_fabric::peer`). A publisher on another host
+    /// is not checked. Default `None`.
+    pub publisher_uid: Option<u32>,
 }
 
 /// A reconnect policy ([`SubscriberConfig::reconnect`]): try every `interval` until `budget` has passed.
@@ -265,6 +272,7 @@ impl SubscriberConfig {
             silence_timeout: Duration::from_millis(50),
             maintain_interval: Duration::from_millis(1),
             reconnect: None,
+            publisher_uid: None,
         }
     }
 }
@@ -314,6 +322,21 @@ pub enum SubscribeError {
         endpoint: String,
         /// The answer's message type (`ControlMsg::kind`).
         answer: String,
+    },
+    /// The process at the endpoint, on this host, runs as a user this subscriber does not trust
+    /// ([`SubscriberConfig::publisher_uid`]): nothing was sent to it, the token and the ring included.
+    #[error(
+        "publisher {endpoint}: it runs as uid {uid}, which is neither root, you (uid {me}), user mdfan, nor the \
+         publisher_uid configured: nothing sent to it (another local user listening where the publisher is \
+         expected?)"
+    )]
+    UntrustedPublisher {
+        /// The publisher's control endpoint.
+        endpoint: String,
+        /// The user the process at the endpoint runs as.
+        uid: u32,
+        /// This process's user.
+        me: u32,
     },
     /// [`Subscriber::connect_with_retry`] made more than one try and the last failed: nobody accepted within the
     /// [`Reconnect::budget`], or a later try failed otherwise.
@@ -678,6 +701,21 @@ impl Subscriber {
                 (ring, grant, None, ControlStream::Tcp(stream))
             }
         };
+        // Who listens there, before anything is sent to it (the token, the ring's descriptor or name).
+        let publisher_uid = match &stream {
+            ControlStream::Unix(s) => mdfan_fabric::peer::unix_peer(s).map(|(uid, _)| uid),
+            ControlStream::Tcp(s) => match (s.local_addr(), s.peer_addr()) {
+                (Ok(local), Ok(peer)) => mdfan_fabric::peer::tcp_peer_uid(local, peer),
+                _ => None,
+            },
+        };
+        if let Some(uid) = publisher_uid {
+            let me = mdfan_fabric::shm::current_euid();
+            let service = mdfan_tuning::counters::user_id(mdfan_tuning::counters::GROUP);
+            if uid != 0 && uid != me && Some(uid) != service && Some(uid) != cfg.publisher_uid {
+                return Err(SubscribeError::UntrustedPublisher { endpoint, uid, me });
+            }
+        }
         control::TimedStream::set_read_timeout(&stream, Some(cfg.timeout)).map_err(connect_err)?;
         let sub = ControlMsg::Subscribe(Subscribe {
             name: cfg.name.clone(),

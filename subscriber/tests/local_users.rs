@@ -162,9 +162,33 @@ fn a_publisher_and_a_strategy_running_as_two_users_meet_over_the_unix_socket() {
         .unwrap();
     let mut publisher = Watched::new(child);
     publisher.wait_for_line("publisher listening=");
+    let publisher_uid = pubu.uid.to_string();
+    // A publisher running as a user that is neither root, the strategy's, nor `mdfan` is refused before the
+    // strategy sends it anything (its token, its ring: another local user may listen where the publisher is
+    // expected, breaker): over TCP (the owner of its socket) and over its Unix-domain socket (SO_PEERCRED).
+    for endpoint in [format!("127.0.0.1:{port}"), format!("unix:{}", sock.display())] {
+        let refused = wait_with_watchdog(
+            Command::new(bin("mdfan-subscribe"))
+                .args(["--connect", &endpoint, "--name", "wary", "--idle", "yield"])
+                .uid(strat.uid)
+                .gid(pubu.gid)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{endpoint}: {err}");
+        let want = format!(
+            "publisher {endpoint}: it runs as uid {}, which is neither root, you (uid {}), user mdfan, nor the \
+             publisher_uid configured: nothing sent to it",
+            pubu.uid, strat.uid
+        );
+        assert!(err.contains(&want), "{endpoint}: {err}");
+    }
     let strategy = |endpoint: &str, name: &str| {
         Command::new(bin("mdfan-subscribe"))
-            .args(["--connect", endpoint, "--name", name, "--idle", "yield"])
+            .args(["--connect", endpoint, "--name", name, "--idle", "yield", "--publisher-uid", &publisher_uid])
             .uid(strat.uid)
             .gid(pubu.gid)
             .stdout(Stdio::piped())

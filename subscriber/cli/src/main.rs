@@ -131,6 +131,10 @@ struct Args {
     /// with the token itself: command lines are visible to every user of the host.
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
+    /// Also trust a publisher on this host running as this uid (root, your own user and user `mdfan` always
+    /// are): one running as any other user is refused before the token or the ring is sent.
+    #[arg(long)]
+    publisher_uid: Option<u32>,
     /// Folder of this subscriber's counters file (`mdfan-subscriber-NAME-PID.counters`, read by `mdfan-stat`;
     /// removed at exit).
     #[arg(long, default_value = "/dev/shm")]
@@ -322,6 +326,7 @@ fn run(args: &Args) -> Result<i32, CliError> {
     };
     cfg.snapshot = !args.no_snapshot;
     cfg.token = token(args)?;
+    cfg.publisher_uid = args.publisher_uid;
     cfg.counters_dir = (!args.no_counters).then(|| args.counters_dir.clone());
     cfg.silence_timeout = Duration::from_millis(args.silence_timeout_ms);
     // The library reconnects (every 100 ms, for up to --reconnect-ms) when the publisher vanishes or the transport
