@@ -78,6 +78,10 @@ pub const ACCEPTS_PER_PASS: usize = 64;
 /// Handshakes (connections that have not subscribed yet) in progress at once; past it a new connection is closed
 /// at once (counted: `mdfan_control_closed_total{cause="handshake_limit"}`).
 pub const MAX_HANDSHAKES: usize = 512;
+/// Handshakes in progress at once from one peer (its local user when it is on this host, else its address): past
+/// it the peer's new connection is refused at once, so one local user holding idle connections cannot take every
+/// [`MAX_HANDSHAKES`] place and lock the others out (counted: `mdfan_control_closed_total{cause="peer_handshake_limit"}`).
+pub const MAX_HANDSHAKES_PER_PEER: usize = 64;
 /// How long the end of the run waits, in all, for its last byes to be written.
 pub const BYE_FLUSH: Duration = Duration::from_millis(100);
 /// Snapshot requests refused for a session's rate, times `publisher.snapshot_requests_per_s`, after which the
@@ -291,6 +295,9 @@ pub struct Conductor {
     throttle_checked: Instant,
     /// When a handshake-limit refusal was last logged (one line a second at most).
     handshake_limit_logged: Option<Instant>,
+    /// When the per-peer handshake limit was last logged, and a handshake timeout (both summed up).
+    peer_limit_logged: Option<Instant>,
+    timeouts_logged: Option<Instant>,
 }
 
 /// Why a session's control connection ended, as the conductor closes it.
@@ -373,6 +380,8 @@ impl Conductor {
             throttle: AuthThrottle::default(),
             throttle_checked: now,
             handshake_limit_logged: None,
+            peer_limit_logged: None,
+            timeouts_logged: None,
         }
     }
 
@@ -424,6 +433,32 @@ impl Conductor {
 
     fn take_connection(&mut self, stream: Stream, peer: PeerInfo) {
         self.control.connections += 1;
+        let same_peer = |h: &Handshake| match peer.uid {
+            Some(uid) => h.conn.peer.uid == Some(uid),
+            None => h.conn.peer.uid.is_none() && h.conn.peer.ip == peer.ip,
+        };
+        if self.handshakes.iter().filter(|h| same_peer(h)).count() >= MAX_HANDSHAKES_PER_PEER {
+            self.control.handshakes_over_peer_limit += 1;
+            let reason = format!(
+                "too many connections from this peer (uid {}, {}) have not subscribed yet ({MAX_HANDSHAKES_PER_PEER}): \
+                 this one is refused",
+                peer.uid_text(),
+                peer.addr
+            );
+            if self.peer_limit_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                self.peer_limit_logged = Some(Instant::now());
+                tracing::warn!(target: AUDIT, event = "refuse", peer = %peer.addr, uid = %peer.uid_text(),
+                    max = MAX_HANDSHAKES_PER_PEER, refused_total = self.control.handshakes_over_peer_limit,
+                    "one peer holds too many connections that have not subscribed: its new ones are refused (logged \
+                     at most every 10 s)");
+            }
+            if let Ok(conn) = ControlConn::new(stream, peer) {
+                self.control.rejects += 1;
+                let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
+                self.last_word(conn, &msg);
+            }
+            return;
+        }
         if self.handshakes.len() >= MAX_HANDSHAKES {
             self.control.handshakes_over_limit += 1;
             if self.handshake_limit_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
@@ -500,7 +535,22 @@ impl Conductor {
                     n += 1;
                     continue;
                 }
-                (None, _) if now > h.deadline => Err(ControlError::Timeout(HANDSHAKE_TIMEOUT)),
+                (None, _) if now > h.deadline => {
+                    // Logged summed up (a peer holding idle connections would write a line per connection).
+                    let h = self.handshakes.swap_remove(k);
+                    n += 1;
+                    self.control.handshake_timeouts += 1;
+                    if self.timeouts_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        self.timeouts_logged = Some(Instant::now());
+                        tracing::warn!(target: AUDIT, event = "refuse", peer = %h.conn.peer.addr,
+                            uid = %h.conn.peer.uid_text(), timed_out_total = self.control.handshake_timeouts,
+                            "a connection sent no subscribe message within {} ms: refused (logged at most every 10 s, \
+                             with the total)", HANDSHAKE_TIMEOUT.as_millis());
+                    }
+                    let reason = format!("bad subscribe message: {}", ControlError::Timeout(HANDSHAKE_TIMEOUT));
+                    self.refuse(h.conn, reason, true);
+                    continue;
+                }
                 (None, _) => {
                     k += 1;
                     continue;

@@ -138,6 +138,11 @@ pub struct ControlCounters {
     pub connections: u64,
     /// Connections closed at once because [`crate::conductor::MAX_HANDSHAKES`] were already in progress.
     pub handshakes_over_limit: u64,
+    /// Connections refused at once because their peer already had
+    /// [`crate::conductor::MAX_HANDSHAKES_PER_PEER`] in progress.
+    pub handshakes_over_peer_limit: u64,
+    /// Connections refused for sending no subscribe message within the handshake timeout.
+    pub handshake_timeouts: u64,
     /// Subscriptions refused (`Reject` sent), every cause.
     pub rejects: u64,
     /// Failed authentications (wrong or missing token, unknown name, wrong uid).
@@ -163,6 +168,8 @@ impl ControlCounters {
         file.set("mdfan_control_connections_total", "", Counter, self.connections);
         for (cause, v) in [
             ("handshake_limit", self.handshakes_over_limit),
+            ("peer_handshake_limit", self.handshakes_over_peer_limit),
+            ("handshake_timeout", self.handshake_timeouts),
             ("write_deadline", self.write_deadline),
             ("out_overflow", self.out_overflow),
         ] {

@@ -422,6 +422,54 @@ fn failed_authentications_are_throttled_per_peer_counted_and_a_healthy_subscribe
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// One peer holding idle connections (a breaker's 600, replaced every 1.2 s, as another local user) took every
+/// handshake place: every other subscriber was closed with nothing said, and each timed-out connection wrote a
+/// log line. Now a peer has at most `MAX_HANDSHAKES_PER_PEER` (64) in progress: its next one is refused with a
+/// reason it can read, the timeouts are logged summed up, and once they are gone a subscriber is served.
+#[test]
+fn one_peer_holding_idle_connections_is_refused_past_its_share_and_logged_summed_up() {
+    use mdfan_publisher::conductor::MAX_HANDSHAKES_PER_PEER;
+    let _serial = one_at_a_time();
+    let dir = folder("idle-peer");
+    let keys = format!("wait_for_subscribers = 1\ncounters_dir = {dir:?}\nkeep_counters = true");
+    let (mut child, addr, log) = publisher_process(&dir, &keys, "");
+    let idle: Vec<TcpStream> = (0..MAX_HANDSHAKES_PER_PEER).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // the publisher takes them in order: the next one is past this peer's share
+    std::thread::sleep(Duration::from_millis(300));
+    let mut next = TcpStream::connect(addr).unwrap();
+    next.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let uid = mdfan_fabric::shm::current_euid();
+    match control::read_msg(&mut next).unwrap() {
+        ControlMsg::Reject(r) => assert!(
+            r.reason.starts_with(&format!("too many connections from this peer (uid {uid}, 127.0.0.1:"))
+                && r.reason.ends_with("have not subscribed yet (64): this one is refused"),
+            "{}",
+            r.reason
+        ),
+        other => panic!("{other:?}"),
+    }
+    // the idle ones time out (2 s) and are refused; then a subscriber is served whole
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match control::read_msg(&mut s).unwrap() {
+            ControlMsg::Reject(r) => assert_eq!(r.reason, "bad subscribe message: no answer within 2s"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let h = healthy(&addr.to_string(), "after", None).join().unwrap();
+    assert_reference_book(&h, "after");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let f = counters::read(&counters_path(&dir, addr)).unwrap();
+    assert_eq!(f.get("mdfan_control_closed_total", "cause=\"peer_handshake_limit\""), Some(1));
+    assert_eq!(f.get("mdfan_control_closed_total", "cause=\"handshake_timeout\""), Some(64));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("sent no subscribe message within 2000 ms"), 1, "64 timeouts, one line:\n{text}");
+    assert_eq!(count("holds too many connections that have not subscribed"), 1, "{text}");
+    assert_eq!(count("subscriber refused"), 0, "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Issue 27's counters-file breaks: a symlink planted at the counters file's name made the publisher overwrite
 /// its target; a counters file truncated under the publisher or under `mdfan-stat` killed them with SIGBUS. Here
 /// the link is left alone (the publisher runs without a counters file, and says so), and a file truncated again
