@@ -1,14 +1,18 @@
 //! mdfan-subscriber: the library a strategy embeds to receive records from an mdfan publisher.
 //!
 //! ```no_run
-//! use mdfan_subscriber::{Books, Event, Health, IdleStrategy, Idler, Kind, Subscriber, SubscriberConfig};
+//! use mdfan_subscriber::{Books, CloseReason, Event, Health, IdleStrategy, Idler, Kind, Subscriber, SubscriberConfig};
 //!
 //! mdfan_subscriber::pin_current_thread(0)?; // a core of its own (not the publisher's hot_core): it never sleeps
 //! let mut sub = Subscriber::connect(&SubscriberConfig::new("127.0.0.1:7700", "my-strategy"))?;
-//! let (mut books, mut idler, mut done) = (Books::new(), Idler::new(IdleStrategy::BusySpin), false);
+//! let (mut books, mut idler) = (Books::new(), Idler::new(IdleStrategy::BusySpin));
+//! let (mut done, mut complete) = (false, false);
 //! while !done {
 //!     let n = sub.poll(256, |event| match event {
-//!         Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => done = true,
+//!         Event::Record(r) if r.kind() == Some(Kind::EndOfStream) => {
+//!             // complete only at the replay's end: a publisher that stopped early or a failed feed ends so too
+//!             (done, complete) = (true, r.end_reason() == Some(CloseReason::EndOfStream));
+//!         }
 //!         Event::Record(r) => {
 //!             let _ = books.apply(r); // borrowed in place from the ring
 //!             if r.is_last() {
@@ -24,6 +28,9 @@
 //!     if let Some(Health::Ended(_why)) = sub.maintain_if_due() {
 //!         break; // the publisher ended the session (sub.bye() has its words) or vanished
 //!     }
+//! }
+//! if !complete {
+//!     eprintln!("the stream did not end whole: the books are partial");
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -790,7 +797,10 @@ impl Subscriber {
     /// Records each record's one-way latency (publisher post to this poll) into an HDR histogram
     /// ([`Subscriber::latency`]), and, when the publisher's `Accept` said the records' `ts_recv_ns` is a live
     /// receive stamp ([`TsRecvClock`]; never for a file replay), wire-to-poll too (datagram receipt to this poll,
-    /// [`Subscriber::wire_latency`]). Costs one TSC read per record for both (see [`latency`]).
+    /// [`Subscriber::wire_latency`]). Costs one TSC read per record for both (see [`latency`]). Every record
+    /// counts, heartbeats and the end-of-stream record included (so a replay of N book records gives about N + 2),
+    /// and the histograms go on across a reconnect (as [`Subscriber::stats`] does): reset them yourself on
+    /// [`Health::Reconnected`] for per-session figures.
     pub fn with_latency(mut self) -> Subscriber {
         self.rx.enable_latency();
         self
