@@ -756,6 +756,15 @@ mod tests {
         dir
     }
 
+    /// A publisher's counters file `file` in `dir` of `slots` slots, one counter written, its writer kept.
+    fn one_counter(dir: &Path, file: &str, slots: usize) -> CountersWriter {
+        let mut w = CountersWriter::create(&dir.join(file), "publisher", file, slots).unwrap();
+        w.begin();
+        w.set("mdfan_records_total", "", MetricKind::Counter, 1);
+        w.commit(1);
+        w
+    }
+
     #[test]
     fn a_table_written_reads_back_and_a_closed_file_says_ended() {
         let dir = folder("test");
@@ -849,10 +858,7 @@ mod tests {
     fn truncated_malformed_and_world_writable_files_are_errors_or_suspect_never_a_crash() {
         let dir = folder("cut");
         let path = dir.join("mdfan-publisher-cut.counters");
-        let mut w = CountersWriter::create(&path, "publisher", "cut", 8).unwrap();
-        w.begin();
-        w.set("mdfan_records_total", "", MetricKind::Counter, 1);
-        w.commit(1);
+        let mut w = one_counter(&dir, "mdfan-publisher-cut.counters", 8);
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(500).unwrap();
         let e = read(&path).unwrap_err().to_string();
         assert!(e.contains("field slots: 8 slots need 1664 bytes, the file has 500"), "{e}");
@@ -897,12 +903,7 @@ mod tests {
     #[test]
     fn a_planted_file_claiming_a_huge_table_or_a_writer_it_has_not_is_refused_at_once() {
         let dir = folder("planted");
-        let path = dir.join("mdfan-publisher-planted.counters");
-        let mut w = CountersWriter::create(&path, "publisher", "p", 2).unwrap();
-        w.begin();
-        w.set("mdfan_records_total", "", MetricKind::Counter, 1);
-        w.commit(1);
-        drop(w);
+        let path = one_counter(&dir, "mdfan-publisher-planted.counters", 2).path().to_owned();
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         let slots: u32 = 100_000_000;
         file.write_all_at(&slots.to_le_bytes(), 12).unwrap();
@@ -915,11 +916,7 @@ mod tests {
         if effective_uid() != 0 {
             return; // (another user's file takes root to make)
         }
-        let path = dir.join("mdfan-publisher-busy.counters");
-        let mut w = CountersWriter::create(&path, "publisher", "busy", 2).unwrap();
-        w.begin();
-        w.commit(1);
-        drop(w);
+        let path = one_counter(&dir, "mdfan-publisher-busy.counters", 2).path().to_owned();
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(&1u64.to_le_bytes(), GENERATION_AT).unwrap(); // odd: mid-rewrite
         file.write_all_at(&1u32.to_le_bytes(), 24).unwrap(); // pid 1, root's
