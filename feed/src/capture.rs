@@ -730,8 +730,9 @@ pub struct Reader {
     block_at: u64,
     /// The last record's seq handed out.
     last_seq: Option<u64>,
-    /// A gap block's seq that came, until the next record bears it out.
-    gap_due: Option<u64>,
+    /// A gap block waiting for the next record to bear it out: its seq that came, and whether it opens a
+    /// restarted session (it begins at 1, at or below the last record's seq).
+    gap_due: Option<(u64, bool)>,
     /// Called between the read that finds a segment's end and the folder listing that looks for a later one
     /// (the rotation race's window), in tests.
     #[cfg(test)]
@@ -864,17 +865,26 @@ impl Reader {
             if left > 0 {
                 let bytes: &[u8; 64] = r.payload[at * 64..at * 64 + 64].try_into().expect("64 bytes");
                 let record = BookUpdate::from_bytes(bytes);
-                if let Some(got) = self.gap_due.take() {
+                if let Some((got, restart)) = self.gap_due.take() {
                     // The gap's seq that came is this record's, or an earlier heartbeat's (not kept); a seq at or
-                    // below the last record's begins a restarted session.
-                    if record.seq < got && self.last_seq.is_none_or(|last| record.seq > last) {
+                    // below the last record's begins a restarted session, which a gap at 1 must be followed by.
+                    let restarted = self.last_seq.is_some_and(|last| record.seq <= last);
+                    let last = self.last_seq.unwrap_or_default();
+                    let why = if restart && !restarted {
+                        Some(format!(
+                            "opens a restarted session (seqs 1 to {got}), but it goes on from the record before the \
+                             gap ({last})"
+                        ))
+                    } else if record.seq < got && (restart || !restarted) {
+                        Some(format!("says seq {got} came"))
+                    } else {
+                        None // (a normal gap, then a restarted session: its first record is below `got`)
+                    };
+                    if let Some(why) = why {
                         return Err(damaged(
                             &r.path,
                             self.block_at,
-                            &format!(
-                                "record {at} of the block has seq {} after a gap block that says seq {got} came",
-                                record.seq
-                            ),
+                            &format!("record {at} of the block has seq {} after a gap block that {why}", record.seq),
                         ));
                     }
                 }
@@ -914,10 +924,21 @@ impl Reader {
                         }
                         self.index_entry(offset, &h);
                         self.seg_blocks += 1;
-                        self.gap_due = Some(h.last);
+                        self.gap_due = Some((h.last, self.last_seq.is_some_and(|last| h.first <= last)));
                         return Ok(Some(Item::Gap { expected: h.first, got: h.last }));
                     }
                     BlockKind::Stop => {
+                        if let Some((got, true)) = self.gap_due {
+                            // (a gap past the last record may end a capture: its seq that came was a heartbeat's)
+                            return Err(damaged(
+                                Path::new(&path),
+                                offset,
+                                &format!(
+                                    "a stop block after a gap block from seq 1 to {got}: a gap at 1 opens a \
+                                     restarted session, and none follows"
+                                ),
+                            ));
+                        }
                         self.index_entry(offset, &h);
                         (self.seg_blocks, self.seg_stopped) = (self.seg_blocks + 1, true);
                         let reason = StopReason::from_u64(h.first);

@@ -827,12 +827,17 @@ fn a_gap_block_the_records_around_it_do_not_bear_out_or_an_index_or_a_segment_no
     // Block 2 of segment 2 begins at the seq after block 1's last record: a gap before it has no room.
     let d = five_plain_segments("gap-huge");
     let seg2 = d.join("esh4-000002.mdcap");
-    let at = insert_block(&seg2, 2, gap(1, u64::MAX));
+    let idx = std::fs::read(seg2.with_extension("mdidx")).unwrap();
+    let next_seq = u64::from_le_bytes(idx[2 * 32 + 8..2 * 32 + 16].try_into().unwrap());
+    let at = insert_block(&seg2, 2, gap(next_seq, u64::MAX));
     let e = read_error(&d);
     let next = at + BLOCK_HEADER_BYTES;
     assert!(
-        e.contains(&format!("esh4-000002.mdcap: offset {next}: record 0 of the block has seq "))
-            && e.contains(&format!("after a gap block that says seq {} came", u64::MAX)),
+        e.contains(&format!(
+            "esh4-000002.mdcap: offset {next}: record 0 of the block has seq {next_seq} after a gap block that says \
+             seq {} came",
+            u64::MAX
+        )),
         "{e}"
     );
     assert!(report(&d, None).is_err(), "the report refuses it too");
@@ -847,6 +852,33 @@ fn a_gap_block_the_records_around_it_do_not_bear_out_or_an_index_or_a_segment_no
             && e.contains("a gap begins past the last record"),
         "{e}"
     );
+    let _ = std::fs::remove_dir_all(&d);
+
+    // A gap at 1 opens a restarted session: one the records after it continue (a made-up restart with made-up
+    // losses), and one just before the stop block (no session follows), are damage too.
+    let d = five_plain_segments("gap-restart");
+    let seg2 = d.join("esh4-000002.mdcap");
+    let idx = std::fs::read(seg2.with_extension("mdidx")).unwrap();
+    let next_seq = u64::from_le_bytes(idx[2 * 32 + 8..2 * 32 + 16].try_into().unwrap());
+    let at = insert_block(&seg2, 2, gap(1, next_seq));
+    let e = read_error(&d);
+    assert!(
+        e.contains(&format!(
+            "esh4-000002.mdcap: offset {}: record 0 of the block has seq {next_seq} after a gap block that opens a \
+             restarted session (seqs 1 to {next_seq}), but it goes on from the record before the gap ({})",
+            at + BLOCK_HEADER_BYTES,
+            next_seq - 1
+        )),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    let d = five_plain_segments("gap-at-end");
+    let seg5 = d.join("esh4-000005.mdcap");
+    let stop = block_offsets(&seg5).len() - 1;
+    let at = insert_block(&seg5, stop, gap(1, u64::MAX));
+    let e = read_error(&d);
+    let want = format!("esh4-000005.mdcap: offset {}: a stop block after a gap block from seq 1 to", at + 64);
+    assert!(e.contains(&want) && e.contains("none follows"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 
     // Segment 3's index entries 1 and 2 swapped (its length right).
