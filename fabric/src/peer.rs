@@ -34,6 +34,20 @@ const NO_COOKIE: u32 = !0;
 /// Offset of `idiag_uid` in a reply: nlmsghdr (16) + family, state, timer, retrans (4) + `inet_diag_sockid`
 /// (48) + expires, rqueue, wqueue (12).
 const UID_AT: usize = 16 + 4 + 48 + 12;
+/// Offset of `idiag_state` in a reply: after nlmsghdr (16) and `idiag_family` (1).
+const STATE_AT: usize = 17;
+/// `TCP_ESTABLISHED` (include/net/tcp_states.h).
+const TCP_ESTABLISHED: u8 = 1;
+
+/// Whether `ip` is one of this host's addresses (loopback, or one a socket can bind to): a TCP peer there has a
+/// local user that [`tcp_peer_uid`] can name.
+pub fn is_this_host(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
 
 /// The owner of the TCP socket at `peer` connected to our socket at `local`, if that socket is on this host (see
 /// the module docs). `None` for another host's, or when the lookup fails.
@@ -78,8 +92,9 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     if n < UID_AT + 4 || kind == NLMSG_ERROR {
         return None;
     }
-    // the answer must be about the socket asked for (its ports as sent)
-    if reply.get(20..24)? != &req[24..28] {
+    // the answer must be about the socket asked for (its ports as sent), a whole connected one: a listener that
+    // defers its accept (TCP_DEFER_ACCEPT) has only a request socket until data comes, which reports uid 0
+    if reply.get(20..24)? != &req[24..28] || *reply.get(STATE_AT)? != TCP_ESTABLISHED {
         return None;
     }
     Some(u32::from_ne_bytes(reply[UID_AT..UID_AT + 4].try_into().ok()?))
@@ -109,6 +124,24 @@ mod tests {
         assert_eq!(peer, client.local_addr().unwrap());
         // the client's view: the server's accepted socket
         assert_eq!(tcp_peer_uid(client.local_addr().unwrap(), client.peer_addr().unwrap()), Some(me));
+        assert!(is_this_host("127.0.0.2".parse().unwrap()) && is_this_host("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!is_this_host("192.0.2.77".parse().unwrap()), "TEST-NET-1 is no address of this host");
+        // a listener deferring its accept holds only a request socket (uid 0 in sock_diag): no user named
+        let deferred = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let one: libc::c_int = 5;
+        // SAFETY: setsockopt reads `one` (an int, its size given) during the call only.
+        let rc = unsafe {
+            libc::setsockopt(
+                deferred.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        let c = std::net::TcpStream::connect(deferred.local_addr().unwrap()).unwrap();
+        assert_eq!(tcp_peer_uid(c.local_addr().unwrap(), c.peer_addr().unwrap()), None);
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_peer_uid(server.local_addr().unwrap(), nobody), None);
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();

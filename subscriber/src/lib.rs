@@ -345,6 +345,16 @@ pub enum SubscribeError {
         /// This process's user.
         me: u32,
     },
+    /// The endpoint is on this host but no connected socket of a user answers there (a listener that holds
+    /// connections half made until data comes): nothing was sent to it.
+    #[error(
+        "publisher {endpoint}: on this host, but no connected socket answers there to say which user listens (a \
+         listener deferring its accept?): nothing sent to it"
+    )]
+    UnknownPublisher {
+        /// The publisher's control endpoint.
+        endpoint: String,
+    },
     /// [`Subscriber::connect_with_retry`] made more than one try and the last failed: nobody accepted within the
     /// [`Reconnect::budget`], or a later try failed otherwise.
     #[error("gave up after {tries} tries in {} ms: {source}", budget.as_millis())]
@@ -712,8 +722,25 @@ impl Subscriber {
         let publisher_uid = match &stream {
             ControlStream::Unix(s) => mdfan_fabric::peer::unix_peer(s).map(|(uid, _)| uid),
             ControlStream::Tcp(s) => match (s.local_addr(), s.peer_addr()) {
-                (Ok(local), Ok(peer)) => mdfan_fabric::peer::tcp_peer_uid(local, peer),
-                _ => None,
+                (Ok(local), Ok(peer)) if mdfan_fabric::peer::is_this_host(peer.ip()) => {
+                    // On this host its socket has a user; until the kernel has made the connected socket (a few
+                    // microseconds after connect, on loopback) it is asked again, 20 ms at most. None then: a
+                    // listener that holds connections half made (TCP_DEFER_ACCEPT) until data comes.
+                    let deadline = std::time::Instant::now() + Duration::from_millis(20);
+                    let uid = loop {
+                        match mdfan_fabric::peer::tcp_peer_uid(local, peer) {
+                            None if std::time::Instant::now() < deadline => {
+                                std::thread::sleep(Duration::from_millis(1))
+                            }
+                            uid => break uid,
+                        }
+                    };
+                    if uid.is_none() {
+                        return Err(SubscribeError::UnknownPublisher { endpoint });
+                    }
+                    uid
+                }
+                _ => None, // another host's
             },
         };
         if let Some(uid) = publisher_uid {

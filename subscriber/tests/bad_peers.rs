@@ -25,6 +25,54 @@ fn a_dead_endpoint_is_one_line_naming_it() {
     assert!(err.contains(&format!("publisher {endpoint}: cannot connect")), "{err}");
 }
 
+/// A listener on this host that holds connections half made until data comes (`TCP_DEFER_ACCEPT`) has no
+/// connected socket to say which user it is (sock_diag reports its request socket as uid 0): the subscriber sends
+/// it nothing, neither its token nor its ring, and says why (a breaker's fake publisher, run as nobody this
+/// way, got a strategy's token past the check of the publisher's user).
+#[test]
+fn a_listener_deferring_its_accept_is_sent_nothing() {
+    use std::os::fd::AsRawFd as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let seconds: libc::c_int = 5;
+    // SAFETY: setsockopt reads `seconds` (an int, its size given) during the call only.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&seconds as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let mut cfg = mdfan_subscriber::SubscriberConfig::new(&endpoint, "wary");
+    cfg.token = Some("9c1e0b7d6a5f4e3d2c1b0a9f8e7d6c5b".into());
+    let err = mdfan_subscriber::Subscriber::connect(&cfg).err().expect("refused").to_string();
+    assert_eq!(
+        err,
+        format!(
+            "publisher {endpoint}: on this host, but no connected socket answers there to say which user listens (a \
+             listener deferring its accept?): nothing sent to it"
+        )
+    );
+    // the connection, closed, reaches the listener with its end and not one byte
+    listener.set_nonblocking(true).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(10)),
+            Err(e) => panic!("the closed connection never reached the listener: {e}"),
+        }
+    };
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut conn, &mut got).unwrap();
+    assert!(got.is_empty(), "the subscriber sent {} bytes", got.len());
+}
+
 fn send_raw(addr: std::net::SocketAddr, bytes: &[u8]) -> Result<ControlMsg, control::ControlError> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
