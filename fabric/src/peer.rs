@@ -50,8 +50,33 @@ pub fn is_this_host(ip: IpAddr) -> bool {
 }
 
 /// The owner of the TCP socket at `peer` connected to our socket at `local`, if that socket is on this host (see
-/// the module docs). `None` for another host's, or when the lookup fails.
+/// the module docs). `None` for another host's, or when the lookup fails ([`tcp_peer`] says which).
 pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    match tcp_peer(local, peer) {
+        TcpPeer::User(uid) => Some(uid),
+        TcpPeer::HalfMade | TcpPeer::Unknown => None,
+    }
+}
+
+/// What sock_diag says of the TCP socket at `peer` connected to our socket at `local`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpPeer {
+    /// A connected socket of this host, created by this user's process.
+    User(u32),
+    /// A socket of this host that is not connected yet (a listener deferring its accept holds a request socket
+    /// until data comes, which sock_diag reports as uid 0): no user can be told.
+    HalfMade,
+    /// No answer: another host's, none at that address (yet), or sock_diag unavailable.
+    Unknown,
+}
+
+/// See [`TcpPeer`].
+pub fn tcp_peer(local: SocketAddr, peer: SocketAddr) -> TcpPeer {
+    diag_answer(local, peer).unwrap_or(TcpPeer::Unknown)
+}
+
+/// [`tcp_peer`]'s lookup; `None` for [`TcpPeer::Unknown`].
+fn diag_answer(local: SocketAddr, peer: SocketAddr) -> Option<TcpPeer> {
     let (family, src, dst) = match (peer.ip(), local.ip()) {
         (IpAddr::V4(p), IpAddr::V4(l)) => (nix::libc::AF_INET as u8, v4_words(p.octets()), v4_words(l.octets())),
         (IpAddr::V6(p), IpAddr::V6(l)) => (nix::libc::AF_INET6 as u8, v6_words(p.octets()), v6_words(l.octets())),
@@ -94,10 +119,13 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     }
     // the answer must be about the socket asked for (its ports as sent), a whole connected one: a listener that
     // defers its accept (TCP_DEFER_ACCEPT) has only a request socket until data comes, which reports uid 0
-    if reply.get(20..24)? != &req[24..28] || *reply.get(STATE_AT)? != TCP_ESTABLISHED {
+    if reply.get(20..24)? != &req[24..28] {
         return None;
     }
-    Some(u32::from_ne_bytes(reply[UID_AT..UID_AT + 4].try_into().ok()?))
+    if *reply.get(STATE_AT)? != TCP_ESTABLISHED {
+        return Some(TcpPeer::HalfMade);
+    }
+    Some(TcpPeer::User(u32::from_ne_bytes(reply[UID_AT..UID_AT + 4].try_into().ok()?)))
 }
 
 fn v4_words(o: [u8; 4]) -> [[u8; 4]; 4] {
@@ -141,7 +169,7 @@ mod tests {
         };
         assert_eq!(rc, 0);
         let c = std::net::TcpStream::connect(deferred.local_addr().unwrap()).unwrap();
-        assert_eq!(tcp_peer_uid(c.local_addr().unwrap(), c.peer_addr().unwrap()), None);
+        assert_eq!(tcp_peer(c.local_addr().unwrap(), c.peer_addr().unwrap()), TcpPeer::HalfMade);
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_peer_uid(server.local_addr().unwrap(), nobody), None);
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -723,22 +723,21 @@ impl Subscriber {
             ControlStream::Unix(s) => mdfan_fabric::peer::unix_peer(s).map(|(uid, _)| uid),
             ControlStream::Tcp(s) => match (s.local_addr(), s.peer_addr()) {
                 (Ok(local), Ok(peer)) if mdfan_fabric::peer::is_this_host(peer.ip()) => {
-                    // On this host its socket has a user; until the kernel has made the connected socket (a few
-                    // microseconds after connect, on loopback) it is asked again, 20 ms at most. None then: a
-                    // listener that holds connections half made (TCP_DEFER_ACCEPT) until data comes.
+                    use mdfan_fabric::peer::TcpPeer;
+                    // On this host its socket has a user. A listener that holds connections half made until data
+                    // comes (TCP_DEFER_ACCEPT) has none to tell: asked again for 20 ms, then refused. No answer at
+                    // all (sock_diag unavailable) leaves it unchecked, as another host's.
                     let deadline = std::time::Instant::now() + Duration::from_millis(20);
-                    let uid = loop {
-                        match mdfan_fabric::peer::tcp_peer_uid(local, peer) {
-                            None if std::time::Instant::now() < deadline => {
+                    loop {
+                        match mdfan_fabric::peer::tcp_peer(local, peer) {
+                            TcpPeer::User(uid) => break Some(uid),
+                            TcpPeer::HalfMade if std::time::Instant::now() < deadline => {
                                 std::thread::sleep(Duration::from_millis(1))
                             }
-                            uid => break uid,
+                            TcpPeer::HalfMade => return Err(SubscribeError::UnknownPublisher { endpoint }),
+                            TcpPeer::Unknown => break None,
                         }
-                    };
-                    if uid.is_none() {
-                        return Err(SubscribeError::UnknownPublisher { endpoint });
                     }
-                    uid
                 }
                 _ => None, // another host's
             },
