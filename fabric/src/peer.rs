@@ -36,8 +36,9 @@ const NO_COOKIE: u32 = !0;
 const UID_AT: usize = 16 + 4 + 48 + 12;
 /// Offset of `idiag_state` in a reply: after nlmsghdr (16) and `idiag_family` (1).
 const STATE_AT: usize = 17;
-/// `TCP_ESTABLISHED` (include/net/tcp_states.h).
+/// `TCP_ESTABLISHED` and `TCP_SYN_RECV` (include/net/tcp_states.h).
 const TCP_ESTABLISHED: u8 = 1;
+const TCP_SYN_RECV: u8 = 3;
 
 /// Whether `ip` is one of this host's addresses (loopback, or one a socket can bind to): a TCP peer there has a
 /// local user that [`tcp_peer_uid`] can name.
@@ -63,10 +64,11 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
 pub enum TcpPeer {
     /// A connected socket of this host, created by this user's process.
     User(u32),
-    /// A socket of this host that is not connected yet (a listener deferring its accept holds a request socket
-    /// until data comes, which sock_diag reports as uid 0): no user can be told.
+    /// A socket of this host that is not connected yet (`SYN_RECV`: a listener deferring its accept holds a
+    /// request socket until data comes, which sock_diag reports as uid 0): no user can be told.
     HalfMade,
-    /// No answer: another host's, none at that address (yet), or sock_diag unavailable.
+    /// No answer: another host's, none at that address (yet), one closing (its process closed it), or sock_diag
+    /// unavailable.
     Unknown,
 }
 
@@ -122,10 +124,11 @@ fn diag_answer(local: SocketAddr, peer: SocketAddr) -> Option<TcpPeer> {
     if reply.get(20..24)? != &req[24..28] {
         return None;
     }
-    if *reply.get(STATE_AT)? != TCP_ESTABLISHED {
-        return Some(TcpPeer::HalfMade);
+    match *reply.get(STATE_AT)? {
+        TCP_ESTABLISHED => Some(TcpPeer::User(u32::from_ne_bytes(reply[UID_AT..UID_AT + 4].try_into().ok()?))),
+        TCP_SYN_RECV => Some(TcpPeer::HalfMade),
+        _ => None, // closing (its process closed it): no user to name, and nobody reads it any more
     }
-    Some(TcpPeer::User(u32::from_ne_bytes(reply[UID_AT..UID_AT + 4].try_into().ok()?)))
 }
 
 fn v4_words(o: [u8; 4]) -> [[u8; 4]; 4] {
