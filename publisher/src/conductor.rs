@@ -453,9 +453,7 @@ impl Conductor {
                      at most every 10 s)");
             }
             if let Ok(conn) = ControlConn::new(stream, peer) {
-                self.control.rejects += 1;
-                let msg = ControlMsg::Reject(Reject { reason, publisher_version: control::PROTOCOL_VERSION });
-                self.last_word(conn, &msg);
+                self.refuse(conn, reason, true); // (logged summed up above)
             }
             return;
         }
